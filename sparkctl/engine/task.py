@@ -1,0 +1,64 @@
+"""The task contract: check (read-only) -> changes -> apply (exactly those) -> check again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class Scope(str, Enum):
+    NODE = "node"
+    CLUSTER = "cluster"
+
+
+class Status(str, Enum):
+    OK = "ok"
+    CHANGED = "changed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    UNREACHABLE = "unreachable"
+
+
+@dataclass
+class Change:
+    """One thing a task would change: a one-line summary, a diff for files, a private payload for apply."""
+
+    summary: str
+    diff: str | None = None
+    payload: Any = field(default=None, repr=False, compare=False)
+
+
+class TaskFailed(Exception):
+    """Raised by check or apply: the task failed on this node (or cluster) with a one-line reason."""
+
+    def __init__(self, message: str, hint: str | None = None, details: list[str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or []
+
+
+class Task:
+    """A step of a playbook. Subclasses set the class attributes and implement check/apply.
+
+    `check(ctx)` must not change anything; an empty list means the node (or cluster) is as wanted.
+    `apply(ctx, changes)` does exactly those changes. The runner checks again after apply; a non-empty
+    second check is a failure ("did not converge").
+    For node scope, ctx is one node's context; for cluster scope, the cluster context.
+    """
+
+    name: ClassVar[str]
+    phase: ClassVar[str]
+    scope: ClassVar[Scope] = Scope.NODE
+    needs: ClassVar[tuple[str, ...]] = ()
+    description: ClassVar[str] = ""
+    #: What check looks at and what apply changes, in words (playbooks.md).
+    checks: ClassVar[str] = ""
+    changes: ClassVar[str] = ""
+
+    def check(self, ctx: Any) -> list[Change]:
+        raise NotImplementedError
+
+    def apply(self, ctx: Any, changes: list[Change]) -> None:
+        raise NotImplementedError

@@ -1,0 +1,15 @@
+"""The one list of exit codes (ARCHITECTURE.md, Contracts)."""
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    SUCCESS = 0
+    TASK_FAILED = 1
+    BAD_INPUT = 2
+    UNREACHABLE = 3
+    CHANGES_PENDING = 4
+
+    # doctor reuses 0/1: healthy / errors found
+    HEALTHY = 0
+    FINDINGS = 1

@@ -1,0 +1,49 @@
+"""The transport contract: how a command, a file or a container exec reaches a node."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Transport(Protocol):
+    """One node, one connection, reused for the whole run.
+
+    Every command has a timeout; the remote stdin is closed unless `input` is given (secrets travel
+    that way or as 0600 files, never in argv); exit codes are returned, not raised.
+    """
+
+    node: str
+    round_trips: int
+
+    def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult: ...
+
+    def put(self, path: str, content: str | bytes, *, mode: int = 0o644, owner: str | None = None,
+            sudo: bool = False) -> None: ...
+
+    def read(self, path: str, *, sudo: bool = False) -> str | None: ...
+
+    def exec_in(self, container: str, cmd: str, *, timeout: float = 60.0, input: str | None = None,
+                env: dict[str, str] | None = None) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+def q(value: object) -> str:
+    """Quote one value for a POSIX shell line."""
+    return shlex.quote(str(value))
