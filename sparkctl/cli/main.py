@@ -1,0 +1,84 @@
+"""The `sparkctl` command: thin click commands; expected errors as one line plus a hint, exit codes from one enum."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from sparkctl import __version__
+from sparkctl.errors import InventoryError, SparkctlError
+from sparkctl.exitcodes import ExitStatus
+
+
+class SparkctlGroup(click.Group):
+    """Turns expected errors into `sparkctl: error: ...` lines; the traceback only with --debug."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SparkctlError as exc:
+            if ctx.find_root().params.get("debug"):
+                traceback.print_exc()
+            _print_error(exc)
+            sys.exit(int(exc.exit_status))
+
+
+def _print_error(exc: SparkctlError) -> None:
+    if isinstance(exc, InventoryError):
+        for line in exc.problems:
+            click.echo(line, err=True)
+        count = len(exc.problems)
+        click.echo(f"sparkctl: {count} problem{'s' if count != 1 else ''} in the inventory; nothing was changed",
+                   err=True)
+        return
+    click.echo(f"sparkctl: error: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"  hint: {exc.hint}", err=True)
+
+
+@click.group(cls=SparkctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="sparkctl")
+@click.option("--debug", is_flag=True, default=lambda: bool(os.environ.get("SPARKCTL_DEBUG")),
+              help="Show tracebacks for errors (also SPARKCTL_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """Join NVIDIA DGX Sparks into a cluster over their CX-7 fabric and serve models too large for one box.
+
+    \b
+    sparkctl cluster bootstrap inventory.yaml   set up (or repair) the whole cluster, idempotently
+    sparkctl doctor inventory.yaml              find what is broken, and why, and how to fix it
+    """
+
+
+def _register() -> None:
+    from sparkctl.cli.cluster_cmd import cluster_group
+    from sparkctl.cli.inventory_cmd import inventory_group
+    from sparkctl.cli.playbooks_cmd import playbooks_command
+
+    cli.add_command(inventory_group)
+    cli.add_command(cluster_group)
+    cli.add_command(playbooks_command)
+    try:
+        from sparkctl.cli.lab_cmd import lab_group
+    except ImportError:  # the lab needs nothing extra, but a broken lab must not break the product
+        return
+    cli.add_command(lab_group)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli(prog_name="sparkctl")
+    except KeyboardInterrupt:
+        click.echo("sparkctl: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+__all__ = ["ExitStatus", "cli", "main"]

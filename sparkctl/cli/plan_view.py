@@ -1,0 +1,72 @@
+"""Text rendering of an offline plan (`sparkctl cluster plan`)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from sparkctl.plan import ClusterPlan
+
+
+def _section(title: str) -> str:
+    return f"\n== {title} " + "=" * max(3, 74 - len(title))
+
+
+def render_plan_text(inventory: Any, plan: ClusterPlan, graph: Any | None = None) -> str:
+    out: list[str] = [f"cluster {inventory.cluster.name}: {len(inventory.nodes)} node(s), topology "
+                      f"{inventory.topology}, head {inventory.head.name}"]
+    if graph is not None:
+        out.append(_section("phases and tasks"))
+        phase = None
+        for task in graph.ordered():
+            if task.phase != phase:
+                phase = task.phase
+                out.append(f"{phase}:")
+            out.append(f"  {task.name:<22} {task.scope.value:<8} {task.description}")
+    for name, node in plan.nodes.items():
+        ports = plan.fabric.ports[name]
+        out.append(_section(f"node {name} (rank {node.rank})"))
+        where = {"pinned": "pinned in the inventory", "facts": "cabled (read from the node)",
+                 "inventory": "fabric.port in the inventory", "default": "default port 1 (not connected: "
+                 "bootstrap reads the cabled port from the node)"}[ports.source]
+        out.append(f"fabric interfaces: {', '.join(ports.interfaces) or '-'}  ({where})")
+        if ports.roce_devices:
+            out.append(f"RoCE devices:      {', '.join(ports.roce_devices)}")
+        for iface, addr in plan.fabric.addresses.get(name, {}).items():
+            out.append(f"  {iface:<16} {addr}")
+        if node.netplan:
+            out.append(f"--- {inventory.fabric.netplan_file} (mode 600)")
+            out.append(node.netplan.rstrip())
+        out.append("--- container")
+        out.append(" \\\n    ".join(_argv_lines(node.container.run_argv())))
+    out.append(_section("cluster"))
+    out.append("--- /etc/openmpi-hostfile (in every container)")
+    out.append(plan.hostfile.rstrip())
+    out.append("--- TensorRT-LLM config (extra_llm_api_options)")
+    out.append(plan.serve_config.rstrip())
+    out.append("--- launch (head container)")
+    out.append(plan.launch_command)
+    return "\n".join(out) + "\n"
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """Group flags with their values so a long docker command reads one option per line."""
+    lines: list[str] = []
+    i = 0
+    head = []
+    while i < len(argv) and not argv[i].startswith("-"):
+        head.append(argv[i])
+        i += 1
+    lines.append(shlex.join(head))
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-") and token != "-d":
+            lines.append(shlex.join(argv[i:i + 2]))
+            i += 2
+        elif token.startswith("-"):
+            lines.append(token)
+            i += 1
+        else:
+            lines.append(shlex.join(argv[i:]))
+            break
+    return lines

@@ -1,0 +1,254 @@
+"""The two views of a run's events: the rich console (live, Ansible-like) and JSON lines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.status import Status as Spinner
+from rich.table import Table
+from rich.text import Text
+
+from sparkctl.engine.events import Event, redacted
+
+STATUS_STYLES = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "skipped": "cyan",
+    "unreachable": "bold magenta",
+}
+RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
+WORD_WIDTH = len("would change")
+CLUSTER_LABEL = "cluster"
+
+
+def _clean(event: Event) -> Event:
+    """The event with every human-readable string redacted; the console is a log too."""
+    return replace(
+        event,
+        message=redacted(event.message),
+        hint=redacted(event.hint),
+        details=redacted(list(event.details)),
+        changes=redacted([dict(c) for c in event.changes]),
+        traceback=redacted(event.traceback),
+    )
+
+
+class ConsoleView:
+    """Live per-node progress, one line per task per node as it finishes, and a recap table at the end.
+
+    verbosity 0: results, changes, failures, warnings. 1 (-v): also durations, tasks left out by
+    --only/--skip, logs and what is being applied. 2 (-vv): also tracebacks of internal errors.
+    A spinner names the running task only when the console is a terminal; otherwise output is plain lines.
+    """
+
+    def __init__(self, console: Console, verbosity: int = 0, show_diff: bool = False):
+        self.console = console
+        self.verbosity = verbosity
+        self.show_diff = show_diff
+        self.check_mode = False
+        self._node_width = len(CLUSTER_LABEL)
+        self._phase_shown: str | None = None
+        self._running: dict[tuple[str | None, str | None], None] = {}
+        self._spinner: Spinner | None = None
+
+    def __call__(self, event: Event) -> None:
+        handler = getattr(self, f"_on_{event.event}", None)
+        if handler is not None:
+            handler(_clean(event))
+
+    def close(self) -> None:
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
+
+    def __enter__(self) -> ConsoleView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- live progress -------------------------------------------------------------------------------
+
+    def _on_run_start(self, event: Event) -> None:
+        nodes = event.data.get("nodes") or []
+        self._node_width = max([len(CLUSTER_LABEL), *(len(n) for n in nodes)])
+        self.check_mode = bool(event.check_mode)
+        if self.check_mode:
+            self.console.print(Text("check mode: nothing will be changed, changes are reported as "
+                                    "'would change'", style="bold"))
+
+    def _on_task_start(self, event: Event) -> None:
+        self._running[(event.task, event.node)] = None
+        if not self.console.is_terminal:
+            return
+        if self._spinner is None:
+            self._spinner = Spinner("", console=self.console)
+            self._spinner.start()
+        self._spinner.update(self._spinner_text())
+
+    def _spinner_text(self) -> str:
+        by_task: dict[str | None, list[str]] = {}
+        for task, node in self._running:
+            by_task.setdefault(task, []).append(node or CLUSTER_LABEL)
+        return "  ".join(f"{task}: {', '.join(nodes)}" for task, nodes in by_task.items()) or "working"
+
+    def _line(self, word: str, style: str, event: Event, text: str | None) -> Text:
+        line = Text()
+        line.append(f"{word:<{WORD_WIDTH}}", style=style)
+        line.append("  ")
+        line.append(f"{event.node or CLUSTER_LABEL:<{self._node_width}}", style="bold")
+        if event.task:
+            line.append("  ")
+            line.append(event.task)
+        if text:
+            line.append("  ")
+            line.append(text)
+        if self.verbosity >= 1 and event.duration is not None:
+            line.append(f"  ({event.duration:.1f}s)", style="dim")
+        return line
+
+    def _phase_header(self, event: Event) -> None:
+        if event.phase and event.phase != self._phase_shown:
+            self._phase_shown = event.phase
+            self.console.print(Text(f"── {event.phase} ──", style="bold blue"))
+
+    def _on_task_changes(self, event: Event) -> None:
+        if self.verbosity >= 1:
+            self._phase_header(event)
+            for change in event.changes:
+                self.console.print(Text(f"  applying on {event.node or CLUSTER_LABEL}: {change['summary']}",
+                                        style="dim"))
+
+    def _on_task_result(self, event: Event) -> None:
+        self._running.pop((event.task, event.node), None)
+        if self._spinner is not None:
+            self._spinner.update(self._spinner_text())
+        status = event.status or "ok"
+        if status == "skipped" and event.data.get("reason") == "not_selected" and self.verbosity < 1:
+            return
+        word = "would change" if status == "changed" and event.would_change else status
+        changes = event.changes
+        if status == "changed":
+            text = changes[0]["summary"] if len(changes) == 1 else f"{len(changes)} changes"
+        else:
+            text = event.message
+        self._phase_header(event)
+        self.console.print(self._line(word, STATUS_STYLES.get(status, ""), event, text))
+        if status == "changed":
+            self._print_changes(changes, listed=len(changes) > 1)
+        elif status == "failed":
+            self._print_failure(event)
+        elif event.hint:
+            self._print_hint(event.hint)
+
+    def _print_changes(self, changes: list[dict], *, listed: bool, label: str = "") -> None:
+        for change in changes:
+            if listed:
+                self.console.print(Text(f"    - {label}{change['summary']}", style="yellow"))
+            if self.show_diff and change.get("diff"):
+                self._print_diff(change["diff"])
+
+    def _print_diff(self, diff: str) -> None:
+        for row in diff.rstrip("\n").splitlines():
+            style = ""
+            if row.startswith(("+++", "---")):
+                style = "bold"
+            elif row.startswith("+"):
+                style = "green"
+            elif row.startswith("-"):
+                style = "red"
+            elif row.startswith("@@"):
+                style = "cyan"
+            self.console.print(Text("      " + row, style=style), soft_wrap=True)
+
+    def _print_hint(self, hint: str) -> None:
+        self.console.print(Text(f"    hint: {hint}", style="italic"))
+
+    def _print_failure(self, event: Event) -> None:
+        if event.hint:
+            self._print_hint(event.hint)
+        for detail in event.details:
+            self.console.print(Text(f"    | {detail}", style="red"), soft_wrap=True)
+        if event.changes and (self.verbosity >= 1 or self.show_diff):
+            self._print_changes(event.changes, listed=True, label="attempted: ")
+        if event.traceback:
+            if self.verbosity >= 2:
+                self.console.print(Text(event.traceback.rstrip("\n"), style="dim"), soft_wrap=True)
+            else:
+                self.console.print(Text("    (run with -vv for the traceback)", style="dim"))
+
+    def _on_warning(self, event: Event) -> None:
+        self.console.print(self._line("warning", "yellow", event, event.message))
+        if event.hint:
+            self._print_hint(event.hint)
+        for detail in event.details:
+            self.console.print(Text(f"    | {detail}", style="yellow"), soft_wrap=True)
+
+    def _on_finding(self, event: Event) -> None:
+        severity = str(event.data.get("severity") or event.status or "finding")
+        style = {"error": "bold red", "warning": "yellow", "ok": "green"}.get(severity, "blue")
+        self.console.print(self._line(severity, style, event, event.message))
+        if event.hint:
+            self._print_hint(event.hint)
+        for detail in event.details:
+            self.console.print(Text(f"    | {detail}"), soft_wrap=True)
+
+    def _on_log(self, event: Event) -> None:
+        if self.verbosity >= 1:
+            self.console.print(self._line("log", "dim", event, event.message), style="dim")
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    def _on_recap(self, event: Event) -> None:
+        self.close()
+        nodes = event.nodes or {}
+        table = Table(title="RECAP", title_justify="left", box=box.SIMPLE_HEAD, title_style="bold")
+        table.add_column("node")
+        for column in RECAP_COLUMNS:
+            table.add_column(column, justify="right")
+        for node, counts in nodes.items():
+            row_style = next((STATUS_STYLES[c] for c in ("failed", "unreachable", "changed")
+                              if counts.get(c)), "green")
+            cells = [Text(str(counts.get(c, 0)), style=STATUS_STYLES[c] if counts.get(c) else "")
+                     for c in RECAP_COLUMNS]
+            table.add_row(Text(node, style=row_style), *cells)
+        self.console.print()
+        self.console.print(table)
+        self.console.print(self._verdict(event, nodes))
+
+    @staticmethod
+    def _verdict(event: Event, nodes: dict[str, dict[str, int]]) -> Text:
+        total = {c: sum(row.get(c, 0) for row in nodes.values()) for c in RECAP_COLUMNS}
+        took = f" in {event.duration:.1f}s" if event.duration is not None else ""
+        if total["failed"]:
+            return Text(f"FAILED{took}: {total['failed']} task(s) failed", style="bold red")
+        if total["unreachable"]:
+            lost = ", ".join(n for n, row in nodes.items() if row.get("unreachable"))
+            return Text(f"UNREACHABLE{took}: {lost}", style="bold magenta")
+        if event.check_mode:
+            if total["changed"]:
+                return Text(f"check mode{took}: {total['changed']} task(s) would change; "
+                            "run without --check to apply", style="bold yellow")
+            return Text(f"check mode{took}: nothing would change", style="bold green")
+        if total["changed"]:
+            return Text(f"OK{took}: {total['changed']} task(s) changed, all verified", style="bold green")
+        return Text(f"OK{took}: nothing to change", style="bold green")
+
+
+class JsonView:
+    """One JSON object per line per event; the last line of a run is the recap."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+
+    def __call__(self, event: Event) -> None:
+        self.stream.write(json.dumps(redacted(event.to_dict()), ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,125 @@
+"""gather_facts: send the script once, split its sections, parse each one tolerantly into Facts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sparkctl.facts import parse
+from sparkctl.facts.model import ContainerInfo, Facts
+from sparkctl.facts.script import Section, new_nonce, render_script, split_sections
+from sparkctl.transport.base import Transport
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
+                 image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
+                 controller_addrs: Iterable[str] = (), timeout: float = DEFAULT_TIMEOUT) -> Facts:
+    """Read every fact of one node in ONE round trip. Never raises for what the node lacks."""
+    names, refs = list(container_names), list(image_refs)
+    nonce = new_nonce()
+    script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache)
+    result = transport.run(script, timeout=timeout)
+    facts = facts_from_output(result.stdout, nonce, node, container_names=names, image_refs=refs,
+                              hf_cache=hf_cache, controller_addrs=controller_addrs)
+    if result.timed_out:
+        facts.raw_errors.append(f"gather: timed out after {timeout:g}s; later sections are missing")
+    return facts
+
+
+def facts_from_output(stdout: str, nonce: str, node: str, *, container_names: Iterable[str] = (),
+                      image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
+                      controller_addrs: Iterable[str] = ()) -> Facts:
+    """Parse the gather script's stdout (split by the nonce it was rendered with) into Facts."""
+    sections = split_sections(stdout, nonce)
+    facts = Facts(node=node, hf_cache=hf_cache)
+    builder = _FactsBuilder(facts, sections)
+    builder.fill(list(container_names), list(image_refs))
+    facts.management_interfaces = _management_interfaces(facts, controller_addrs)
+    return facts
+
+
+def _management_interfaces(facts: Facts, controller_addrs: Iterable[str]) -> list[str]:
+    held: list[str] = []
+    for ip in ([facts.session_ip] if facts.session_ip else []) + list(controller_addrs):
+        for name in facts.interfaces_holding(ip):
+            if name not in held:
+                held.append(name)
+    return held
+
+
+class _FactsBuilder:
+    def __init__(self, facts: Facts, sections: dict[str, Section]):
+        self.facts = facts
+        self.sections = sections
+
+    def text(self, name: str) -> str:
+        section = self.sections.get(name)
+        return section.output if section else ""
+
+    def ok(self, name: str) -> bool:
+        section = self.sections.get(name)
+        return bool(section and section.ok)
+
+    def parsed(self, name: str, parser: Callable[..., Any], *args: Any, default: Any = None) -> Any:
+        """Run one parser; a failure is recorded in raw_errors, never raised."""
+        text = self.text(name)
+        if not text.strip():
+            return default
+        try:
+            return parser(text, *args)
+        except Exception as exc:  # noqa: BLE001 - one bad section must not cost the others
+            self.facts.raw_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            return default
+
+    def fill(self, container_names: list[str], image_refs: list[str]) -> None:
+        f = self.facts
+        f.hostname = self.text("hostname").strip()
+        os_release = self.parsed("os-release", parse.parse_key_values, default={})
+        f.os_id, f.os_version = os_release.get("ID", ""), os_release.get("VERSION_ID", "")
+        f.dgx_name = self.parsed("dgx-release", parse.parse_key_values, default={}).get("DGX_NAME") or None
+        f.is_dgx_spark = bool(f.dgx_name and "spark" in f.dgx_name.lower())
+        f.arch = self.text("arch").strip()
+        f.user, f.uid, f.groups = self.parsed("id", parse.parse_id, default=("", -1, []))
+        f.sudo_nopasswd = self.ok("sudo")
+        self._fill_network()
+        f.netplan_files = self.parsed("netplan", parse.parse_netplan, default=[])
+        self._fill_docker(container_names, image_refs)
+        f.listening_tcp = self.parsed("ss", parse.parse_ss_listening, default={})
+        mem = self.parsed("meminfo", parse.parse_meminfo, default={})
+        f.mem_total_kb, f.mem_available_kb = mem.get("MemTotal", 0), mem.get("MemAvailable", 0)
+        f.page_cache_kb = mem.get("Cached", 0)
+        expanded, f.hf_cache_free_bytes = self.parsed("hf-cache", parse.parse_hf_cache,
+                                                      default=(f.hf_cache, None))
+        f.hf_cache = expanded or f.hf_cache
+        f.time = self.parsed("time", parse.parse_time, default=0.0)
+        f.firewall = self.parsed("firewall", parse.parse_firewall)
+
+    def _fill_network(self) -> None:
+        f = self.facts
+        f.interfaces = self.parsed("ip-addr", parse.parse_ip_addr, default={})
+        carriers = self.parsed("carrier", parse.parse_carriers, default={})
+        speeds = self.parsed("speed", parse.parse_speeds, default={})
+        for name, iface in f.interfaces.items():
+            if carriers.get(name) is not None:
+                iface.carrier = carriers[name]
+            iface.speed_mbps = speeds.get(name)
+        f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
+        f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
+
+    def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:
+        f = self.facts
+        f.docker_cli = bool(self.text("docker-cli").strip())
+        f.docker_access = f.docker_cli and self.ok("docker-info")
+        if f.docker_cli and not f.docker_access:
+            f.docker_error = parse.parse_docker_error(self.text("docker-info"))
+        if not f.docker_access:
+            status = "unknown" if f.docker_cli else "absent"
+            f.containers = {n: ContainerInfo(n, exists=False, status=status) for n in container_names}
+            f.images = dict.fromkeys(image_refs)
+            return
+        f.containers = self.parsed("docker-inspect", parse.parse_docker_inspect, container_names,
+                                   default={n: ContainerInfo(n, exists=False) for n in container_names})
+        f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
+                               default=dict.fromkeys(image_refs))

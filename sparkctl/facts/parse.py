@@ -1,0 +1,256 @@
+"""Parsers: one gather-script section's text in, typed values out. Pure; they raise on garbage."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+
+from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice
+
+# Values of container env keys like these never leave the parser: facts end up in events and bundles.
+_SECRET_KEY = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|PRIVATE", re.I)
+REDACTED = "<redacted>"
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """os-release / dgx-release: KEY=value lines, values possibly shell-quoted."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, raw = line.partition("=")
+        try:
+            parts = shlex.split(raw)
+            values[key.strip()] = parts[0] if parts else ""
+        except ValueError:
+            values[key.strip()] = raw.strip().strip("\"'")
+    return values
+
+
+def parse_id(text: str) -> tuple[str, int, list[str]]:
+    lines = text.splitlines()
+    if len(lines) < 2:
+        raise ValueError(f"expected user, uid and groups, got {len(lines)} lines")
+    groups = lines[2].split() if len(lines) > 2 else []
+    return lines[0].strip(), int(lines[1]), groups
+
+
+def parse_ip_addr(text: str) -> dict[str, Interface]:
+    """`ip -j -d addr show`: interfaces with MTU, operstate, flags and addresses."""
+    interfaces: dict[str, Interface] = {}
+    for link in json.loads(text):
+        name = link["ifname"]
+        addresses = [Address(ip=a["local"], prefixlen=int(a["prefixlen"]), family=a["family"],
+                             scope=a.get("scope", "global"))
+                     for a in link.get("addr_info", [])
+                     if "local" in a and a.get("family") in ("inet", "inet6")]
+        flags = list(link.get("flags", []))
+        interfaces[name] = Interface(
+            name=name, mtu=int(link.get("mtu", 0)), operstate=str(link.get("operstate", "UNKNOWN")),
+            carrier=("LOWER_UP" in flags) if "UP" in flags else None,
+            mac=link.get("address"), addresses=addresses, flags=flags)
+    return interfaces
+
+
+def parse_name_values(text: str) -> dict[str, str]:
+    """`name value` lines; a missing value (unreadable sysfs file) is the empty string."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name:
+            values[name] = value.strip()
+    return values
+
+
+def parse_carriers(text: str) -> dict[str, bool | None]:
+    return {name: (value == "1") if value in ("0", "1") else None
+            for name, value in parse_name_values(text).items()}
+
+
+def parse_speeds(text: str) -> dict[str, int]:
+    """sysfs speed (Mb/s; -1 or unreadable when down) overridden by ethtool's `200000Mb/s` where present."""
+    sysfs: dict[str, int] = {}
+    ethtool: dict[str, int] = {}
+    for line in text.splitlines():
+        source, _, rest = line.strip().partition(" ")
+        name, _, value = rest.partition(" ")
+        m = re.match(r"^(\d+)", value.strip())
+        if m and int(m.group(1)) > 0:
+            (ethtool if source == "ethtool" else sysfs)[name] = int(m.group(1))
+    return {**sysfs, **ethtool}
+
+
+_IBDEV2NETDEV = re.compile(
+    r"^(?P<dev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>\w+)\)")
+
+
+def parse_ibdev2netdev(text: str) -> list[RoceDevice]:
+    devices = []
+    for line in text.splitlines():
+        m = _IBDEV2NETDEV.match(line.strip())
+        if m:
+            devices.append(RoceDevice(device=m["dev"], port=int(m["port"]), netdev=m["netdev"],
+                                      up=m["state"].lower() == "up"))
+    return devices
+
+
+def parse_ssh_connection(text: str) -> str | None:
+    """$SSH_CONNECTION is `client_ip client_port server_ip server_port`: the node side is the 3rd field."""
+    fields = text.split()
+    return fields[2] if len(fields) >= 4 else None
+
+
+def parse_netplan(text: str) -> list[NetplanFile]:
+    files = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        mode, content, path = line.split(" ", 2)
+        decoded = None
+        if content.startswith("b64:"):
+            decoded = base64.b64decode(content[4:]).decode("utf-8", "replace")
+        files.append(NetplanFile(path=path, content=decoded, mode=int(mode, 8) if mode != "-" else None))
+    return files
+
+
+def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
+    state = item.get("State") or {}
+    config = item.get("Config") or {}
+    env: dict[str, str] = {}
+    for entry in config.get("Env") or []:
+        key, _, value = entry.partition("=")
+        env[key] = REDACTED if _SECRET_KEY.search(key) else value
+    return ContainerInfo(
+        name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
+        image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
+        labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
+        restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")))
+
+
+def _started_at(value: str | None) -> str | None:
+    # Docker and podman print the zero time for a container that never started.
+    return None if not value or value.startswith("0001-01-01") else value
+
+
+def parse_docker_inspect(text: str, names: list[str]) -> dict[str, ContainerInfo]:
+    """`docker inspect` JSON for the names asked; a name docker did not return does not exist."""
+    found: dict[str, dict] = {}
+    for item in json.loads(text) if text.strip() else []:
+        found[str(item.get("Name", "")).lstrip("/")] = item
+        found.setdefault(str(item.get("Id", "")), item)
+    return {name: _container_from_inspect(name, found[name]) if name in found else ContainerInfo(name, False)
+            for name in names}
+
+
+def parse_docker_images(text: str, refs: list[str]) -> dict[str, str | None]:
+    ids: dict[str, str] = {}
+    for line in text.splitlines():
+        image_id, _, ref = line.strip().partition(" ")
+        if ref:
+            ids[ref] = image_id
+    return {ref: ids.get(ref) for ref in refs}
+
+
+def parse_docker_error(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else "docker info failed"
+
+
+_SS_PROCESS = re.compile(r'users:\(\("(?P<name>[^"]+)"')
+
+
+def parse_ss_listening(text: str) -> dict[int, str | None]:
+    """`ss -ltnpH`: port -> first process name seen (names only show with enough privilege)."""
+    ports: dict[int, str | None] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        local = fields[3]
+        port = int(local.rsplit(":", 1)[1])
+        m = _SS_PROCESS.search(line)
+        if ports.get(port) is None:
+            ports[port] = m["name"] if m else None
+    return ports
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if rest.split():
+            values[key.strip()] = int(rest.split()[0])
+    return values
+
+
+def parse_hf_cache(text: str) -> tuple[str, int | None]:
+    lines = text.splitlines()
+    path = lines[0] if lines else ""
+    free = int(lines[1]) if len(lines) > 1 and lines[1].strip().isdigit() else None
+    return path, free
+
+
+def parse_time(text: str) -> float:
+    value = text.strip()
+    try:
+        return float(value)
+    except ValueError:
+        return float(value.split(".")[0])  # a date without %N prints the letter N
+
+
+def _firewall_blocks(text: str) -> dict[str, str]:
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line in ("#ufw", "#nft", "#iptables"):
+            current = line[1:]
+            blocks[current] = []
+        elif current:
+            blocks[current].append(line)
+    return {name: "\n".join(lines) for name, lines in blocks.items()}
+
+
+def _nft_input_summary(ruleset: str) -> str | None:
+    chain_hook = policy = None
+    rules = 0
+    blocking = False
+    for raw in ruleset.splitlines():
+        line = raw.strip()
+        if line.startswith("chain "):
+            chain_hook, policy, rules, blocking = None, None, 0, False
+        elif line.startswith("type ") and " hook " in line:
+            chain_hook = line.split(" hook ")[1].split()[0]
+            m = re.search(r"policy (\w+)", line)
+            policy = m.group(1) if m else "accept"
+        elif line == "}":
+            if chain_hook == "input" and (policy == "drop" or blocking):
+                return f"nftables: {rules} rules in input (policy {policy})"
+            chain_hook = None
+        elif chain_hook and line:
+            rules += 1
+            blocking = blocking or bool(re.search(r"\b(drop|reject)\b", line))
+    return None
+
+
+def _iptables_input_summary(rules: str) -> str | None:
+    policy = next((line.split()[2] for line in rules.splitlines() if line.startswith("-P INPUT ")), None)
+    appended = [line for line in rules.splitlines() if line.startswith("-A INPUT")]
+    blocking = any(re.search(r"-j (DROP|REJECT)\b", line) for line in appended)
+    if policy in ("DROP", "REJECT") or blocking:
+        return f"iptables: INPUT policy {policy}, {len(appended)} rules"
+    return None
+
+
+def parse_firewall(text: str) -> str | None:
+    """A one-line summary of what filters inbound traffic, or None when nothing does (or we cannot tell)."""
+    blocks = _firewall_blocks(text)
+    if re.search(r"^Status: active", blocks.get("ufw", ""), re.M):
+        return "ufw active"
+    if "nft" in blocks and (summary := _nft_input_summary(blocks["nft"])):
+        return summary
+    if "iptables" in blocks:
+        return _iptables_input_summary(blocks["iptables"])
+    return None

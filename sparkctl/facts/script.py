@@ -1,0 +1,151 @@
+"""The POSIX sh script that reads every fact in one round trip, and the splitter for its output.
+
+Each section prints between a begin and an end marker carrying a per-run nonce (so no file content or
+command output can forge a marker) and its exit status. A missing command only makes its section empty.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sparkctl.transport.base import q
+
+MARKER = "@@sparkctl"
+
+# Run a command under `timeout` when the node has it, so a hung daemon (docker) cannot eat the round trip.
+_PRELUDE = r"""
+_t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
+_has() { command -v "$1" >/dev/null 2>&1; }
+if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; _SUDO_OK=1
+elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; _SUDO_OK=1
+else _S=""; _SUDO_OK=0; fi
+"""
+
+_STATIC_SECTIONS: list[tuple[str, str]] = [
+    ("hostname", "hostname 2>/dev/null || cat /proc/sys/kernel/hostname"),
+    ("os-release", "cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release"),
+    ("dgx-release", "cat /etc/dgx-release 2>/dev/null"),
+    ("arch", "uname -m"),
+    ("id", "id -un; id -u; id -Gn"),
+    ("sudo", "sudo -n true >/dev/null 2>&1"),
+    ("ip-addr", "ip -j -d addr show"),
+    ("carrier", r"""for f in /sys/class/net/*/carrier; do
+  [ -e "$f" ] || continue; n=${f%/carrier}; n=${n##*/}
+  printf '%s %s\n' "$n" "$(cat "$f" 2>/dev/null)"
+done"""),
+    # ibdev2netdev prints the netdev's operstate; the sysfs fallback prints the same line shape.
+    ("roce", r"""if _has ibdev2netdev; then ibdev2netdev
+else for d in /sys/class/infiniband/*; do
+  [ -d "$d" ] || continue; dev=${d##*/}
+  port=1; for p in "$d"/ports/*; do [ -e "$p" ] && { port=${p##*/}; break; }; done
+  for n in "$d"/device/net/*; do
+    [ -e "$n" ] || continue; nd=${n##*/}
+    st=Down; [ "$(cat /sys/class/net/"$nd"/operstate 2>/dev/null)" = up ] && st=Up
+    printf '%s port %s ==> %s (%s)\n' "$dev" "$port" "$nd" "$st"
+  done
+done; fi"""),
+    ("speed", r"""for f in /sys/class/net/*/speed; do
+  [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}
+  printf 'sysfs %s %s\n' "$n" "$(cat "$f" 2>/dev/null)"
+done
+if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
+  [ -e "$n" ] || continue; nd=${n##*/}
+  sp=$(ethtool "$nd" 2>/dev/null | sed -n 's/^[[:space:]]*Speed:[[:space:]]*//p')
+  printf 'ethtool %s %s\n' "$nd" "$sp"
+done; fi"""),
+    ("ssh-connection", r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
+    # Netplan files are 0600 root: read with sudo -n when needed; base64 keeps any content intact.
+    ("netplan", r"""for f in /etc/netplan/*.yaml; do
+  [ -e "$f" ] || continue
+  mode=$(stat -c %a "$f" 2>/dev/null || echo -)
+  if [ -r "$f" ]; then c=$(base64 < "$f" | tr -d '\n') && c="b64:$c" || c=-
+  elif [ "$_SUDO_OK" = 1 ]; then c=$($_S cat "$f" 2>/dev/null | base64 | tr -d '\n') && c="b64:$c" || c=-
+  else c=-; fi
+  printf '%s %s %s\n' "$mode" "$c" "$f"
+done"""),
+    ("docker-cli", "command -v docker"),
+    ("docker-info", "_has docker && _t 15 docker info --format '{{.ServerVersion}}' 2>&1"),
+]
+
+_TAIL_SECTIONS: list[tuple[str, str]] = [
+    ("ss", "if [ \"$_SUDO_OK\" = 1 ]; then $_S ss -ltnpH 2>/dev/null || ss -ltnH; else ss -ltnpH; fi"),
+    ("meminfo", "cat /proc/meminfo"),
+    ("time", "date +%s.%N"),
+    ("firewall", r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi
+if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
+if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""),
+]
+
+
+def _docker_sections(container_names: Iterable[str], image_refs: Iterable[str]) -> list[tuple[str, str]]:
+    names = " ".join(q(n) for n in container_names)
+    refs = " ".join(q(r) for r in image_refs)
+    sections = []
+    if names:
+        sections.append(("docker-inspect", f"_has docker && _t 15 docker inspect --type container {names} "
+                                           "2>/dev/null"))
+    if refs:
+        sections.append(("docker-images", f"""_has docker && for r in {refs}; do
+  i=$(_t 15 docker image inspect --format '{{{{.Id}}}}' "$r" 2>/dev/null) && printf '%s %s\\n' "$i" "$r"
+done"""))
+    return sections
+
+
+def _hf_cache_section(hf_cache: str) -> tuple[str, str]:
+    # `~` is expanded on the node; df needs an existing path, so walk up to the nearest existing parent.
+    return ("hf-cache", f"""p={q(hf_cache)}
+case $p in "~") p=$HOME ;; "~/"*) p=$HOME/${{p#"~/"}} ;; esac
+printf '%s\\n' "$p"
+d=$p; while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
+df -B1 --output=avail "$d" 2>/dev/null | tail -n 1""")
+
+
+def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
+                  hf_cache: str = "~/.cache/huggingface") -> str:
+    sections = (_STATIC_SECTIONS + _docker_sections(container_names, image_refs)
+                + [_hf_cache_section(hf_cache)] + _TAIL_SECTIONS)
+    parts = [_PRELUDE.strip()]
+    for name, body in sections:
+        parts.append(f"printf '%s\\n' '{MARKER}:{nonce}:begin {name}@@'\n"
+                     f"{{\n{body}\n}}\n"
+                     f"printf '\\n%s %s@@\\n' '{MARKER}:{nonce}:end {name}' \"$?\"")
+    return "\n".join(parts) + "\nexit 0\n"
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(6)
+
+
+@dataclass
+class Section:
+    name: str
+    output: str
+    rc: int | None  # None: the end marker never came (the script was cut short)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def split_sections(stdout: str, nonce: str) -> dict[str, Section]:
+    begin = re.compile(rf"^{re.escape(MARKER)}:{nonce}:begin (?P<name>[\w-]+)@@\n", re.M)
+    end = re.compile(rf"\n{re.escape(MARKER)}:{nonce}:end (?P<name>[\w-]+) (?P<rc>\d+)@@$", re.M)
+    sections: dict[str, Section] = {}
+    pos = 0
+    while True:
+        b = begin.search(stdout, pos)
+        if not b:
+            return sections
+        name = b.group("name")
+        e = end.search(stdout, b.end())
+        nxt = begin.search(stdout, b.end())
+        if e and e.group("name") == name and (nxt is None or e.start() < nxt.start()):
+            sections[name] = Section(name, stdout[b.end():e.start()], int(e.group("rc")))
+            pos = e.end()
+        else:
+            stop = nxt.start() if nxt else len(stdout)
+            sections[name] = Section(name, stdout[b.end():stop], None)
+            pos = stop

@@ -1,0 +1,52 @@
+"""PURE planning: (inventory, facts) -> the desired state of every node. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sparkctl.plan.container import (
+    ContainerSpec,
+    container_spec,
+    render_entrypoint,
+    render_hostfile,
+)
+from sparkctl.plan.fabric import FabricPlan, PlanError, plan_fabric, render_netplan
+from sparkctl.plan.serve import launch_command, render_serve_config
+
+__all__ = ["ClusterPlan", "FabricPlan", "PlanError", "NodePlan", "plan_cluster"]
+
+
+@dataclass
+class NodePlan:
+    name: str
+    rank: int
+    netplan: str | None
+    container: ContainerSpec
+
+
+@dataclass
+class ClusterPlan:
+    fabric: FabricPlan
+    nodes: dict[str, NodePlan]
+    hostfile: str
+    entrypoint: str
+    serve_config: str
+    launch_command: str
+
+
+def plan_cluster(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> ClusterPlan:
+    facts_by_node = facts_by_node or {}
+    fabric = plan_fabric(inventory, facts_by_node)
+    nodes = {}
+    for rank, node in enumerate(inventory.nodes):
+        netplan = render_netplan(inventory, node.name, fabric) if fabric.ports[node.name].interfaces else None
+        nodes[node.name] = NodePlan(
+            name=node.name, rank=rank, netplan=netplan,
+            container=container_spec(inventory, node, fabric, facts_by_node.get(node.name)),
+        )
+    return ClusterPlan(
+        fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric),
+        entrypoint=render_entrypoint(inventory), serve_config=render_serve_config(inventory),
+        launch_command=launch_command(inventory),
+    )

@@ -1,0 +1,151 @@
+"""PURE container planning: per-node env from that node's own interfaces, the docker run spec, the hostfile."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.plan.fabric import FabricPlan
+from sparkctl.resources import render
+
+HOSTFILE_PATH = "/etc/openmpi-hostfile"
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+CONTAINER_STATE = "/sparkctl"
+ENTRYPOINT_PATH = "/opt/sparkctl/entrypoint.sh"
+SPEC_LABEL = "sparkctl.spec"
+CLUSTER_LABEL = "sparkctl.cluster"
+
+# The settings each node must get from its OWN container (sshd SetEnv), never copied from the head by `mpirun -x`.
+PER_NODE_SETTINGS = (
+    "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "UCX_NET_DEVICES",
+    "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include",
+)
+# Forwarded to ranks started over ssh: the per-node settings and the static ones the playbook sets.
+FORWARDED_ENV = PER_NODE_SETTINGS + (
+    "CPATH", "TRITON_PTXAS_PATH", "HF_HOME", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+)
+
+
+def node_home(inventory: Any, node: Any, facts: Any | None) -> str:
+    home = getattr(facts, "home", None) if facts is not None else None
+    return home or f"/home/{getattr(node, 'user', None) or inventory.user}"
+
+
+def expand_home(path: str, home: str) -> str:
+    if path == "~" or path.startswith("~/"):
+        return posixpath.join(home, path[2:]) if len(path) > 1 else home
+    return path
+
+
+def state_dir(inventory: Any, home: str) -> str:
+    """sparkctl's state on a node: container keys, entrypoint, serve config and logs (mounted into the container)."""
+    return posixpath.join(home, ".local/state/sparkctl", inventory.cluster.name)
+
+
+def container_env(inventory: Any, node: str, fabric: FabricPlan) -> dict[str, str]:
+    ports = fabric.ports[node]
+    env: dict[str, str] = {}
+    if ports.interfaces:
+        ifaces = ",".join(ports.interfaces)
+        env.update({
+            "UCX_NET_DEVICES": ifaces,
+            "NCCL_SOCKET_IFNAME": ifaces,
+            "NCCL_IB_HCA": ",".join(d for d in ports.roce_devices if d),
+            "OMPI_MCA_btl_tcp_if_include": ifaces,
+            "OMPI_MCA_oob_tcp_if_include": ifaces,
+        })
+        if not env["NCCL_IB_HCA"]:
+            del env["NCCL_IB_HCA"]
+    env.update({
+        "OMPI_MCA_orte_default_hostfile": HOSTFILE_PATH,
+        "OMPI_MCA_rmaps_ppr_n_pernode": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "CPATH": "/usr/local/cuda/include",
+        "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
+        "HF_HOME": CONTAINER_HF_HOME,
+    })
+    env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
+    return env
+
+
+@dataclass
+class ContainerSpec:
+    name: str
+    image: str
+    env: dict[str, str]
+    mounts: list[tuple[str, str, str]]      # (host path, container path, mode)
+    docker_args: list[str]
+    command: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def spec_hash(self) -> str:
+        body = json.dumps(
+            {"image": self.image, "env": self.env, "mounts": self.mounts, "args": self.docker_args,
+             "command": self.command},
+            sort_keys=True,
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def run_argv(self) -> list[str]:
+        """`docker run` as the official procedure does it (REFERENCE.md §4), with sparkctl's deliberate changes."""
+        argv = [
+            "docker", "run", "-d", "--name", self.name,
+            "--gpus", '"device=all"', "--network", "host",
+            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
+            "--device", "/dev/infiniband:/dev/infiniband",
+        ]
+        for key in sorted(self.env):
+            argv += ["-e", f"{key}={self.env[key]}"]
+        for host, inside, mode in self.mounts:
+            argv += ["-v", f"{host}:{inside}" + (f":{mode}" if mode else "")]
+        labels = dict(self.labels, **{SPEC_LABEL: self.spec_hash()})
+        for key in sorted(labels):
+            argv += ["--label", f"{key}={labels[key]}"]
+        argv += list(self.docker_args)
+        argv += [self.image, *self.command]
+        return argv
+
+
+def container_spec(inventory: Any, node: Any, fabric: FabricPlan, facts: Any | None = None) -> ContainerSpec:
+    home = node_home(inventory, node, facts)
+    state = state_dir(inventory, home)
+    hf_cache = expand_home(inventory.container.hf_cache, home)
+    return ContainerSpec(
+        name=inventory.container.name,
+        image=inventory.container.image,
+        env=container_env(inventory, node.name, fabric),
+        mounts=[
+            (hf_cache.rstrip("/") + "/", CONTAINER_HF_HOME + "/", ""),
+            (posixpath.join(state, "container-ssh"), "/tmp/.ssh", "ro"),
+            (posixpath.join(state, "entrypoint.sh"), ENTRYPOINT_PATH, "ro"),
+            (posixpath.join(state, "run"), CONTAINER_STATE, ""),
+        ],
+        docker_args=list(inventory.container.docker_args or []),
+        command=["bash", ENTRYPOINT_PATH],
+        labels={CLUSTER_LABEL: inventory.cluster.name},
+    )
+
+
+def render_entrypoint(inventory: Any) -> str:
+    return render(
+        "container-entrypoint.sh.j2",
+        cluster=inventory.cluster.name, container_name=inventory.container.name,
+        ssh_port=inventory.container.ssh_port, forwarded_env=FORWARDED_ENV,
+    )
+
+
+def hostfile_addresses(inventory: Any, fabric: FabricPlan) -> list[str]:
+    """Head first, then inventory order: the address each node owns on its first included interface."""
+    out = []
+    for node in inventory.nodes:
+        ip = fabric.first_address(node.name)
+        out.append(str(ip) if ip is not None else node.host)
+    return out
+
+
+def render_hostfile(inventory: Any, fabric: FabricPlan) -> str:
+    return render("openmpi-hostfile.j2", addresses=hostfile_addresses(inventory, fabric))

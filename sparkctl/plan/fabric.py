@@ -1,0 +1,206 @@
+"""PURE fabric planning: which twins each node uses, the addresses they get, the netplan file, the links."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.errors import SparkctlError
+from sparkctl.resources import render
+
+# Spark naming (REFERENCE.md §2): port p has twin 1 in PCIe domain 0000 and twin 2 in domain 0002.
+SPARK_TWINS: dict[int, tuple[str, str]] = {
+    0: ("enp1s0f0np0", "enP2p1s0f0np0"),
+    1: ("enp1s0f1np1", "enP2p1s0f1np1"),
+}
+SPARK_ROCE: dict[str, str] = {
+    "enp1s0f0np0": "rocep1s0f0",
+    "enP2p1s0f0np0": "roceP2p1s0f0",
+    "enp1s0f1np1": "rocep1s0f1",
+    "enP2p1s0f1np1": "roceP2p1s0f1",
+}
+DEFAULT_PORT = 1
+MANAGEMENT_NAMES = ("enP7s7", "wlP9s9")
+
+
+class PlanError(SparkctlError):
+    """The inventory and the node's facts do not allow a plan (e.g. no Up port)."""
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """The fabric twins a node uses, in order (twin 1 then twin 2 of each used port), with their RoCE devices."""
+
+    node: str
+    ports: tuple[int | None, ...]          # physical port per pair of twins (None when pinned by name)
+    interfaces: tuple[str, ...]
+    roce_devices: tuple[str, ...]
+    source: str                            # "pinned" | "facts" | "inventory" | "default"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One twin subnet seen from one node: its interface and address, and the peers on the same subnet."""
+
+    node: str
+    interface: str
+    address: ipaddress.IPv4Interface
+    peers: tuple[tuple[str, str, ipaddress.IPv4Interface], ...]   # (peer node, peer interface, peer address)
+
+
+@dataclass
+class FabricPlan:
+    ports: dict[str, NodePorts]
+    addresses: dict[str, dict[str, ipaddress.IPv4Interface]]   # node -> interface -> address
+    kept: dict[str, set[str]] = field(default_factory=dict)      # node -> interfaces whose address was kept
+
+    def links(self, node: str) -> list[Link]:
+        mine = self.addresses.get(node, {})
+        out = []
+        for iface, addr in mine.items():
+            peers = tuple(
+                (other, oif, oaddr)
+                for other, oaddrs in self.addresses.items() if other != node
+                for oif, oaddr in oaddrs.items() if oaddr.network == addr.network
+            )
+            out.append(Link(node, iface, addr, peers))
+        return out
+
+    def first_address(self, node: str) -> ipaddress.IPv4Address | None:
+        ports = self.ports[node]
+        for iface in ports.interfaces:
+            if iface in self.addresses.get(node, {}):
+                return self.addresses[node][iface].ip
+        return None
+
+
+def _roce_for(netdev: str, facts: Any | None) -> str:
+    if facts is not None:
+        for dev in getattr(facts, "roce", []) or []:
+            if dev.netdev == netdev:
+                return dev.device
+    return SPARK_ROCE.get(netdev, "")
+
+
+def _up_ports(facts: Any) -> dict[int, list[str]]:
+    up = facts.up_ports() if hasattr(facts, "up_ports") else {}
+    return {int(p): list(twins) for p, twins in up.items()}
+
+
+def select_ports(inventory: Any, node: Any, facts: Any | None) -> NodePorts:
+    """The twins a node uses: pinned names, else what is cabled (facts), else the inventory port, else port 1."""
+    topology = inventory.topology
+    if topology == "single":
+        return NodePorts(node.name, (), (), (), "inventory")
+    pinned = getattr(getattr(node, "fabric", None), "interfaces", None)
+    if pinned:
+        names = tuple(pinned)
+        return NodePorts(node.name, (None,), names, tuple(_roce_for(n, facts) for n in names), "pinned")
+    wanted = inventory.fabric.port
+    if topology == "ring":
+        ports: tuple[int, ...] = (0, 1)
+        source = "inventory"
+    elif facts is not None:
+        up = _up_ports(facts)
+        if wanted in (0, 1):
+            if wanted not in up:
+                raise PlanError(
+                    f"{node.name}: fabric port {wanted} is not Up (both twins need carrier)",
+                    hint=f"check the cable on port {wanted}, or set fabric.port: auto",
+                )
+            ports, source = (int(wanted),), "facts"
+        elif len(up) == 1:
+            ports, source = (next(iter(up)),), "facts"
+        elif len(up) > 1:
+            ports, source = (DEFAULT_PORT,), "facts"
+        else:
+            raise PlanError(
+                f"{node.name}: no fabric port is Up (no QSFP port has carrier on both twins)",
+                hint="plug the QSFP cable into the same port on both nodes; `ibdev2netdev` shows the state",
+            )
+    else:
+        ports = (int(wanted),) if wanted in (0, 1) else (DEFAULT_PORT,)
+        source = "inventory" if wanted in (0, 1) else "default"
+    names = tuple(n for p in ports for n in SPARK_TWINS[p])
+    return NodePorts(node.name, ports, names, tuple(_roce_for(n, facts) for n in names), source)
+
+
+def _existing(facts: Any | None, iface: str, subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Interface | None:
+    if facts is None:
+        return None
+    nic = facts.interfaces.get(iface)
+    if nic is None:
+        return None
+    for a in nic.addresses:
+        if a.family == "inet":
+            addr = ipaddress.IPv4Interface(f"{a.ip}/{a.prefixlen}")
+            if addr.network == subnet and addr.ip not in (subnet.network_address, subnet.broadcast_address):
+                return addr
+    return None
+
+
+def _slots(inventory: Any, ports: dict[str, NodePorts]) -> list[tuple[str, str, ipaddress.IPv4Network, int]]:
+    """(node, interface, subnet, default host number) for every fabric interface that gets an address."""
+    subnets = [ipaddress.IPv4Network(str(s)) for s in inventory.fabric_subnets()]
+    names = [n.name for n in inventory.nodes]
+    slots = []
+    if inventory.topology == "ring":
+        count = len(names)
+        for i, name in enumerate(names):
+            nxt = names[(i + 1) % count]
+            # cable i: node i port 0 <-> node i+1 port 1, one subnet per twin
+            for twin in (0, 1):
+                subnet = subnets[2 * i + twin]
+                slots.append((name, _twin_on(ports[name], 0, twin), subnet, 1))
+                slots.append((nxt, _twin_on(ports[nxt], 1, twin), subnet, 2))
+    elif inventory.topology in ("pair", "switch"):
+        for i, name in enumerate(names):
+            for twin, subnet in enumerate(subnets[:2]):
+                slots.append((name, ports[name].interfaces[twin], subnet, 10 + i))
+    return slots
+
+
+def _twin_on(ports: NodePorts, port: int, twin: int) -> str:
+    if ports.source == "pinned":
+        return ports.interfaces[twin]
+    return SPARK_TWINS[port][twin]
+
+
+def plan_fabric(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> FabricPlan:
+    """Addresses for every fabric twin. Addresses that already satisfy the inventory are kept (never renumber)."""
+    facts_by_node = facts_by_node or {}
+    ports = {n.name: select_ports(inventory, n, facts_by_node.get(n.name)) for n in inventory.nodes}
+    slots = _slots(inventory, ports)
+    taken: dict[ipaddress.IPv4Network, set[ipaddress.IPv4Address]] = {}
+    chosen: dict[str, dict[str, ipaddress.IPv4Interface]] = {n.name: {} for n in inventory.nodes}
+    kept: dict[str, set[str]] = {n.name: set() for n in inventory.nodes}
+    for node, iface, subnet, _ in slots:
+        have = _existing(facts_by_node.get(node), iface, subnet)
+        if have is not None and have.ip not in taken.setdefault(subnet, set()):
+            taken[subnet].add(have.ip)
+            chosen[node][iface] = have
+            kept[node].add(iface)
+    for node, iface, subnet, host in slots:
+        if iface in chosen[node]:
+            continue
+        used = taken.setdefault(subnet, set())
+        hosts = list(subnet.hosts())
+        candidate = subnet.network_address + host
+        if candidate in used or candidate not in subnet:
+            candidate = next(h for h in hosts if h not in used)
+        used.add(candidate)
+        chosen[node][iface] = ipaddress.IPv4Interface(f"{candidate}/{subnet.prefixlen}")
+    return FabricPlan(ports=ports, addresses=chosen, kept=kept)
+
+
+def render_netplan(inventory: Any, node: str, plan: FabricPlan) -> str:
+    addrs = plan.addresses.get(node, {})
+    interfaces = [
+        {"name": iface, "addresses": [str(addrs[iface])] if iface in addrs else []}
+        for iface in plan.ports[node].interfaces
+    ]
+    return render(
+        "netplan-fabric.yaml.j2",
+        cluster=inventory.cluster.name, node=node, interfaces=interfaces, mtu=inventory.fabric.mtu,
+    )

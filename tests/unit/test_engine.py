@@ -1,0 +1,377 @@
+"""The engine against fake tasks on in-memory nodes (dicts): graph, runner semantics, events, journal."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from sparkctl.engine import (
+    CLUSTER_ROW,
+    Change,
+    Event,
+    EventBus,
+    Graph,
+    GraphError,
+    Journal,
+    Runner,
+    Scope,
+    Status,
+    Task,
+    TaskFailed,
+    UnknownSelection,
+    latest_runs,
+    read_run,
+)
+from sparkctl.errors import Unreachable
+from sparkctl.exitcodes import ExitStatus
+
+NODES = ["spark1", "spark2", "spark3"]
+
+
+class Node:
+    """An in-memory node: its state is a dict; `broken` keys refuse to be written."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.state: dict[str, str] = {}
+        self.broken: set[str] = set()
+
+
+class Ensure(Task):
+    """Wants `state[key] == value` on a node (or on every node, for cluster scope)."""
+
+    def __init__(self, name: str, phase: str = "base", needs: tuple[str, ...] = (), key: str | None = None,
+                 value: str = "on", scope: Scope = Scope.NODE, on_check=None):
+        self.name, self.phase, self.needs, self.scope = name, phase, tuple(needs), scope
+        self.key, self.value, self.on_check = key or name, value, on_check
+        self.applied: list[str] = []
+        self.checked: list[str] = []
+        self._lock = threading.Lock()
+
+    def _nodes(self, ctx) -> list[Node]:
+        return list(ctx.values()) if self.scope is Scope.CLUSTER else [ctx]
+
+    def check(self, ctx) -> list[Change]:
+        if self.on_check:
+            self.on_check(ctx)
+        with self._lock:
+            self.checked.append(getattr(ctx, "name", CLUSTER_ROW))
+        return [Change(f"set {self.key}={self.value} on {n.name}",
+                       diff=f"-{n.state.get(self.key)}\n+{self.value}\n", payload=n)
+                for n in self._nodes(ctx) if n.state.get(self.key) != self.value]
+
+    def apply(self, ctx, changes: list[Change]) -> None:
+        for change in changes:
+            node = change.payload
+            with self._lock:
+                self.applied.append(node.name)
+            if self.key not in node.broken:
+                node.state[self.key] = self.value
+
+
+class Fails(Ensure):
+    def __init__(self, name: str, on: set[str], error: Exception | None = None, **kw):
+        super().__init__(name, **kw)
+        self.on, self.error = on, error
+
+    def check(self, ctx) -> list[Change]:
+        if getattr(ctx, "name", None) in self.on:
+            raise self.error or TaskFailed("netplan rejected the file", hint="see journalctl",
+                                           details=["line 3: bad"])
+        return super().check(ctx)
+
+
+def make_nodes(names=NODES) -> dict[str, Node]:
+    return {n: Node(n) for n in names}
+
+
+def run(tasks, phases=("base", "net", "serve"), *, nodes=None, unreachable=None, only=None, skip=None,
+        **kw):
+    nodes = nodes if nodes is not None else make_nodes()
+    events: list[Event] = []
+    graph = Graph(list(tasks), list(phases))
+    if only or skip:
+        graph = graph.select(only, skip)
+    runner = Runner(graph, nodes=list(nodes), node_contexts=nodes, cluster_context=nodes,
+                    unreachable=unreachable or {}, emit=events.append, **kw)
+    return runner.run(), events, nodes
+
+
+def statuses(result, task: str) -> dict[str, str]:
+    return {o.node or CLUSTER_ROW: o.status.value for o in result.outcomes if o.task == task}
+
+
+# -- graph -------------------------------------------------------------------------------------------
+
+def test_ordered_is_phase_by_phase_topological_and_stable():
+    tasks = [Ensure("serve.up", "serve", needs=("net.b",)), Ensure("net.b", "net", needs=("net.a",)),
+             Ensure("net.c", "net"), Ensure("net.a", "net"), Ensure("base.x", "base")]
+    order = [t.name for t in Graph(tasks, ["base", "net", "serve"]).ordered()]
+    assert order == ["base.x", "net.c", "net.a", "net.b", "serve.up"]
+
+
+@pytest.mark.parametrize("tasks, message", [
+    ([Ensure("a"), Ensure("a")], "duplicate task name 'a'"),
+    ([Ensure("net.addr", needs=("net.adr",))], "did you mean 'net.addr'"),
+    ([Ensure("a", needs=("b",)), Ensure("b", needs=("a",))], "cycle in phase base among: a, b"),
+    ([Ensure("a", "base", needs=("b",)), Ensure("b", "net")], "from the later phase net"),
+    ([Ensure("a", "bsae")], "unknown phase 'bsae' (did you mean 'base'?)"),
+])
+def test_graph_rejects_bad_definitions(tasks, message):
+    with pytest.raises(GraphError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        Graph(tasks, ["base", "net"])
+
+
+def test_select_by_phase_and_task_and_unknown_names():
+    graph = Graph([Ensure("base.x"), Ensure("net.a", "net"), Ensure("net.b", "net")], ["base", "net"])
+    assert graph.select({"net"}, None).selected == {"net.a", "net.b"}
+    assert graph.select({"net"}, {"net.b"}).selected == {"net.a"}
+    assert graph.select(None, {"base"}).selected == {"net.a", "net.b"}
+    with pytest.raises(ValueError, match=r"unknown task or phase 'net.bb' \(did you mean 'net.b'\?\)"):
+        graph.select({"net.bb"}, None)
+
+
+# -- runner ------------------------------------------------------------------------------------------
+
+def test_converges_then_a_rerun_changes_nothing():
+    task = Ensure("base.x")
+    result, events, nodes = run([task])
+    assert statuses(result, "base.x") == dict.fromkeys(NODES, "changed")
+    assert sorted(task.applied) == NODES and all(n.state["base.x"] == "on" for n in nodes.values())
+    assert result.exit_status() == ExitStatus.SUCCESS
+    assert [e.event for e in events][0] == "run_start" and events[-1].event == "recap"
+    assert {e.node for e in events if e.event == "task_changes"} == set(NODES)
+
+    again, _, _ = run([task], nodes=nodes)
+    assert statuses(again, "base.x") == dict.fromkeys(NODES, "ok")
+    assert again.recap()["spark1"] == {"ok": 1, "changed": 0, "failed": 0, "skipped": 0, "unreachable": 0}
+
+
+def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_between_tasks():
+    meet = threading.Barrier(2, timeout=5)  # breaks (-> failed task) unless two nodes really run together
+    live, peak, finished_first = [0], [0], []
+    guard = threading.Lock()
+
+    def busy(ctx):
+        if ctx.name in finished_first:  # the re-check after apply
+            return
+        with guard:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        meet.wait()
+        time.sleep(0.02)
+        with guard:
+            live[0] -= 1
+            finished_first.append(ctx.name)
+
+    def second(ctx):
+        assert len(finished_first) == 6, "the next task started before the previous one ended everywhere"
+
+    names = [f"spark{i}" for i in range(1, 7)]
+    result, _, _ = run([Ensure("base.a", on_check=busy), Ensure("base.b", on_check=second)],
+                       nodes=make_nodes(names), forks=2)
+    assert peak[0] == 2
+    assert {o.status for o in result.outcomes} == {Status.CHANGED}, [o.message for o in result.outcomes]
+
+
+def test_a_failure_stops_its_dependents_on_that_node_only():
+    tasks = [Fails("base.a", on={"spark2"}), Ensure("base.b", needs=("base.a",)),
+             Ensure("net.c", "net", needs=("base.b",)), Ensure("net.free", "net")]
+    result, events, _ = run(tasks)
+    assert statuses(result, "base.a") == {"spark1": "changed", "spark2": "failed", "spark3": "changed"}
+    assert statuses(result, "net.c") == {"spark1": "changed", "spark2": "skipped", "spark3": "changed"}
+    assert statuses(result, "net.free") == dict.fromkeys(NODES, "changed")
+    assert result.outcome("net.c", "spark2").message == "needs base.a, failed on spark2"
+    failed = next(e for e in events if e.event == "task_result" and e.status == "failed")
+    assert (failed.message, failed.hint, failed.details) == ("netplan rejected the file", "see journalctl",
+                                                             ["line 3: bad"])
+    assert result.recap()["spark2"] == {"ok": 0, "changed": 1, "failed": 1, "skipped": 2, "unreachable": 0}
+    assert result.exit_status() == ExitStatus.TASK_FAILED
+
+
+def test_cluster_task_needs_every_node_and_blocks_its_dependents():
+    tasks = [Fails("network.netplan", on={"spark2"}),
+             Ensure("mesh.keys", "net", needs=("network.netplan",), scope=Scope.CLUSTER),
+             Ensure("mesh.check", "net", needs=("mesh.keys",)),
+             Ensure("mesh.other", "net", scope=Scope.CLUSTER)]
+    result, _, _ = run(tasks)
+    keys = result.outcome("mesh.keys")
+    assert keys.status is Status.SKIPPED and keys.message == "needs network.netplan, failed on spark2"
+    # spark1 is fine itself, but what it needs did not run: skipped, with the root cause.
+    assert statuses(result, "mesh.check") == dict.fromkeys(NODES, "skipped")
+    assert result.outcome("mesh.check", "spark1").message == "needs network.netplan, failed on spark2"
+    assert result.outcome("mesh.other").status is Status.CHANGED
+    assert result.recap()[CLUSTER_ROW] == {"ok": 0, "changed": 1, "failed": 0, "skipped": 1, "unreachable": 0}
+
+
+def test_apply_that_does_not_stick_is_did_not_converge():
+    nodes = make_nodes()
+    nodes["spark3"].broken.add("base.x")
+    result, _, _ = run([Ensure("base.x")], nodes=nodes)
+    failed = result.outcome("base.x", "spark3")
+    assert failed.status is Status.FAILED
+    assert failed.message == "did not converge: set base.x=on on spark3"
+    assert result.exit_status() == ExitStatus.TASK_FAILED
+
+
+def test_check_mode_applies_nothing_and_exits_4():
+    task = Ensure("base.x")
+    result, events, nodes = run([task], check_mode=True)
+    assert task.applied == [] and all(not n.state for n in nodes.values())
+    assert statuses(result, "base.x") == dict.fromkeys(NODES, "changed")
+    results = [e for e in events if e.event == "task_result"]
+    assert all(e.would_change and e.changes[0]["summary"].startswith("set base.x") for e in results)
+    assert not [e for e in events if e.event == "task_changes"]
+    assert result.exit_status() == ExitStatus.CHANGES_PENDING
+    assert events[-1].to_dict()["exit_status"] == 4 and events[-1].check_mode is True
+
+
+def test_check_mode_without_changes_exits_0():
+    nodes = make_nodes()
+    for n in nodes.values():
+        n.state["base.x"] = "on"
+    result, _, _ = run([Ensure("base.x")], nodes=nodes, check_mode=True)
+    assert result.exit_status() == ExitStatus.SUCCESS
+
+
+def test_tasks_left_out_by_only_are_skipped_but_do_not_block():
+    a, b = Ensure("base.a"), Ensure("net.b", "net", needs=("base.a",))
+    result, events, _ = run([a, b, Ensure("net.c", "net")], only={"net.b"})
+    assert a.checked == [] and statuses(result, "net.b") == dict.fromkeys(NODES, "changed")
+    assert statuses(result, "net.c") == dict.fromkeys(NODES, "skipped")
+    assert result.outcome("base.a", "spark1").message.startswith("not selected")
+    skipped = [e.to_dict() for e in events if e.event == "task_result" and e.status == "skipped"]
+    assert skipped and all(d["reason"] == "not_selected" for d in skipped)
+
+    result, _, _ = run([a, b], skip={"base"})
+    assert statuses(result, "net.b") == dict.fromkeys(NODES, "changed")
+    assert result.exit_status() == ExitStatus.SUCCESS
+
+
+def test_unreachable_node_counts_once_and_blocks_cluster_tasks():
+    task = Ensure("base.a")
+    result, events, _ = run([task, Ensure("base.b"), Ensure("net.all", "net", scope=Scope.CLUSTER)],
+                            unreachable={"spark3": "ssh: connection refused"})
+    assert "spark3" not in task.checked
+    assert result.recap()["spark3"] == {"ok": 0, "changed": 0, "failed": 0, "skipped": 0, "unreachable": 1}
+    assert result.outcome("base.b", "spark3").status is Status.UNREACHABLE
+    assert result.outcome("net.all").message == "needs every node, spark3 unreachable"
+    assert [e.message for e in events if e.status == "unreachable"] == ["ssh: connection refused"]
+    assert result.exit_status() == ExitStatus.UNREACHABLE
+
+
+def test_node_lost_mid_run_is_unreachable_for_the_rest_of_the_run():
+    lost = Fails("base.a", on={"spark2"}, error=Unreachable("spark2: connection reset", hint="is it up?"))
+    later = Ensure("net.b", "net")
+    result, _, _ = run([lost, later])
+    assert result.outcome("base.a", "spark2").status is Status.UNREACHABLE
+    assert "spark2" not in later.checked and result.unreachable == {"spark2": "spark2: connection reset"}
+    assert result.recap()["spark2"]["unreachable"] == 1
+    assert result.exit_status() == ExitStatus.UNREACHABLE
+
+
+def test_unexpected_exception_is_an_internal_error_with_traceback():
+    result, events, _ = run([Fails("base.a", on={"spark1"}, error=KeyError("eth9")), Ensure("base.b")])
+    failed = result.outcome("base.a", "spark1")
+    assert failed.message == "internal error: KeyError: 'eth9'"
+    event = next(e for e in events if e.event == "task_result" and e.status == "failed")
+    assert "Traceback" in event.traceback and "KeyError" in event.to_dict()["traceback"]
+    assert result.outcome("base.b", "spark1").status is Status.CHANGED  # not a dependent
+
+
+def test_exit_status_precedence_failed_over_unreachable():
+    result, _, _ = run([Fails("base.a", on={"spark1"})], unreachable={"spark2": "down"})
+    assert result.exit_status() == ExitStatus.TASK_FAILED
+
+
+def test_limit_runs_only_the_named_nodes():
+    task = Ensure("base.a")
+    result, events, _ = run([task], limit={"spark2"})
+    assert set(task.checked) == {"spark2"} and list(result.recap()) == ["spark2"]
+    assert events[0].to_dict()["nodes"] == ["spark2"]
+    with pytest.raises(UnknownSelection, match="did you mean 'spark2'"):
+        run([task], limit={"sprak2"})
+
+
+def test_durations_and_recap_event_shape():
+    result, events, _ = run([Ensure("base.a", on_check=lambda ctx: time.sleep(0.01))])
+    assert all(o.duration >= 0.01 for o in result.outcomes)
+    recap = events[-1].to_dict()
+    assert set(recap) == {"event", "time", "nodes", "exit_status", "duration", "check_mode"}
+    assert recap["nodes"]["spark1"] == {"ok": 0, "changed": 1, "failed": 0, "skipped": 0, "unreachable": 0}
+    assert recap["check_mode"] is False
+    json.dumps([e.to_dict() for e in events])  # everything JSON-safe
+
+
+def test_event_to_dict_has_no_noise_and_round_trips():
+    event = Event("task_result", task="a", node=None, status=Status.OK, changes=[], would_change=False)
+    assert event.to_dict().keys() == {"event", "time", "task", "status"}
+    assert event.to_dict()["status"] == "ok"
+    assert Event.from_dict({**event.to_dict(), "severity": "x"}).data == {"severity": "x"}
+    with pytest.raises(ValueError):
+        Event("tasks_result")
+
+
+def test_event_bus_fans_out_in_order():
+    first, second = [], []
+    bus = EventBus([first.append])
+    bus.add(second.append)
+    bus.warning("MTU 1500 on enp1s0f1np1", node="spark1", hint="set 9000")
+    assert first == second and first[0].event == "warning" and first[0].hint == "set 9000"
+
+
+# -- journal -----------------------------------------------------------------------------------------
+
+def test_journal_writes_one_file_per_run_and_prunes(tmp_path):
+    for i in range(5):
+        with Journal(tmp_path, command="bootstrap", keep=3) as journal:
+            journal(Event("log", message=f"run {i}"))
+    files = sorted(tmp_path.glob("*.jsonl"))
+    assert len(files) == 3 and all(f.name.endswith("-bootstrap.jsonl") for f in files)
+    assert (files[0].stat().st_mode & 0o777) == 0o600
+    newest = latest_runs(2, tmp_path)
+    assert [read_run(p)[0]["message"] for p in newest] == ["run 4", "run 3"]
+
+
+def test_journal_records_a_whole_run_and_default_dir_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    journal = Journal(command="check")
+    result, events, _ = run([Ensure("base.a")], check_mode=True)
+    for e in events:
+        journal(e)
+    journal.close()
+    assert journal.path.parent == tmp_path / "sparkctl" / "runs"
+    lines = read_run(journal.path)
+    assert lines[0]["event"] == "run_start" and lines[-1]["event"] == "recap"
+    assert lines[-1]["exit_status"] == 4 and journal.latest_runs(5) == [journal.path]
+
+
+def test_journal_redacts_through_secrets_module_when_present(tmp_path, monkeypatch):
+    fake = types.ModuleType("sparkctl.secrets")
+    fake.redact_known = lambda text: text.replace("hf_SECRET", "***")
+    monkeypatch.setitem(sys.modules, "sparkctl.secrets", fake)
+    with Journal(tmp_path) as journal:
+        journal(Event("task_result", status="failed", message="bad token hf_SECRET", details=["hf_SECRET"]))
+    text = journal.path.read_text()
+    assert "hf_SECRET" not in text and text.count("***") == 2
+
+
+def test_a_broken_sink_stops_the_run_without_starting_more_nodes():
+    task = Ensure("base.a")
+
+    def sink(event: Event) -> None:
+        if event.event == "task_result":
+            raise BrokenPipeError("stdout closed")
+
+    graph = Graph([task], ["base"])
+    nodes = make_nodes([f"spark{i}" for i in range(1, 9)])
+    runner = Runner(graph, nodes=list(nodes), node_contexts=nodes, cluster_context=nodes, unreachable={},
+                    forks=1, emit=sink)
+    with pytest.raises(BrokenPipeError):
+        runner.run()
+    assert len(set(task.checked)) < 8

@@ -1,0 +1,239 @@
+"""Fact parsers against real command output (tests/fixtures/facts/README.md says which is real)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkctl.facts import Facts, Interface, RoceDevice, facts_from_output, gather_facts
+from sparkctl.facts import parse as p
+from sparkctl.facts.script import render_script, split_sections
+from sparkctl.transport.base import CommandResult
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
+HOSTILE = "it's; rm -rf /"
+CAPTURE_ARGS = dict(container_names=["trtllm-multinode", HOSTILE],
+                    image_refs=["nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"])
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def captured(name: str, **kw) -> Facts:
+    return facts_from_output(fixture(name), "fixture", "spark1", **CAPTURE_ARGS, **kw)
+
+
+# --- single parsers, real output
+
+def test_ip_addr_netns_twins_mtu_addresses_and_down_port():
+    ifs = p.parse_ip_addr(fixture("ip-addr.netns.json"))
+    assert set(ifs) == {"lo", "enp1s0f1np1", "enP2p1s0f1np1", "enp1s0f0np0", "enP7s7"}
+    twin1, twin2, down = ifs["enp1s0f1np1"], ifs["enP2p1s0f1np1"], ifs["enp1s0f0np0"]
+    assert (twin1.mtu, twin2.mtu, down.mtu) == (9000, 9000, 1500)
+    assert [str(a) for a in twin1.ipv4()] == ["192.168.100.10/24"]
+    assert str(twin2.ipv4()[0].network) == "192.168.101.0/24"
+    assert twin1.up and twin2.up and not down.up
+    assert down.operstate == "DOWN" and down.carrier is None
+    assert any(a.is_link_local and a.family == "inet6" for a in twin1.addresses)
+    assert ifs["lo"].operstate == "UNKNOWN" and ifs["lo"].up  # UNKNOWN with carrier counts as Up
+
+
+def test_ip_addr_host():
+    ifs = p.parse_ip_addr(fixture("ip-addr.host.json"))
+    assert ifs["lo"].addresses[0].scope == "host"
+    assert not ifs["ifb0"].up
+
+
+def test_meminfo_df_os_release():
+    mem = p.parse_meminfo(fixture("meminfo.txt"))
+    assert mem["MemTotal"] > mem["MemAvailable"] > 0 and "Cached" in mem
+    assert int(fixture("df.txt").splitlines()[1]) > 0
+    osr = p.parse_key_values(fixture("os-release.debian12.txt"))
+    assert (osr["ID"], osr["VERSION_ID"]) == ("debian", "12")
+    assert osr["PRETTY_NAME"] == "Debian GNU/Linux 12 (bookworm)"
+    assert p.parse_key_values(fixture("os-release.dgxos.handmade.txt"))["VERSION_ID"] == "24.04"
+
+
+def test_ss_listening_with_and_without_process_names():
+    assert p.parse_ss_listening(fixture("ss.netns.txt")) == {18355: "python3"}
+    assert p.parse_ss_listening(fixture("ss.host.txt")) == {2024: None}
+    assert p.parse_ss_listening('LISTEN 0 128 [::]:2233 [::]:* users:(("sshd",pid=9,fd=4))\n'
+                                "LISTEN 0 128 127.0.0.53%lo:53 0.0.0.0:*\n") == {2233: "sshd", 53: None}
+
+
+def test_ibdev2netdev_spark_lines():
+    roce = p.parse_ibdev2netdev(fixture("ibdev2netdev.spark.handmade.txt"))
+    assert [(d.device, d.port, d.netdev, d.up) for d in roce] == [
+        ("rocep1s0f0", 1, "enp1s0f0np0", False), ("roceP2p1s0f0", 1, "enP2p1s0f0np0", False),
+        ("rocep1s0f1", 1, "enp1s0f1np1", True), ("roceP2p1s0f1", 1, "enP2p1s0f1np1", True)]
+
+
+def test_dgx_release():
+    assert p.parse_key_values(fixture("dgx-release.spark.handmade.txt"))["DGX_NAME"] == "DGX Spark"
+
+
+def test_docker_inspect_real_podman_output_redacts_secrets():
+    info = p.parse_docker_inspect(fixture("docker-inspect.podman-created.json"), ["sfx-facts-test", "nope"])
+    c = info["sfx-facts-test"]
+    assert c.exists and not c.running and c.status == "created" and c.started_at is None
+    assert c.image == "localhost/sfx-scratch:facts" and c.image_id.startswith("3a23e68e")
+    assert c.labels == {"org.sparkctl.spec": "abc123"}
+    assert c.env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
+    assert c.env["HF_TOKEN"] == p.REDACTED and "not-a-real-token" not in repr(c)
+    assert c.mounts[0]["Destination"] == "/root/.cache/huggingface" and c.mounts[0]["RW"] is False
+    assert not info["nope"].exists and info["nope"].status == "absent"
+
+
+def test_firewall_summaries():
+    assert p.parse_firewall(fixture("ufw-status.handmade.txt")) == "ufw active"
+    assert p.parse_firewall("#iptables\n-P INPUT ACCEPT\n") is None
+    assert p.parse_firewall("#iptables\n-P INPUT DROP\n-A INPUT -p tcp --dport 22 -j ACCEPT\n") == \
+        "iptables: INPUT policy DROP, 1 rules"
+    accept_only = ("#nft\ntable inet f {\n chain input {\n"
+                   "  type filter hook input priority 0; policy accept;\n }\n}\n")
+    assert p.parse_firewall(accept_only) is None
+
+
+# --- the whole script's output, real captures
+
+def test_gather_netns_as_root():
+    f = captured("gather.netns-root.txt")
+    assert f.raw_errors == []
+    assert (f.os_id, f.os_version, f.user, f.uid, f.sudo_nopasswd) == ("debian", "12", "root", 0, True)
+    assert f.session_ip == "10.201.0.11" and f.management_interfaces == ["enP7s7"]
+    assert f.ports() == {0: ["enp1s0f0np0"], 1: ["enp1s0f1np1", "enP2p1s0f1np1"]}
+    assert f.up_ports() == {1: ["enp1s0f1np1", "enP2p1s0f1np1"]}
+    assert f.interfaces["enp1s0f1np1"].speed_mbps == 10000 and f.interfaces["enp1s0f0np0"].speed_mbps is None
+    cx7 = next(n for n in f.netplan_files if n.path == "/etc/netplan/40-cx7.yaml")
+    assert cx7.mode == 0o600 and "192.168.100.10/24" in cx7.content
+    assert "@@sparkctl:fixture:end netplan 0@@" in cx7.content  # a forged marker inside a file stays content
+    assert f.firewall == "nftables: 3 rules in input (policy drop)"
+    assert f.listening_tcp == {18355: "python3"}
+    assert f.hf_cache == "/root/.cache/huggingface" and f.hf_cache_free_bytes > 0
+    assert f.docker_cli and not f.docker_access and "Cannot connect" in f.docker_error
+    assert f.containers[HOSTILE].status == "unknown"
+    assert f.time > 1.7e9 and f.mem_total_kb > 0 and f.page_cache_kb > 0
+
+
+def test_gather_netns_as_unprivileged_user():
+    f = captured("gather.netns-nobody.txt")
+    assert f.raw_errors == []
+    assert (f.user, f.uid, f.groups, f.sudo_nopasswd) == ("nobody", 65534, ["nogroup"], False)
+    assert [(n.content, n.mode) for n in f.netplan_files] == [(None, 0o600), (None, 0o600)]
+    assert f.docker_error.startswith("permission denied while trying to connect to the Docker daemon socket")
+    assert f.listening_tcp == {18355: None}  # no privilege, no process names
+    assert f.firewall is None  # nft refused: unknown, not "no firewall" — we cannot tell
+    assert f.hf_cache == "/nonexistent/.cache/huggingface" and f.hf_cache_free_bytes > 0
+
+
+def test_controller_addrs_mark_management_interfaces():
+    f = captured("gather.host.txt", controller_addrs=["127.0.0.1"])
+    assert f.management_interfaces == ["eth0", "lo"]
+    assert f.ports() == {} and f.up_ports() == {}
+
+
+def test_spark_ports_from_roce_map_twin_order_and_down_port():
+    f = Facts(node="s", roce=p.parse_ibdev2netdev(fixture("ibdev2netdev.spark.handmade.txt")))
+    f.interfaces = {n: Interface(n, 9000, "UP" if n.endswith("np1") else "DOWN")
+                    for n in f.fabric_interfaces()}
+    assert f.ports() == {0: ["enp1s0f0np0", "enP2p1s0f0np0"], 1: ["enp1s0f1np1", "enP2p1s0f1np1"]}
+    assert f.up_ports() == {1: ["enp1s0f1np1", "enP2p1s0f1np1"]}
+    assert f.roce_for("enP2p1s0f1np1") == RoceDevice("roceP2p1s0f1", 1, "enP2p1s0f1np1", True)
+    f.interfaces["enP2p1s0f1np1"].operstate = "DOWN"  # one twin down: the port is not Up
+    assert f.up_ports() == {}
+
+
+def test_broken_sections_go_to_raw_errors_not_exceptions():
+    out = ("@@sparkctl:n:begin ip-addr@@\n[{not json\n@@sparkctl:n:end ip-addr 0@@\n"
+           "@@sparkctl:n:begin id@@\nroot\n@@sparkctl:n:end id 0@@\n"
+           "@@sparkctl:n:begin meminfo@@\nMemTotal: 10 kB\n")  # cut short: no end marker
+    f = facts_from_output(out, "n", "x")
+    assert f.interfaces == {} and f.mem_total_kb == 10
+    assert sorted(e.split(":")[0] for e in f.raw_errors) == ["id", "ip-addr"]
+
+
+def test_markers_with_another_nonce_are_content():
+    out = ("@@sparkctl:real:begin hostname@@\n@@sparkctl:fake:end hostname 0@@\nspark1\n"
+           "@@sparkctl:real:end hostname 0@@\n")
+    assert split_sections(out, "real")["hostname"].output.splitlines()[-1] == "spark1"
+
+
+def test_script_quotes_every_value():
+    script = render_script("n", container_names=[HOSTILE], image_refs=["$(reboot)"], hf_cache="~/a b;`x`")
+    assert "'it'\"'\"'s; rm -rf /'" in script and "'$(reboot)'" in script and "'~/a b;`x`'" in script
+    assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
+
+
+# --- the real script, run for real
+
+class SubprocessTransport:
+    """Stand-in for a transport: bash -c on this machine (optionally inside a command prefix)."""
+
+    def __init__(self, prefix: list[str] | None = None):
+        self.node, self.round_trips, self.prefix = "local", 0, prefix or []
+
+    def run(self, cmd, *, sudo=False, timeout=60.0, input=None):
+        self.round_trips += 1
+        proc = subprocess.run([*self.prefix, "bash", "-c", cmd], capture_output=True, text=True,
+                              timeout=timeout)
+        return CommandResult(cmd, proc.returncode, proc.stdout, proc.stderr)
+
+
+def _local_transport():
+    try:
+        from sparkctl.transport.local import LocalTransport
+    except ImportError:
+        return SubprocessTransport()
+    return LocalTransport("local")
+
+
+def test_gather_live_on_this_machine_in_one_round_trip(tmp_path):
+    transport = _local_transport()
+    before = transport.round_trips
+    f = gather_facts(transport, "local", container_names=[HOSTILE], image_refs=["nope:1"],
+                     hf_cache=str(tmp_path / "missing" / "deeper"))
+    assert transport.round_trips - before == 1
+    assert f.raw_errors == []
+    assert f.hostname and f.arch and f.uid == os.getuid() and "lo" in f.interfaces
+    assert f.hf_cache_free_bytes and f.hf_cache_free_bytes > 0  # df on the nearest existing parent
+    assert f.containers[HOSTILE].exists is False and f.images == {"nope:1": None}
+    assert f.mem_total_kb > 0 and f.time > 1.7e9
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root to create a netns")
+def test_gather_live_in_a_fresh_netns():
+    ns = f"sfx-test-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode:
+        pytest.skip("cannot create network namespaces here")
+    try:
+        sh = lambda *a: subprocess.run(["ip", "-n", ns, *a], check=True)  # noqa: E731
+        sh("link", "add", "enp1s0f1np1", "mtu", "9000", "type", "veth", "peer", "name", "enP2p1s0f1np1",
+           "mtu", "9000")
+        sh("link", "set", "enp1s0f1np1", "up")
+        sh("link", "set", "enP2p1s0f1np1", "up")
+        sh("addr", "add", "192.168.100.10/24", "dev", "enp1s0f1np1")
+        f = gather_facts(SubprocessTransport(["ip", "netns", "exec", ns]), "ns")
+        assert f.raw_errors == []
+        assert f.interfaces["enp1s0f1np1"].mtu == 9000
+        assert [str(a) for a in f.interfaces["enp1s0f1np1"].ipv4()] == ["192.168.100.10/24"]
+        assert f.ports() == {1: ["enp1s0f1np1", "enP2p1s0f1np1"]}
+        assert json.dumps(sorted(f.interfaces))  # plain data
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_speeds_prefer_ethtool_and_ignore_unknown():
+    text = "sysfs enp1s0f1np1 100000\nsysfs enp1s0f0np0 -1\nsysfs lo \nethtool enp1s0f1np1 200000Mb/s\n" \
+           "ethtool enP2p1s0f1np1 Unknown!\n"
+    assert p.parse_speeds(text) == {"enp1s0f1np1": 200000}
+
+
+def test_session_ip_is_the_node_side_of_ssh_connection():
+    assert p.parse_ssh_connection("10.0.0.5 51234 10.0.0.11 22\n") == "10.0.0.11"
+    assert p.parse_ssh_connection("\n") is None
