@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from sparkctl.engine import Graph
 from sparkctl.engine.task import Task
-from sparkctl.tasks import network, preflight, ssh_mesh
+from sparkctl.tasks import container, mpi, network, preflight, ssh_mesh, teardown, verify
 
 BOOTSTRAP_PHASES = ["preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify"]
 
 
 def bootstrap_tasks() -> list[Task]:
-    return [*preflight.TASKS, *network.TASKS, *ssh_mesh.TASKS]
+    return [*preflight.TASKS, *network.TASKS, *ssh_mesh.TASKS, *container.TASKS, *mpi.TASKS, *verify.TASKS]
 
 
 def bootstrap_graph() -> Graph:
@@ -18,10 +18,25 @@ def bootstrap_graph() -> Graph:
     return Graph(bootstrap_tasks(), BOOTSTRAP_PHASES)
 
 
+DOWN_PHASES = ["container", "ssh", "network"]
+
+
+def down_tasks(network: bool = False) -> list[Task]:
+    """What `cluster down` undoes; the network and keys only with --network."""
+    return [*container.DOWN_TASKS, *(teardown.DOWN_NETWORK_TASKS if network else [])]
+
+
+def down_graph(network: bool = False) -> Graph:
+    return Graph(down_tasks(network), DOWN_PHASES)
+
+
 PLAYBOOKS = {
     "bootstrap": (bootstrap_graph, "sparkctl cluster bootstrap FILE",
                   "Set up the cluster from bare Sparks, or repair it: every task checks first and changes only "
                   "what differs, then checks again. A second run changes nothing."),
+    "down": (lambda: down_graph(network=True), "sparkctl cluster down FILE [--network]",
+             "Stop and remove the containers; with --network, also undo exactly what sparkctl did to the "
+             "network and the ssh keys, from the record kept on each node."),
 }
 
 

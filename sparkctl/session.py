@@ -74,3 +74,27 @@ def run_playbook(inventory: Any, graph: Graph, request: RunRequest, emit: Callab
             t.close()
     result.round_trips = {n: getattr(t, "round_trips", 0) for n, t in transports.items()}
     return result
+
+
+def gather_cluster(inventory: Any, request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
+    """Connect to every node and read its facts once: (facts by node, unreachable reason by node)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparkctl.facts import gather_facts
+
+    specs = [s for s in node_specs(inventory) if not request.limit or s.node in request.limit]
+    transports, unreachable = connect_all(specs, forks=request.forks, **_transport_options(inventory, request.options))
+    controller = tuple(gather_local_controller_addrs())
+
+    def one(name: str):
+        return gather_facts(transports[name], name, container_names=(inventory.container.name,),
+                            image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
+                            controller_addrs=controller)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(request.forks, len(transports) or 1))) as pool:
+            facts = dict(zip(transports, pool.map(one, transports), strict=True))
+    finally:
+        for t in transports.values():
+            t.close()
+    return facts, {n: str(e) for n, e in unreachable.items()}

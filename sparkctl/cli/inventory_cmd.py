@@ -29,3 +29,45 @@ def validate(file: str) -> None:
 def schema() -> None:
     """Print the inventory's JSON Schema (for editors and CI linters)."""
     click.echo(json.dumps(inventory_json_schema(), indent=2))
+
+
+@inventory_group.command("init")
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("-o", "--output", default="inventory.yaml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--user", help="SSH user (default: from ~/.ssh/config, else your login name).")
+@click.option("--identity-file", type=click.Path(dir_okay=False), help="SSH private key to use.")
+@click.option("--known-hosts", default="~/.ssh/known_hosts", show_default=True,
+              help="known_hosts used to verify the nodes (first contact is recorded).")
+@click.option("--name", "cluster", default="sparks", show_default=True, help="Cluster name.")
+@click.option("--force", is_flag=True, help="Overwrite the output file.")
+def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: str | None, known_hosts: str,
+         cluster: str, force: bool) -> None:
+    """Connect to HOSTS (management addresses, head first), detect the user, Up ports and topology, and write
+    a commented inventory. What had to be assumed is printed and written as comments."""
+    import os
+
+    from sparkctl.errors import BadInput, SparkctlError, Unreachable
+    from sparkctl.facts import gather_facts
+    from sparkctl.inventory_init import describe_cluster
+    from sparkctl.transport.connect import NodeAddress, connect_all
+
+    if os.path.exists(output) and not force:
+        raise BadInput(f"{output} exists", hint="pass --force to overwrite it, or -o another file")
+    specs = [NodeAddress(node=h, host=h, user=user, identity_file=identity_file) for h in hosts]
+    transports, unreachable = connect_all(specs, known_hosts_path=known_hosts)
+    try:
+        if unreachable:
+            first = next(iter(unreachable.values()))
+            raise Unreachable(f"{len(unreachable)} host(s) unreachable: {first}", hint=first.hint)
+        facts = [gather_facts(transports[h], h) for h in hosts]
+    finally:
+        for t in transports.values():
+            t.close()
+    result = describe_cluster(list(hosts), facts, cluster=cluster)
+    if result.problems:
+        raise SparkctlError("; ".join(result.problems))
+    with open(output, "w") as fh:
+        fh.write(result.text)
+    for line in result.assumptions:
+        click.echo(f"assumed: {line}", err=True)
+    click.echo(f"wrote {output}: check it, then `sparkctl cluster bootstrap {output}`")

@@ -81,7 +81,7 @@ class Views:
         if params["as_json"]:
             self.view = JsonView(sys.stdout)
         else:
-            self.view = ConsoleView(Console(stderr=False, highlight=False), verbosity=params["verbose"],
+            self.view = ConsoleView(Console(stderr=False, highlight=False, soft_wrap=True), verbosity=params["verbose"],
                                     show_diff=params["diff"])
         self.bus = EventBus([self.view, self.journal])
 

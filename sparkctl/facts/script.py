@@ -67,7 +67,8 @@ done; fi"""),
   printf '%s %s %s\n' "$mode" "$c" "$f"
 done"""),
     ("docker-cli", "command -v docker"),
-    ("docker-info", "_has docker && _t 15 docker info --format '{{.ServerVersion}}' 2>&1"),
+    # `docker ps` proves what matters (this user can talk to the daemon) on Docker and Podman alike.
+    ("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null"),
 ]
 
 _TAIL_SECTIONS: list[tuple[str, str]] = [

@@ -31,7 +31,20 @@ FORWARDED_ENV = PER_NODE_SETTINGS + (
 
 def node_home(inventory: Any, node: Any, facts: Any | None) -> str:
     home = getattr(facts, "home", None) if facts is not None else None
+    if not home and facts is not None:
+        home = _home_from_hf_cache(inventory.container.hf_cache, getattr(facts, "hf_cache", "") or "")
     return home or f"/home/{getattr(node, 'user', None) or inventory.user}"
+
+
+def _home_from_hf_cache(configured: str, expanded: str) -> str | None:
+    # The gather script expands `~` in the HF cache path on the node: that is the only $HOME facts carry.
+    if not configured.startswith("~") or not expanded.startswith("/"):
+        return None
+    rest = configured[1:]
+    if rest and not expanded.endswith(rest):
+        return None
+    home = expanded[: len(expanded) - len(rest)] if rest else expanded
+    return home.rstrip("/") or None
 
 
 def expand_home(path: str, home: str) -> str:
@@ -81,11 +94,13 @@ class ContainerSpec:
     docker_args: list[str]
     command: list[str]
     labels: dict[str, str] = field(default_factory=dict)
+    #: sha256 of the files mounted into the container whose content is part of its spec (the entrypoint)
+    content_hash: str = ""
 
     def spec_hash(self) -> str:
         body = json.dumps(
             {"image": self.image, "env": self.env, "mounts": self.mounts, "args": self.docker_args,
-             "command": self.command},
+             "command": self.command, "content": self.content_hash},
             sort_keys=True,
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -127,6 +142,8 @@ def container_spec(inventory: Any, node: Any, fabric: FabricPlan, facts: Any | N
         docker_args=list(inventory.container.docker_args or []),
         command=["bash", ENTRYPOINT_PATH],
         labels={CLUSTER_LABEL: inventory.cluster.name},
+        # sshd reads the entrypoint only at start: a new entrypoint means a new container
+        content_hash=hashlib.sha256(render_entrypoint(inventory).encode()).hexdigest()[:16],
     )
 
 

@@ -102,14 +102,17 @@ class ClusterContext:
         self.nodes: dict[str, NodeContext] = {}
         self._generation = 0
         self._plan: tuple[int, ClusterPlan] | None = None
-        self._lock = threading.RLock()
+        # Two small locks, never held while waiting for a node: a node's facts() bumps the generation while
+        # holding its own lock, and plan() gathers facts of every node.
+        self._generation_lock = threading.Lock()
+        self._plan_lock = threading.Lock()
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:
         self.nodes[ctx.name] = ctx
 
     def bump(self) -> None:
-        with self._lock:
+        with self._generation_lock:
             self._generation += 1
 
     def warn(self, message: str, hint: str | None = None, task: str | None = None) -> None:
@@ -139,11 +142,16 @@ class ClusterContext:
 
     def plan(self) -> ClusterPlan:
         """The desired state from the CURRENT facts of every node (recomputed after any change)."""
-        with self._lock:
+        while True:
+            generation = self._generation
             facts = self.facts_by_node()
-            if self._plan is None or self._plan[0] != self._generation:
+            with self._plan_lock:
+                if self._plan is not None and self._plan[0] == generation == self._generation:
+                    return self._plan[1]
+                if generation != self._generation:
+                    continue  # facts changed while we read them: read again
                 try:
-                    self._plan = (self._generation, plan_cluster(self.inventory, facts))
+                    self._plan = (generation, plan_cluster(self.inventory, facts))
                 except PlanError as exc:
                     raise TaskFailed(exc.message, hint=exc.hint) from exc
-            return self._plan[1]
+                return self._plan[1]

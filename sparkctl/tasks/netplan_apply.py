@@ -6,6 +6,7 @@ management connection after `netplan apply`, the node restores the previous file
 
 from __future__ import annotations
 
+import json
 import posixpath
 import time
 
@@ -29,10 +30,16 @@ def state_dir(cluster: str) -> str:
     return posixpath.join(STATE_ROOT, cluster, "network")
 
 
-def record_originals(ctx, paths: list[str]) -> None:
-    """Keep the pre-sparkctl version of each file once (for `cluster down --network`); never overwrite it."""
+def record_originals(ctx, paths: list[str], interfaces: list[str]) -> None:
+    """Keep the pre-sparkctl version of each file, and the fabric addresses and MTUs, once (for `cluster down
+    --network`); never overwrite them."""
     base = posixpath.join(state_dir(ctx.inventory.cluster.name), "original")
-    lines = [f"install -d -m 700 {q(base)}"]
+    facts = ctx.facts()
+    live = {i: {"mtu": facts.interfaces[i].mtu, "addresses": [str(a) for a in facts.interfaces[i].ipv4()]}
+            for i in interfaces if i in facts.interfaces}
+    lines = [f"install -d -m 700 {q(base)}",
+             f"[ -e {q(base)}/interfaces.json ] || printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
+             f"> {q(base)}/interfaces.json"]
     for path in paths:
         name = posixpath.basename(path)
         lines.append(

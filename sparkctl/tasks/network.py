@@ -111,7 +111,7 @@ class NetplanTask(Task):
         try:
             if files:
                 paths = sorted(files)
-                safe.record_originals(ctx, paths)
+                safe.record_originals(ctx, paths, ifaces)
                 run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
                 for path, content in files.items():
                     ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)

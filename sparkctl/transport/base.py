@@ -31,7 +31,8 @@ class Transport(Protocol):
     node: str
     round_trips: int
 
-    def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult: ...
+    def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0,
+            input: str | None = None) -> CommandResult: ...
 
     def put(self, path: str, content: str | bytes, *, mode: int = 0o644, owner: str | None = None,
             sudo: bool = False) -> None: ...

@@ -1,0 +1,168 @@
+"""`sparkctl lab ...`: a lab of simulated DGX Sparks on this machine (needs root)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sparkctl.errors import SparkctlError
+from sparkctl.exitcodes import ExitStatus
+
+DEFAULT_DIR = ".sparkctl-lab"
+dir_option = click.option("--dir", "directory", default=DEFAULT_DIR, show_default=True,
+                          type=click.Path(file_okay=False), help="State, keys, inventory.")
+
+
+def _fail(exc: SparkctlError) -> None:
+    click.echo(f"error: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"hint: {exc.hint}", err=True)
+    sys.exit(int(exc.exit_status))
+
+
+def _load(directory: str):
+    from sparkctl.lab.deps import check_machine
+    from sparkctl.lab.lab import Lab
+
+    check_machine(need_packages=False)
+    return Lab.load(directory)
+
+
+@click.group("lab")
+def lab_group() -> None:
+    """A lab of simulated DGX Sparks on this machine: namespaces, systemd, sshd, podman."""
+
+
+@lab_group.command("up")
+@click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--topology", default="pair", show_default=True,
+              type=click.Choice(["single", "pair", "ring", "switch"]))
+@click.option("--port", default=1, show_default=True, type=click.IntRange(0, 1),
+              help="The QSFP port cabled (pair, switch).")
+@dir_option
+@click.option("--sudo-password", is_flag=True,
+              help="nvidia's sudo asks for a password (written to DIR/sudo-password).")
+@click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
+def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool,
+               install_deps: bool) -> None:
+    """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
+    try:
+        from sparkctl.lab.deps import check_machine, install_packages
+
+        if install_deps:
+            check_machine(need_packages=False)
+            install_packages(log=lambda m: click.echo(m, err=True))
+        check_machine()
+        from sparkctl.lab.lab import Lab
+
+        lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
+                     log=lambda m: click.echo(m, err=True))
+    except SparkctlError as exc:
+        _fail(exc)
+        return
+    _print_nodes(lab.status())
+    click.echo(f"inventory: {lab.inventory_path}")
+    click.echo(f"next: sparkctl cluster bootstrap {lab.inventory_path}")
+
+
+@lab_group.command("down")
+@dir_option
+def down_command(directory: str) -> None:
+    """Tear the lab down: namespaces, links, processes, cgroups (also a half-built one)."""
+    try:
+        lab = _load(directory)
+        leftovers = lab.down(log=lambda m: click.echo(m, err=True))
+    except SparkctlError as exc:
+        _fail(exc)
+        return
+    if leftovers:
+        for item in leftovers:
+            click.echo(f"left behind: {item}", err=True)
+        sys.exit(int(ExitStatus.TASK_FAILED))
+    click.echo(f"lab {lab.names.lab_id} is down")
+
+
+@lab_group.command("status")
+@dir_option
+def status_command(directory: str) -> None:
+    """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
+    try:
+        lab = _load(directory)
+        rows = lab.status()
+    except SparkctlError as exc:
+        _fail(exc)
+        return
+    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}): {lab.state.phase}")
+    _print_nodes(rows)
+
+
+@lab_group.command("exec", context_settings={"ignore_unknown_options": True})
+@dir_option
+@click.argument("node")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_command(directory: str, node: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND as root on NODE (`sparkctl lab exec spark1 -- ip -br addr`); its exit code is ours."""
+    from sparkctl.lab.node import exec_argv
+
+    try:
+        lab = _load(directory)
+        pid = lab.pid_of(node)
+    except (SparkctlError, KeyError) as exc:
+        _fail(exc if isinstance(exc, SparkctlError) else SparkctlError(str(exc.args[0])))
+        return
+    # inherit the terminal: interactive commands work, output streams
+    env = dict(os.environ, NODE_CGROUP_PROCS=" ".join(map(str, lab.cgroup_procs_files(node))))
+    argv = exec_argv(pid, list(command), lab.cgroup_procs_files(node))
+    os.execvpe(argv[0], argv, env)
+
+
+@lab_group.command("ssh")
+@dir_option
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh_command(directory: str, node: str, command: tuple[str, ...]) -> None:
+    """ssh to NODE as nvidia with the lab key; the host key is verified."""
+    try:
+        lab = _load(directory)
+        argv = lab.ssh_argv(node, *command)
+    except (SparkctlError, KeyError) as exc:
+        _fail(exc if isinstance(exc, SparkctlError) else SparkctlError(str(exc.args[0])))
+        return
+    os.execvp(argv[0], argv)
+
+
+@lab_group.command("image")
+@click.option("--rebuild", is_flag=True, help="Build even when the cached image matches its recipe.")
+def image_command(rebuild: bool) -> None:
+    """Build (or reuse) the lab's container image in the shared image store."""
+    try:
+        from sparkctl.lab.deps import check_machine
+        from sparkctl.lab.image import ensure_image
+
+        check_machine()
+        ref = ensure_image(rebuild=rebuild, log=lambda m: click.echo(m, err=True))
+    except SparkctlError as exc:
+        _fail(exc)
+        return
+    click.echo(ref)
+
+
+def _print_nodes(rows: list[dict]) -> None:
+    table = Table("node", "management IP", "PID 1", "init", "state", "fabric Up")
+    for row in rows:
+        table.add_row(row["node"], row["mgmt_ip"], str(row["pid"] or "-"), row["init"], row["system"],
+                      ", ".join(row["fabric_up"]) or "-")
+    Console(width=120).print(table)
+
+
+def _main() -> None:  # pragma: no cover - scratch entry point until the lead registers the group
+    lab_group(prog_name="sparkctl lab")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()
+

@@ -1,0 +1,58 @@
+"""`cluster status`: one row per node from its facts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from sparkctl.plan.container import SPEC_LABEL
+
+
+def _ports(facts: Any) -> str:
+    out = []
+    for port, twins in facts.ports().items():
+        states = ["Up" if facts.interface_up(t) else "Down" for t in twins]
+        out.append(f"p{port}:{'/'.join(states)}")
+    return " ".join(out) or "no CX-7"
+
+
+def _addresses(facts: Any) -> str:
+    lines = []
+    for port_twins in facts.ports().values():
+        for twin in port_twins:
+            nic = facts.interfaces.get(twin)
+            if nic and nic.ipv4():
+                lines.append(f"{twin} {','.join(str(a) for a in nic.ipv4())} mtu {nic.mtu}")
+    return "\n".join(lines) or "-"
+
+
+def _container(facts: Any, name: str, expected_hash: str | None) -> str:
+    info = facts.containers.get(name)
+    if info is None or not info.exists:
+        return "absent" if facts.docker_access else f"unknown ({facts.docker_error or 'no docker access'})"
+    state = info.status
+    if expected_hash:
+        state += ", spec ok" if info.labels.get(SPEC_LABEL) == expected_hash else ", spec differs"
+    return state
+
+
+def status_table(inventory: Any, facts: dict[str, Any], unreachable: dict[str, str],
+                 spec_hashes: dict[str, str]) -> Table:
+    table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
+    for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "ports listening"):
+        table.add_column(col)
+    ssh_port, serve_port = inventory.container.ssh_port, inventory.serve.port
+    for node in inventory.nodes:
+        if node.name in unreachable:
+            table.add_row(node.name, f"[red]no[/] {unreachable[node.name]}", "", "", "", "", "")
+            continue
+        f = facts.get(node.name)
+        if f is None:
+            continue
+        os_text = f"{f.os_id} {f.os_version}" + (" (DGX Spark)" if f.is_dgx_spark else "")
+        listening = [f"{p}:{f.listening_tcp[p] or '?'}" for p in (ssh_port, serve_port) if p in f.listening_tcp]
+        table.add_row(node.name, "[green]yes[/]", os_text, _ports(f), _addresses(f),
+                      _container(f, inventory.container.name, spec_hashes.get(node.name)),
+                      " ".join(listening) or "-")
+    return table

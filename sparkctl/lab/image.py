@@ -1,0 +1,299 @@
+"""The lab's container image: a small Debian with sshd, Open MPI, mpi4py and the TensorRT-LLM stand-ins.
+
+No registry is reachable from a lab machine, so the image is built locally with mmdebstrap from the
+machine's own apt mirror and imported once into ONE shared image store that every node reads as an
+`additionalimagestores` entry. It is cached by a hash of its recipe (package list, mirror, hooks and the
+contents of every file baked in), so a reused machine skips the build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sparkctl.errors import SparkctlError
+from sparkctl.lab.standins import IMAGE_STANDINS, fixture_repos_dir, standin_path
+
+TRTLLM_VERSION = "1.3.0rc12"
+IMAGE_STORE = "/var/lib/sparkctl-lab/image-store"
+IMAGE_REF = f"localhost/sparkctl-lab-trtllm:{TRTLLM_VERSION}"
+VERSION_LABEL = "com.nvidia.tensorrt-llm.version"
+RECIPE_LABEL = "sparkctl.lab.recipe"
+
+LAB_STATE_DIR = Path("/var/lib/sparkctl-lab")
+# A runroot of its own: sharing the machine's /run/containers/storage with another graphroot confuses podman.
+IMAGE_STORE_RUNROOT = "/run/sparkctl-lab/image-store"
+LOCK_PATH = LAB_STATE_DIR / "image.lock"
+BUILD_DIR = LAB_STATE_DIR / "image-build"
+
+ENTRYPOINT_IN_IMAGE = "/usr/local/bin/sparkctl-lab-entrypoint"
+FIXTURE_REPOS_IN_IMAGE = "/opt/sparkctl-lab/fixture-repos"
+
+IMAGE_PACKAGES = [
+    "openssh-server",
+    "openmpi-bin",
+    "python3",
+    "python3-mpi4py",
+    "python3-yaml",
+    "iproute2",
+    "procps",
+    "iputils-ping",
+]
+DPKG_PATH_EXCLUDES = [
+    "/usr/share/doc/*",
+    "/usr/share/man/*",
+    "/usr/share/info/*",
+    "/usr/share/locale/*",
+    "/usr/share/lintian/*",
+]
+# Bump when the build steps below change in a way the hashed inputs cannot see.
+RECIPE_REVISION = 1
+
+MACHINE_PACKAGES = [
+    "openssh-server",
+    "netplan.io",
+    "openmpi-bin",
+    "python3-mpi4py",
+    "python3-yaml",
+    "iputils-ping",
+    "iproute2",
+    "podman",
+    "podman-docker",
+    "runc",
+    "mmdebstrap",
+    "debian-archive-keyring",
+    "sudo",
+    "systemd",
+    "dbus",
+]
+
+Log = Callable[[str], None]
+
+
+def required_packages() -> list[str]:
+    """Debian packages the machine needs for the lab (nodes, networks, podman and this image's build)."""
+    return list(MACHINE_PACKAGES)
+
+
+def ensure_image(rebuild: bool = False, log: Log = print) -> str:
+    """Build and import the image unless the store already holds one with this recipe; return IMAGE_REF."""
+    with _build_lock():
+        recipe = recipe_hash()
+        current = installed_recipe()
+        if current == recipe and not rebuild:
+            return IMAGE_REF
+        reason = "rebuild asked" if rebuild else ("not built yet" if current is None else "recipe changed")
+        log(f"lab image: building {IMAGE_REF} ({reason}, recipe {recipe[:12]})")
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        tarball = BUILD_DIR / "rootfs.tar"
+        try:
+            started = time.monotonic()
+            _bootstrap_rootfs(tarball, BUILD_DIR / "overlay")
+            built = time.monotonic()
+            size_mb = tarball.stat().st_size / 1e6
+            log(f"lab image: mmdebstrap {built - started:.1f} s, {size_mb:.0f} MB")
+            _import_rootfs(tarball, recipe)
+            log(f"lab image: podman import {time.monotonic() - built:.1f} s")
+        finally:
+            shutil.rmtree(BUILD_DIR, ignore_errors=True)
+        return IMAGE_REF
+
+
+def podman_store_args() -> list[str]:
+    """The podman options that address the shared image store directly (machine side)."""
+    return ["--root", IMAGE_STORE, "--runroot", IMAGE_STORE_RUNROOT, "--storage-driver", "overlay"]
+
+
+def installed_recipe() -> str | None:
+    """The recipe hash of the image in the store, or None when there is no image."""
+    if not shutil.which("podman") or not Path(IMAGE_STORE).is_dir():
+        return None
+    result = subprocess.run(
+        ["podman", *podman_store_args(), "image", "inspect", "--format", "{{json .Labels}}", IMAGE_REF],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        return None
+    labels = json.loads(result.stdout.strip() or "null") or {}
+    return labels.get(RECIPE_LABEL)
+
+
+def recipe_hash() -> str:
+    digest = hashlib.sha256()
+    recipe = {
+        "revision": RECIPE_REVISION,
+        "packages": IMAGE_PACKAGES,
+        "excludes": DPKG_PATH_EXCLUDES,
+        "mirrors": apt_mirrors(),
+        "version": TRTLLM_VERSION,
+        "ref": IMAGE_REF,
+    }
+    digest.update(json.dumps(recipe, sort_keys=True).encode())
+    for relative, path in _baked_files():
+        digest.update(relative.encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def apt_mirrors(etc_apt: Path = Path("/etc/apt")) -> list[str]:
+    """One-line `deb` entries for the machine's configured Debian suites (main only).
+
+    Only the configured mirror is reachable from a lab machine, so the image uses exactly it.
+    """
+    codename = _os_codename()
+    entries = []
+    for uris, suites, options in _apt_sources(etc_apt):
+        for uri in uris:
+            for suite in suites:
+                if codename and suite.split("-")[0] != codename:
+                    continue
+                opts = f"[{options}] " if options else ""
+                entries.append(f"deb {opts}{uri} {suite} main")
+    if not entries:
+        raise SparkctlError(
+            f"no Debian '{codename}' apt source found under {etc_apt}",
+            hint="the lab image is built from the machine's configured Debian mirror",
+        )
+    return list(dict.fromkeys(entries))
+
+
+def _apt_sources(etc_apt: Path) -> Iterator[tuple[list[str], list[str], str]]:
+    files = [etc_apt / "sources.list"]
+    parts = etc_apt / "sources.list.d"
+    if parts.is_dir():
+        files += sorted(parts.glob("*.list")) + sorted(parts.glob("*.sources"))
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        if path.suffix == ".sources":
+            yield from _deb822_sources(text)
+        else:
+            yield from _one_line_sources(text)
+
+
+def _one_line_sources(text: str) -> Iterator[tuple[list[str], list[str], str]]:
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        if not words or words[0] != "deb":
+            continue
+        options = ""
+        if len(words) > 1 and words[1].startswith("["):
+            end = next(i for i, w in enumerate(words) if w.endswith("]"))
+            options = " ".join(words[1 : end + 1])[1:-1]
+            words = [words[0], *words[end + 1 :]]
+        if len(words) >= 3 and "main" in words[3:]:
+            yield [words[1]], [words[2]], options
+
+
+def _deb822_sources(text: str) -> Iterator[tuple[list[str], list[str], str]]:
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line.startswith("#") or ":" not in line or line[:1].isspace():
+                continue
+            key, value = line.split(":", 1)
+            fields[key.strip().lower()] = value.strip()
+        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes") == "no":
+            continue
+        if "main" not in fields.get("components", "").split():
+            continue
+        options = f"signed-by={fields['signed-by']}" if fields.get("signed-by", "").startswith("/") else ""
+        yield fields.get("uris", "").split(), fields.get("suites", "").split(), options
+
+
+def _os_codename() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("VERSION_CODENAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def _baked_files() -> list[tuple[str, Path]]:
+    """(path inside the image, path on the machine) for every file the build copies in."""
+    files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint"))]
+    files += [(f"/usr/local/bin/{name}", standin_path(name)) for name in IMAGE_STANDINS]
+    repos = fixture_repos_dir()
+    files += [
+        (f"{FIXTURE_REPOS_IN_IMAGE}/{p.relative_to(repos)}", p)
+        for p in sorted(repos.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    return files
+
+
+def _bootstrap_rootfs(tarball: Path, overlay: Path) -> None:
+    shutil.rmtree(overlay, ignore_errors=True)
+    for inside, source in _baked_files():
+        target = overlay / inside.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        target.chmod(0o755 if inside.startswith("/usr/local/bin/") else 0o644)
+    command = [
+        "mmdebstrap",
+        "--variant=apt",
+        "--mode=root",
+        "--format=tar",
+        "--include=" + ",".join(IMAGE_PACKAGES),
+        '--aptopt=Acquire::Languages "none"',
+        # apt's download sandbox user `_apt` needs a world-writable /dev/null, which not every machine has.
+        '--aptopt=APT::Sandbox::User "root"',
+        *[f"--dpkgopt=path-exclude={pattern}" for pattern in DPKG_PATH_EXCLUDES],
+        # The entrypoint makes fresh host keys per container; baked ones would be shared by every node.
+        '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
+        f'--customize-hook=cp -a {overlay}/. "$1"/',
+        _os_codename() or "bookworm",
+        str(tarball),
+        *apt_mirrors(),
+    ]
+    _run(command, "mmdebstrap", timeout=1800)
+
+
+def _import_rootfs(tarball: Path, recipe: str) -> None:
+    Path(IMAGE_STORE).mkdir(parents=True, exist_ok=True)
+    Path(IMAGE_STORE_RUNROOT).mkdir(parents=True, exist_ok=True)
+    changes = [
+        f'CMD ["{ENTRYPOINT_IN_IMAGE}"]',
+        f"LABEL {VERSION_LABEL}={TRTLLM_VERSION}",
+        f"LABEL {RECIPE_LABEL}={recipe}",
+        "ENV HF_HOME=/root/.cache/huggingface",
+        f"ENV SPARKCTL_LAB_FIXTURE_REPOS={FIXTURE_REPOS_IN_IMAGE}",
+    ]
+    podman = ["podman", *podman_store_args()]
+    change_args = [arg for change in changes for arg in ("--change", change)]
+    _run([*podman, "import", "--quiet", *change_args, str(tarball), IMAGE_REF], "podman import", timeout=600)
+    # The previous build (now untagged) would otherwise stay in the store forever.
+    subprocess.run([*podman, "image", "prune", "-f"], capture_output=True, timeout=120)
+
+
+def _run(command: list[str], what: str, timeout: int) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        raise SparkctlError(
+            f"lab image: {what} failed (exit {result.returncode}):\n{tail}",
+            hint="is the machine's apt mirror reachable and are the lab packages installed?",
+        )
+
+
+@contextmanager
+def _build_lock() -> Iterator[None]:
+    LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_PATH, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

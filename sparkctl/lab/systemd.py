@@ -1,0 +1,69 @@
+"""systemd inside a node: which of the machine's units to mask, what to enable, how to tell it booted.
+
+A node boots the machine's own systemd over an overlay of the machine's /etc, so every unit the machine
+enables (databases, timers, podman's API, gettys on the machine's ttys) would start once per node.
+The mask list is computed from the machine's enablement symlinks, never hard-coded.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SYSTEMD_BINARY = "/lib/systemd/systemd"
+# What a lab node needs running; everything else the machine enables is masked.
+KEEP_PREFIXES = ("ssh.", "sshd.", "systemd-networkd", "dbus")
+# Not enabled by the machine but started by systemd in a container; they would attach to the
+# machine's own consoles.
+ALWAYS_MASKED = ("console-getty.service", "getty.target", "systemd-networkd-wait-online.service")
+NETWORKD_ENABLE = {
+    "multi-user.target.wants": "systemd-networkd.service",
+    "sockets.target.wants": "systemd-networkd.socket",
+}
+
+
+def enabled_units(etc_systemd: Path = Path("/etc/systemd/system")) -> set[str]:
+    """Units the machine enables: the targets of its `*.wants`/`*.requires` symlinks."""
+    units: set[str] = set()
+    if not etc_systemd.is_dir():
+        return units
+    for wants in etc_systemd.iterdir():
+        if wants.is_dir() and wants.name.endswith((".wants", ".requires")):
+            units.update(entry.name for entry in wants.iterdir())
+    return units
+
+
+def template_of(unit: str) -> str:
+    """`getty@tty1.service` is enabled as an instance; masking the template covers every instance."""
+    if "@" in unit:
+        prefix, suffix = unit.split("@", 1)
+        return f"{prefix}@.{suffix.rsplit('.', 1)[1]}"
+    return unit
+
+
+def units_to_mask(enabled: set[str]) -> list[str]:
+    masked = {template_of(u) for u in enabled if not u.startswith(KEEP_PREFIXES)}
+    masked.update(ALWAYS_MASKED)
+    return sorted(masked)
+
+
+def write_unit_config(etc_upper: Path, masked: list[str]) -> None:
+    """Masks and enablement as symlinks in the node's /etc overlay upper dir."""
+    unit_dir = etc_upper / "systemd" / "system"
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    for unit in masked:
+        _symlink("/dev/null", unit_dir / unit)
+    for wants, unit in NETWORKD_ENABLE.items():
+        (unit_dir / wants).mkdir(exist_ok=True)
+        _symlink(f"/lib/systemd/system/{unit}", unit_dir / wants / unit)
+
+
+def _symlink(target: str, link: Path) -> None:
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(target, link)
+
+
+def booted(state_text: str) -> bool:
+    """`systemctl is-system-running` output of a node that finished booting."""
+    return state_text.strip() in ("running", "degraded")

@@ -1,0 +1,164 @@
+"""What to serve, by name: a model, its draft, the decoding, the TensorRT-LLM config known to work on Sparks.
+
+A preset name may carry a variant after a colon that picks another draft checkpoint, e.g.
+`gpt-oss-120b-eagle3:v2` serves openai/gpt-oss-120b with nvidia/gpt-oss-120b-Eagle3-v2.
+`config` is the extra_llm_api_options document without `speculative_model_dir`: where the draft lives on the
+node is decided by the plan, not here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+DECODINGS = ("eagle3", "draft-target", "none")
+
+# The TensorRT-LLM `decoding_type` for each decoding. The two-Spark playbook writes `Eagle`, which the
+# PyTorch backend treats as Eagle3; keeping its spelling keeps the rendered config equal to the playbook's.
+DECODING_TYPES = {"eagle3": "Eagle", "draft-target": "DraftTarget"}
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable deep copy (dicts and lists) of a frozen config."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class Preset:
+    name: str
+    model: str
+    draft: str | None
+    decoding: str
+    max_draft_len: int | None
+    tp_size: int
+    port: int
+    config: Mapping[str, Any]
+    weights_gb: float  # checkpoint size of the target model, for the fit check before launch
+    draft_gb: float
+    description: str = ""
+    # variant name -> draft checkpoint, selected as `<name>:<variant>`
+    variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", _frozen(self.config))
+        object.__setattr__(self, "variants", _frozen(self.variants))
+
+    def config_dict(self) -> dict[str, Any]:
+        return thaw(self.config)
+
+
+_QWEN3_235B_EAGLE3 = Preset(
+    name="qwen3-235b-eagle3",
+    model="nvidia/Qwen3-235B-A22B-FP4",
+    draft="nvidia/Qwen3-235B-A22B-Eagle3",
+    decoding="eagle3",
+    max_draft_len=3,
+    tp_size=2,
+    port=8355,
+    weights_gb=125,
+    draft_gb=1,
+    description="NVIDIA's two-Spark speculative decoding playbook: Qwen3-235B-A22B FP4 + Eagle3, TP=2",
+    config={
+        "enable_attention_dp": False,
+        "disable_overlap_scheduler": False,
+        "enable_autotuner": False,
+        "enable_chunked_prefill": False,
+        "cuda_graph_config": {"max_batch_size": 1},
+        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+    },
+)
+
+_GPT_OSS_120B_EAGLE3 = Preset(
+    name="gpt-oss-120b-eagle3",
+    model="openai/gpt-oss-120b",
+    draft="nvidia/gpt-oss-120b-Eagle3",
+    decoding="eagle3",
+    max_draft_len=3,
+    tp_size=1,
+    port=8000,
+    weights_gb=61,
+    draft_gb=1,
+    description="One Spark: gpt-oss-120b + Eagle3 (variants: long-context, v2, throughput, v3)",
+    config={
+        "enable_attention_dp": False,
+        "disable_overlap_scheduler": False,
+        "enable_autotuner": False,
+        "cuda_graph_config": {"max_batch_size": 1},
+        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.95, "enable_block_reuse": False},
+    },
+    variants={
+        "long-context": "nvidia/gpt-oss-120b-Eagle3-long-context",
+        "v2": "nvidia/gpt-oss-120b-Eagle3-v2",
+        "throughput": "nvidia/gpt-oss-120b-Eagle3-throughput",
+        "v3": "nvidia/gpt-oss-120b-Eagle3-v3",
+    },
+)
+
+_LLAMA_33_70B_DRAFT_TARGET = Preset(
+    name="llama-3.3-70b-draft-target",
+    model="nvidia/Llama-3.3-70B-Instruct-FP4",
+    draft="nvidia/Llama-3.1-8B-Instruct-FP4",
+    decoding="draft-target",
+    max_draft_len=4,
+    tp_size=1,
+    port=8000,
+    weights_gb=40,
+    draft_gb=6,
+    description="One Spark: Llama-3.3-70B FP4 with Llama-3.1-8B FP4 as the draft model",
+    # As NVIDIA's single-Spark draft-target example; the memory fraction is its command-line value.
+    config={
+        "print_iter_log": False,
+        "disable_overlap_scheduler": True,
+        "speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+    },
+)
+
+PRESETS: dict[str, Preset] = {
+    p.name: p for p in (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3, _LLAMA_33_70B_DRAFT_TARGET)
+}
+
+
+def preset_names() -> list[str]:
+    """Every name get_preset accepts, variants included."""
+    names: list[str] = []
+    for preset in PRESETS.values():
+        names.append(preset.name)
+        names.extend(f"{preset.name}:{variant}" for variant in preset.variants)
+    return names
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called `name` (`base` or `base:variant`). Raises KeyError with the reason."""
+    base, _, variant = name.partition(":")
+    if base not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}")
+    preset = PRESETS[base]
+    if not variant:
+        return preset
+    if variant not in preset.variants:
+        known = ", ".join(preset.variants) or "none"
+        raise KeyError(f"preset {base!r} has no variant {variant!r} (variants: {known})")
+    return dataclasses.replace(preset, name=name, draft=preset.variants[variant], variants={})
+
+
+def default_preset_name(node_count: int) -> str:
+    """What to serve when the inventory names neither a preset nor a model."""
+    return _QWEN3_235B_EAGLE3.name if node_count >= 2 else _GPT_OSS_120B_EAGLE3.name

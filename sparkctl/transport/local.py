@@ -1,0 +1,81 @@
+"""The transport for `local: true` nodes: the same contract through subprocess on this machine."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+from sparkctl.secrets import register_secret
+from sparkctl.transport.shell import KILL_AFTER, RawResult, RemoteFileError, ShellTransport
+
+log = logging.getLogger(__name__)
+
+
+class LocalTransport(ShellTransport):
+    """Runs on this machine. The command string only ever reaches `bash -c` as one argument."""
+
+    def __init__(self, node: str, *, become_password: str | None = None):
+        super().__init__()
+        self.node = node
+        self.user = getpass.getuser()
+        self.become_password = become_password
+        register_secret(become_password)
+
+    def connect(self) -> None:
+        """Nothing to open; here so every transport can be connected the same way."""
+
+    def _exec(self, line: str, *, timeout: float, stdin: bytes | None) -> RawResult:
+        self.round_trips += 1
+        # A session of its own, so a timeout kills the whole process group, not just the shell.
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", line],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(input=stdin or b"", timeout=timeout + KILL_AFTER + 1)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return RawResult(proc.returncode, out, err, timed_out=True)
+        return RawResult(proc.returncode, out, err)
+
+    def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:
+        directory, name = os.path.split(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise RemoteFileError(
+                f"{self.node}: cannot write {path}: parent directory {directory} does not exist")
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.sparkctl-", dir=directory)
+        except OSError as exc:
+            raise RemoteFileError(f"{self.node}: cannot write {path}: {exc.strerror}") from exc
+        self.round_trips += 1
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+            if owner:
+                user, _, group = owner.partition(":")
+                shutil.chown(tmp, user=user or None, group=group or None)
+            os.replace(tmp, path)
+        except (OSError, LookupError) as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise RemoteFileError(f"{self.node}: cannot write {path}: {exc}") from exc
+
+    def _read_plain(self, path: str) -> str | None:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RemoteFileError(f"{self.node}: cannot read {path}: {exc.strerror}",
+                                  "read it with sudo=True" if isinstance(exc, PermissionError) else None) from exc

@@ -1,0 +1,113 @@
+"""Fixtures that bring labs of simulated Sparks up and ALWAYS tear them down.
+
+Lab tests skip only where a lab cannot exist (not root, not Linux); with SPARKCTL_REQUIRE_LAB=1 (CI)
+they fail instead, so a broken machine never passes as "all skipped".
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _lab_unavailable() -> str | None:
+    if platform.system() != "Linux":
+        return "the lab needs Linux"
+    if os.geteuid() != 0:
+        return "the lab needs root"
+    return None
+
+
+def _require_lab() -> None:
+    reason = _lab_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("SPARKCTL_REQUIRE_LAB") == "1":
+        pytest.fail(f"SPARKCTL_REQUIRE_LAB=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def lab_image() -> str:
+    """The lab's container image, built once per machine (cached by recipe hash)."""
+    _require_lab()
+    from sparkctl.lab.image import ensure_image
+
+    return ensure_image()
+
+
+@pytest.fixture(scope="module")
+def lab_factory(tmp_path_factory) -> Iterator[Callable]:
+    """lab_factory(nodes, topology, port=1, sudo_password=False) -> Lab; every lab is torn down at the end."""
+    _require_lab()
+    from sparkctl.lab.lab import Lab
+
+    labs: list[Lab] = []
+
+    def make(nodes: int = 2, topology: str = "pair", port: int = 1, sudo_password: bool = False) -> Lab:
+        directory = tmp_path_factory.mktemp(f"lab-{topology}{nodes}")
+        try:
+            lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password)
+        except BaseException:
+            # Lab.up tears down what it built; this catches the state a crash left behind
+            if (directory / "state.json").exists():
+                Lab.load(directory).down()
+            raise
+        labs.append(lab)
+        return lab
+
+    yield make
+    errors = []
+    for lab in labs:
+        if lab.state.phase != "down":
+            errors += lab.down()
+    assert not errors, f"teardown left: {errors}"
+
+
+@pytest.fixture(scope="module")
+def lab_pair(lab_factory):
+    return lab_factory(2, "pair", port=1)
+
+
+def ssh(lab, node: str, command: str, timeout: float = 60, input: str | None = None):
+    return subprocess.run(lab.ssh_argv(node, command), capture_output=True, text=True, timeout=timeout,
+                          input=input)
+
+
+def poll(check: Callable[[], object], timeout: float = 15, interval: float = 0.1):
+    """Until check() is truthy; returns its value, or the last one after the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def leftovers_of(lab) -> list[str]:
+    """Anything of this lab still on the machine: namespaces, links, mounts of DIR, processes, cgroups."""
+    names, found = lab.names, []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if f"sl{names.lab_id}" in line]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if f"sl{names.lab_id}" in line]
+    for mountinfo in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            if str(lab.dir) in mountinfo.read_text():
+                found.append(f"mount of {lab.dir} in {mountinfo.parent.name}")
+        except OSError:
+            continue
+    for node in lab.state.nodes:
+        for resource in lab.state.of_kind("process"):
+            from sparkctl.lab.state import process_is_alive
+
+            if process_is_alive(int(resource.name), resource.starttime):
+                found.append(f"process {resource.name} ({node.name})")
+    found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/sparkctl-lab/{names.lab_id}")]
+    return sorted(set(found))

@@ -1,0 +1,278 @@
+"""Exercising tasks without a network: recorded Facts, a recording transport, the real contexts around them.
+
+The contexts are sparkctl's own `ClusterContext`/`NodeContext` (so `plan()`, `must()`, `run_on_all()` are the
+real code); only `facts()` is served from recorded Facts instead of a gather round trip. The transport records
+every command and file and answers from canned rules; a rule may change what the node shows afterwards
+(`then=`), which is how "netplan apply changed the addresses" is simulated.
+
+Fixture files (tests/fixtures/tasks/<task>/<case>.yaml) describe facts with `facts_from_spec`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkctl.engine.events import Event
+from sparkctl.facts import Address, Facts, Interface, NetplanFile, RoceDevice, facts_from_output
+from sparkctl.inventory import Inventory, load_inventory
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.transport.base import CommandResult
+
+REPO = Path(__file__).resolve().parent.parent
+FACT_CAPTURES = REPO / "tests" / "fixtures" / "facts"
+TASK_FIXTURES = REPO / "tests" / "fixtures" / "tasks"
+
+# REFERENCE.md §2: the four CX-7 twins of a Spark and their RoCE devices, by physical port.
+SPARK_PORTS: dict[int, tuple[tuple[str, str], tuple[str, str]]] = {
+    0: (("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")),
+    1: (("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1")),
+}
+MANAGEMENT = "enP7s7"
+
+
+# --- the recording transport --------------------------------------------------------------------------------
+
+@dataclass
+class Call:
+    kind: str                     # "run" | "put" | "read" | "exec_in"
+    target: str                   # the command, or the path
+    sudo: bool = False
+    input: str | None = None
+    content: str | bytes | None = None
+    mode: int | None = None
+    owner: str | None = None
+
+
+@dataclass
+class Rule:
+    pattern: re.Pattern[str]
+    stdout: str = ""
+    exit_code: int = 0
+    stderr: str = ""
+    then: Callable[[], None] | None = None
+
+
+class RecordingTransport:
+    """Records what a task sends; answers from the first matching rule (default: exit 0, no output)."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self.round_trips = 0
+        self.calls: list[Call] = []
+        self.rules: list[Rule] = []
+        self.files: dict[str, str | bytes] = {}
+        self.closed = False
+
+    def respond(self, pattern: str, stdout: str = "", exit_code: int = 0, stderr: str = "",
+                then: Callable[[], None] | None = None) -> RecordingTransport:
+        self.rules.append(Rule(re.compile(pattern, re.S), stdout, exit_code, stderr, then))
+        return self
+
+    def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult:
+        self.round_trips += 1
+        self.calls.append(Call("run", cmd, sudo=sudo, input=input))
+        for rule in self.rules:
+            if rule.pattern.search(cmd):
+                if rule.then:
+                    rule.then()
+                return CommandResult(cmd, rule.exit_code, rule.stdout, rule.stderr)
+        return CommandResult(cmd, 0, "", "")
+
+    def put(self, path: str, content: str | bytes, *, mode: int = 0o644, owner: str | None = None,
+            sudo: bool = False) -> None:
+        self.round_trips += 1
+        self.calls.append(Call("put", path, sudo=sudo, content=content, mode=mode, owner=owner))
+        self.files[path] = content
+
+    def read(self, path: str, *, sudo: bool = False) -> str | None:
+        self.round_trips += 1
+        self.calls.append(Call("read", path, sudo=sudo))
+        value = self.files.get(path)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def exec_in(self, container: str, cmd: str, *, timeout: float = 60.0, input: str | None = None,
+                env: dict[str, str] | None = None) -> CommandResult:
+        self.calls.append(Call("exec_in", f"{container}: {cmd}", input=input))
+        return self.run(cmd, timeout=timeout, input=input)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def commands(self) -> list[str]:
+        return [c.target for c in self.calls if c.kind == "run"]
+
+    @property
+    def puts(self) -> list[Call]:
+        return [c for c in self.calls if c.kind == "put"]
+
+
+# --- contexts on recorded facts -----------------------------------------------------------------------------
+
+class RecordedNodeContext(NodeContext):
+    """The real NodeContext, with facts read from `self.shows` (what the node would report right now)."""
+
+    def __init__(self, cluster: ClusterContext, node: Any, transport: RecordingTransport, facts: Facts):
+        super().__init__(cluster, node, transport)
+        self.shows = facts
+
+    def facts(self, refresh: bool = False) -> Facts:
+        with self._lock:
+            if self._facts is None or refresh:
+                self._facts = copy.deepcopy(self.shows)
+                self.facts_round_trips += 1
+                self.cluster.bump()
+            return self._facts
+
+
+@dataclass
+class Kit:
+    """One cluster of recorded nodes: contexts, their transports, the events, and the fresh connections."""
+
+    cluster: ClusterContext
+    events: list[Event]
+    fresh: list[RecordingTransport] = field(default_factory=list)
+    fresh_rules: list[tuple[str, str, int]] = field(default_factory=list)
+    refuse_fresh: bool = False
+
+    def node(self, name: str) -> RecordedNodeContext:
+        return self.cluster.nodes[name]  # type: ignore[return-value]
+
+    def transport(self, name: str) -> RecordingTransport:
+        return self.cluster.nodes[name].transport  # type: ignore[return-value]
+
+    def warnings(self) -> list[str]:
+        return [e.message or "" for e in self.events if e.event == "warning"]
+
+
+def make_kit(inventory: Inventory, facts_by_node: dict[str, Facts], options: RunOptions | None = None) -> Kit:
+    events: list[Event] = []
+    kit_holder: dict[str, Kit] = {}
+
+    def new_transport(node: str) -> RecordingTransport:
+        kit = kit_holder["kit"]
+        if kit.refuse_fresh:
+            from sparkctl.errors import Unreachable
+
+            raise Unreachable(f"{node}: connection refused")
+        transport = RecordingTransport(node)
+        for pattern, stdout, code in kit.fresh_rules:
+            transport.respond(pattern, stdout, code)
+        kit.fresh.append(transport)
+        return transport
+
+    cluster = ClusterContext(inventory, options or RunOptions(controller_addrs=("10.0.0.1",)), events.append,
+                             new_transport=new_transport)
+    kit = Kit(cluster, events, fresh_rules=[(r"touch .*confirmed-", "ok\n", 0)])
+    kit_holder["kit"] = kit
+    for node in inventory.nodes:
+        if node.name in facts_by_node:
+            cluster.add(RecordedNodeContext(cluster, node, RecordingTransport(node.name),
+                                            facts_by_node[node.name]))
+    return kit
+
+
+# --- facts --------------------------------------------------------------------------------------------------
+
+def _address(text: str) -> Address:
+    ip, _, prefix = text.partition("/")
+    family = "inet6" if ":" in ip else "inet"
+    scope = "link" if ip.startswith(("169.254.", "fe80:")) else "global"
+    return Address(ip=ip, prefixlen=int(prefix or (128 if family == "inet6" else 32)), family=family, scope=scope)
+
+
+def spark_facts(node: str, *, up_ports: tuple[int, ...] = (1,), addresses: dict[str, list[str]] | None = None,
+                mtu: dict[str, int] | int = 1500, user: str = "nvidia", sudo: bool = True,
+                dgx: bool = True, docker: str = "ok", session_ip: str = "10.0.0.11",
+                netplan_files: list[NetplanFile] | None = None, speed_mbps: int | None = 200_000,
+                firewall: str | None = None, time: float = 1_800_000_000.0) -> Facts:
+    """A Spark as it reports itself: four CX-7 twins (those of `up_ports` Up), enP7s7 carrying the session."""
+    addresses = addresses or {}
+    interfaces: dict[str, Interface] = {}
+    roce: list[RoceDevice] = []
+    for port, twins in SPARK_PORTS.items():
+        for netdev, device in twins:
+            up = port in up_ports
+            roce.append(RoceDevice(device=device, port=1, netdev=netdev, up=up))
+            interfaces[netdev] = Interface(
+                name=netdev, mtu=mtu.get(netdev, 1500) if isinstance(mtu, dict) else mtu,
+                operstate="UP" if up else "DOWN", carrier=up or None,
+                addresses=[_address(a) for a in addresses.get(netdev, [])],
+                speed_mbps=speed_mbps if up else None,
+            )
+    interfaces[MANAGEMENT] = Interface(name=MANAGEMENT, mtu=1500, operstate="UP", carrier=True,
+                                       addresses=[_address(f"{session_ip}/24")], speed_mbps=10_000)
+    for name, extra in addresses.items():
+        if name not in interfaces:
+            interfaces[name] = Interface(name=name, mtu=1500, operstate="UP", carrier=True,
+                                         addresses=[_address(a) for a in extra])
+    facts = Facts(
+        node=node, hostname=node, os_id="ubuntu", os_version="24.04", arch="aarch64",
+        dgx_name="DGX Spark" if dgx else None, is_dgx_spark=dgx, user=user, uid=1000,
+        groups=[user, "sudo"] + (["docker"] if docker == "ok" else []), sudo_nopasswd=sudo,
+        interfaces=interfaces, roce=roce, session_ip=session_ip,
+        netplan_files=list(netplan_files or []), docker_cli=docker != "absent", docker_access=docker == "ok",
+        docker_error="permission denied while trying to connect to the docker daemon socket"
+        if docker == "denied" else None,
+        time=time, firewall=firewall, hf_cache=f"/home/{user}/.cache/huggingface",
+    )
+    facts.management_interfaces = [n for n, i in interfaces.items()
+                                   if any(a.ip == session_ip for a in i.addresses)]
+    return facts
+
+
+def captured_facts(name: str, node: str = "spark1") -> Facts:
+    """Facts parsed from a real gather capture in tests/fixtures/facts (rendered with nonce `fixture`)."""
+    return facts_from_output((FACT_CAPTURES / name).read_text(), "fixture", node,
+                             container_names=["trtllm-multinode"],
+                             image_refs=["nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"])
+
+
+def facts_from_spec(node: str, spec: dict[str, Any]) -> Facts:
+    """Facts from a fixture's description: `capture: <file>` (a real capture) or spark_facts keywords."""
+    spec = dict(spec)
+    if "capture" in spec:
+        return captured_facts(spec.pop("capture"), node)
+    if "netplan_files" in spec:
+        spec["netplan_files"] = [NetplanFile(f["path"], f.get("content"), f.get("mode", 0o600))
+                                 for f in spec["netplan_files"]]
+    if "up_ports" in spec:
+        spec["up_ports"] = tuple(spec["up_ports"])
+    return spark_facts(node, **spec)
+
+
+# --- inventories and fixtures -------------------------------------------------------------------------------
+
+def inventory(name: str = "two-sparks.yaml") -> Inventory:
+    path = Path(name)
+    return load_inventory(path if path.is_absolute() else REPO / "inventories" / name)
+
+
+def inventory_from_yaml(text: str, tmp_path: Path, name: str = "inventory.yaml") -> Inventory:
+    path = tmp_path / name
+    path.write_text(text)
+    return load_inventory(path)
+
+
+def task_cases(task: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every fixture case of a task, sorted by name: [(case, data)] for pytest.mark.parametrize."""
+    folder = TASK_FIXTURES / task
+    return [(p.stem, yaml.safe_load(p.read_text())) for p in sorted(folder.glob("*.yaml"))]
+
+
+def kit_from_case(case: dict[str, Any], options: RunOptions | None = None) -> Kit:
+    inv = inventory(case.get("inventory", "two-sparks.yaml"))
+    facts = {name: facts_from_spec(name, spec or {}) for name, spec in case["facts"].items()}
+    return make_kit(inv, facts, options)
+
+
+def normalize_run_id(text: str) -> str:
+    """The netplan revert id is a timestamp: replace it so commands compare exactly."""
+    return re.sub(r"(revert|confirmed|reverted)-\d+", r"\1-RUNID", text)

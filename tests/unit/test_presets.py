@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from sparkctl.presets import PRESETS, default_preset_name, get_preset, preset_names
+
+# REFERENCE.md §5, the two-Spark playbook's extra_llm_api_options without speculative_model_dir
+PLAYBOOK_CONFIG = {
+    "enable_attention_dp": False,
+    "disable_overlap_scheduler": False,
+    "enable_autotuner": False,
+    "enable_chunked_prefill": False,
+    "cuda_graph_config": {"max_batch_size": 1},
+    "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3},
+    "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+}
+
+
+def test_table():
+    assert set(PRESETS) == {"qwen3-235b-eagle3", "gpt-oss-120b-eagle3", "llama-3.3-70b-draft-target"}
+    rows = {name: (p.model, p.draft, p.decoding, p.max_draft_len, p.tp_size, p.port)
+            for name, p in PRESETS.items()}
+    assert rows == {
+        "qwen3-235b-eagle3": ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3", "eagle3", 3, 2, 8355),
+        "gpt-oss-120b-eagle3": ("openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", "eagle3", 3, 1, 8000),
+        "llama-3.3-70b-draft-target": ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvidia/Llama-3.1-8B-Instruct-FP4",
+                                       "draft-target", 4, 1, 8000),
+    }
+    assert [PRESETS[n].weights_gb for n in PRESETS] == [125, 61, 40]
+
+
+def test_two_spark_config_is_the_playbooks():
+    assert PRESETS["qwen3-235b-eagle3"].config_dict() == PLAYBOOK_CONFIG
+
+
+def test_every_preset_config_agrees_with_its_fields():
+    decoding_types = {"eagle3": "Eagle", "draft-target": "DraftTarget"}
+    for preset in PRESETS.values():
+        speculative = preset.config["speculative_config"]
+        assert speculative["decoding_type"] == decoding_types[preset.decoding]
+        assert speculative["max_draft_len"] == preset.max_draft_len
+        assert "speculative_model_dir" not in speculative
+    assert PRESETS["gpt-oss-120b-eagle3"].config["kv_cache_config"]["free_gpu_memory_fraction"] == 0.95
+
+
+def test_config_is_frozen_and_config_dict_is_a_copy():
+    preset = PRESETS["qwen3-235b-eagle3"]
+    with pytest.raises(TypeError):
+        preset.config["kv_cache_config"]["enable_block_reuse"] = True  # type: ignore[index]
+    copy = preset.config_dict()
+    copy["kv_cache_config"]["enable_block_reuse"] = True
+    assert preset.config_dict() == PLAYBOOK_CONFIG
+
+
+@pytest.mark.parametrize("variant", ["long-context", "v2", "throughput", "v3"])
+def test_gpt_oss_variants(variant):
+    preset = get_preset(f"gpt-oss-120b-eagle3:{variant}")
+    assert preset.name == f"gpt-oss-120b-eagle3:{variant}"
+    assert preset.draft == f"nvidia/gpt-oss-120b-Eagle3-{variant}"
+    assert preset.model == "openai/gpt-oss-120b" and preset.port == 8000
+    assert get_preset("gpt-oss-120b-eagle3").draft == "nvidia/gpt-oss-120b-Eagle3"
+
+
+def test_unknown_names():
+    with pytest.raises(KeyError, match="unknown preset 'nope'"):
+        get_preset("nope")
+    with pytest.raises(KeyError, match="has no variant 'v9'"):
+        get_preset("gpt-oss-120b-eagle3:v9")
+    with pytest.raises(KeyError, match="has no variant"):
+        get_preset("qwen3-235b-eagle3:v2")
+
+
+def test_names_and_default():
+    assert "gpt-oss-120b-eagle3:throughput" in preset_names()
+    assert all(get_preset(name) for name in preset_names())
+    assert default_preset_name(1) == "gpt-oss-120b-eagle3"
+    assert default_preset_name(2) == default_preset_name(4) == "qwen3-235b-eagle3"
