@@ -77,7 +77,7 @@ def probe_mismatches(report: dict, order: list[str], hostnames: dict[str, str], 
 def nccl_log_findings(node: str, text: str) -> tuple[list[Mismatch], str | None]:
     """(mismatches, one-line summary) from an NCCL_DEBUG=INFO log, e.g. the serve log."""
     report = parse_nccl_log(text)
-    if report.nccl_version is None and report.network is None:
+    if report.nccl_version is None and report.network is None and not report.warnings:
         return [], None
     out = []
     if report.silent_tcp_fallback or (report.ib_hca_requested and report.network == "Socket"):

@@ -99,6 +99,8 @@ DELIBERATE_IMPROVEMENTS = {
     # launch line
     "launch: -x HF_TOKEN removed": TOKEN_AS_FILE,
     "launch: -x HF_HOME added": TOKEN_AS_FILE,
+    "launch: -x --mca plm_rsh_pass_environ_mca_params added": "Open MPI would copy the head's OMPI_MCA_* interface "
+                                                               "names onto every peer (wrong where Up ports differ)",
     "launch: --extra_llm_api_options changed": "the config is written on the host into the mounted state dir "
                                                "(/sparkctl/serve) instead of /tmp inside the container",
     # entrypoint
@@ -221,10 +223,14 @@ def flatten(doc: dict, prefix: str = "") -> dict:
 def launch_parts(argv: list[str]) -> tuple[dict, list[str], dict]:
     assert argv[0] == "mpirun"
     exported, i = {}, 1
-    while argv[i] == "-x":
-        key, _, value = argv[i + 1].partition("=")
-        exported[key] = value
-        i += 2
+    while argv[i] in ("-x", "--mca"):
+        if argv[i] == "-x":
+            key, _, value = argv[i + 1].partition("=")
+            exported[key] = value
+            i += 2
+        else:
+            exported[f"--mca {argv[i + 1]}"] = argv[i + 2]
+            i += 3
     program = []
     while not argv[i].startswith("--"):
         program.append(argv[i])

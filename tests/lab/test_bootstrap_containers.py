@@ -1,0 +1,143 @@
+"""Bootstrap through verify.fabric on a lab pair: converge, rerun changes nothing, each drift repaired exactly."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from sparkctl.inventory import load_inventory
+from sparkctl.plan import plan_cluster
+
+CONTAINER = "trtllm-multinode"
+FABRIC = "enp1s0f1np1,enP2p1s0f1np1"
+
+
+def bootstrap(lab, *extra: str) -> tuple[int, list[dict]]:
+    proc = subprocess.run(["sparkctl", "cluster", "bootstrap", str(lab.inventory_path), "--json", *extra],
+                          capture_output=True, text=True, timeout=600)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, events
+
+
+def changed(events) -> set[tuple[str, str | None]]:
+    return {(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"}
+
+
+def failures(events) -> list[dict]:
+    return [e for e in events if e["event"] == "task_result" and e["status"] == "failed"]
+
+
+def sh(lab, node: str, command: str, check: bool = True) -> str:
+    result = lab.exec(node, ["sh", "-c", command], timeout=60)
+    assert not check or result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def converged(lab_pair):
+    rc, events = bootstrap(lab_pair)
+    assert rc == 0, failures(events)
+    return lab_pair, events
+
+
+def test_first_run_starts_one_container_per_node_with_its_own_settings(converged):
+    lab, events = converged
+    assert {("container.run", "spark1"), ("container.run", "spark2")} <= changed(events)
+    for node in ("spark1", "spark2"):
+        runs = [json.loads(line)["argv"] for line in sh(lab, node, "cat /run/lab/docker.log").splitlines()
+                if json.loads(line)["argv"][:2] == ["run", "-d"]]
+        assert runs, f"no docker run logged on {node}"
+        argv = runs[-1]
+        assert f"NCCL_SOCKET_IFNAME={FABRIC}" in argv and "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in argv
+        assert f"OMPI_MCA_oob_tcp_if_include={FABRIC}" in argv and "--network" in argv
+        assert not any("/.ssh:/tmp/.ssh" in a for a in argv), "the user's ~/.ssh must never be mounted"
+    mpi = [e for e in events if e["event"] == "log" and e.get("task") == "verify.fabric"]
+    assert mpi and "allreduce sum ok" in mpi[-1]["message"]
+    moved = mpi[-1]["probe"]["interfaces"]["spark2"]
+    assert set(moved) & {"enp1s0f1np1", "enP2p1s0f1np1"} and "enP7s7" not in moved
+
+
+def test_second_run_changes_nothing(converged):
+    lab, _ = converged
+    rc, events = bootstrap(lab)
+    assert rc == 0 and changed(events) == set()
+
+
+def test_stopped_container_is_started(converged):
+    lab, _ = converged
+    sh(lab, "spark2", f"docker stop -t 0 {CONTAINER}")
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+    assert changed(events) == {("container.run", "spark2")}
+
+
+def test_hand_started_container_with_wrong_ifname_is_recreated(converged):
+    lab, _ = converged
+    inv = load_inventory(lab.inventory_path)
+    sh(lab, "spark1", f"docker rm -f {CONTAINER} && docker run -d --name {CONTAINER} --network host "
+                      f"-e NCCL_SOCKET_IFNAME=enP7s7 {shlex.quote(inv.container.image)} sleep infinity")
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+    assert ("container.run", "spark1") in changed(events)
+    result = next(e for e in events if e["event"] == "task_changes" and e["task"] == "container.run")
+    assert "NCCL_SOCKET_IFNAME: enP7s7 -> " + FABRIC in json.dumps(result)
+    env = sh(lab, "spark1", f"docker inspect --format '{{{{json .Config.Env}}}}' {CONTAINER}")
+    assert f"NCCL_SOCKET_IFNAME={FABRIC}" in env
+
+
+def test_wrong_hostfile_in_one_container_is_rewritten(converged):
+    lab, _ = converged
+    sh(lab, "spark2", f"docker exec {CONTAINER} sh -c 'echo 10.9.9.9 > /etc/openmpi-hostfile'")
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+    assert changed(events) == {("mpi.hostfile", None)}
+    assert "10.9.9.9" not in sh(lab, "spark2", f"docker exec {CONTAINER} cat /etc/openmpi-hostfile")
+
+
+def test_removed_peer_key_is_restored(converged):
+    lab, _ = converged
+    sh(lab, "spark1", f"docker exec {CONTAINER} sh -c \"sed -i '/@spark2/d' /root/.ssh/authorized_keys\"")
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+    assert changed(events) == {("container.ssh", None)}
+    assert "@spark2" in sh(lab, "spark1", f"docker exec {CONTAINER} cat /root/.ssh/authorized_keys")
+
+
+def test_port_taken_names_the_process_then_converges(converged):
+    lab, _ = converged
+    sh(lab, "spark2", f"docker rm -f {CONTAINER}")
+    pid = sh(lab, "spark2", "setsid python3 -m http.server 2233 >/dev/null 2>&1 </dev/null & echo $!").strip()
+    try:
+        sh(lab, "spark2", "for i in $(seq 50); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.1; done;"
+                          " exit 1")
+        rc, events = bootstrap(lab)
+        assert rc == 1
+        failed = failures(events)
+        assert failed[0]["task"] == "container.run" and failed[0]["node"] == "spark2"
+        assert "2233" in failed[0]["message"] and f"pid {pid}" in failed[0]["message"]
+        assert "python" in failed[0]["message"]
+    finally:
+        sh(lab, "spark2", f"kill {int(pid)}", check=False)
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+
+
+def test_verify_fabric_reports_a_seeded_missing_hca(converged):
+    lab, _ = converged
+    inv = load_inventory(lab.inventory_path)
+    spec = plan_cluster(inv).nodes["spark2"].container
+    argv = [a if not a.startswith("NCCL_IB_HCA=") else "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f9"
+            for a in spec.run_argv()]
+    sh(lab, "spark2", f"docker rm -f {CONTAINER} && {shlex.join(argv)}")
+    rc, events = bootstrap(lab, "--only", "verify.fabric")
+    assert rc == 1
+    failed = failures(events)
+    assert failed and failed[0]["task"] == "verify.fabric"
+    details = "\n".join(failed[0].get("details", []))
+    assert "spark2: NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f9" in details and "falls back to TCP" in details
+    assert "spark1:" not in details
+    rc, events = bootstrap(lab)
+    assert rc == 0 and ("container.run", "spark2") in changed(events)

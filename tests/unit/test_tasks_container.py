@@ -1,0 +1,288 @@
+"""container.* and mpi.hostfile check/apply against recorded facts, through a fake transport that records commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from sparkctl.engine.task import TaskFailed
+from sparkctl.facts import Address, ContainerInfo, Facts, Interface, RoceDevice
+from sparkctl.inventory import Inventory
+from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.tasks.container import ContainerImageTask, ContainerRunTask
+from sparkctl.tasks.container_ssh import ContainerSshTask, ContainerStateTask, desired_ssh_files
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.tasks.mpi import HostfileTask, tagged_output
+from sparkctl.transport.base import CommandResult
+
+HOSTILE = "a b'c\";$(touch /tmp/pwned)`x`"
+TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
+ROCE = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
+        "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
+
+
+class FakeTransport:
+    """Answers commands by the first matching (regex, result) rule; records every command and file."""
+
+    def __init__(self, node: str, rules: list[tuple[str, CommandResult | str]] | None = None):
+        self.node = node
+        self.round_trips = 0
+        self.rules = rules or []
+        self.commands: list[str] = []
+        self.files: dict[str, str] = {}
+        self.execs: list[tuple[str, str, str | None]] = []
+
+    def _answer(self, cmd: str) -> CommandResult:
+        for pattern, result in self.rules:
+            if re.search(pattern, cmd):
+                return result if isinstance(result, CommandResult) else CommandResult(cmd, 0, result, "")
+        return CommandResult(cmd, 0, "", "")
+
+    def run(self, cmd, *, sudo=False, timeout=60.0, input=None):
+        self.round_trips += 1
+        self.commands.append(cmd)
+        return self._answer(cmd)
+
+    def put(self, path, content, *, mode=0o644, owner=None, sudo=False):
+        self.files[path] = content
+
+    def read(self, path, *, sudo=False):
+        return self.files.get(path)
+
+    def exec_in(self, container, cmd, *, timeout=60.0, input=None, env=None):
+        self.execs.append((container, cmd, input))
+        return self._answer("exec_in " + cmd)
+
+    def close(self):
+        pass
+
+
+def inventory(env: dict | None = None, nodes: int = 2) -> Inventory:
+    return Inventory.model_validate({
+        "cluster": {"name": "pair"}, "user": "nvidia",
+        "nodes": [{"name": f"spark{i}", "host": f"10.0.0.{i}"} for i in range(1, nodes + 1)],
+        "fabric": {"topology": "pair"},
+        "container": {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12", "env": env or {}},
+    })
+
+
+def node_facts(name: str, index: int, port: int = 1, container: ContainerInfo | None = None,
+               listening: dict | None = None, image: bool = True) -> Facts:
+    interfaces = {"enP7s7": Interface("enP7s7", 1500, "UP", True,
+                                      addresses=[Address(f"10.0.0.{index}", 24, "inet", "global")])}
+    roce = []
+    for p, twins in TWINS.items():
+        for twin, netdev in enumerate(twins):
+            up = p == port
+            addrs = [Address(f"192.168.{100 + twin}.{9 + index}", 24, "inet", "global")] if up else []
+            interfaces[netdev] = Interface(netdev, 9000, "UP" if up else "DOWN", up, addresses=addrs)
+            roce.append(RoceDevice(ROCE[netdev], 1, netdev, up))
+    return Facts(node=name, hostname=name, user="nvidia", interfaces=interfaces, roce=roce,
+                 management_interfaces=["enP7s7"], docker_cli=True, docker_access=True,
+                 containers={"trtllm-multinode": container or ContainerInfo("trtllm-multinode", False)},
+                 images={"nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12": "sha256:abc" if image else None},
+                 listening_tcp=listening or {22: "sshd"}, hf_cache="/home/nvidia/.cache/huggingface")
+
+
+def cluster(inv: Inventory, facts: dict[str, Facts], rules: dict[str, list] | None = None):
+    events = []
+    cctx = ClusterContext(inv, RunOptions(), events.append)
+    for node in inv.nodes:
+        ctx = NodeContext(cctx, node, FakeTransport(node.name, (rules or {}).get(node.name, [])))
+        ctx._facts = facts[node.name]
+        ctx.facts = lambda refresh=False, _c=ctx: _c._facts  # recorded facts: never gathered again
+        cctx.add(ctx)
+    return cctx, events
+
+
+def running_like_plan(cctx, node: str, **override) -> ContainerInfo:
+    spec = cctx.plan().nodes[node].container
+    info = ContainerInfo("trtllm-multinode", True, running=True, status="running", image=spec.image,
+                         labels={SPEC_LABEL: spec.spec_hash()}, env=dict(spec.env, PATH="/usr/bin"),
+                         mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])
+    for key, value in override.items():
+        setattr(info, key, value)
+    return info
+
+
+def pair(port2: int = 1, env=None, **containers):
+    inv = inventory(env)
+    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2, port=port2)}
+    return inv, facts
+
+
+# --- container.run ------------------------------------------------------------------------------------------
+
+def test_env_uses_each_nodes_own_up_port():
+    inv, facts = pair(port2=0)
+    facts["spark1"] = node_facts("spark1", 1, port=1)
+    cctx, _ = cluster(inv, facts)
+    env1 = cctx.plan().nodes["spark1"].container.env
+    env2 = cctx.plan().nodes["spark2"].container.env
+    assert env1["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
+    assert env1["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+    assert env2["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0,enP2p1s0f0np0"
+    assert env2["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0"
+    for key in ("UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"):
+        assert env2[key] == "enp1s0f0np0,enP2p1s0f0np0"
+
+
+def test_absent_container_is_created_with_quoted_hostile_env():
+    inv, facts = pair(env={"EXTRA": HOSTILE})
+    cctx, _ = cluster(inv, facts, {"spark1": [(r"docker inspect --format", "running 0\n")]})
+    ctx, task = cctx.nodes["spark1"], ContainerRunTask()
+    changes = task.check(ctx)
+    assert [c.summary for c in changes] == ["create container trtllm-multinode"]
+    import sparkctl.tasks.container as mod
+    mod.START_GRACE_S = 0
+    task.apply(ctx, changes)
+    run = next(c for c in ctx.transport.commands if c.startswith("docker run"))
+    argv = shlex.split(run)
+    assert f"EXTRA={HOSTILE}" in argv
+    assert argv == ctx.plan().nodes["spark1"].container.run_argv()
+    assert "--network" in argv and "host" in argv and "/dev/infiniband:/dev/infiniband" in argv
+
+
+def test_same_spec_running_is_ok():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1")
+    assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
+
+
+def test_wrong_socket_ifname_recreates_with_diff():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    info = running_like_plan(cctx, "spark1", labels={})
+    info.env["NCCL_SOCKET_IFNAME"] = "enP7s7"
+    facts["spark1"].containers["trtllm-multinode"] = info
+    changes = ContainerRunTask().check(cctx.nodes["spark1"])
+    assert len(changes) == 1 and changes[0].payload == "recreate"
+    assert "NCCL_SOCKET_IFNAME: enP7s7 -> enp1s0f1np1,enP2p1s0f1np1" in changes[0].summary
+    assert "-NCCL_SOCKET_IFNAME=enP7s7" in changes[0].diff
+    assert "+NCCL_SOCKET_IFNAME=enp1s0f1np1,enP2p1s0f1np1" in changes[0].diff
+
+
+def test_stopped_container_is_started():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts, {"spark1": [(r"docker inspect --format", "running 0\n")]})
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1", running=False,
+                                                                       status="exited")
+    ctx = cctx.nodes["spark1"]
+    changes = ContainerRunTask().check(ctx)
+    assert changes[0].payload == "start"
+    import sparkctl.tasks.container as mod
+    mod.START_GRACE_S = 0
+    ContainerRunTask().apply(ctx, changes)
+    assert "docker start trtllm-multinode" in ctx.transport.commands
+
+
+def test_port_taken_by_another_process_names_it():
+    inv, facts = pair()
+    facts["spark1"].listening_tcp[2233] = "python3"
+    ss = '0 5 0.0.0.0:2233 0.0.0.0:* users:(("python3",pid=4242,fd=3))\n'
+    cctx, _ = cluster(inv, facts, {"spark1": [(r"ss -ltnpH", ss)]})
+    ctx = cctx.nodes["spark1"]
+    changes = ContainerRunTask().check(ctx)
+    with pytest.raises(TaskFailed) as err:
+        ContainerRunTask().apply(ctx, changes)
+    assert "python3 (pid 4242)" in err.value.message and "2233" in err.value.message
+    assert not any(c.startswith("docker run") for c in ctx.transport.commands)
+
+
+def test_missing_image_pull_refused_gives_login_hint():
+    inv, facts = pair()
+    facts["spark1"].images = {inv.container.image: None}
+    denied = CommandResult("x", 1, "", "Error response from daemon: unauthorized: authentication required")
+    cctx, _ = cluster(inv, facts, {"spark1": [(r"docker pull", denied)]})
+    ctx = cctx.nodes["spark1"]
+    changes = ContainerImageTask().check(ctx)
+    assert changes[0].summary.startswith("pull ")
+    with pytest.raises(TaskFailed) as err:
+        ContainerImageTask().apply(ctx, changes)
+    assert "docker login nvcr.io" in err.value.hint
+
+
+# --- container.state / container.ssh ------------------------------------------------------------------------
+
+def test_state_generates_keys_and_writes_entrypoint_on_the_node():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    ctx = cctx.nodes["spark1"]
+    changes = ContainerStateTask().check(ctx)
+    summaries = " | ".join(c.summary for c in changes)
+    assert "entrypoint.sh" in summaries and "client key" in summaries and "host key" in summaries
+    ContainerStateTask().apply(ctx, changes)
+    keygen = [c for c in ctx.transport.commands if "ssh-keygen" in c][0]
+    assert keygen.count("ssh-keygen") == 2 and "/home/nvidia/.local/state/sparkctl/pair/container-ssh" in keygen
+    assert ctx.transport.files["/home/nvidia/.local/state/sparkctl/pair/entrypoint.sh"] == ctx.plan().entrypoint
+    assert "StrictHostKeyChecking yes" in ctx.plan().entrypoint
+
+
+def test_ssh_files_pin_every_host_key_at_fabric_ip_and_port():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    pubs = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
+            "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}
+    want = desired_ssh_files(cctx, pubs)
+    assert want["authorized_keys"] == "ssh-ed25519 AAA1 c@spark1\nssh-ed25519 AAA2 c@spark2\n"
+    assert "[192.168.100.11]:2233,[192.168.101.11]:2233 ssh-ed25519 HHH2" in want["known_hosts"]
+
+
+def test_removed_peer_key_in_one_container_is_repaired_by_exec():
+    inv, facts = pair()
+    pubs = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
+            "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}
+
+    def listing(node, drop_peer=False):
+        cctx0, _ = cluster(inv, facts)
+        want = desired_ssh_files(cctx0, pubs)
+        auth = "ssh-ed25519 AAA1 c@spark1\n" if drop_peer else want["authorized_keys"]
+        return ("@@sparkctl-section@@client\n" + pubs[node][0] + "\n@@sparkctl-section@@host\n" + pubs[node][1]
+                + "\n@@sparkctl-section@@node authorized_keys\n" + want["authorized_keys"]
+                + "@@sparkctl-section@@node known_hosts\n" + want["known_hosts"]
+                + "@@sparkctl-section@@in authorized_keys\n" + auth
+                + "@@sparkctl-section@@in known_hosts\n" + want["known_hosts"])
+
+    rules = {n: [(r"sport = :2233", "listening\n"), (r"@@sparkctl-section@@client", listing(n, n == "spark2"))]
+             for n in ("spark1", "spark2")}
+    cctx, _ = cluster(inv, facts, rules)
+    changes = ContainerSshTask().check(cctx)
+    assert [c.summary for c in changes] == ["update spark2: /root/.ssh/authorized_keys in the container"]
+    ContainerSshTask().apply(cctx, changes)
+    (container, cmd, content), = cctx.nodes["spark2"].transport.execs
+    assert container == "trtllm-multinode" and "authorized_keys" in cmd and "AAA2" in content
+
+
+# --- mpi.hostfile -------------------------------------------------------------------------------------------
+
+def test_wrong_hostfile_in_one_container_is_rewritten():
+    inv, facts = pair()
+    good = "192.168.100.10\n192.168.100.11\n"
+    rules = {"spark1": [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n" + good)],
+             "spark2": [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n10.0.0.9\n")]}
+    cctx, _ = cluster(inv, facts, rules)
+    assert cctx.plan().hostfile == good
+    changes = HostfileTask().check(cctx)
+    assert [c.payload for c in changes] == [("spark2", "container")]
+    HostfileTask().apply(cctx, changes)
+    (_, cmd, content), = cctx.nodes["spark2"].transport.execs
+    assert content == good and cmd.endswith("/etc/openmpi-hostfile")
+
+
+def test_hostfile_verified_by_mpirun_hostnames_in_rank_order():
+    inv, facts = pair()
+    good = "192.168.100.10\n192.168.100.11\n"
+    out = "[1,1]<stdout>:spark2\n[1,0]<stdout>:spark1\n"
+    rules = {n: [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n" + good), (r"mpirun", out)]
+             for n in ("spark1", "spark2")}
+    cctx, _ = cluster(inv, facts, rules)
+    assert HostfileTask().check(cctx) == []
+    assert tagged_output(out) == {0: ["spark1"], 1: ["spark2"]}
+    rules["spark1"][1] = (r"mpirun", CommandResult("m", 1, "", "ORTE was unable to reliably start"))
+    cctx, _ = cluster(inv, facts, rules)
+    with pytest.raises(TaskFailed) as err:
+        HostfileTask().check(cctx)
+    assert "ORTE was unable" in " ".join(err.value.details)

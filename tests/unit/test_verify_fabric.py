@@ -1,0 +1,93 @@
+"""verify.fabric's pure checks: a container's actual env against recorded node facts, one case per mismatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkctl.tasks.verify import nccl_log_findings, probe_mismatches
+from sparkctl.tasks.verify_checks import hostfile_mismatches, node_mismatches, subnet_mismatches
+from tests.unit.test_tasks_container import node_facts
+
+GOOD = {
+    "NCCL_SOCKET_IFNAME": "enp1s0f1np1,enP2p1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+    "UCX_NET_DEVICES": "enp1s0f1np1,enP2p1s0f1np1", "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1,enP2p1s0f1np1",
+    "OMPI_MCA_oob_tcp_if_include": "enp1s0f1np1,enP2p1s0f1np1",
+}
+NCCL_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nccl-2.28.9"
+
+
+def errors(env, facts=None):
+    return [m for m in node_mismatches("spark2", env, facts or node_facts("spark2", 2)) if m.severity == "error"]
+
+
+def test_healthy_env_has_no_mismatch():
+    assert node_mismatches("spark2", GOOD, node_facts("spark2", 2)) == []
+
+
+@pytest.mark.parametrize("setting,value,expect", [
+    ("NCCL_SOCKET_IFNAME", "enp1s0f0np0,enP2p1s0f0np0", "is Down"),
+    ("NCCL_SOCKET_IFNAME", "eth", "no interface matches 'eth'"),
+    ("NCCL_SOCKET_IFNAME", "^lo", "enP7s7 is the management"),
+    ("NCCL_SOCKET_IFNAME", "=enp1s0f1", "no interface matches 'enp1s0f1'"),
+    ("UCX_NET_DEVICES", "rocep9s0f1:1", "RDMA device rocep9s0f1 does not exist"),
+    ("OMPI_MCA_btl_tcp_if_include", "enP7s7", "management"),
+    ("OMPI_MCA_btl_tcp_if_include", "10.99.0.0/16", "no Up interface has an address in 10.99.0.0/16"),
+    ("NCCL_IB_HCA", "rocep1s0f1,roceP2p1s0f9", "silently falls back to TCP"),
+    ("NCCL_IB_HCA", "rocep1s0f0", "maps to enp1s0f0np0, which is Down"),
+])
+def test_each_wrong_setting_is_named_with_what_the_node_has(setting, value, expect):
+    found = errors(dict(GOOD, **{setting: value}))
+    assert found, f"{setting}={value} passed"
+    assert found[0].node == "spark2" and found[0].setting == setting and found[0].names == value
+    assert expect in found[0].has
+    assert "enp1s0f1np1" in found[0].line() or "rocep1s0f1" in found[0].line()
+
+
+def test_missing_oob_is_an_error_and_half_the_hcas_a_warning():
+    env = {k: v for k, v in GOOD.items() if k != "OMPI_MCA_oob_tcp_if_include"}
+    assert [m.setting for m in errors(env)] == ["OMPI_MCA_oob_tcp_if_include"]
+    half = node_mismatches("spark2", dict(GOOD, NCCL_IB_HCA="rocep1s0f1"), node_facts("spark2", 2))
+    assert [(m.setting, m.severity) for m in half] == [("NCCL_IB_HCA", "warning")]
+
+
+def test_hostfile_line_must_be_owned_on_an_included_interface():
+    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2)}
+    envs = {"spark1": GOOD, "spark2": GOOD}
+    assert hostfile_mismatches(["spark1", "spark2"], "192.168.100.10\n192.168.100.11\n", envs, facts) == []
+    found = hostfile_mismatches(["spark1", "spark2"], "192.168.100.10\n10.0.0.2\n", envs, facts)
+    assert [(m.node, m.setting) for m in found] == [("spark2", "hostfile")]
+    assert "enP7s7" in found[0].has
+
+
+def test_peers_without_a_shared_subnet():
+    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2)}
+    facts["spark2"].interfaces["enp1s0f1np1"].addresses[0].ip = "192.168.7.11"
+    facts["spark2"].interfaces["enP2p1s0f1np1"].addresses[0].ip = "192.168.8.11"
+    found = subnet_mismatches([("spark1", "spark2")], {"spark1": GOOD, "spark2": GOOD}, facts)
+    assert found and "no subnet in common with spark2" in found[0].has
+
+
+def test_probe_catches_head_env_forwarded_and_management_traffic():
+    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2)}
+    envs = {"spark1": GOOD, "spark2": dict(GOOD, NCCL_SOCKET_IFNAME="enp1s0f0np0,enP2p1s0f0np0")}
+    report = {"size": 2, "bytes": 1000, "ranks": [
+        {"rank": 0, "hostname": "spark1", "env": GOOD, "tx_bytes": {"enp1s0f1np1": 900}, "sum_ok": True},
+        {"rank": 1, "hostname": "spark2", "env": GOOD, "tx_bytes": {"enP7s7": 900}, "sum_ok": True}]}
+    found = probe_mismatches(report, ["spark1", "spark2"], {"spark1": "spark1", "spark2": "spark2"}, envs, facts)
+    assert {(m.node, m.setting) for m in found} == {("spark2", "NCCL_SOCKET_IFNAME"),
+                                                   ("spark2", "OMPI_MCA_btl_tcp_if_include")}
+    report["ranks"][1]["sum_ok"] = False
+    found = probe_mismatches(report, ["spark1", "spark2"], {"spark1": "spark1", "spark2": "spark2"}, envs, facts)
+    assert ("spark2", "allreduce") in {(m.node, m.setting) for m in found}
+
+
+@pytest.mark.skipif(not NCCL_FIXTURES.is_dir(), reason="shared NCCL fixtures not present")
+@pytest.mark.parametrize("log,setting", [("ib_hca_missing.log", "NCCL_IB_HCA"),
+                                         ("socket_missing_if.log", "NCCL_SOCKET_IFNAME"),
+                                         ("socket_exact.log", None), ("default_p2p.log", None)])
+def test_nccl_logs_report_what_nccl_really_used(log, setting):
+    found, summary = nccl_log_findings("spark1", (NCCL_FIXTURES / log).read_text(errors="replace"))
+    assert [m.setting for m in found] == ([setting] if setting else [])
+    assert summary and summary.startswith("spark1: NCCL")
