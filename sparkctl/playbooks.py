@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from sparkctl.engine import Graph
 from sparkctl.engine.task import Task
-from sparkctl.tasks import container, mpi, network, preflight, ssh_mesh, teardown, verify
+from sparkctl.tasks import container, model, mpi, network, preflight, serve, ssh_mesh, teardown, verify
 
 BOOTSTRAP_PHASES = ["preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify"]
 
 
 def bootstrap_tasks() -> list[Task]:
-    return [*preflight.TASKS, *network.TASKS, *ssh_mesh.TASKS, *container.TASKS, *mpi.TASKS, *verify.TASKS]
+    return [*preflight.TASKS, *network.TASKS, *ssh_mesh.TASKS, *container.TASKS, *mpi.TASKS, *model.TASKS,
+            *serve.TASKS, *verify.TASKS]
 
 
 def bootstrap_graph() -> Graph:

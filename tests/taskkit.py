@@ -20,8 +20,10 @@ from typing import Any
 import yaml
 
 from sparkctl.engine.events import Event
+from sparkctl.errors import Unreachable
 from sparkctl.facts import Address, Facts, Interface, NetplanFile, RoceDevice, facts_from_output
 from sparkctl.inventory import Inventory, load_inventory
+from sparkctl.plan import plan_cluster
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
 
@@ -35,6 +37,7 @@ SPARK_PORTS: dict[int, tuple[tuple[str, str], tuple[str, str]]] = {
     1: (("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1")),
 }
 MANAGEMENT = "enP7s7"
+PLANNED = "@planned"
 
 
 # --- the recording transport --------------------------------------------------------------------------------
@@ -53,7 +56,7 @@ class Call:
 @dataclass
 class Rule:
     pattern: re.Pattern[str]
-    stdout: str = ""
+    stdout: str | Callable[[], str] = ""
     exit_code: int = 0
     stderr: str = ""
     then: Callable[[], None] | None = None
@@ -62,48 +65,64 @@ class Rule:
 class RecordingTransport:
     """Records what a task sends; answers from the first matching rule (default: exit 0, no output)."""
 
-    def __init__(self, node: str):
+    def __init__(self, node: str, log: list[tuple[str, Call]] | None = None, label: str | None = None):
         self.node = node
+        self.log = log if log is not None else []
+        self.label = label or node
         self.round_trips = 0
         self.calls: list[Call] = []
         self.rules: list[Rule] = []
         self.files: dict[str, str | bytes] = {}
+        self.on_put: list[Callable[[Call], None]] = []
         self.closed = False
 
-    def respond(self, pattern: str, stdout: str = "", exit_code: int = 0, stderr: str = "",
+    def respond(self, pattern: str, stdout: str | Callable[[], str] = "", exit_code: int = 0, stderr: str = "",
                 then: Callable[[], None] | None = None) -> RecordingTransport:
+        """Answer commands matching `pattern` (a regex); `stdout` may be a callable (read at answer time)."""
         self.rules.append(Rule(re.compile(pattern, re.S), stdout, exit_code, stderr, then))
         return self
 
     def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult:
         self.round_trips += 1
-        self.calls.append(Call("run", cmd, sudo=sudo, input=input))
+        self._record(Call("run", cmd, sudo=sudo, input=input))
+        return self._answer(cmd)
+
+    def _answer(self, cmd: str) -> CommandResult:
         for rule in self.rules:
             if rule.pattern.search(cmd):
                 if rule.then:
                     rule.then()
-                return CommandResult(cmd, rule.exit_code, rule.stdout, rule.stderr)
+                stdout = rule.stdout() if callable(rule.stdout) else rule.stdout
+                return CommandResult(cmd, rule.exit_code, stdout, rule.stderr)
         return CommandResult(cmd, 0, "", "")
 
     def put(self, path: str, content: str | bytes, *, mode: int = 0o644, owner: str | None = None,
             sudo: bool = False) -> None:
         self.round_trips += 1
-        self.calls.append(Call("put", path, sudo=sudo, content=content, mode=mode, owner=owner))
+        call = Call("put", path, sudo=sudo, content=content, mode=mode, owner=owner)
+        self._record(call)
         self.files[path] = content
+        for hook in self.on_put:
+            hook(call)
 
     def read(self, path: str, *, sudo: bool = False) -> str | None:
         self.round_trips += 1
-        self.calls.append(Call("read", path, sudo=sudo))
+        self._record(Call("read", path, sudo=sudo))
         value = self.files.get(path)
         return value.decode() if isinstance(value, bytes) else value
 
     def exec_in(self, container: str, cmd: str, *, timeout: float = 60.0, input: str | None = None,
                 env: dict[str, str] | None = None) -> CommandResult:
-        self.calls.append(Call("exec_in", f"{container}: {cmd}", input=input))
-        return self.run(cmd, timeout=timeout, input=input)
+        self.round_trips += 1
+        self._record(Call("exec_in", f"{container}: {cmd}", input=input))
+        return self._answer(cmd)
 
     def close(self) -> None:
         self.closed = True
+
+    def _record(self, call: Call) -> None:
+        self.calls.append(call)
+        self.log.append((self.label, call))
 
     @property
     def commands(self) -> list[str]:
@@ -122,6 +141,15 @@ class RecordedNodeContext(NodeContext):
     def __init__(self, cluster: ClusterContext, node: Any, transport: RecordingTransport, facts: Facts):
         super().__init__(cluster, node, transport)
         self.shows = facts
+        transport.on_put.append(self._file_written)
+
+    def _file_written(self, call: Call) -> None:
+        """A netplan file put on the node shows in its next facts, as a real gather would read it."""
+        if call.target.startswith("/etc/netplan/"):
+            content = call.content.decode() if isinstance(call.content, bytes) else call.content
+            others = [f for f in self.shows.netplan_files if f.path != call.target]
+            self.shows.netplan_files = sorted([*others, NetplanFile(call.target, content, call.mode)],
+                                              key=lambda f: f.path)
 
     def facts(self, refresh: bool = False) -> Facts:
         with self._lock:
@@ -139,6 +167,7 @@ class Kit:
     cluster: ClusterContext
     events: list[Event]
     fresh: list[RecordingTransport] = field(default_factory=list)
+    log: list[tuple[str, Call]] = field(default_factory=list)   # every call on every transport, in order
     fresh_rules: list[tuple[str, str, int]] = field(default_factory=list)
     refuse_fresh: bool = False
 
@@ -159,10 +188,8 @@ def make_kit(inventory: Inventory, facts_by_node: dict[str, Facts], options: Run
     def new_transport(node: str) -> RecordingTransport:
         kit = kit_holder["kit"]
         if kit.refuse_fresh:
-            from sparkctl.errors import Unreachable
-
             raise Unreachable(f"{node}: connection refused")
-        transport = RecordingTransport(node)
+        transport = RecordingTransport(node, kit.log, f"{node} (new connection)")
         for pattern, stdout, code in kit.fresh_rules:
             transport.respond(pattern, stdout, code)
         kit.fresh.append(transport)
@@ -174,7 +201,7 @@ def make_kit(inventory: Inventory, facts_by_node: dict[str, Facts], options: Run
     kit_holder["kit"] = kit
     for node in inventory.nodes:
         if node.name in facts_by_node:
-            cluster.add(RecordedNodeContext(cluster, node, RecordingTransport(node.name),
+            cluster.add(RecordedNodeContext(cluster, node, RecordingTransport(node.name, kit.log),
                                             facts_by_node[node.name]))
     return kit
 
@@ -241,7 +268,7 @@ def facts_from_spec(node: str, spec: dict[str, Any]) -> Facts:
     if "capture" in spec:
         return captured_facts(spec.pop("capture"), node)
     if "netplan_files" in spec:
-        spec["netplan_files"] = [NetplanFile(f["path"], f.get("content"), f.get("mode", 0o600))
+        spec["netplan_files"] = [NetplanFile(f["path"], f.get("content"), int(str(f.get("mode", "600")), 8))
                                  for f in spec["netplan_files"]]
     if "up_ports" in spec:
         spec["up_ports"] = tuple(spec["up_ports"])
@@ -268,9 +295,41 @@ def task_cases(task: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def kit_from_case(case: dict[str, Any], options: RunOptions | None = None) -> Kit:
+    """The kit a fixture describes. A netplan file whose content is `@planned` holds what the plan renders."""
     inv = inventory(case.get("inventory", "two-sparks.yaml"))
     facts = {name: facts_from_spec(name, spec or {}) for name, spec in case["facts"].items()}
+    if any(f.content == PLANNED for fs in facts.values() for f in fs.netplan_files):
+        plan = plan_cluster(inv, facts)
+        for name, node_facts in facts.items():
+            for f in node_facts.netplan_files:
+                if f.content == PLANNED:
+                    f.content = plan.nodes[name].netplan
     return make_kit(inv, facts, options)
+
+
+def install_effects(kit: Kit, node: str, effects: list[dict[str, Any]]) -> None:
+    """`{after: <regex>, shows: <facts spec>}`: once a matching command ran, the node shows those interfaces
+    (its netplan files stay as written)."""
+    ctx = kit.node(node)
+    for effect in effects:
+        def become(spec=effect["shows"]) -> None:
+            new = facts_from_spec(node, spec)
+            new.netplan_files = ctx.shows.netplan_files
+            ctx.shows = new
+        kit.transport(node).respond(effect["after"], then=become)
+
+
+def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") -> str:
+    """What ssh_mesh's read script prints for these files (None or missing: absent), as `awk 1` prints them."""
+    from sparkctl.tasks.ssh_mesh import FILES, SECTION
+
+    out = []
+    for name in FILES:
+        out.append(SECTION + name)
+        content = files.get(name)
+        out += [SECTION + "absent"] if content is None else content.splitlines()
+    out.append(f"@@sparkctl-home@@{home}")
+    return "\n".join(out) + "\n"
 
 
 def normalize_run_id(text: str) -> str:

@@ -146,6 +146,7 @@ class Lab:
         shutil.rmtree(self.dir / "nodes", ignore_errors=True)
         for stale in ("inventory.yaml", "known_hosts", "sudo-password"):
             (self.dir / stale).unlink(missing_ok=True)
+        _raise_inotify_limit(log)
         key = inventory_writer.write_controller_key(self.dir)
         password = secrets.token_urlsafe(12) if state.sudo_password else None
         if password:
@@ -250,7 +251,8 @@ class Lab:
         if record.init == "systemd":
             while True:
                 if not process_is_alive(record.pid, None):
-                    raise SparkctlError(f"node {record.name} died while booting",
+                    tail = paths.console_log.read_text(errors="replace").strip().splitlines()[-1:]
+                    raise SparkctlError(f"node {record.name} died while booting: {' '.join(tail)}",
                                         hint=f"see {paths.console_log}")
                 result = self.exec(record.name, ["systemctl", "is-system-running", "--wait"],
                                    timeout=BOOT_TIMEOUT)
@@ -295,6 +297,25 @@ class Lab:
                          "system": system if running else "down",
                          "fabric_up": self.fabric_up(record.name) if running else []})
         return rows
+
+
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+WANTED_INOTIFY_INSTANCES = 8192
+
+
+def _raise_inotify_limit(log: Log) -> None:
+    """Each node's systemd, journald, networkd, logind and dbus hold ~10 inotify instances, all as root.
+
+    The default limit (128 per user) is spent by about a dozen nodes across all labs; the next systemd
+    then dies at start ("Failed to allocate manager object", exit 255). Only ever raised.
+    """
+    try:
+        current = int(INOTIFY_INSTANCES.read_text())
+        if current < WANTED_INOTIFY_INSTANCES:
+            INOTIFY_INSTANCES.write_text(str(WANTED_INOTIFY_INSTANCES))
+            log(f"raised fs.inotify.max_user_instances {current} -> {WANTED_INOTIFY_INSTANCES}")
+    except OSError as exc:
+        log(f"could not raise fs.inotify.max_user_instances: {exc}")
 
 
 def _write_sshd_pam(etc_upper: Path) -> None:

@@ -151,15 +151,19 @@ def render_entrypoint(inventory: Any) -> str:
     return render(
         "container-entrypoint.sh.j2",
         cluster=inventory.cluster.name, container_name=inventory.container.name,
-        ssh_port=inventory.container.ssh_port, forwarded_env=FORWARDED_ENV,
+        ssh_port=inventory.container.ssh_port,
+        # the inventory's own env must reach the ranks mpirun starts over ssh too
+        forwarded_env=FORWARDED_ENV + tuple(k for k in sorted(inventory.container.env or {}) if k not in FORWARDED_ENV),
     )
 
 
 def hostfile_addresses(inventory: Any, fabric: FabricPlan) -> list[str]:
-    """Head first, then inventory order: the address each node owns on its first included interface."""
+    """Head first, then inventory order: the address each node owns on its first included interface that the
+    head can reach (in a ring, the end of the cable shared with the head)."""
     out = []
+    head = inventory.nodes[0].name
     for node in inventory.nodes:
-        ip = fabric.first_address(node.name)
+        ip = fabric.address_facing(node.name, head) if node.name != head else fabric.first_address(head)
         out.append(str(ip) if ip is not None else node.host)
     return out
 

@@ -67,6 +67,16 @@ class FabricPlan:
             out.append(Link(node, iface, addr, peers))
         return out
 
+    def address_facing(self, node: str, peer: str) -> ipaddress.IPv4Address | None:
+        """node's first address on a subnet it shares with peer (a ring reaches each neighbour on its own
+        cable); else its first address."""
+        theirs = {a.network for a in self.addresses.get(peer, {}).values()}
+        for iface in self.ports[node].interfaces:
+            addr = self.addresses.get(node, {}).get(iface)
+            if addr is not None and addr.network in theirs:
+                return addr.ip
+        return self.first_address(node)
+
     def first_address(self, node: str) -> ipaddress.IPv4Address | None:
         ports = self.ports[node]
         for iface in ports.interfaces:
@@ -194,10 +204,36 @@ def plan_fabric(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> 
     return FabricPlan(ports=ports, addresses=chosen, kept=kept)
 
 
+def neighbour_routes(plan: FabricPlan, node: str) -> dict[str, list[tuple[str, str]]]:
+    """Host routes to a neighbour's addresses on cables that are not ours: {interface: [(to, via)]}.
+
+    In a ring every node owns addresses on two cables; Open MPI's TCP transport tries all of a peer's
+    addresses and fails with "Network is unreachable" on the cable it is not on. The neighbour accepts
+    traffic for any of its own addresses on the link we share, so a /32 through it needs no forwarding.
+    """
+    mine = plan.addresses.get(node, {})
+    attached = {a.network for a in mine.values()}
+    routes: dict[str, list[tuple[str, str]]] = {}
+    for peer, theirs in plan.addresses.items():
+        if peer == node:
+            continue
+        shared = [(iface, peer_addr) for iface, addr in mine.items()
+                  for peer_addr in theirs.values() if peer_addr.network == addr.network]
+        if not shared:
+            continue  # not a neighbour: a ring of 4+ would need a relay
+        out_iface, gateway = shared[0]
+        for addr in theirs.values():
+            if addr.network not in attached:
+                routes.setdefault(out_iface, []).append((f"{addr.ip}/32", str(gateway.ip)))
+    return routes
+
+
 def render_netplan(inventory: Any, node: str, plan: FabricPlan) -> str:
     addrs = plan.addresses.get(node, {})
+    routes = neighbour_routes(plan, node) if inventory.topology == "ring" else {}
     interfaces = [
-        {"name": iface, "addresses": [str(addrs[iface])] if iface in addrs else []}
+        {"name": iface, "addresses": [str(addrs[iface])] if iface in addrs else [],
+         "routes": routes.get(iface, [])}
         for iface in plan.ports[node].interfaces
     ]
     return render(

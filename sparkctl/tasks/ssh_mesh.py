@@ -29,7 +29,9 @@ def read_ssh_files(ctx) -> dict[str, dict[str, str | None]]:
     key = key_name(ctx.inventory.cluster.name)
     paths = [f'"$HOME"/.ssh/{q(key + ".pub")}', "/etc/ssh/ssh_host_ed25519_key.pub",
              '"$HOME"/.ssh/authorized_keys', '"$HOME"/.ssh/known_hosts', '"$HOME"/.ssh/config']
-    script = "\n".join(f"echo {q(SECTION + name)}; cat {path} 2>/dev/null || echo {q(SECTION + 'absent')}"
+    # `awk 1`, not cat: a file without a final newline would glue the next section marker onto its last line
+    # (that section would then be read as absent and rewritten, losing the user's entries).
+    script = "\n".join(f"echo {q(SECTION + name)}; awk 1 {path} 2>/dev/null || echo {q(SECTION + 'absent')}"
                        for name, path in zip(FILES, paths, strict=True))
     script += '\necho "@@sparkctl-home@@$HOME"'
     results = ctx.run_on_all({n: script for n in ctx.nodes})
@@ -105,10 +107,14 @@ class SshMeshTask(Task):
             f = files.get(node.name)
             if f is None:
                 continue
-            if not f.get("pub") or not f.get("hostkey"):
+            pub = f.get("pub")
+            if not pub and ctx.options.check:
+                # --check: ssh.keys has not generated it; show where its line goes
+                pub = f"ssh-ed25519 <new-cluster-key-of-{node.name}> sparkctl-{cluster}@{node.name}"
+            if not pub or not f.get("hostkey"):
                 raise TaskFailed(f"{node.name}: cluster key or ssh host key missing",
                                  hint="rerun bootstrap; check /etc/ssh/ssh_host_ed25519_key.pub on the node")
-            pubs[node.name] = f["pub"].strip()
+            pubs[node.name] = pub.strip()
             hostkeys[node.name] = " ".join(f["hostkey"].split()[:2])
             fabric = [str(a.ip) for a in plan.fabric.addresses.get(node.name, {}).values()]
             names[node.name] = [known_host_name(str(node.host), node.port or inv.ssh.port or 22)] + fabric
@@ -143,8 +149,18 @@ class SshMeshTask(Task):
     def apply(self, ctx, changes) -> None:
         for change in changes:
             node, name, content, home = change.payload
-            ctx.nodes[node].run('install -d -m 700 "$HOME"/.ssh')
-            ctx.nodes[node].transport.put(posixpath.join(home, ".ssh", name), content, mode=0o600)
+            path = posixpath.join(home, ".ssh", name)
+            ctx.nodes[node].transport.put(path, content, mode=kept_mode(ctx.nodes[node], path))
+
+
+def kept_mode(node_ctx, path: str) -> int:
+    """The file's mode as the user left it (never group/world-writable: sshd would refuse it); 600 if new.
+
+    Also makes sure ~/.ssh exists.
+    """
+    result = node_ctx.run(f'install -d -m 700 "$HOME"/.ssh && stat -c %a {q(path)} 2>/dev/null || true')
+    found = result.stdout.strip()
+    return int(found, 8) & 0o644 if found.isdigit() else 0o600
 
 
 class SshVerify(Task):
@@ -157,6 +173,9 @@ class SshVerify(Task):
     changes = "nothing (read-only)"
 
     def check(self, ctx) -> list[Change]:
+        if ctx.options.check and SshMeshTask().check(ctx):
+            ctx.warn("not run in check mode: the ssh mesh is not set up yet", task=self.name)
+            return []
         plan = ctx.plan()
         scripts = {}
         for node in ctx.nodes:
@@ -164,10 +183,8 @@ class SshVerify(Task):
             for peer in ctx.nodes:
                 if peer == node:
                     continue
-                ip = plan.fabric.first_address(peer)
-                target = str(ip) if ip else str(ctx.inventory.nodes[[n.name for n in ctx.inventory.nodes]
-                                                                    .index(peer)].host)
-                lines.append(f"if ssh -o BatchMode=yes -o ConnectTimeout=5 {q(target)} true </dev/null "
+                target, options = _verify_target(ctx, plan, node, peer)
+                lines.append(f"if ssh -o BatchMode=yes -o ConnectTimeout=5 {options}{q(target)} true </dev/null "
                              f">/dev/null 2>/tmp/.sparkctl-ssh-err; then echo {q('ok ' + peer + ' ' + target)}; "
                              f"else echo {q('fail ' + peer + ' ' + target)} \"$(tail -n1 /tmp/.sparkctl-ssh-err)\";"
                              " fi")
@@ -181,6 +198,22 @@ class SshVerify(Task):
         if failures:
             raise TaskFailed(f"{len(failures)} node-to-node ssh connection(s) failed", details=failures)
         return []
+
+
+def _verify_target(ctx, plan, node: str, peer: str) -> tuple[str, str]:
+    """The peer's address on a subnet `node` shares with it, and the extra ssh options to reach it.
+
+    A peer's first address is not always on a link of ours (in a ring it may face the next node). Peers with
+    no shared link (non-neighbours in a ring of 4+) are reached by their management address with the key.
+    """
+    for link in plan.fabric.links(node):
+        for other, _iface, address in link.peers:
+            if other == peer:
+                return str(address.ip), ""
+    inv = ctx.inventory
+    spec = next(n for n in inv.nodes if n.name == peer)
+    port = int(spec.port or inv.ssh.port or 22)
+    return str(spec.host), f'-p {port} -o IdentitiesOnly=yes -i "$HOME"/.ssh/{q(key_name(inv.cluster.name))} '
 
 
 TASKS = [SshKeyTask(), SshMeshTask(), SshVerify()]

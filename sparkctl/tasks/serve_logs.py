@@ -1,0 +1,62 @@
+"""PURE: the likely cause of a failed server start, from known signatures in its log (REFERENCE.md §7)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    pattern: re.Pattern
+    hint: str
+
+
+CAUSES = (
+    Cause("unknown config key", re.compile(r"Extra inputs are not permitted|union_tag_invalid|validation error"),
+          "the TensorRT-LLM config has a key (or value) this release rejects: {detail}; fix serve.config in the "
+          "inventory"),
+    Cause("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|Cannot allocate memory",
+                                      re.I),
+          "the model, draft and KV cache do not fit: lower kv_cache_config.free_gpu_memory_fraction in "
+          "serve.config, drop the page cache on each node (`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), "
+          "or use more nodes (tp_size)"),
+    Cause("port in use", re.compile(r"address already in use|error while attempting to bind", re.I),
+          "another process holds the serve port on the head: stop it or set serve.port"),
+    Cause("missing model files", re.compile(
+        r"does not appear to have the files|couldn't find them in the cached files|Incorrect path_or_model_id|"
+        r"No such file or directory: '.*(config\.json|safetensors)"),
+          "the model or draft is not complete in the HF cache on every node: rerun bootstrap (model.fetch)"),
+    Cause("gated model", re.compile(r"GatedRepoError|Cannot access gated repo"),
+          "a gated repo needs a token: export the variable named by serve.hf_token_env and rerun"),
+    Cause("NCCL", re.compile(r"NCCL WARN|NCCL error|unhandled system error"),
+          "NCCL could not use the fabric settings: check NCCL_SOCKET_IFNAME/NCCL_IB_HCA against each node's Up "
+          "interfaces (`sparkctl doctor`, verify.fabric)"),
+    Cause("MPI start-up", re.compile(r"ORTE was unable to reliably start|Connection refused|"
+                                     r"Permission denied \(publickey\)|PRTE has lost communication"),
+          "mpirun could not start ranks on the peers: the container sshd or keys (rerun bootstrap: "
+          "container.ssh, mpi.hostfile)"),
+    Cause("ranks vs tp_size", re.compile(r"MPI world size|world size is \d+"),
+          "tp_size must equal the number of ranks (one per node in the hostfile)"),
+    Cause("peer lost", re.compile(r"a peer rank is unreachable|did not complete within"),
+          "a rank on another node stopped answering: check the fabric link and that node's container"),
+)
+
+
+def likely_cause(lines: list[str]) -> tuple[str, str] | None:
+    """(cause name, hint) for the first known signature in the log lines, most specific first."""
+    text = "\n".join(lines)
+    for cause in CAUSES:
+        m = cause.pattern.search(text)
+        if m:
+            return cause.name, cause.hint.format(detail=_config_detail(lines) or "see the log")
+    return None
+
+
+def _config_detail(lines: list[str]) -> str | None:
+    """The key pydantic names in the line before `Extra inputs are not permitted`."""
+    for before, line in zip(lines, lines[1:], strict=False):
+        if "Extra inputs are not permitted" in line and before.strip():
+            return f"`{before.strip()}` is not accepted"
+    return None

@@ -1,0 +1,198 @@
+"""The serve phases on a lab pair: model fetch, config, TP=2 Eagle3 launch through the MPI stand-in, smoke.
+
+The lab's nodes have the machine's memory (far less than a Spark's), so the runs that must serve set
+SPARKCTL_FIT_CHECK=warn; the single-node refusal runs without it. The draft fixture repo is gated: a fake
+token is exported, and searched for afterwards everywhere it must never appear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+TOKEN = "hf_LabServeToken4f9c2a7d1e8b3c6a5f0d"
+CONTAINER = "trtllm-multinode"
+SERVE = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}}
+
+
+def write_inventory(lab, path, serve: dict | None = None, nodes: int | None = None) -> str:
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    if nodes is not None:
+        document["nodes"] = document["nodes"][:nodes]
+        document["fabric"]["topology"] = "single"
+    if serve is not None:
+        document["serve"] = serve
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def sparkctl(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, list[dict], str]:
+    proc = subprocess.run(["sparkctl", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, events, proc.stdout + proc.stderr
+
+
+def changed(events) -> set[tuple[str, str | None]]:
+    return {(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"}
+
+
+def failed(events) -> list[dict]:
+    return [e for e in events if e["event"] == "task_result" and e["status"] == "failed"]
+
+
+def sh(lab, node: str, command: str) -> str:
+    return lab.exec(node, ["sh", "-c", command], timeout=60).stdout
+
+
+def state_dir(lab) -> str:
+    cluster = yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]
+    return f"/home/nvidia/.local/state/sparkctl/{cluster}/run/serve"
+
+
+def record(lab) -> dict:
+    return json.loads(sh(lab, lab.nodes[0].name, f"cat {state_dir(lab)}/launch.json"))
+
+
+def chat(lab, prompt: str = "hello from the lab") -> dict:
+    host = yaml.safe_load(lab.inventory_path.read_text())["nodes"][0]["host"]
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://{host}:8355/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    journal = tmp_path_factory.mktemp("serve-state")
+    return {**os.environ, "HF_TOKEN": TOKEN, "SPARKCTL_FIT_CHECK": "warn", "XDG_STATE_HOME": str(journal)}
+
+
+@pytest.fixture(scope="module")
+def served(lab_pair, env, tmp_path_factory):
+    inventory = write_inventory(lab_pair, tmp_path_factory.mktemp("inv") / "serve.yaml", SERVE)
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
+    assert code == 0, output[-3000:]
+    outputs = [output]
+    return {"inventory": inventory, "events": events, "outputs": outputs}
+
+
+def test_bootstrap_ends_with_an_answering_endpoint(lab_pair, served):
+    events = served["events"]
+    assert {("model.fetch", "spark1"), ("model.fetch", "spark2"), ("serve.launch", None)} <= changed(events)
+    smoke = [e for e in events if e.get("task") == "serve.smoke" and e["event"] == "log"]
+    assert smoke and "acceptance length" in smoke[0]["message"]
+    reply = chat(lab_pair)
+    assert reply["choices"][0]["message"]["content"].strip()
+    assert record(lab_pair)["model"] == "nvidia/Qwen3-235B-A22B-FP4"
+    # the draft is in the mounted HF cache on every node, never /opt
+    for n in lab_pair.nodes:
+        assert "config.json" in sh(lab_pair, n.name, "ls /home/nvidia/.cache/huggingface/sparkctl-models/"
+                                                     "nvidia--Qwen3-235B-A22B-Eagle3/")
+        assert sh(lab_pair, n.name, "stat -c %a /home/nvidia/.cache/huggingface/token").strip() == "600"
+
+
+def test_second_run_changes_nothing_and_keeps_the_server(lab_pair, served, env):
+    pid = record(lab_pair)["pid"]
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 0, output[-3000:]
+    assert changed(events) == set()
+    assert record(lab_pair)["pid"] == pid
+
+
+def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, env, tmp_path):
+    pid = record(lab_pair)["pid"]
+    inventory = write_inventory(lab_pair, tmp_path / "draft4.yaml", dict(SERVE, max_draft_len=4))
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--diff"], env)
+    served["outputs"].append(output)
+    assert code == 0, output[-3000:]
+    assert ("serve.launch", None) in changed(events)
+    assert {("serve.config", "spark1"), ("serve.config", "spark2")} <= changed(events)
+    launch = next(e for e in events if e.get("task") == "serve.launch" and e["event"] == "task_result")
+    assert "+  max_draft_len: 4" in launch["changes"][0]["diff"]
+    assert record(lab_pair)["pid"] != pid
+    assert "max_draft_len: 4" in sh(lab_pair, "spark2", f"cat {state_dir(lab_pair)}/extra-llm-api-config.yml")
+    assert chat(lab_pair)["choices"][0]["avg_decoded_tokens_per_iter"] == 3.0  # the stand-in: 1 + draft/2
+
+
+def test_a_killed_server_is_repaired(lab_pair, served, env):
+    pid = record(lab_pair)["pid"]
+    lab_pair.exec("spark1", ["docker", "exec", CONTAINER, "kill", "-KILL", str(pid)], timeout=60)
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 0, output[-3000:]
+    launch = next(e for e in events if e.get("task") == "serve.launch" and e["event"] == "task_result")
+    assert launch["status"] == "changed" and "is gone" in launch["changes"][0]["summary"]
+    assert record(lab_pair)["pid"] != pid
+    assert chat(lab_pair)["choices"][0]["message"]["content"].strip()
+
+
+def test_an_override_key_the_release_rejects_is_refused_before_launch(lab_pair, served, env, tmp_path):
+    pid = record(lab_pair)["pid"]
+    serve = dict(SERVE, config={"enable_iter_perf_stats": True, "use_torch_sampler": True})
+    inventory = write_inventory(lab_pair, tmp_path / "bad-key.yaml", serve)
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
+    served["outputs"].append(output)
+    assert code == 1
+    messages = [e["message"] for e in failed(events)]
+    assert any("use_torch_sampler is not a key of TensorRT-LLM 1.3.0rc12" in m for m in messages), messages
+    assert record(lab_pair)["pid"] == pid  # nothing was launched
+
+
+def test_fit_check_refuses_qwen3_235b_on_one_node(lab_pair, served, env, tmp_path):
+    inventory = write_inventory(lab_pair, tmp_path / "single.yaml", dict(SERVE, tp_size=1), nodes=1)
+    strict = {k: v for k, v in env.items() if k != "SPARKCTL_FIT_CHECK"}
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--only", "model"], strict)
+    served["outputs"].append(output)
+    assert code == 1
+    (failure,) = failed(events)
+    assert failure["task"] == "model.fit" and "Qwen3-235B-A22B-FP4 does not fit" in failure["message"]
+    fetch = next(e for e in events if e.get("task") == "model.fetch" and e["event"] == "task_result")
+    assert fetch["status"] == "skipped"
+
+
+def test_gated_draft_without_token_fails_with_the_hint(lab_pair, served, env):
+    for n in lab_pair.nodes:
+        sh(lab_pair, n.name, "rm -rf /home/nvidia/.cache/huggingface/token "
+                             "/home/nvidia/.cache/huggingface/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3")
+    no_token = {k: v for k, v in env.items() if k != "HF_TOKEN"}
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], no_token)
+    served["outputs"].append(output)
+    assert code == 1
+    fetches = [e for e in failed(events) if e["task"] == "model.fetch"]
+    assert len(fetches) == 2
+    assert all("gated repo" in e["message"] and "export HF_TOKEN=" in e["hint"] for e in fetches)
+    code, _events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 0, output[-3000:]
+
+
+def test_the_token_never_appears_in_logs_events_journal_argv_or_processes(lab_pair, served, env):
+    places = {"sparkctl output": "\n".join(served["outputs"])}
+    runs = os.path.join(env["XDG_STATE_HOME"], "sparkctl")
+    for root, _dirs, files in os.walk(runs):
+        for name in files:
+            with open(os.path.join(root, name), errors="replace") as handle:
+                places[f"journal {name}"] = handle.read()
+    assert any(k.startswith("journal") for k in places)
+    serve_dir = state_dir(lab_pair)
+    for n in lab_pair.nodes:
+        places[f"{n.name} docker.log"] = sh(lab_pair, n.name, "cat /run/lab/docker.log")
+        places[f"{n.name} journal"] = sh(lab_pair, n.name, "journalctl --no-pager -o cat 2>/dev/null | tail -n 20000")
+        places[f"{n.name} ps"] = sh(lab_pair, n.name, "ps -eww -o args")
+        places[f"{n.name} container ps"] = sh(lab_pair, n.name, f"docker exec {CONTAINER} ps -eww -o args")
+        places[f"{n.name} container env"] = sh(lab_pair, n.name, f"docker exec {CONTAINER} env")
+        places[f"{n.name} serve dir"] = sh(lab_pair, n.name, f"cat {serve_dir}/* 2>/dev/null")
+    assert "trtllm-serve" in places["spark1 container ps"]  # the search looks where the server runs
+    leaks = [where for where, text in places.items() if TOKEN in text]
+    assert leaks == []
+    # where it must be: the 0600 token file
+    assert sh(lab_pair, "spark1", "cat /home/nvidia/.cache/huggingface/token").strip() == TOKEN

@@ -1,0 +1,68 @@
+"""A tiny OpenAI-style endpoint on loopback for client and task tests (real HTTP, real sockets)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeEndpoint:
+    def __init__(self, reply: str = "hello from the sparks", health: int = 200, acceptance: float = 2.5):
+        self.reply, self.health, self.acceptance = reply, health, acceptance
+        self.requests: list[dict] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _json(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/health":
+                    self.send_response(owner.health)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path == "/v1/models":
+                    self._json(200, {"data": [{"id": "nvidia/Qwen3-235B-A22B-FP4"}]})
+                elif self.path == "/metrics":
+                    self._json(200, [{"specDecodingStats": {"acceptanceLength": 2.0}},
+                                     {"specDecodingStats": {"acceptanceLength": 3.0}}])
+                else:
+                    self._json(404, {"message": "Not Found"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append(body)
+                words = owner.reply.split(" ")
+                if not body.get("stream"):
+                    choice = {"message": {"content": owner.reply}, "finish_reason": "length",
+                              "avg_decoded_tokens_per_iter": owner.acceptance}
+                    return self._json(200, {"choices": [choice], "usage": {"completion_tokens": len(words)}})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i, word in enumerate(words):
+                    piece = word if i == 0 else " " + word
+                    chunk = {"choices": [{"delta": {"content": piece}, "finish_reason": None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                last = {"choices": [{"delta": {}, "finish_reason": "length",
+                                     "avg_decoded_tokens_per_iter": owner.acceptance}]}
+                self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,142 @@
+"""serve.config, serve.launch (check), serve.smoke, failure signatures, and `sparkctl serve presets`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sparkctl.cli.main import cli
+from sparkctl.engine.task import TaskFailed
+from sparkctl.plan.serve import CONFIG_PATH
+from sparkctl.tasks.serve import ServeConfigTask
+from sparkctl.tasks.serve_launch import ServeLaunchTask, desired_launch
+from sparkctl.tasks.serve_logs import likely_cause
+from sparkctl.tasks.serve_smoke import ServeSmokeTask
+from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
+from tests.unit.fake_endpoint import FakeEndpoint
+
+SERVE_DIR = "/home/nvidia/.local/state/sparkctl/{cluster}/run/serve"
+PAIR = """
+user: nvidia
+cluster: {{name: duo}}
+nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 10.0.0.12}}]
+container: {{image: "nvcr.io/nvidia/tensorrt-llm/release:{release}"}}
+serve:
+  preset: qwen3-235b-eagle3
+  port: {port}
+  {extra}
+"""
+
+
+@pytest.fixture
+def endpoint():
+    fake = FakeEndpoint()
+    yield fake
+    fake.close()
+
+
+def kit_for(tmp_path, port: int = 8355, release: str = "1.3.0rc12", extra: str = ""):
+    inv = inventory_from_yaml(PAIR.format(port=port, release=release, extra=extra), tmp_path)
+    return make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+
+
+def test_config_is_written_with_a_diff_and_then_ok(tmp_path):
+    kit = kit_for(tmp_path, extra="max_draft_len: 4")
+    node, transport = kit.node("spark2"), kit.transport("spark2")
+    (change,) = ServeConfigTask().check(node)
+    path = SERVE_DIR.format(cluster="duo") + "/extra-llm-api-config.yml"
+    assert change.summary == f"create {path}" and "+  max_draft_len: 4" in change.diff
+    ServeConfigTask().apply(node, [change])
+    assert transport.files[path] == change.payload
+    assert any(c.startswith("mkdir -p ") for c in transport.commands)
+    assert ServeConfigTask().check(node) == []
+
+
+def test_an_override_the_release_rejects_is_refused_before_launch(tmp_path):
+    kit = kit_for(tmp_path, release="1.3.0rc27", extra="config: {sampler_type: TorchSampler}")
+    with pytest.raises(TaskFailed) as failure:
+        ServeConfigTask().check(kit.node("spark1"))
+    assert "sampler_type is not a key of TensorRT-LLM 1.3.0rc27" in failure.value.message
+    assert kit.transport("spark1").puts == []
+
+
+def launch_kit(tmp_path, port: int, record: dict | None, alive: bool = True):
+    kit = kit_for(tmp_path, port=port)
+    head = kit.transport("spark1")
+    if record is not None:
+        head.respond(r"cat .*launch\.json", json.dumps(record))
+    if alive:
+        head.respond(r"/proc/4242/cmdline", f"mpirun trtllm-serve --extra_llm_api_options {CONFIG_PATH} ")
+    return kit
+
+
+def test_launch_check_states(tmp_path, endpoint):
+    kit = launch_kit(tmp_path, endpoint.port, None)
+    (start,) = ServeLaunchTask().check(kit.cluster)
+    assert start.summary.startswith("start the server on spark1")
+
+    text, command, fingerprint = desired_launch(kit.node("spark1"))
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    assert ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record).cluster) == []
+
+    (gone,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=False).cluster)
+    assert "is gone" in gone.summary
+
+    old = dict(record, fingerprint="0" * 16, config=text.replace("max_draft_len: 3", "max_draft_len: 5"))
+    (changed,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, old).cluster)
+    assert "config or launch line changed" in changed.summary
+    assert "-  max_draft_len: 5" in changed.diff and "+  max_draft_len: 3" in changed.diff
+
+    endpoint.health = 503
+    (sick,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record).cluster)
+    assert "/health answers 503" in sick.summary
+
+
+def test_smoke_passes_and_reports_acceptance(tmp_path, endpoint):
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
+    assert "acceptance length 2.50" in log.message
+    assert endpoint.requests[-1]["model"] == "nvidia/Qwen3-235B-A22B-FP4"
+
+
+def test_smoke_fails_on_degenerate_output_with_the_8615_hint(tmp_path, endpoint):
+    endpoint.reply = "!!!!!!!!!!!!!!!!"
+    with pytest.raises(TaskFailed) as failure:
+        ServeSmokeTask().check(kit_for(tmp_path, port=endpoint.port).cluster)
+    assert "one repeated character" in failure.value.message and "#8615" in failure.value.hint
+
+
+def test_smoke_fails_when_nothing_answers(tmp_path):
+    fake = FakeEndpoint()
+    port = fake.port
+    fake.close()
+    with pytest.raises(TaskFailed, match="/health answers nothing"):
+        ServeSmokeTask().check(kit_for(tmp_path, port=port).cluster)
+
+
+@pytest.mark.parametrize("lines, cause", [
+    (["pydantic_core._pydantic_core.ValidationError: 1 validation error for TorchLlmArgs", "use_torch_sampler",
+      "  Extra inputs are not permitted [type=extra_forbidden]"], "unknown config key"),
+    (["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"], "out of memory"),
+    (["ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8355): address already in use"],
+     "port in use"),
+    (["spark1:1:1 [0] NCCL WARN Bootstrap : no socket interface found"], "NCCL"),
+    (["OSError: nvidia/x does not appear to have the files *.safetensors in /snap"], "missing model files"),
+    (["ORTE was unable to reliably start one or more daemons."], "MPI start-up"),
+])
+def test_failure_signatures(lines, cause):
+    found = likely_cause(lines)
+    assert found is not None and found[0] == cause
+    if cause == "unknown config key":
+        assert "`use_torch_sampler` is not accepted" in found[1]
+    assert likely_cause(["INFO: all good"]) is None
+
+
+def test_serve_presets_lists_every_preset_and_variant():
+    result = CliRunner().invoke(cli, ["serve", "presets"])
+    assert result.exit_code == 0, result.output
+    for name in ("qwen3-235b-eagle3", "gpt-oss-120b-eagle3", "llama-3.3-70b-draft-target", ":long-context", ":v3"):
+        assert name in result.output
