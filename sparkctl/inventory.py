@@ -199,6 +199,10 @@ class ServeSettings(_Section):
     max_batch_size: int = Field(1, gt=0)
     config: dict[str, Any] = Field(default_factory=dict)
     hf_token_env: str = "HF_TOKEN"
+    #: "warn" goes on when the fit check says the model cannot fit (for memory sparkctl misjudges)
+    fit_check: Literal["refuse", "warn"] = "refuse"
+    #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
+    ready_timeout: int = Field(1800, gt=0)
 
     @field_validator("preset")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -47,8 +48,10 @@ def lab_group() -> None:
 @click.option("--sudo-password", is_flag=True,
               help="nvidia's sudo asks for a password (written to DIR/sudo-password).")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
+@click.option("--serve", "serve_preset", metavar="PRESET",
+              help="Also serve this preset (e.g. qwen3-235b-eagle3) through the lab's TensorRT-LLM stand-in.")
 def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool,
-               install_deps: bool) -> None:
+               install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
     try:
         from sparkctl.lab.deps import check_machine, install_packages
@@ -64,9 +67,14 @@ def up_command(nodes: int, topology: str, port: int, directory: str, sudo_passwo
     except SparkctlError as exc:
         _fail(exc)
         return
+    if serve_preset:
+        from sparkctl.lab.inventory_writer import add_serve_section
+
+        add_serve_section(Path(lab.inventory_path), serve_preset)
     _print_nodes(lab.status())
     click.echo(f"inventory: {lab.inventory_path}")
-    click.echo(f"next: sparkctl cluster bootstrap {lab.inventory_path}")
+    token = "HF_TOKEN=<any value: the lab's gated repos take any token> " if serve_preset else ""
+    click.echo(f"next: {token}sparkctl cluster bootstrap {lab.inventory_path}")
 
 
 @lab_group.command("down")

@@ -69,3 +69,11 @@ def write_secret(path: Path, value: str) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
     path.chmod(0o600)
+
+
+def add_serve_section(path: Path, preset: str) -> None:
+    """Serve PRESET from the lab: the nodes have this machine's memory, far less than a Spark's, so the fit
+    check warns instead of refusing; the gated fixture repos take any token."""
+    document = yaml.safe_load(path.read_text())
+    document["serve"] = {"preset": preset, "fit_check": "warn", "ready_timeout": 300}
+    write_inventory(path, document)

@@ -24,8 +24,6 @@ from sparkctl.tasks.container_ssh import hf_cache_dir
 from sparkctl.transport.base import q
 
 DOWNLOAD_TIMEOUT = 6 * 3600.0
-#: "warn" turns a refused fit into a warning (for a node whose memory sparkctl misjudges)
-FIT_CHECK_ENV = "SPARKCTL_FIT_CHECK"
 
 
 def serving_enabled(inventory) -> bool:
@@ -95,10 +93,10 @@ class ModelFitTask(Task):
         if not refused:
             return []
         hint = refusal_hint(spec.tp_size, len(inv.nodes))
-        if os.environ.get(FIT_CHECK_ENV) == "warn":
-            ctx.warn(f"{refused[0]} (going on: {FIT_CHECK_ENV}=warn)", task=self.name)
+        if inv.serve.fit_check == "warn":
+            ctx.warn(f"{refused[0]} (going on: serve.fit_check is warn)", task=self.name)
             return []
-        raise TaskFailed(refused[0], hint=f"{hint}; {FIT_CHECK_ENV}=warn to try anyway", details=refused[1:])
+        raise TaskFailed(refused[0], hint=f"{hint}; serve.fit_check: warn to try anyway", details=refused[1:])
 
 
 class ModelTokenTask(Task):

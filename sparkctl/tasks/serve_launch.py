@@ -6,7 +6,6 @@ restarts it (the config diff shows in `--diff`); a dead or unhealthy server is r
 
 from __future__ import annotations
 
-import os
 import time
 
 from sparkctl.engine.events import Event
@@ -22,7 +21,6 @@ from sparkctl.tasks.serve_server import ServerHandle, leftover_ranks_script
 from sparkctl.transport.base import q
 
 #: Loading a 235B checkpoint from the page cache takes minutes; from disk longer.
-START_TIMEOUT_S = float(os.environ.get("SPARKCTL_SERVE_TIMEOUT", "1800"))
 PROGRESS_EVERY_S = 10.0
 POLL_S = 1.0
 
@@ -128,8 +126,8 @@ class ServeLaunchTask(Task):
             now = time.monotonic()
             if not handle.alive(pid):
                 self._fail(head, handle, f"the server exited during start-up on {head.name}")
-            if now - started > START_TIMEOUT_S:
-                self._fail(head, handle, f"{url}/health did not answer 200 within {START_TIMEOUT_S:.0f}s "
+            if now - started > ctx.inventory.serve.ready_timeout:
+                self._fail(head, handle, f"{url}/health did not answer 200 within {ctx.inventory.serve.ready_timeout}s "
                                          "(the server is left running; a rerun restarts it)")
             if now >= next_note:
                 last = (handle.tail(1) or ["(no log line yet)"])[-1][:160]

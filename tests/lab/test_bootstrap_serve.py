@@ -1,7 +1,7 @@
 """The serve phases on a lab pair: model fetch, config, TP=2 Eagle3 launch through the MPI stand-in, smoke.
 
 The lab's nodes have the machine's memory (far less than a Spark's), so the runs that must serve set
-SPARKCTL_FIT_CHECK=warn; the single-node refusal runs without it. The draft fixture repo is gated: a fake
+serve.fit_check: warn; the single-node refusal runs without it. The draft fixture repo is gated: a fake
 token is exported, and searched for afterwards everywhere it must never appear.
 """
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.lab
 
 TOKEN = "hf_LabServeToken4f9c2a7d1e8b3c6a5f0d"
 CONTAINER = "trtllm-multinode"
-SERVE = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}}
+SERVE = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}, "fit_check": "warn"}
 
 
 def write_inventory(lab, path, serve: dict | None = None, nodes: int | None = None) -> str:
@@ -72,7 +72,7 @@ def chat(lab, prompt: str = "hello from the lab") -> dict:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, str]:
     journal = tmp_path_factory.mktemp("serve-state")
-    return {**os.environ, "HF_TOKEN": TOKEN, "SPARKCTL_FIT_CHECK": "warn", "XDG_STATE_HOME": str(journal)}
+    return {**os.environ, "HF_TOKEN": TOKEN, "XDG_STATE_HOME": str(journal)}
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +148,9 @@ def test_an_override_key_the_release_rejects_is_refused_before_launch(lab_pair, 
 
 
 def test_fit_check_refuses_qwen3_235b_on_one_node(lab_pair, served, env, tmp_path):
-    inventory = write_inventory(lab_pair, tmp_path / "single.yaml", dict(SERVE, tp_size=1), nodes=1)
-    strict = {k: v for k, v in env.items() if k != "SPARKCTL_FIT_CHECK"}
-    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--only", "model"], strict)
+    strict = {k: v for k, v in SERVE.items() if k != "fit_check"}
+    inventory = write_inventory(lab_pair, tmp_path / "single.yaml", dict(strict, tp_size=1), nodes=1)
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--only", "model"], env)
     served["outputs"].append(output)
     assert code == 1
     (failure,) = failed(events)

@@ -38,7 +38,6 @@ def kit_for(text: str, tmp_path, mem_kb: int = 124_500_000):
 def _no_token(monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HF_TOKEN_FILE", raising=False)
-    monkeypatch.delenv("SPARKCTL_FIT_CHECK", raising=False)
     yield
     forget_secrets()
 
@@ -49,7 +48,7 @@ def test_fit_refuses_qwen3_235b_on_one_spark(tmp_path, monkeypatch):
         ModelFitTask().check(kit.cluster)
     assert "Qwen3-235B-A22B-FP4 does not fit" in failure.value.message
     assert "two Sparks" in failure.value.hint
-    monkeypatch.setenv("SPARKCTL_FIT_CHECK", "warn")
+    kit = kit_for(SINGLE_QWEN.replace("tp_size: 1}", "tp_size: 1, fit_check: warn}"), tmp_path)
     assert ModelFitTask().check(kit.cluster) == []
     assert any("does not fit" in w for w in kit.warnings())
 
