@@ -76,8 +76,11 @@ def run_playbook(inventory: Any, graph: Graph, request: RunRequest, emit: Callab
     return result
 
 
-def gather_cluster(inventory: Any, request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
-    """Connect to every node and read its facts once: (facts by node, unreachable reason by node)."""
+def gather_cluster(inventory: Any, request: RunRequest,
+                   also: Callable[[Any, Any], Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Connect to every node and read its facts once: (facts by node, unreachable reason by node).
+
+    `also(transport, facts)` runs on the same connection right after, its result stored as facts.extra."""
     from concurrent.futures import ThreadPoolExecutor
 
     from sparkctl.facts import gather_facts
@@ -87,9 +90,12 @@ def gather_cluster(inventory: Any, request: RunRequest) -> tuple[dict[str, Any],
     controller = tuple(gather_local_controller_addrs())
 
     def one(name: str):
-        return gather_facts(transports[name], name, container_names=(inventory.container.name,),
-                            image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
-                            controller_addrs=controller)
+        facts = gather_facts(transports[name], name, container_names=(inventory.container.name,),
+                             image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
+                             controller_addrs=controller)
+        if also is not None:
+            facts.extra = also(transports[name], facts)
+        return facts
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(request.forks, len(transports) or 1))) as pool:

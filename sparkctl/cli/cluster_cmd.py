@@ -54,18 +54,21 @@ def status(file: str, limit: str | None, forks: int) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
     from rich.console import Console
 
-    from sparkctl.cli.status_view import status_table
+    from sparkctl.cli.status_view import read_container_hostfile, status_table
     from sparkctl.session import RunRequest, gather_cluster
 
     inventory = load_inventory(file)
     request = RunRequest(limit={n.strip() for n in limit.split(",")} if limit else None, forks=forks)
-    facts, unreachable = gather_cluster(inventory, request)
+    facts, unreachable = gather_cluster(inventory, request, also=read_container_hostfile(inventory))
     try:
         cluster_plan = plan_cluster(inventory, facts)
         hashes = {n: p.container.spec_hash() for n, p in cluster_plan.nodes.items()}
+        hostfile = cluster_plan.hostfile
     except SparkctlError:
-        hashes = {}
-    Console().print(status_table(inventory, facts, unreachable, hashes))
+        hashes, hostfile = {}, None
+    # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
+    Console(width=None if sys.stdout.isatty() else 180).print(
+        status_table(inventory, facts, unreachable, hashes, hostfile))
     sys.exit(int(ExitStatus.UNREACHABLE if unreachable else ExitStatus.SUCCESS))
 
 

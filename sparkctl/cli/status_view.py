@@ -6,7 +6,28 @@ from typing import Any
 
 from rich.table import Table
 
-from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.plan.container import HOSTFILE_PATH, SPEC_LABEL
+from sparkctl.transport.base import q
+
+
+def read_container_hostfile(inventory: Any):
+    """For gather_cluster: the hostfile inside a running container (one more round trip), else None."""
+    def read(transport: Any, facts: Any) -> str | None:
+        info = facts.containers.get(inventory.container.name)
+        if info is None or not info.running:
+            return None
+        result = transport.exec_in(inventory.container.name, f"cat {q(HOSTFILE_PATH)}", timeout=20)
+        return result.stdout if result.ok else ""
+    return read
+
+
+def _hostfile(facts: Any, wanted: str | None) -> str:
+    have = getattr(facts, "extra", None)
+    if have is None:
+        return "-"
+    if have == "":
+        return "missing"
+    return "matches" if wanted is not None and have.split() == wanted.split() else "differs"
 
 
 def _ports(facts: Any) -> str:
@@ -38,14 +59,15 @@ def _container(facts: Any, name: str, expected_hash: str | None) -> str:
 
 
 def status_table(inventory: Any, facts: dict[str, Any], unreachable: dict[str, str],
-                 spec_hashes: dict[str, str]) -> Table:
+                 spec_hashes: dict[str, str], hostfile: str | None = None) -> Table:
     table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
-    for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "ports listening"):
+    for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "hostfile",
+                "ports listening"):
         table.add_column(col)
     ssh_port, serve_port = inventory.container.ssh_port, inventory.serve.port
     for node in inventory.nodes:
         if node.name in unreachable:
-            table.add_row(node.name, f"[red]no[/] {unreachable[node.name]}", "", "", "", "", "")
+            table.add_row(node.name, f"[red]no[/] {unreachable[node.name]}", "", "", "", "", "", "")
             continue
         f = facts.get(node.name)
         if f is None:
@@ -54,5 +76,5 @@ def status_table(inventory: Any, facts: dict[str, Any], unreachable: dict[str, s
         listening = [f"{p}:{f.listening_tcp[p] or '?'}" for p in (ssh_port, serve_port) if p in f.listening_tcp]
         table.add_row(node.name, "[green]yes[/]", os_text, _ports(f), _addresses(f),
                       _container(f, inventory.container.name, spec_hashes.get(node.name)),
-                      " ".join(listening) or "-")
+                      _hostfile(f, hostfile), " ".join(listening) or "-")
     return table

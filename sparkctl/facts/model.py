@@ -123,6 +123,8 @@ class Facts:
     time: float = 0.0
     firewall: str | None = None
     raw_errors: list[str] = field(default_factory=list)
+    #: what a caller read on the same connection right after the facts (e.g. `cluster status`)
+    extra: object = None
 
     def fabric_interfaces(self) -> list[str]:
         """The netdevs that have a RoCE device, in the order the node listed them."""
