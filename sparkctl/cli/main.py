@@ -56,10 +56,12 @@ def _register() -> None:
     from sparkctl.cli.cluster_cmd import cluster_group
     from sparkctl.cli.inventory_cmd import inventory_group
     from sparkctl.cli.playbooks_cmd import playbooks_command
+    from sparkctl.cli.serve_cmd import serve_group
 
     cli.add_command(inventory_group)
     cli.add_command(cluster_group)
     cli.add_command(playbooks_command)
+    cli.add_command(serve_group)
     try:
         from sparkctl.cli.lab_cmd import lab_group
     except ImportError:  # the lab needs nothing extra, but a broken lab must not break the product
