@@ -203,6 +203,9 @@ class ServeSettings(_Section):
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
     ready_timeout: int = Field(1800, gt=0)
+    distribute: Literal["download", "copy"] = Field(
+        "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
+        "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
 
     @field_validator("preset")
     @classmethod

@@ -8,12 +8,14 @@ import click
 
 from sparkctl.cli.plan_view import render_plan_text
 from sparkctl.cli.run_options import Views, build_request, run_options
+from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.playbooks import bootstrap_graph, down_graph
 from sparkctl.session import run_playbook
+from sparkctl.tasks.model import gated_repos_failed, hf_token, provide_token
 
 
 @click.group("cluster")
@@ -43,7 +45,41 @@ def bootstrap(file: str, **params) -> None:
     request = build_request(params)
     with Views("bootstrap", params) as bus:
         result = run_playbook(inventory, bootstrap_graph(), request, bus)
+    if ask_for_gated_token(inventory, result):
+        with Views("bootstrap", params) as bus:
+            result = run_playbook(inventory, bootstrap_graph(), request, bus)
     sys.exit(int(result.exit_status()))
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def ask_for_gated_token(inventory, result) -> bool:
+    """A download refused as gated, no token anywhere, a person at a terminal: ask once (hidden), then the
+    caller runs again (it converges: only the refused downloads and what needs them are left).
+
+    Whether a repo is gated is known only once the Hub refuses it, so the prompt follows that refusal rather
+    than asking on every run. Without a terminal (CI) the failure and its hint stand.
+    """
+    repos = gated_repos_failed(result.outcomes)
+    if not repos or result.check_mode or not stdin_is_terminal():
+        return False
+    try:
+        if hf_token(inventory) is not None:
+            return False  # a token is set but cannot see the repo: typing it again would not help
+    except TaskFailed:
+        return False
+    env = inventory.serve.hf_token_env
+    click.echo(f"\n{', '.join(repos)} {'is' if len(repos) == 1 else 'are'} gated and neither ${env} nor "
+               f"${env}_FILE holds a token (accept the license on huggingface.co first).", err=True)
+    token = click.prompt("Hugging Face token (hidden, empty to stop)", hide_input=True, default="",
+                         show_default=False, err=True).strip()
+    if not token:
+        return False
+    provide_token(env, token)
+    click.echo("running bootstrap again with the token", err=True)
+    return True
 
 
 @cluster_group.command("status")

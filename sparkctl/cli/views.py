@@ -54,6 +54,7 @@ class ConsoleView:
         self._node_width = len(CLUSTER_LABEL)
         self._phase_shown: str | None = None
         self._running: dict[tuple[str | None, str | None], None] = {}
+        self._progress: dict[tuple[str | None, str | None], str] = {}
         self._spinner: Spinner | None = None
 
     def __call__(self, event: Event) -> None:
@@ -94,7 +95,9 @@ class ConsoleView:
     def _spinner_text(self) -> str:
         by_task: dict[str | None, list[str]] = {}
         for task, node in self._running:
-            by_task.setdefault(task, []).append(node or CLUSTER_LABEL)
+            progress = self._progress.get((task, node))
+            by_task.setdefault(task, []).append(f"{node or CLUSTER_LABEL} ({progress})" if progress
+                                                 else node or CLUSTER_LABEL)
         return "  ".join(f"{task}: {', '.join(nodes)}" for task, nodes in by_task.items()) or "working"
 
     def _line(self, word: str, style: str, event: Event, text: str | None) -> Text:
@@ -126,6 +129,7 @@ class ConsoleView:
 
     def _on_task_result(self, event: Event) -> None:
         self._running.pop((event.task, event.node), None)
+        self._progress.pop((event.task, event.node), None)
         if self._spinner is not None:
             self._spinner.update(self._spinner_text())
         status = event.status or "ok"
@@ -199,8 +203,22 @@ class ConsoleView:
             self.console.print(Text(f"    | {detail}"), soft_wrap=True)
 
     def _on_log(self, event: Event) -> None:
+        if event.data.get("progress") and self.verbosity < 1:
+            self._on_progress(event)
+            return
         if self.verbosity >= 1:
             self.console.print(self._line("log", "dim", event, event.message), style="dim")
+
+    def _on_progress(self, event: Event) -> None:
+        """Bytes so far of a long transfer: the live status line in a terminal, else a line of its own."""
+        if self._spinner is not None:
+            key, text = (event.task, event.node), event.message or ""
+            if key not in self._running and (event.task, None) in self._running:
+                key, text = (event.task, None), f"{event.node}: {text}"  # a cluster task's transfer to a node
+            self._progress[key] = text
+            self._spinner.update(self._spinner_text())
+        else:
+            self.console.print(self._line("progress", "dim", event, event.message), style="dim")
 
     # -- the end -------------------------------------------------------------------------------------
 

@@ -191,8 +191,9 @@ class Lab:
                       standins: list[Path]) -> None:
         paths = self.paths(record.name)
         for d in (paths.etc_upper, paths.etc_work, paths.home_upper, paths.home_work, paths.run,
-                  paths.tmp, paths.containers, paths.bin):
+                  paths.tmp, paths.containers, paths.var_lib_sparkctl, paths.bin):
             d.mkdir(parents=True, exist_ok=True)
+        paths.console.touch()
         paths.tmp.chmod(0o1777)
         (paths.run / "lab").mkdir()
         (paths.run / "lab").chmod(0o1777)

@@ -37,6 +37,9 @@ class NodePaths:
     run = property(lambda self: self.base / "run")
     tmp = property(lambda self: self.base / "tmp")
     containers = property(lambda self: self.base / "containers")
+    # a real Spark has its own /var/lib; tools keep node state there (the machine's is shared otherwise)
+    var_lib_sparkctl = property(lambda self: self.base / "var-lib-sparkctl")
+    console = property(lambda self: self.base / "console")
     bin = property(lambda self: self.base / "bin")
     init_script = property(lambda self: self.base / "init.sh")
     console_log = property(lambda self: self.base / "console.log")
@@ -45,6 +48,7 @@ class NodePaths:
         """The machine path holding a node file written since boot, without the node running."""
         mapping = {"/etc": self.etc_upper, "/home": self.home_upper, "/root": self.root_home,
                    "/run": self.run, "/tmp": self.tmp, "/var/lib/containers": self.containers,
+                   "/var/lib/sparkctl": self.var_lib_sparkctl,
                    "/usr/local/bin": self.bin}
         for prefix, host_dir in mapping.items():
             if path == prefix or path.startswith(prefix + "/"):
@@ -135,11 +139,13 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         f"mount --bind {d}/run /run",
         f"mount --bind {d}/tmp /tmp",
         f"mkdir -p /var/lib/containers && mount --bind {d}/containers /var/lib/containers",
+        f"mkdir -p /var/lib/sparkctl && mount --bind {d}/var-lib-sparkctl /var/lib/sparkctl",
         f"mount --bind {d}/bin /usr/local/bin",
         "mount -t tmpfs -o mode=1777 shm /dev/shm",
         "mount -t tmpfs -o mode=755 log /var/log",
-        # systemd in a container writes to /dev/console: never the machine's
-        "mount --bind /dev/null /dev/console",
+        # systemd in a container writes to /dev/console and chowns it to root:tty 0620: a file of the node's
+        # own, never the machine's /dev/null (which would then refuse writes from everyone but root)
+        f"mount --bind {d}/console /dev/console",
         f"hostname {hostname}",
         "rm -f /etc/ssh/ssh_host_*",
         "ssh-keygen -q -A",

@@ -1,16 +1,15 @@
-"""model.fit, model.token, model.fetch: will it fit, the HF token as a 0600 file, model and draft in the HF cache.
+"""model.fit, model.token, model.fetch (+ model.copy): will it fit, the HF token as a 0600 file, the snapshots.
 
-Downloads run inside the container (`hf download`), into the mounted HF cache, so they outlive the container:
-the model into the hub cache (trtllm-serve finds it by repo id), the draft into `sparkctl-models/` in the same
-cache (the config names it by path). huggingface_hub reads the token from `$HF_HOME/token`: the token never
-appears on a command line, in the environment of `docker exec`, a log or an event.
+Downloads run inside the container (`hf download`), into the mounted HF cache, so they outlive the container
+(model_cache.py says where). huggingface_hub reads the token from `$HF_HOME/token`: the token never appears on
+a command line, in the environment of `docker exec`, a log or an event. With serve.distribute: copy only the
+head downloads (and holds the token); model.copy (model_copy.py) sends the snapshots on to the peers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import time
 from pathlib import Path
 
@@ -18,21 +17,42 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.fitcheck import fit_verdict, refusal_hint
 from sparkctl.plan.container import CONTAINER_HF_HOME
-from sparkctl.plan.serve import draft_dir
 from sparkctl.secrets import register_secret
-from sparkctl.tasks.container_ssh import hf_cache_dir
+from sparkctl.tasks.model_cache import (
+    DOWNLOAD_TIMEOUT,
+    host_path,
+    repo_path,
+    serving_enabled,
+    snapshot_check_script,
+    token_path,
+    wanted_repos,
+)
+from sparkctl.tasks.model_copy import ModelCopyTask, is_peer_in_copy_mode
+from sparkctl.tasks.model_progress import TransferProgress, directory_size_reader, human_bytes, rate_text
 from sparkctl.transport.base import q
 
-DOWNLOAD_TIMEOUT = 6 * 3600.0
+# Re-exported: the serve tasks and the CLI import them from here.
+__all__ = ["DOWNLOAD_TIMEOUT", "GATED_MARK", "ModelFetchTask", "ModelFitTask", "ModelTokenTask", "TASKS",
+           "gated_repos_failed", "hf_token", "host_path", "provide_token", "serving_enabled", "token_path",
+           "wanted_repos"]
+
+#: In the failure message of a download refused for lack of a token (the CLI offers a prompt on it).
+GATED_MARK = " is a gated repo and "
 
 
-def serving_enabled(inventory) -> bool:
-    """Serving is set up only for an inventory with a `serve:` section (a bare cluster is a valid goal)."""
-    return "serve" in inventory.model_fields_set
+#: Tokens the user typed at the CLI's prompt, by the variable name they stand in for (never in os.environ:
+#: local subprocesses would inherit it).
+_provided_tokens: dict[str, str] = {}
+
+
+def provide_token(env_name: str, token: str) -> None:
+    """A token from the CLI's prompt, used as if the variable named `env_name` held it."""
+    register_secret(token)
+    _provided_tokens[env_name] = token
 
 
 def hf_token(inventory) -> str | None:
-    """The token from the variable named by serve.hf_token_env, or from the file named by <that name>_FILE."""
+    """The token from the variable named by serve.hf_token_env, the file named by <that name>_FILE, or the prompt."""
     name = inventory.serve.hf_token_env
     token = os.environ.get(name, "").strip()
     if not token and os.environ.get(f"{name}_FILE"):
@@ -40,28 +60,11 @@ def hf_token(inventory) -> str | None:
             token = Path(os.environ[f"{name}_FILE"]).read_text().strip()
         except OSError as exc:
             raise TaskFailed(f"cannot read the token file named by {name}_FILE: {exc.strerror}") from exc
+    token = token or _provided_tokens.get(name, "")
     if not token:
         return None
     register_secret(token)
     return token
-
-
-def token_path(ctx) -> str:
-    return posixpath.join(hf_cache_dir(ctx), "token")
-
-
-def host_path(ctx, container_path: str) -> str:
-    """The node-side path of a path inside the container's HF cache mount."""
-    return hf_cache_dir(ctx) + container_path[len(CONTAINER_HF_HOME):]
-
-
-def wanted_repos(inventory) -> list[tuple[str, str | None]]:
-    """(repo, local dir in the container or None for the hub cache): the model, then the draft."""
-    spec = inventory.serve_spec()
-    out: list[tuple[str, str | None]] = [(spec.model, None)]
-    if spec.draft and spec.decoding != "none":
-        out.append((spec.draft, draft_dir(spec.draft)))
-    return out
 
 
 class ModelFitTask(Task):
@@ -105,11 +108,13 @@ class ModelTokenTask(Task):
     needs = ("container.state",)
     description = "put the Hugging Face token on the node as a 0600 file in the HF cache"
     checks = ("when the variable named by serve.hf_token_env (or <name>_FILE) holds a token: <hf_cache>/token "
-              "has mode 600 and the token's sha256 (the token itself never travels back)")
+              "has mode 600 and the token's sha256 (the token itself never travels back); with serve.distribute: "
+              "copy only the head's (the peers' ranks load the copied snapshot, no Hub access)")
     changes = "writes <hf_cache>/token, mode 600, atomically, content on stdin (never in argv)"
 
     def check(self, ctx) -> list[Change]:
-        if not serving_enabled(ctx.inventory):
+        # A peer in copy mode never talks to the Hub: its ranks load the copied snapshot from the cache.
+        if not serving_enabled(ctx.inventory) or is_peer_in_copy_mode(ctx):
             return []
         token = hf_token(ctx.inventory)
         if token is None:
@@ -132,28 +137,6 @@ class ModelTokenTask(Task):
         ctx.transport.put(token_path(ctx), token, mode=0o600)
 
 
-def snapshot_check_script(ctx, repos: list[tuple[str, str | None]]) -> str:
-    """Per repo one line: `complete <repo>` or `missing <repo> <why>`; complete = config.json + every weight."""
-    lines = []
-    for repo, local in repos:
-        if local is None:
-            base = posixpath.join(hf_cache_dir(ctx), "hub", "models--" + repo.replace("/", "--"))
-            lines.append(f'b={q(base)}; r=$(cat "$b"/refs/main 2>/dev/null); s="$b/snapshots/$r"; '
-                         f'[ -n "$r" ] || s=/nonexistent')
-        else:
-            lines.append(f"s={q(host_path(ctx, local))}")
-        lines.append(
-            f'if [ ! -f "$s"/config.json ]; then echo missing {q(repo)} no config.json; '
-            f'elif find "$s" -name "*.incomplete" 2>/dev/null | grep -q .; then echo missing {q(repo)} partial; '
-            f'elif [ -f "$s"/model.safetensors.index.json ]; then ok=1; '
-            f'for w in $(grep -o "[^\\"]*\\.safetensors" "$s"/model.safetensors.index.json | sort -u); do '
-            f'[ -e "$s/$w" ] || ok=; done; '
-            f'if [ -n "$ok" ]; then echo complete {q(repo)}; else echo missing {q(repo)} shards; fi; '
-            f'elif ls "$s"/*.safetensors >/dev/null 2>&1; then echo complete {q(repo)}; '
-            f'else echo missing {q(repo)} no weights; fi')
-    return "\n".join(lines)
-
-
 def gated_hint(repo: str, env: str) -> str:
     return (f"accept the license at https://huggingface.co/{repo} with your account, then export {env}=<your "
             f"token> (serve.hf_token_env names the variable) and rerun; sparkctl puts it on each node as a 0600 "
@@ -166,12 +149,14 @@ class ModelFetchTask(Task):
     needs = ("model.fit", "model.token", "container.run")
     description = "download the model and its draft into the mounted HF cache on every node"
     checks = ("the model's hub-cache snapshot (refs/main) and the draft's dir in <hf_cache>/sparkctl-models/ "
-              "each hold config.json and every weight file, nothing half-downloaded (no network needed)")
-    changes = ("`hf download` inside the container (resumes partial files); the token comes from the 0600 "
-               "token file; a gated repo without a token fails with the license hint")
+              "each hold config.json and every weight file, nothing half-downloaded (no network needed); "
+              "with serve.distribute: copy only the head's (model.copy serves the peers)")
+    changes = ("`hf download` inside the container (resumes partial files), with the bytes so far logged every "
+               "few seconds; the token comes from the 0600 token file; a gated repo without a token fails with "
+               "the license hint")
 
     def check(self, ctx) -> list[Change]:
-        if not serving_enabled(ctx.inventory):
+        if not serving_enabled(ctx.inventory) or is_peer_in_copy_mode(ctx):
             return []
         repos = wanted_repos(ctx.inventory)
         result = ctx.must(snapshot_check_script(ctx, repos), "checking the HF cache", timeout=60)
@@ -191,30 +176,26 @@ class ModelFetchTask(Task):
         for change in changes:
             repo, local = change.payload
             command = f"hf download {q(repo)}" + (f" --local-dir {q(local)}" if local else "")
-            ctx.log(f"downloading {repo} (resumes what an earlier run left)")
+            measure = directory_size_reader(ctx.transport, repo_path(ctx, repo, local))
+            before = measure() or 0
+            ctx.log(f"downloading {repo} (resumes what an earlier run left: {human_bytes(before)} there)")
             started = time.monotonic()
-            result = ctx.transport.exec_in(container, command, timeout=DOWNLOAD_TIMEOUT)
+            with TransferProgress(ctx.cluster.emit, task=self.name, node=ctx.name, what=repo, measure=measure):
+                result = ctx.transport.exec_in(container, command, timeout=DOWNLOAD_TIMEOUT)
             seconds = time.monotonic() - started
             if not result.ok:
                 raise _download_failure(ctx.name, repo, result, env)
-            size = self._size(ctx, repo, local)
-            rate = f", {size / seconds / 1e6:.1f} MB/s" if size and seconds > 0 else ""
-            ctx.log(f"downloaded {repo}: {size / 1e9:.2f} GB in {seconds:.1f}s{rate}")
-
-    @staticmethod
-    def _size(ctx, repo: str, local: str | None) -> int:
-        path = host_path(ctx, local) if local else posixpath.join(
-            hf_cache_dir(ctx), "hub", "models--" + repo.replace("/", "--"))
-        result = ctx.run(f"du -sLb {q(path)} 2>/dev/null | cut -f1", timeout=60)
-        value = result.stdout.strip()
-        return int(value) if value.isdigit() else 0
+            size = measure() or 0
+            ctx.cluster.emit(Event("log", task=self.name, node=ctx.name, message=(
+                f"downloaded {repo}: {human_bytes(size)} in the cache, {human_bytes(size - before)} in "
+                f"{seconds:.1f}s, {rate_text(size - before, seconds)}")))
 
 
 def _download_failure(node: str, repo: str, result, env: str) -> TaskFailed:
     output = (result.stderr or result.stdout).strip()
     tail = output.splitlines()[-3:]
     if "GatedRepoError" in output or "Cannot access gated repo" in output:
-        return TaskFailed(f"{repo} is a gated repo and {node} has no valid Hugging Face token",
+        return TaskFailed(f"{repo}{GATED_MARK}{node} has no valid Hugging Face token",
                           hint=gated_hint(repo, env), details=tail)
     if "RepositoryNotFoundError" in output:
         return TaskFailed(f"{repo} was not found on the Hub (or it is private and the token cannot see it)",
@@ -228,4 +209,16 @@ def _download_failure(node: str, repo: str, result, env: str) -> TaskFailed:
                       hint="a rerun resumes the partial download", details=tail)
 
 
-TASKS = [ModelFitTask(), ModelTokenTask(), ModelFetchTask()]
+def gated_repos_failed(outcomes) -> list[str]:
+    """The repos whose download failed for lack of a token, from a run's task outcomes."""
+    repos = []
+    for outcome in outcomes:
+        message = outcome.message or ""
+        if outcome.task == ModelFetchTask.name and GATED_MARK in message:
+            repo = message.split(GATED_MARK)[0]
+            if repo not in repos:
+                repos.append(repo)
+    return repos
+
+
+TASKS = [ModelFitTask(), ModelTokenTask(), ModelFetchTask(), ModelCopyTask()]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import posixpath
+from dataclasses import replace
 
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.fabric import MANAGEMENT_NAMES
@@ -68,6 +70,22 @@ def _twins_sharing_subnet(facts, ifaces: list[str]) -> str | None:
     return None
 
 
+def readable_netplan_files(ctx) -> list:
+    """The netplan files from the facts, with the ones facts could not read (0600 root, and sudo needs the
+    password the fact script never has) read again through the transport's sudo, in one round trip."""
+    files = ctx.facts().netplan_files
+    unreadable = [f.path for f in files if f.content is None]
+    if not unreadable:
+        return files
+    script = "\n".join(f"printf '%s ' {q(p)}; base64 -w0 < {q(p)}; echo" for p in unreadable)
+    result = ctx.must(script, "reading the netplan files", sudo=True)
+    contents = {}
+    for line in result.stdout.splitlines():
+        name, _, encoded = line.rpartition(" ")
+        contents[name] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return [replace(f, content=contents.get(f.path, f.content)) for f in files]
+
+
 class NetplanTask(Task):
     name = "network.netplan"
     phase = "network"
@@ -86,16 +104,16 @@ class NetplanTask(Task):
             return []
         ifaces, wanted = _planned(ctx)
         _guard_management(ctx, ifaces)
-        facts = ctx.facts()
+        files = readable_netplan_files(ctx)
         path = ctx.inventory.fabric.netplan_file
-        current = next((f for f in facts.netplan_files if f.path == path), None)
+        current = next((f for f in files if f.path == path), None)
         changes = []
         if current is None or current.content != desired or current.mode not in (0o600, None):
             why = "create" if current is None else ("update" if current.content != desired else "chmod 600")
             changes.append(Change(f"{why} {path}", diff=unified_diff(path, current and current.content, desired),
                                   payload=("file", path, desired)))
-        for other, keys in conflicting_stanzas(facts.netplan_files, path, ifaces).items():
-            content = next(f.content for f in facts.netplan_files if f.path == other)
+        for other, keys in conflicting_stanzas(files, path, ifaces).items():
+            content = next(f.content for f in files if f.path == other)
             after = without_stanzas(content, keys)
             changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
                                   "their addresses; the file is backed up)",
@@ -153,6 +171,12 @@ class NetworkVerify(Task):
     def check(self, ctx) -> list[Change]:
         if ctx.inventory.topology == "single":
             return []
+        if ctx.options.check:
+            pending = sorted(name for name, node in ctx.nodes.items() if NetplanTask().check(node))
+            if pending:
+                ctx.warn(f"not run in check mode: the fabric settings of {', '.join(pending)} are not applied yet",
+                         task=self.name)
+                return []
         plan = ctx.plan()
         size = ctx.inventory.fabric.mtu - 28
         script_by_node = {}

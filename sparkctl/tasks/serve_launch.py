@@ -48,7 +48,7 @@ class ServeLaunchTask(Task):
     name = "serve.launch"
     phase = "serve"
     scope = Scope.CLUSTER
-    needs = ("serve.config", "model.fetch", "mpi.hostfile")
+    needs = ("serve.config", "model.fetch", "model.copy", "mpi.hostfile")
     description = "start trtllm-serve with mpirun from the head container and wait for /health"
     checks = ("<state>/run/serve/launch.json on the head names a live mpirun (PID in the container) started "
               "with the planned config and launch line, and http://<head>:<port>/health answers 200")

@@ -178,11 +178,12 @@ class SshVerify(Task):
             return []
         plan = ctx.plan()
         scripts = {}
-        for node in ctx.nodes:
+        names = list(ctx.nodes)
+        for index, node in enumerate(names):
             lines = []
-            for peer in ctx.nodes:
-                if peer == node:
-                    continue
+            # each node starts with the next one: all starting with the first node would put N-1 handshakes on
+            # one sshd at once, past its MaxStartups (10), which then resets connections at random
+            for peer in names[index + 1:] + names[:index]:
                 target, options = _verify_target(ctx, plan, node, peer)
                 lines.append(f"if ssh -o BatchMode=yes -o ConnectTimeout=5 {options}{q(target)} true </dev/null "
                              f">/dev/null 2>/tmp/.sparkctl-ssh-err; then echo {q('ok ' + peer + ' ' + target)}; "

@@ -9,7 +9,7 @@ import posixpath
 from sparkctl.engine.task import Change, Task
 from sparkctl.tasks import netplan_apply as safe
 from sparkctl.tasks.ssh_files import key_marker, remove_config_block
-from sparkctl.tasks.ssh_mesh import key_name
+from sparkctl.tasks.ssh_mesh import kept_mode, key_name
 from sparkctl.transport.base import q
 
 MARK = "@@sparkctl-original@@"
@@ -109,7 +109,9 @@ class SshDown(Task):
         return out
 
     def check(self, ctx) -> list[Change]:
-        return [Change(f"remove the cluster key {p}" if have is None else f"remove sparkctl's lines from {p}",
+        return [Change(f"remove the cluster key {p}" if have is None else
+                       f"remove {p} (only sparkctl's lines were in it)" if not want else
+                       f"remove sparkctl's lines from {p}",
                        payload=(p, want)) for p, (have, want) in self._wanted(ctx).items()]
 
     def apply(self, ctx, changes) -> None:
@@ -117,8 +119,11 @@ class SshDown(Task):
             path, want = change.payload
             if want is None:
                 ctx.must(f"rm -f {q(path)} {q(path + '.pub')}", "removing the cluster key")
+            elif not want:
+                # nothing of the user's is left: sparkctl created it (an empty file would still differ)
+                ctx.must(f"rm -f {q(path)}", f"removing {path}")
             else:
-                ctx.transport.put(path, want, mode=0o600)
+                ctx.transport.put(path, want, mode=kept_mode(ctx, path))
 
 
 DOWN_NETWORK_TASKS = [SshDown(), NetworkDown()]

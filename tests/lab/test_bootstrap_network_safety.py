@@ -1,0 +1,224 @@
+"""Safety of bootstrap's first phases on a lab: the node-side netplan revert, `--check --diff` changing
+nothing, `cluster down --network` restoring the nodes, and a node lost in the middle of a run."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from sparkctl.engine.task import TaskFailed
+from sparkctl.exitcodes import ExitStatus
+from sparkctl.inventory import load_inventory
+from sparkctl.playbooks import bootstrap_graph
+from sparkctl.session import RunRequest, node_specs, run_playbook
+from sparkctl.tasks import netplan_apply as safe
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.transport.connect import open_transport
+from tests.lab.conftest import poll, ssh
+from tests.lab.test_bootstrap_network_kit import (
+    bootstrap,
+    fabric_of,
+    snapshot,
+    snapshot_node,
+    sparkctl,
+)
+
+pytestmark = pytest.mark.lab
+
+MGMT_FILE = "/etc/netplan/00-lab-mgmt.yaml"
+EXTRA_FILE = "/etc/netplan/45-sparkctl-test.yaml"
+EXTRA_NETPLAN = """\
+network:
+  version: 2
+  ethernets:
+    enx0a1b2c3d4e5f:
+      dhcp4: false
+      addresses: [192.168.79.1/24]
+"""
+
+
+# --- the node-side revert, driven directly ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def revert_lab(lab_factory):
+    lab = lab_factory(2, "pair")
+    return lab
+
+
+def node_context(lab, node: str, confirm_timeout: float, connect_timeout: float = 5) -> NodeContext:
+    """A task's view of one lab node, as a run builds it: a session, and a way to open a NEW connection."""
+    inventory = load_inventory(lab.inventory_path)
+    specs = {s.node: s for s in node_specs(inventory)}
+    options = dict(known_hosts_path=inventory.ssh.known_hosts, use_ssh_config=False, connect_timeout=connect_timeout)
+    cluster = ClusterContext(inventory, RunOptions(netplan_confirm_timeout=confirm_timeout), emit=lambda _e: None,
+                             new_transport=lambda name: open_transport(specs[name], **options))
+    ctx = NodeContext(cluster, next(n for n in inventory.nodes if n.name == node),
+                      open_transport(specs[node], **options))
+    cluster.add(ctx)
+    return ctx
+
+
+def state_files(lab, node: str, cluster: str) -> list[str]:
+    return lab.exec(node, ["ls", safe.state_dir(cluster)]).stdout.split()
+
+
+def port_open(host: str, port: int = 22) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def mgmt_addresses(lab, node: str) -> list[str]:
+    out = lab.exec(node, ["ip", "-4", "-o", "addr", "show", "dev", "enP7s7"]).stdout
+    return sorted(line.split()[3] for line in out.splitlines())
+
+
+def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_lab):
+    lab, node, timeout = revert_lab, "spark1", 15
+    before = snapshot_node(lab, node)["netplan"]
+    mgmt_before = mgmt_addresses(lab, node)
+    mgmt_ip = lab.state.node(node).mgmt_ip
+    moved = mgmt_ip.rsplit(".", 1)[0] + ".250"
+    ctx = node_context(lab, node, confirm_timeout=timeout, connect_timeout=3)
+    try:
+        run_id = safe.arm_revert(ctx, [MGMT_FILE, EXTRA_FILE], timeout)
+        armed = time.monotonic()
+        ctx.transport.put(MGMT_FILE, before["00-lab-mgmt.yaml"][1].replace(mgmt_ip, moved), mode=0o600,
+                          owner="root:root", sudo=True)
+        ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
+    finally:
+        ctx.transport.close()
+    # applied from inside: the session's own connection is what this change cuts
+    assert lab.exec(node, ["netplan", "apply"]).returncode == 0
+    assert poll(lambda: mgmt_addresses(lab, node) == [f"{moved}/24"], timeout=5), mgmt_addresses(lab, node)
+    assert not port_open(mgmt_ip)
+    with pytest.raises(TaskFailed, match="could not be reached over a new management connection"):
+        safe.confirm(ctx, run_id)
+    assert time.monotonic() - armed < timeout, "too slow to observe the cut before the revert"
+
+    assert poll(lambda: port_open(mgmt_ip), timeout=timeout + 20, interval=0.2)
+    assert ssh(lab, node, "true", timeout=20).returncode == 0
+    assert time.monotonic() - armed < timeout + 15
+    assert snapshot_node(lab, node)["netplan"] == before  # the file restored, the new one removed
+    assert poll(lambda: mgmt_addresses(lab, node) == mgmt_before, timeout=5), mgmt_addresses(lab, node)
+    cluster = lab.names.cluster_name
+    assert f"reverted-{run_id}" in state_files(lab, node, cluster)
+    assert f"confirmed-{run_id}" not in state_files(lab, node, cluster)
+
+
+def test_a_confirmed_netplan_change_is_kept(revert_lab):
+    lab, node, timeout = revert_lab, "spark2", 3
+    ctx = node_context(lab, node, confirm_timeout=timeout)
+    try:
+        run_id = safe.arm_revert(ctx, [EXTRA_FILE], timeout)
+        ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
+        safe.netplan_apply(ctx)
+        safe.confirm(ctx, run_id)
+        time.sleep(timeout + 2)
+        files = state_files(lab, node, lab.names.cluster_name)
+        assert f"confirmed-{run_id}" in files and f"reverted-{run_id}" not in files
+        kept = snapshot_node(lab, node)["netplan"]
+        assert kept["45-sparkctl-test.yaml"] == ["0o600", EXTRA_NETPLAN]
+    finally:
+        ctx.transport.close()
+        lab.exec(node, f"rm -f {EXTRA_FILE} && netplan apply")
+
+
+# --- --check --diff, then bootstrap and `down --network`, on one fresh pair ------------------------------
+@pytest.fixture(scope="module")
+def fresh_pair(lab_factory):
+    lab = lab_factory(2, "pair")
+    return lab
+
+
+def test_check_diff_shows_the_netplan_diff_and_key_lines_and_changes_nothing(fresh_pair):
+    lab = fresh_pair
+    cluster = lab.names.cluster_name
+    before = snapshot(lab)
+    run = bootstrap(lab, "--check", "--diff", json_events=False)
+    out = run.output
+    assert run.exit_code == ExitStatus.CHANGES_PENDING, out
+    assert "+++ /etc/netplan/40-cx7.yaml (planned)" in out
+    assert "+        - 192.168.100.10/24" in out and "+        - 192.168.101.11/24" in out
+    assert f"+ssh-ed25519 <new-cluster-key-of-spark2> sparkctl-{cluster}@spark2" in out
+    spark2_hostkey = " ".join(lab.exec("spark2", ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.split()[:2])
+    spark2_mgmt = lab.state.node("spark2").mgmt_ip
+    assert f"+{spark2_mgmt},192.168.100.11,192.168.101.11 {spark2_hostkey} sparkctl:{cluster}" in out
+    assert "failed" not in out.split("RECAP")[0].replace("0 failed", "")
+    assert snapshot(lab) == before
+    for n in lab.nodes:
+        assert lab.exec(n.name, ["ls", "-A", "/var/lib/sparkctl"]).stdout == "", "check mode left a record"
+
+
+NM_FILE = "/etc/netplan/90-NM-foo.yaml"
+NM_STANZA = """\
+network:
+  version: 2
+  ethernets:
+    enp1s0f1np1:
+      addresses: [192.168.77.6/24]
+"""
+USER_SSH_CONFIG = "Host gitserver\n    User git\n"
+
+
+def test_down_network_leaves_the_nodes_as_they_were_before_bootstrap(fresh_pair):
+    lab = fresh_pair
+    # the user's own state, which bootstrap must move aside and down must give back
+    lab.exec("spark2", f"umask 077; cat > {NM_FILE} && netplan apply", input=NM_STANZA, check=True)
+    assert poll(lambda: "192.168.77.6/24" in fabric_of(lab, "spark2")["enp1s0f1np1"]["inet"])
+    lab.exec("spark2", "cd /home/nvidia/.ssh && echo 'gitserver ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGl0IG1hdHRlcnM'"
+                       " > known_hosts && cat > config && chown nvidia: known_hosts config && chmod 600 config",
+             input=USER_SSH_CONFIG, check=True)
+    before = snapshot(lab)
+
+    up = bootstrap(lab)
+    assert up.exit_code == 0, up.describe()
+    assert snapshot(lab) != before
+    assert "192.168.77.6/24" not in fabric_of(lab, "spark2")["enp1s0f1np1"]["inet"]
+
+    down = sparkctl(lab, "cluster", "down", str(lab.inventory_path), "--network")
+    assert down.exit_code == 0, down.describe()
+    after = snapshot(lab)
+    for n in lab.nodes:
+        assert after[n.name] == before[n.name], n.name
+    again = sparkctl(lab, "cluster", "down", str(lab.inventory_path), "--network")
+    assert again.exit_code == 0 and again.changed_total == 0, again.describe()
+
+
+# --- a node lost in the middle of a run ------------------------------------------------------------------
+def test_a_node_lost_before_the_ssh_phase_is_unreachable_and_a_rerun_converges(lab_factory):
+    lab = lab_factory(2, "pair")
+    inventory = load_inventory(lab.inventory_path)
+    events = []
+
+    def emit(event):
+        events.append(event)
+        # deterministic: the runner emits this result before it starts the ssh phase
+        if event.event == "task_result" and event.task == "network.verify":
+            lab.exec("spark2", "systemctl stop ssh.service && loginctl terminate-user nvidia", check=True)
+
+    try:
+        result = run_playbook(inventory, bootstrap_graph(), RunRequest(only={"preflight", "network", "ssh"}), emit)
+        assert result.exit_status() == ExitStatus.UNREACHABLE, [(o.task, o.node, o.status, o.message)
+                                                                for o in result.outcomes]
+        recap = events[-1]
+        assert recap.event == "recap" and recap.exit_status == 3
+        assert recap.nodes["spark2"]["unreachable"] == 1 and recap.nodes["spark1"]["unreachable"] == 0
+        assert result.outcome("network.netplan", "spark2").status.value == "changed"
+        assert result.outcome("ssh.keys", "spark1").status.value == "changed"  # the other node finished
+        assert result.outcome("ssh.keys", "spark2").status.value == "unreachable"
+        assert "spark2" in result.outcome("ssh.keys", "spark2").message
+        mesh = result.outcome("ssh.mesh")
+        assert mesh.status.value == "skipped" and "spark2 unreachable" in mesh.message
+    finally:
+        lab.exec("spark2", "systemctl start ssh.service", check=True)
+    assert poll(lambda: ssh(lab, "spark2", "true", timeout=10).returncode == 0, timeout=15)
+
+    rerun = bootstrap(lab)
+    assert rerun.exit_code == 0, rerun.describe()
+    assert ("ssh.keys", "spark2") in rerun.changed() and ("ssh.keys", "spark1") not in rerun.changed()
+    assert bootstrap(lab).changed_total == 0
+

@@ -1,0 +1,83 @@
+"""serve.distribute: copy on a lab pair: the head downloads once, the peer receives the snapshot over the fabric.
+
+The draft fixture repo is gated: a fake token is exported; it must reach the head only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.lab.test_bootstrap_serve import TOKEN, changed, sh, sparkctl, write_inventory
+
+pytestmark = pytest.mark.lab
+
+HF = "/home/nvidia/.cache/huggingface"
+SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn", "distribute": "copy"}
+MODEL_CACHE = f"{HF}/hub/models--nvidia--Qwen3-235B-A22B-FP4"
+SNAPSHOTS = {
+    "model": f"{MODEL_CACHE}/snapshots/$(cat {MODEL_CACHE}/refs/main)",
+    "draft": f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3",
+}
+
+
+def hf_downloads(lab, node: str) -> list[list[str]]:
+    lines = sh(lab, node, "cat /run/lab/docker.log 2>/dev/null").splitlines()
+    calls = [json.loads(line)["argv"] for line in lines if line.startswith("{")]
+    return [argv for argv in calls if any("hf download" in str(a) for a in argv)]
+
+
+def snapshot_digest(lab, node: str, where: str) -> str:
+    return sh(lab, node, f"cd {where} && find -L . -type f ! -path './.cache/*' -exec sha256sum {{}} + | sort")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    journal = tmp_path_factory.mktemp("copy-state")
+    return {**os.environ, "HF_TOKEN": TOKEN, "XDG_STATE_HOME": str(journal)}
+
+
+@pytest.fixture(scope="module")
+def copied(lab_pair, env, tmp_path_factory):
+    inventory = write_inventory(lab_pair, tmp_path_factory.mktemp("inv") / "copy.yaml", SERVE)
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
+    assert code == 0, output[-3000:]
+    return {"inventory": inventory, "events": events, "output": output}
+
+
+def test_the_head_downloads_and_the_peer_gets_the_snapshot_from_it(lab_pair, copied):
+    events = copied["events"]
+    assert {("model.fetch", "spark1"), ("model.copy", None), ("serve.launch", None)} <= changed(events)
+    assert ("model.fetch", "spark2") not in changed(events)
+    assert hf_downloads(lab_pair, "spark1")
+    assert hf_downloads(lab_pair, "spark2") == []
+    for what, where in SNAPSHOTS.items():
+        head, peer = snapshot_digest(lab_pair, "spark1", where), snapshot_digest(lab_pair, "spark2", where)
+        assert "config.json" in head and "safetensors" in head, what
+        assert peer == head, what
+
+
+def test_the_rate_is_printed_and_the_token_stays_on_the_head(lab_pair, copied):
+    rates = [e["message"] for e in copied["events"]
+             if e["event"] == "log" and e.get("task") == "model.copy" and e["message"].startswith("copied")]
+    assert len(rates) == 2 and all("MB/s" in r and "spark2" in r for r in rates), rates
+    assert "192.168.100.11" in rates[0]  # over the fabric
+    assert sh(lab_pair, "spark1", f"stat -c %a {HF}/token").strip() == "600"
+    assert sh(lab_pair, "spark2", f"[ -e {HF}/token ] && echo present || echo absent").strip() == "absent"
+
+
+def test_a_second_run_changes_nothing_and_a_damaged_peer_copy_is_repaired(lab_pair, copied, env):
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0, output[-3000:]
+    assert changed(events) == set()
+    draft = SNAPSHOTS["draft"]
+    sh(lab_pair, "spark2", f"truncate -s 1 {draft}/model.safetensors; rm -f {draft}/config.json")
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json", "--only", "model"],
+                                    env)
+    assert code == 0, output[-3000:]
+    copy = next(e for e in events if e.get("task") == "model.copy" and e["event"] == "task_result")
+    assert copy["status"] == "changed" and "(2 files," in copy["changes"][0]["summary"]
+    assert snapshot_digest(lab_pair, "spark2", draft) == snapshot_digest(lab_pair, "spark1", draft)
+    assert hf_downloads(lab_pair, "spark2") == []

@@ -1,0 +1,226 @@
+"""model.copy (serve.distribute: copy): manifests of real directories, the copy script run for real, the task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkctl.engine.task import TaskFailed
+from sparkctl.tasks.model import ModelFetchTask, ModelTokenTask
+from sparkctl.tasks.model_copy import (
+    ModelCopyTask,
+    RepoDir,
+    copy_script,
+    manifest_script,
+    missing_on_peer,
+    parse_manifests,
+    snapshot_entries,
+)
+from sparkctl.tasks.model_progress import human_bytes
+from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
+
+HF = "/home/nvidia/.cache/huggingface"
+MODEL = "nvidia/Qwen3-235B-A22B-FP4"
+DRAFT = "nvidia/Qwen3-235B-A22B-Eagle3"
+COPY_PAIR = """
+user: nvidia
+nodes: [{name: spark1, host: 10.0.0.11}, {name: spark2, host: 10.0.0.12}]
+serve: {preset: qwen3-235b-eagle3, distribute: copy}
+"""
+REV = "a" * 40
+
+
+def hub_repo(root: Path, files: dict[str, bytes], rev: str = REV, stale: dict[str, bytes] | None = None) -> Path:
+    """A repo in the real hub cache layout: blobs named by content, snapshot links, refs/main."""
+    import hashlib
+
+    (root / "refs").mkdir(parents=True, exist_ok=True)
+    (root / "refs" / "main").write_text(rev)
+    for revision, content in ((rev, files), ("b" * 40, stale or {})):
+        for name, data in content.items():
+            blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes(data)
+            link = root / "snapshots" / revision / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to(os.path.relpath(blob, link.parent))
+    (root / "blobs" / "deadbeef.incomplete").write_bytes(b"half")
+    return root
+
+
+def manifest_of(root: Path, hub: bool = True) -> dict:
+    out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(root), hub)])],
+                         capture_output=True, text=True, check=True).stdout
+    ref, entries = parse_manifests(out)["org/m"]
+    return snapshot_entries(hub, ref, entries)
+
+
+def test_manifest_of_a_real_hub_repo_is_the_current_snapshot_only(tmp_path):
+    root = hub_repo(tmp_path / "models--org--m", {"config.json": b"{}", "model.safetensors": b"w" * 70_000},
+                    stale={"old.safetensors": b"old"})
+    wanted = manifest_of(root)
+    assert wanted["refs/main"][0] == "F" and wanted["refs/main"][2]  # small: compared by content
+    assert wanted[f"snapshots/{REV}/config.json"][0] == "L"
+    big = [e for p, e in wanted.items() if p.startswith("blobs/") and e[1] == 70_000]
+    assert big == [("F", 70_000, "")]  # large blobs: by size (their name is their hash)
+    assert not any("old" in p or "b" * 40 in p or p.endswith(".incomplete") for p in wanted)
+    assert len(wanted) == 5  # refs/main, 2 links, 2 blobs
+
+
+def test_missing_on_peer_sends_only_what_differs_blobs_first_ref_last(tmp_path):
+    head = manifest_of(hub_repo(tmp_path / "head", {"config.json": b"{}", "model.safetensors": b"w" * 10}))
+    assert missing_on_peer(head, head) == []
+    peer = dict(head)
+    peer["refs/main"] = ("F", 40, "other")
+    blob = next(p for p, e in head.items() if p.startswith("blobs/") and e[1] == 10)
+    peer[blob] = ("F", 5, peer[blob][2])  # truncated by an interrupted copy
+    assert missing_on_peer(head, peer) == [blob, "refs/main"]
+    assert missing_on_peer(head, {})[-1] == "refs/main"
+    assert snapshot_entries(True, None, {}) == {}
+
+
+def fake_ssh(bin_dir: Path) -> dict[str, str]:
+    """`ssh [opts] HOST CMD...` that runs CMD here: the copy script is real, only the hop is local."""
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text('#!/bin/bash\nwhile [ "${1#-}" != "$1" ]; do shift 2; done\nshift\n'
+                   'echo "ssh $*" >> "$(dirname "$0")/ssh.log"\nexec bash -c "$*"\n')
+    ssh.chmod(0o755)
+    # no rsync on this PATH: the tar path (rsync, when present, is only preferred)
+    tools = bin_dir / "tools"
+    tools.mkdir()
+    for tool in ("tar", "mkdir", "dirname", "bash", "cat", "env"):
+        (tools / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                                 text=True).stdout.strip())
+    return {"PATH": f"{bin_dir}:{tools}", "HOME": str(bin_dir)}
+
+
+def test_copy_script_sends_exactly_the_listed_files_with_tar_over_ssh(tmp_path):
+    source = hub_repo(tmp_path / "head" / "models--org--m", {"config.json": b"{}", "model.safetensors": b"w" * 9})
+    dest = tmp_path / "peer" / "hub" / "models--org--m"
+    wanted = manifest_of(source)
+    paths = missing_on_peer(wanted, {})
+    env = fake_ssh(tmp_path / "bin")
+    result = subprocess.run(["bash", "-c", copy_script(str(source), str(dest), "192.168.100.11")],
+                            input="".join(p + "\0" for p in paths), capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("via tar")
+    assert manifest_of(dest) == wanted
+    assert (dest / "snapshots" / REV / "model.safetensors").read_bytes() == b"w" * 9
+    assert not (dest / "blobs" / "deadbeef.incomplete").exists()
+    assert "192.168.100.11" not in (tmp_path / "bin" / "ssh.log").read_text()  # the host is ssh's, not the command's
+    # an interrupted copy: only what is missing goes again
+    (dest / "refs" / "main").unlink()
+    assert missing_on_peer(wanted, manifest_of_raw(dest)) == ["refs/main"]
+
+
+def manifest_of_raw(root: Path) -> dict:
+    out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(root), True)])],
+                         capture_output=True, text=True, check=True).stdout
+    return parse_manifests(out)["org/m"][1]
+
+
+def test_copy_script_quotes_hostile_paths():
+    script = copy_script("/src/it's", "/dst/a b;rm -rf ~", "192.168.100.11", "-p 22")
+    assert "'/dst/a b;rm -rf ~'" in script
+    assert "rm -rf ~ " not in script.replace("'/dst/a b;rm -rf ~'", "")
+
+
+# --- the task against a recording transport ------------------------------------------------------------------
+
+def copy_kit(tmp_path):
+    inv = inventory_from_yaml(COPY_PAIR, tmp_path)
+    return make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+
+
+def head_manifest() -> str:
+    return ("@@repo\tnvidia/Qwen3-235B-A22B-FP4\nV\t" + REV + "\nF\trefs/main\t40\n"
+            f"L\tsnapshots/{REV}/model.safetensors\t../../blobs/b1\nF\tblobs/b1\t3000000000\nM\tr1  ./refs/main\n"
+            "@@repo\tnvidia/Qwen3-235B-A22B-Eagle3\nF\tconfig.json\t2\nF\tmodel.safetensors\t1000000000\n"
+            "M\tc1  ./config.json\n")
+
+
+def test_peers_in_copy_mode_neither_download_nor_get_the_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_CopyModeToken0123456789abcdefXY")
+    kit = copy_kit(tmp_path)
+    assert ModelFetchTask().check(kit.node("spark2")) == []
+    assert ModelTokenTask().check(kit.node("spark2")) == []
+    assert kit.transport("spark2").calls == []
+    kit.transport("spark1").respond(r"config\.json", f"missing {MODEL} no config.json\n")
+    assert [c.payload for c in ModelFetchTask().check(kit.node("spark1"))] == [(MODEL, None)]
+
+
+def test_copy_sends_the_missing_files_from_the_head_and_logs_the_rate(tmp_path):
+    kit = copy_kit(tmp_path)
+    head, peer = kit.transport("spark1"), kit.transport("spark2")
+    head.respond("@@repo", head_manifest())
+    peer.respond("@@repo", "@@repo\tnvidia/Qwen3-235B-A22B-Eagle3\nF\tconfig.json\t2\nM\tc1  ./config.json\n")
+    changes = ModelCopyTask().check(kit.cluster)
+    assert [c.summary for c in changes] == [
+        f"copy {MODEL} from spark1 to spark2 over the fabric (3 files, {human_bytes(3e9)})",
+        f"copy {DRAFT} from spark1 to spark2 over the fabric (1 files, {human_bytes(1e9)})"]
+    head.rules.clear()
+    head.respond(r"via tar", "via tar\n")
+    ModelCopyTask().apply(kit.cluster, changes)
+    copies = [c for c in head.calls if c.kind == "run" and "tar -C" in c.target]
+    assert len(copies) == 2 and not [c for c in peer.calls if "tar" in c.target and "du -sb" not in c.target]
+    first = copies[0]
+    assert "192.168.100.11" in first.target  # spark2's fabric address, never the management one
+    assert f"{HF}/hub/models--nvidia--Qwen3-235B-A22B-FP4" in first.target
+    assert first.input == "blobs/b1\0" + f"snapshots/{REV}/model.safetensors\0" + "refs/main\0"
+    rates = [e.message for e in kit.events if e.event == "log" and (e.message or "").startswith("copied")]
+    assert len(rates) == 2 and "MB/s" in rates[0] and "tar over ssh" in rates[0]
+    assert all(e.task == "model.copy" and e.node == "spark2" for e in kit.events if e.event == "log")
+
+
+def test_a_peer_with_the_same_snapshot_is_ok_and_download_mode_does_nothing(tmp_path):
+    kit = copy_kit(tmp_path)
+    kit.transport("spark1").respond("@@repo", head_manifest())
+    kit.transport("spark2").respond("@@repo", head_manifest())
+    assert ModelCopyTask().check(kit.cluster) == []
+    inv = inventory_from_yaml(COPY_PAIR.replace("distribute: copy", "distribute: download"), tmp_path)
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+    assert ModelCopyTask().check(kit.cluster) == []
+    assert kit.transport("spark1").calls == []
+
+
+def test_the_head_without_a_snapshot_fails_and_check_mode_reports_the_copy(tmp_path):
+    kit = copy_kit(tmp_path)
+    with pytest.raises(TaskFailed) as failure:
+        ModelCopyTask().check(kit.cluster)
+    assert "spark1 has no snapshot of" in failure.value.message
+    kit.cluster.options.check = True
+    summaries = [c.summary for c in ModelCopyTask().check(kit.cluster)]
+    assert summaries[0] == f"copy {MODEL} from spark1 to spark2 over the fabric (once spark1 has downloaded it)"
+
+
+def test_a_refused_ssh_names_the_mesh(tmp_path):
+    kit = copy_kit(tmp_path)
+    kit.transport("spark1").respond("@@repo", head_manifest())
+    changes = ModelCopyTask().check(kit.cluster)
+    kit.transport("spark1").rules.clear()
+    kit.transport("spark1").respond(r"via tar", exit_code=3, stderr="Host key verification failed.\n")
+    with pytest.raises(TaskFailed) as failure:
+        ModelCopyTask().apply(kit.cluster, changes)
+    assert "cannot ssh to spark2 over the fabric" in failure.value.message
+    assert "ssh.mesh" in failure.value.hint
+
+
+def test_distribute_is_an_inventory_key_with_located_errors(tmp_path):
+    from sparkctl.errors import InventoryError
+    from sparkctl.inventory import inventory_json_schema, load_inventory
+
+    assert inventory_from_yaml(COPY_PAIR, tmp_path).serve.distribute == "copy"
+    assert inventory_from_yaml(COPY_PAIR.replace(", distribute: copy", ""), tmp_path).serve.distribute == "download"
+    path = tmp_path / "typo.yaml"
+    path.write_text(COPY_PAIR.replace("serve: {preset: qwen3-235b-eagle3, distribute: copy}",
+                                      "serve:\n  preset: qwen3-235b-eagle3\n  distribute: cpy\n"))
+    with pytest.raises(InventoryError) as error:
+        load_inventory(path)
+    assert f"{path}:6: serve.distribute: 'cpy' is not allowed (did you mean 'copy'?)" in str(error.value)
+    serve_schema = inventory_json_schema()["$defs"]["ServeSettings"]["properties"]["distribute"]
+    assert serve_schema["enum"] == ["download", "copy"] and "fabric" in serve_schema["description"]
