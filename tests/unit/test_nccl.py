@@ -15,9 +15,8 @@ from sparkctl.nccl import (
     parse_nccl_log,
 )
 
-LOGS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nccl-2.28.9"
-if not LOGS.is_dir():  # the repo may be checked out elsewhere; the shared fixtures live beside /work/main
-    LOGS = Path("/work/shared/fixtures/nccl-2.28.9")
+# Real NCCL 2.28.9 debug logs (the release DGX OS ships), copied from the team's shared fixtures.
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-2.28.9"
 
 
 def log(name: str):

@@ -15,7 +15,7 @@ GOOD = {
     "UCX_NET_DEVICES": "enp1s0f1np1,enP2p1s0f1np1", "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1,enP2p1s0f1np1",
     "OMPI_MCA_oob_tcp_if_include": "enp1s0f1np1,enP2p1s0f1np1",
 }
-NCCL_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nccl-2.28.9"
+NCCL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-2.28.9"
 
 
 def errors(env, facts=None):
@@ -83,7 +83,6 @@ def test_probe_catches_head_env_forwarded_and_management_traffic():
     assert ("spark2", "allreduce") in {(m.node, m.setting) for m in found}
 
 
-@pytest.mark.skipif(not NCCL_FIXTURES.is_dir(), reason="shared NCCL fixtures not present")
 @pytest.mark.parametrize("log,setting", [("ib_hca_missing.log", "NCCL_IB_HCA"),
                                          ("socket_missing_if.log", "NCCL_SOCKET_IFNAME"),
                                          ("socket_exact.log", None), ("default_p2p.log", None)])
