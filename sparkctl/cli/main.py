@@ -54,6 +54,7 @@ def cli(debug: bool) -> None:
 
 def _register() -> None:
     from sparkctl.cli.cluster_cmd import cluster_group
+    from sparkctl.cli.doctor_cmd import doctor_command
     from sparkctl.cli.inventory_cmd import inventory_group
     from sparkctl.cli.playbooks_cmd import playbooks_command
     from sparkctl.cli.serve_cmd import serve_group
@@ -61,6 +62,7 @@ def _register() -> None:
     cli.add_command(inventory_group)
     cli.add_command(cluster_group)
     cli.add_command(playbooks_command)
+    cli.add_command(doctor_command)
     cli.add_command(serve_group)
     try:
         from sparkctl.cli.lab_cmd import lab_group

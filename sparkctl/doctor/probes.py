@@ -1,0 +1,276 @@
+"""Active probes, ONE round trip per node (all nodes in parallel): pings across each link, ssh to the peers
+from the node and from its container, the container's hostfile and keys, port owners, the HF cache, the
+server's /health and a tiny completion on the head, the NCCL lines of the serve log.
+
+Everything here only reads: a probe never changes a node.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
+from sparkctl.facts import Facts
+from sparkctl.facts.script import MARKER, new_nonce, split_sections
+from sparkctl.plan import ClusterPlan
+from sparkctl.plan.container import CONTAINER_HF_HOME, HOSTFILE_PATH, node_home, state_dir
+from sparkctl.plan.serve import draft_dir
+from sparkctl.transport.base import Transport, q
+
+PROBE_TIMEOUT = 60.0
+SERVE_LOG = "run/serve/serve.log"
+NCCL_LINES = 2000
+LOG_LINES = 20
+COMPLETION_PROMPT = "Reply with one short sentence about the sea."
+
+_PRELUDE = """_has() { command -v "$1" >/dev/null 2>&1; }
+if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; else _S=""; fi"""
+
+
+def _section(nonce: str, name: str, body: str) -> str:
+    # a subshell: a body may `exit` early without ending the whole probe
+    return (f"printf '%s\\n' '{MARKER}:{nonce}:begin {name}@@'\n(\n{body}\n)\n"
+            f"printf '\\n%s %s@@\\n' '{MARKER}:{nonce}:end {name}' \"$?\"")
+
+
+def serve_log_path(inventory: Any, node: Any, facts: Facts | None) -> str:
+    return posixpath.join(state_dir(inventory, node_home(inventory, node, facts)), SERVE_LOG)
+
+
+def serve_port(inventory: Any) -> int:
+    try:
+        return int(inventory.serve_spec().port)
+    except Exception:  # noqa: BLE001 - no servable model: the configured port is all there is
+        return int(inventory.serve.port)
+
+
+def model_repos(inventory: Any) -> list[tuple[str, str]]:
+    """(role, repo) the serve spec needs in every node's HF cache."""
+    try:
+        spec = inventory.serve_spec()
+    except Exception:  # noqa: BLE001 - an inventory without a servable model has nothing to check
+        return []
+    repos = [("model", spec.model)] if spec.model else []
+    if spec.draft:
+        repos.append(("draft", spec.draft))
+    return repos
+
+
+def _ping_lines(plan: ClusterPlan, node: str, mtu: int) -> list[str]:
+    size = mtu - 28
+    lines = []
+    for link in plan.fabric.links(node):
+        for peer, _pif, paddr in link.peers:
+            tag = f"{link.interface} {peer} {paddr.ip}"
+            iface, ip = q(link.interface), q(str(paddr.ip))
+            lines.append(f"( if ping -c 1 -W 2 -M do -s {size} -I {iface} {ip} >/dev/null 2>&1; "
+                         f"then echo {q('ok ' + tag)};"
+                         f" elif ping -c 1 -W 2 -I {iface} {ip} >/dev/null 2>&1; then echo {q('mtu ' + tag)};"
+                         f" else echo {q('dead ' + tag)}; fi ) &")
+    return lines + ["wait"] if lines else []
+
+
+def _ssh_line(prefix: str, peer: str, target: str) -> str:
+    tag = f"{peer} {target}"
+    return (f"( if out=$({prefix}ssh -o BatchMode=yes -o ConnectTimeout=5 {target} true 2>&1 </dev/null); then "
+            f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(printf '%s' \"$out\" | tail -n 1)\"; fi ) &")
+
+
+def _peer_targets(inventory: Any, plan: ClusterPlan, node: str, order: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for peer in order:
+        if peer == node:
+            continue
+        ip = plan.fabric.first_address(peer)
+        out.append((peer, str(ip) if ip else str(inventory.node(peer).host)))
+    return out
+
+
+def _container_lines(inventory: Any, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
+    mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
+    ssh = []
+    for peer in order:
+        if peer == node:
+            continue
+        for addr in plan.fabric.addresses.get(peer, {}).values():
+            if addr.network in mine:
+                ssh.append(_ssh_line("", peer, f"root@{addr.ip}"))
+    inner = "\n".join([
+        _section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
+        _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
+        _section(nonce, "c-ssh", "\n".join([*ssh, "wait"]) if ssh else "true"),
+    ])
+    return f"docker exec {q(inventory.container.name)} sh -c {q(inner)} 2>&1"
+
+
+def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
+    lines = []
+    for _role, repo in repos:
+        flat = repo.replace("/", "--")
+        hub = f"{hf}/hub/models--{flat}"
+        local = f"{hf}/{posixpath.relpath(draft_dir(repo), CONTAINER_HF_HOME)}"
+        lines.append(f"""d=""; for c in {q(local)} {q(hub)}; do [ -d "$c" ] && {{ d=$c; break; }}; done
+if [ -z "$d" ]; then echo {q('absent ' + repo)}
+elif [ -n "$(find "$d" -name '*.incomplete' 2>/dev/null | head -n 1)" ]; then
+  echo {q('incomplete ' + repo)} partial download in "$d"
+elif [ -z "$(find -L "$d" -name config.json 2>/dev/null | head -n 1)" ]; then
+  echo {q('incomplete ' + repo)} no config.json in "$d"
+else echo {q('complete ' + repo)}; fi""")
+    return "\n".join(lines) or "true"
+
+
+def _http(url: str, body: str | None = None, timeout: int = 5) -> str:
+    """HTTP status line then the body, with curl, else python3 (never both missing on a Spark)."""
+    data = f" -H 'Content-Type: application/json' --data-binary {q(body)}" if body else ""
+    py = ("import sys,urllib.request as u\n"
+          "r=u.Request(sys.argv[1],data=sys.argv[2].encode() if len(sys.argv)>2 else None,"
+          "headers={'Content-Type':'application/json'})\n"
+          f"try:\n x=u.urlopen(r,timeout={timeout}); print(x.status); print(x.read().decode(errors='replace'))\n"
+          "except Exception as e:\n print(getattr(e,'code',0)); print(e)\n")
+    args = f"{q(url)}" + (f" {q(body)}" if body else "")
+    return (f"if _has curl; then out=$(curl -s -m {timeout} -w '\\n@@code@@%{{http_code}}'{data} {q(url)}); "
+            "printf '%s\\n%s\\n' \"${out##*@@code@@}\" \"${out%@@code@@*}\"; "
+            f"else python3 -c {q(py)} {args}; fi")
+
+
+def probe_script(inventory: Any, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
+                 nonce: str, want_logs: bool = False) -> str:
+    """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
+    inv_node = inventory.node(node)
+    container = inventory.container.name
+    info = facts.containers.get(container)
+    ports = sorted({int(inventory.container.ssh_port), serve_port(inventory)})
+    port_filter = " or ".join(f"sport = :{p}" for p in ports)
+    log = serve_log_path(inventory, inv_node, facts)
+    sections = [("ports", f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH")]
+    if plan is not None and inventory.topology != "single":
+        sections.append(("ping", "\n".join(_ping_lines(plan, node, inventory.fabric.mtu)) or "true"))
+        ssh = [_ssh_line("", peer, q(target)) for peer, target in _peer_targets(inventory, plan, node, order)]
+        sections.append(("ssh", "\n".join([*ssh, "wait"]) if ssh else "true"))
+    if info is not None and info.exists and (not info.running or info.status == "restarting" or want_logs):
+        sections.append(("c-logs", f"docker logs --tail {LOG_LINES} {q(container)} 2>&1"))
+    hf = facts.hf_cache or inventory.container.hf_cache
+    sections.append(("hf-token", f'[ -s {q(hf + "/token")} ] && echo yes || echo no'))
+    serving = "serve" in getattr(inventory, "model_fields_set", {"serve"})
+    sections.append(("models", _model_lines(hf, model_repos(inventory) if serving else [])))
+    sections.append(("serve-log", f"[ -f {q(log)} ] || exit 3; tail -n {LOG_LINES} {q(log)}"))
+    sections.append(("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n {NCCL_LINES}"))
+    if node == inventory.head.name and serving:
+        port = serve_port(inventory)
+        sections.append(("health", _http(f"http://127.0.0.1:{port}/health")))
+        body = json.dumps({"model": inventory.serve_spec().model, "max_tokens": 24,
+                           "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
+        sections.append(("completion", "[ \"$_health\" = 200 ] || exit 3\n"
+                                       + _http(f"http://127.0.0.1:{port}/v1/chat/completions", body, 60)))
+    parts = [_PRELUDE]
+    for name, body in sections:
+        if name == "health":
+            parts.append(f"_health=$({body} | head -n 1)")
+            parts.append(_section(nonce, name, "printf '%s\\n' \"$_health\""))
+        else:
+            parts.append(_section(nonce, name, body))
+    if info is not None and info.running and plan is not None:
+        parts.append(_container_lines(inventory, plan, node, order, nonce))
+    return "\n".join(parts) + "\nexit 0\n"
+
+
+_SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
+
+
+def parse_probe(stdout: str, nonce: str) -> NodeProbe:
+    sections = split_sections(stdout, nonce)
+
+    def text(name: str) -> str:
+        s = sections.get(name)
+        return s.output if s else ""
+
+    probe = NodeProbe()
+    for line in text("ports").splitlines():
+        m = _SS_OWNER.search(line)
+        if m:
+            probe.port_owners.setdefault(int(m["port"]), f"{m['name']} (pid {m['pid']})")
+    for line in text("ping").splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] in ("ok", "mtu", "dead"):
+            probe.pings.append(LinkProbe(fields[1], fields[2], fields[3], fields[0]))
+    probe.ssh = _ssh_results(text("ssh"))
+    probe.container_ssh = _ssh_results(text("c-ssh"))
+    if "c-hostfile" in sections:
+        probe.container_hostfile = text("c-hostfile") if sections["c-hostfile"].ok else ""
+        probe.container_authorized_keys = text("c-authkeys") if sections.get("c-authkeys") and \
+            sections["c-authkeys"].ok else ""
+    probe.container_logs = text("c-logs").strip()
+    token = text("hf-token").strip()
+    probe.hf_token_file = {"yes": True, "no": False}.get(token)
+    for line in text("models").splitlines():
+        state, _, rest = line.partition(" ")
+        repo, _, detail = rest.partition(" ")
+        if state in ("complete", "incomplete", "absent") and repo:
+            probe.models.append(ModelCache(repo, state, detail.strip()))
+    log = sections.get("serve-log")
+    probe.serve_log_exists = bool(log and log.ok)
+    probe.serve_log_tail = text("serve-log").strip() if probe.serve_log_exists else ""
+    probe.nccl_log = text("nccl")
+    if "health" in sections:
+        status = text("health").strip()
+        probe.health_status = int(status) if status.isdigit() else 0
+    completion = sections.get("completion")
+    if completion and completion.ok:
+        status, _, body = completion.output.partition("\n")
+        probe.completion, probe.completion_error = _completion_text(status.strip(), body)
+    return probe
+
+
+def _ssh_results(text: str) -> list[SshProbe]:
+    out = []
+    for line in text.splitlines():
+        verdict, _, rest = line.partition(" ")
+        if verdict not in ("ok", "fail"):
+            continue
+        peer, _, rest = rest.partition(" ")
+        target, _, error = rest.partition(" ")
+        out.append(SshProbe(peer, target, verdict == "ok", error.strip()))
+    return out
+
+
+def _completion_text(status: str, body: str) -> tuple[str | None, str]:
+    if status != "200":
+        return None, f"HTTP {status or 'no answer'}: {body.strip()[:200]}"
+    try:
+        choice = json.loads(body)["choices"][0]
+        content = (choice.get("message") or {}).get("content")
+        if content is None:
+            content = choice.get("text", "")
+        return str(content), ""
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return None, f"unreadable answer ({type(exc).__name__}): {body.strip()[:200]}"
+
+
+def probe_node(transport: Transport, inventory: Any, plan: ClusterPlan | None, facts: Facts, order: list[str],
+               *, want_logs: bool = False, timeout: float = PROBE_TIMEOUT) -> NodeProbe:
+    nonce = new_nonce()
+    script = probe_script(inventory, plan, facts, transport.node, order, nonce=nonce, want_logs=want_logs)
+    try:
+        result = transport.run(script, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - a node lost mid-probe is a finding, not a crash
+        return NodeProbe(error=str(exc) or type(exc).__name__)
+    probe = parse_probe(result.stdout, nonce)
+    if result.timed_out:
+        probe.error = f"the probes timed out after {timeout:g}s"
+    return probe
+
+
+def run_probes(transports: dict[str, Transport], inventory: Any, plan: ClusterPlan | None,
+               facts: dict[str, Facts], *, want_logs: bool = False, forks: int = 32) -> dict[str, NodeProbe]:
+    order = [n.name for n in inventory.nodes if n.name in facts]
+    names = [n for n in order if n in transports]
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(names)))) as pool:
+        futures = {n: pool.submit(probe_node, transports[n], inventory, plan, facts[n], order, want_logs=want_logs)
+                   for n in names}
+        return {n: f.result() for n, f in futures.items()}

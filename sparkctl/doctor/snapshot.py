@@ -1,0 +1,145 @@
+"""Everything doctor looked at, as plain data: the input of the PURE checks (no I/O in here)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.facts import Facts
+from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
+from sparkctl.plan.fabric import select_ports
+
+
+@dataclass
+class LinkProbe:
+    """A don't-fragment ping of MTU-28 bytes from one twin to a peer's address on the same subnet."""
+
+    interface: str
+    peer: str
+    peer_ip: str
+    verdict: str  # "ok" | "mtu" (a small ping passes) | "dead"
+
+
+@dataclass
+class SshProbe:
+    """`ssh -o BatchMode=yes <target> true` from a node (or its container) to a peer."""
+
+    peer: str
+    target: str
+    ok: bool
+    error: str = ""
+
+
+@dataclass
+class ModelCache:
+    repo: str
+    state: str  # "complete" | "incomplete" | "absent"
+    detail: str = ""
+
+
+@dataclass
+class NodeProbe:
+    """What the active probes of one node returned (one round trip). Empty fields: not probed."""
+
+    error: str | None = None
+    pings: list[LinkProbe] = field(default_factory=list)
+    ssh: list[SshProbe] = field(default_factory=list)
+    container_ssh: list[SshProbe] = field(default_factory=list)
+    container_hostfile: str | None = None
+    container_authorized_keys: str | None = None
+    container_logs: str = ""
+    port_owners: dict[int, str] = field(default_factory=dict)
+    hf_token_file: bool | None = None
+    models: list[ModelCache] = field(default_factory=list)
+    serve_log_exists: bool = False
+    serve_log_tail: str = ""
+    nccl_log: str = ""
+    health_status: int | None = None  # HTTP status of /health; 0: no answer; None: not probed (not the head)
+    health_error: str = ""
+    completion: str | None = None
+    completion_error: str = ""
+
+
+@dataclass
+class Snapshot:
+    """One look at the cluster: facts of each reachable node, the probes, and the plan built from them."""
+
+    inventory: Any
+    facts: dict[str, Facts]
+    unreachable: dict[str, str] = field(default_factory=dict)
+    probes: dict[str, NodeProbe] = field(default_factory=dict)
+    plan: ClusterPlan | None = None
+    plan_error: str | None = None
+    become_password_given: bool = False
+    #: the controller's clock when the facts were read: the reference for clock skew
+    controller_time: float | None = None
+    controller_time_slack: float = 0.0
+
+    @property
+    def order(self) -> list[str]:
+        """Reachable nodes, head first, in inventory order."""
+        return [n.name for n in self.inventory.nodes if n.name in self.facts]
+
+    @property
+    def all_nodes(self) -> list[str]:
+        return [n.name for n in self.inventory.nodes]
+
+    def probe(self, node: str) -> NodeProbe:
+        return self.probes.get(node) or NodeProbe()
+
+    def node(self, name: str) -> Any:
+        return self.inventory.node(name)
+
+    def path_broken(self, node: str, target: str) -> bool:
+        """The far end of a probe is already explained: the node is lost, or the address (`user@ip` or `ip`)
+        is not on an Up interface of it (the fabric findings say why)."""
+        f = self.facts.get(node)
+        if f is None:
+            return True
+        ip = target.rpartition("@")[2]
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        holders = f.interfaces_holding(ip)
+        return not holders or not any(f.interface_up(h) for h in holders)
+
+    def link_broken(self, node: str, peer: str, target: str) -> bool:
+        """path_broken at the far end, or the near end lacks its own planned address on the target's subnet."""
+        if self.path_broken(peer, target):
+            return True
+        ip = target.rpartition("@")[2]
+        if self.plan is None or node not in self.facts:
+            return False
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        mine = [a for a in self.plan.fabric.addresses.get(node, {}).values() if address in a.network]
+        return any(self.path_broken(node, str(a.ip)) for a in mine)
+
+    def user_of(self, name: str) -> str:
+        return self.node(name).user or self.inventory.user
+
+
+def doctor_plan(inventory: Any, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:
+    """The desired state from the facts; a node whose facts allow no plan (no Up port) is planned from the
+    inventory alone, so the others are still diagnosed against a plan. (plan, why a node could not be)."""
+    usable = dict(facts)
+    why = None
+    for node in inventory.nodes:
+        if node.name not in usable:
+            continue
+        try:
+            select_ports(inventory, node, usable[node.name])
+        except PlanError as exc:
+            why = why or str(exc)
+            usable.pop(node.name)
+    try:
+        return plan_cluster(inventory, usable), why
+    except PlanError as exc:
+        try:
+            return plan_cluster(inventory, {}), str(exc)
+        except PlanError as again:
+            return None, str(again)

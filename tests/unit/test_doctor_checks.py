@@ -1,0 +1,366 @@
+"""doctor's PURE checks: a healthy two-Spark snapshot has no errors; each fault gives its own id on its node."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from sparkctl.doctor.diagnose import run_checks
+from sparkctl.doctor.findings import CLUSTER
+from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
+from sparkctl.facts import Address, ContainerInfo, NetplanFile
+from sparkctl.plan.container import SPEC_LABEL
+from tests.taskkit import inventory, spark_facts
+
+NODES = ("spark1", "spark2")
+ADDRS = {"spark1": ("192.168.100.10", "192.168.101.10"), "spark2": ("192.168.100.11", "192.168.101.11")}
+TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
+GiB_KB = 1024 * 1024
+
+
+def healthy_snapshot() -> Snapshot:
+    """Two bootstrapped, serving Sparks as doctor would see them."""
+    inv = inventory()
+    facts = {}
+    for i, name in enumerate(NODES):
+        f = spark_facts(name, addresses={t: [f"{ip}/24"] for t, ip in zip(TWINS, ADDRS[name], strict=True)},
+                        mtu=9000, session_ip=f"10.0.0.{11 + i}")
+        f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
+        f.hf_cache_free_bytes = 2 * 10**12
+        facts[name] = f
+    plan, _ = doctor_plan(inv, facts)
+    probes = {}
+    for name in NODES:
+        node_plan = plan.nodes[name]
+        facts[name].netplan_files = [NetplanFile(inv.fabric.netplan_file, node_plan.netplan, 0o600)]
+        spec = node_plan.container
+        facts[name].containers = {spec.name: ContainerInfo(
+            spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
+            labels={SPEC_LABEL: spec.spec_hash()},
+            mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
+        facts[name].listening_tcp = {22: "sshd", 2233: "sshd"}
+        peer = NODES[1 - NODES.index(name)]
+        probes[name] = NodeProbe(
+            pings=[LinkProbe(t, peer, ip, "ok") for t, ip in zip(TWINS, ADDRS[peer], strict=True)],
+            ssh=[SshProbe(peer, ADDRS[peer][0], True)],
+            container_ssh=[SshProbe(peer, f"root@{ip}", True) for ip in ADDRS[peer]],
+            container_hostfile=plan.hostfile, port_owners={2233: "sshd (pid 40)"}, hf_token_file=True,
+            models=[ModelCache(r, "complete") for r in ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3")],
+            serve_log_exists=name == "spark1")
+    probes["spark1"].health_status = 200
+    probes["spark1"].completion = "The sea is wide and deep."
+    probes["spark1"].port_owners[8355] = "trtllm-serve (pid 77)"
+    return Snapshot(inv, facts, {}, probes, plan)
+
+
+def diagnose(s: Snapshot):
+    s.plan, s.plan_error = doctor_plan(s.inventory, s.facts)
+    return run_checks(s)
+
+
+def errors(s: Snapshot) -> set[tuple[str, str]]:
+    return {(f.id, f.node) for f in diagnose(s).errors}
+
+
+def test_a_healthy_cluster_has_no_findings_at_all():
+    d = diagnose(healthy_snapshot())
+    assert d.healthy and d.findings == [], d.findings
+    assert d.to_dict() == {"healthy": True, "findings": []}
+
+
+def _addr(text: str) -> Address:
+    ip, _, prefix = text.partition("/")
+    return Address(ip, int(prefix), "inet", "link" if ip.startswith("169.254.") else "global")
+
+
+def fault_mtu(s):
+    s.facts["spark2"].interfaces["enP2p1s0f1np1"].mtu = 1500
+    s.probes["spark1"].pings[1].verdict = "mtu"  # explained by the MTU finding, not reported again
+
+
+def fault_link_local(s):
+    s.facts["spark1"].interfaces["enp1s0f1np1"].addresses.append(_addr("169.254.3.3/16"))
+
+
+def fault_twins_same_subnet(s):
+    s.facts["spark1"].interfaces["enP2p1s0f1np1"].addresses.append(_addr("192.168.100.50/24"))
+
+
+def fault_address_missing(s):
+    s.facts["spark2"].interfaces["enP2p1s0f1np1"].addresses = []
+    s.probes["spark1"].pings[1].verdict = "dead"
+    s.probes["spark1"].container_ssh[1] = SshProbe("spark2", "root@192.168.101.11", False, "No route to host")
+    s.probes["spark2"].container_ssh[1] = SshProbe("spark1", "root@192.168.101.10", False, "No route to host")
+
+
+def fault_address_foreign(s):
+    s.facts["spark2"].interfaces["enp1s0f1np1"].addresses.append(_addr("10.77.0.2/24"))
+
+
+def fault_address_duplicate(s):
+    s.facts["spark2"].interfaces["enp1s0f1np1"].addresses.append(_addr("192.168.100.10/24"))
+
+
+def fault_netplan_conflict(s):
+    s.facts["spark1"].netplan_files.append(NetplanFile(
+        "/etc/netplan/90-NM-x.yaml",
+        "network:\n  ethernets:\n    enp1s0f1np1:\n      addresses: [1.2.3.4/24]\n", 0o600))
+
+
+def fault_port_down(s):
+    nic = s.facts["spark2"].interfaces["enp1s0f1np1"]
+    nic.operstate, nic.flags, nic.addresses = "DOWN", ["BROADCAST", "MULTICAST"], []
+    peer = s.facts["spark1"].interfaces["enp1s0f1np1"]
+    peer.operstate, peer.carrier, peer.flags, peer.addresses = "DOWN", False, ["UP", "NO-CARRIER"], []
+    for name in NODES:
+        for d in s.facts[name].roce:
+            d.up = d.up and d.netdev != "enp1s0f1np1"
+    s.probes["spark1"].pings[0].verdict = "dead"
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "No route to host")
+
+
+def fault_jumbo(s):
+    s.probes["spark2"].pings[0].verdict = "mtu"
+
+
+def fault_ssh_mesh(s):
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "Permission denied (publickey).")
+
+
+def fault_container_exited(s):
+    info = s.facts["spark2"].containers["trtllm-multinode"]
+    info.running, info.status = False, "exited"
+    s.facts["spark2"].listening_tcp.pop(2233)
+    s.probes["spark2"].port_owners.pop(2233)
+    s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
+                                        for p in s.probes["spark1"].container_ssh]
+    s.probes["spark2"].container_hostfile = None
+
+
+def fault_container_missing(s):
+    fault_container_exited(s)
+    s.facts["spark2"].containers["trtllm-multinode"] = ContainerInfo("trtllm-multinode", exists=False)
+
+
+def fault_spec_drift(s):
+    s.facts["spark1"].containers["trtllm-multinode"].image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"
+
+
+def fault_port_taken(s):
+    fault_container_exited(s)
+    s.facts["spark2"].listening_tcp[2233] = "python3"
+    s.probes["spark2"].port_owners[2233] = "python3 (pid 999)"
+
+
+def fault_env_absent(s):
+    s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_SOCKET_IFNAME"] = "enp1s0f0np9"
+
+
+def fault_env_management(s):
+    env = s.facts["spark1"].containers["trtllm-multinode"].env
+    env["OMPI_MCA_btl_tcp_if_include"] = "enP7s7"
+
+
+def fault_ib_hca(s):
+    s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "mlx5_0"
+
+
+def fault_hostfile(s):
+    s.probes["spark2"].container_hostfile = "192.168.100.10\n10.9.9.9\n"
+
+
+def fault_container_ssh(s):
+    s.probes["spark1"].container_ssh[0] = SshProbe("spark2", "root@192.168.100.11", False, "Permission denied")
+
+
+def fault_unreachable(s):
+    s.facts.pop("spark2")
+    s.unreachable["spark2"] = "spark2 (10.0.0.12:22): timed out after 10s"
+    for p in s.probes["spark1"].ssh + s.probes["spark1"].container_ssh:
+        p.ok, p.error = False, "timed out"
+    s.probes.pop("spark2")
+
+
+def fault_ssh_auth(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12:22): authentication failed for user nvidia"
+
+
+def fault_user(s):
+    s.facts["spark2"].user = "ubuntu"
+
+
+def fault_sudo(s):
+    s.facts["spark1"].sudo_nopasswd = False
+
+
+def fault_docker_group(s):
+    f = s.facts["spark2"]
+    f.docker_access, f.docker_error = False, "permission denied while trying to connect to the docker daemon socket"
+    f.groups.remove("docker")
+
+
+def fault_model_incomplete(s):
+    s.probes["spark2"].models[1] = ModelCache("nvidia/Qwen3-235B-A22B-Eagle3", "incomplete", "partial download")
+
+
+def fault_serve_down(s):
+    s.probes["spark1"].health_status, s.probes["spark1"].completion = 0, None
+    s.probes["spark1"].port_owners.pop(8355)
+
+
+def fault_serve_health(s):
+    s.probes["spark1"].health_status, s.probes["spark1"].completion = 503, None
+
+
+def fault_serve_degenerate(s):
+    s.probes["spark1"].completion = "!!!!!!!!!!!!!!!!!!!!!!"
+
+
+def fault_socket_fallback(s):
+    s.probes["spark2"].nccl_log = ("NCCL INFO NCCL_IB_HCA set by environment to mlx5_9\nNCCL INFO NET/IB : No device "
+                                   "found.\nNCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.100.11<0>\n"
+                                   "NCCL INFO Using network Socket\n")
+
+
+CASES = [
+    (fault_mtu, "fabric.mtu_mismatch", "spark2"),
+    (fault_link_local, "fabric.link_local", "spark1"),
+    (fault_twins_same_subnet, "fabric.twins_same_subnet", "spark1"),
+    (fault_address_missing, "fabric.address_missing", "spark2"),
+    (fault_address_foreign, "fabric.address_foreign", "spark2"),
+    (fault_netplan_conflict, "netplan.conflict", "spark1"),
+    (fault_port_down, "fabric.port_down", "spark2"),
+    (fault_jumbo, "fabric.jumbo_ping", "spark2"),
+    (fault_ssh_mesh, "ssh.mesh_broken", "spark2"),
+    (fault_container_exited, "container.exited", "spark2"),
+    (fault_container_missing, "container.missing", "spark2"),
+    (fault_spec_drift, "container.spec_drift", "spark1"),
+    (fault_port_taken, "port.taken", "spark2"),
+    (fault_env_absent, "env.iface_absent", "spark2"),
+    (fault_env_management, "env.management_iface", "spark1"),
+    (fault_ib_hca, "nccl.ib_hca_missing", "spark2"),
+    (fault_hostfile, "mpi.hostfile_mismatch", "spark2"),
+    (fault_container_ssh, "container.ssh_broken", "spark2"),
+    (fault_unreachable, "node.unreachable", "spark2"),
+    (fault_ssh_auth, "node.ssh_auth", "spark2"),
+    (fault_user, "node.user_mismatch", "spark2"),
+    (fault_sudo, "node.sudo_password", "spark1"),
+    (fault_docker_group, "node.docker_group", "spark2"),
+    (fault_model_incomplete, "model.incomplete", "spark2"),
+    (fault_serve_down, "serve.down", "spark1"),
+    (fault_serve_health, "serve.health", "spark1"),
+    (fault_serve_degenerate, "serve.degenerate", "spark1"),
+    (fault_socket_fallback, "nccl.socket_fallback", "spark2"),
+]
+
+
+@pytest.mark.parametrize(("fault", "finding", "node"), CASES, ids=[c[1] for c in CASES])
+def test_each_fault_is_exactly_one_error_id_on_its_node_with_a_fix(fault, finding, node):
+    s = healthy_snapshot()
+    fault(s)
+    d = diagnose(s)
+    assert {(f.id, f.node) for f in d.errors} == {(finding, node)}, [(f.id, f.node, f.evidence) for f in d.errors]
+    for f in d.errors:
+        assert f.fix and f.evidence and f.summary
+    assert not d.healthy
+
+
+def test_address_duplicate_is_reported_on_both_owners():
+    s = healthy_snapshot()
+    fault_address_duplicate(s)
+    assert ("fabric.address_duplicate", "spark1") in errors(s) and ("fabric.address_duplicate", "spark2") in errors(s)
+
+
+def test_warnings_clock_memory_page_cache_disk_speed_and_bad_release():
+    s = healthy_snapshot()
+    s.facts["spark2"].time += 30
+    s.facts["spark1"].mem_available_kb = 5 * GiB_KB
+    s.facts["spark2"].page_cache_kb = 60 * GiB_KB
+    s.facts["spark2"].hf_cache_free_bytes = 5 * 10**9
+    s.facts["spark1"].interfaces["enp1s0f1np1"].speed_mbps = 100_000
+    s.inventory = s.inventory.model_copy(deep=True)
+    s.inventory.container.image = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13"
+    d = diagnose(s)
+    warnings = {(f.id, f.node) for f in d.findings if f.severity == "warning"}
+    assert {("node.clock_skew", "spark2"), ("node.low_memory", "spark1"), ("node.page_cache", "spark2"),
+            ("disk.hf_cache_low", "spark2"), ("fabric.speed_low", "spark1"),
+            ("image.known_bad_release", CLUSTER)} <= warnings
+    cache = next(f for f in d.findings if f.id == "node.page_cache")
+    assert "drop_caches" in cache.fix
+    # the release change also drifts every container from the plan: that is an error, the rest are warnings
+    assert {f.id for f in d.errors} == {"container.spec_drift"}
+
+
+def test_hf_token_missing_is_an_error_for_a_gated_repo_still_to_download(tmp_path):
+    s = healthy_snapshot()
+    s.probes["spark2"].hf_token_file = False
+    assert diagnose(s).healthy  # everything is downloaded: no token needed
+    s.probes["spark2"].models[0] = ModelCache("meta-llama/Llama-3.3-70B-Instruct", "absent")
+    found = [f for f in diagnose(s).findings if f.id == "hf.token_missing"]
+    assert [(f.node, f.severity) for f in found] == [("spark2", "error")]
+    assert "HF_TOKEN" in found[0].fix
+
+
+def test_nccl_warn_lines_are_reported():
+    s = healthy_snapshot()
+    s.probes["spark1"].nccl_log = ("NCCL INFO NCCL version 2.28.9\n"
+                                   "host:1:1 [0] NCCL WARN Bootstrap : no socket interface found\n")
+    d = diagnose(s)
+    assert ("nccl.warn", "spark1") in {(f.id, f.node) for f in d.errors}
+
+
+def test_port_taken_on_the_serve_port_names_the_process():
+    s = healthy_snapshot()
+    fault_serve_down(s)
+    s.probes["spark1"].port_owners[8355] = "nginx (pid 5)"
+    found = [f for f in diagnose(s).errors]
+    assert [(f.id, f.node) for f in found] == [("port.taken", "spark1")] and "nginx (pid 5)" in found[0].summary
+
+
+def test_serve_down_is_only_a_note_before_sparkctl_ever_served():
+    s = healthy_snapshot()
+    fault_serve_down(s)
+    s.probes["spark1"].serve_log_exists = False
+    d = diagnose(s)
+    assert d.healthy and ("serve.down", "info") in {(f.id, f.severity) for f in d.findings}
+
+
+def test_a_crashing_check_is_reported_not_raised(monkeypatch):
+    from sparkctl.doctor import diagnose as module
+
+    def broken(_s):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(module, "CHECKS", [broken, *module.CHECKS])
+    d = run_checks(healthy_snapshot())
+    assert [f.id for f in d.findings] == ["doctor.check_failed"] and d.healthy
+
+
+def test_findings_are_grouped_by_node_errors_first_cluster_last():
+    s = healthy_snapshot()
+    fault_mtu(s)
+    fault_sudo(s)
+    s.facts["spark1"].interfaces["enp1s0f1np1"].speed_mbps = 100_000
+    s.inventory = copy.deepcopy(s.inventory)
+    s.inventory.container.image = "x/y:1.3.0rc13"
+    d = diagnose(s)
+    nodes = [f.node for f in d.findings]
+    assert nodes == sorted(nodes, key=lambda n: (n == CLUSTER, n))
+    spark1 = [f.severity for f in d.findings if f.node == "spark1"]
+    assert spark1 == sorted(spark1, key=["error", "warning", "info"].index)
+
+
+def test_a_healthy_single_spark_has_no_findings():
+    inv = inventory("single-spark.yaml")
+    name = inv.nodes[0].name
+    f = spark_facts(name, mtu=9000)
+    plan, _ = doctor_plan(inv, {name: f})
+    spec = plan.nodes[name].container
+    f.containers = {spec.name: ContainerInfo(
+        spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
+        labels={SPEC_LABEL: spec.spec_hash()}, mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
+    d = run_checks(Snapshot(inv, {name: f}, {}, {name: NodeProbe(hf_token_file=True)}, plan))
+    assert d.findings == []

@@ -1,0 +1,141 @@
+"""`sparkctl doctor` end to end without a cluster (nodes that refuse on loopback), the report's wording,
+the --fix selection, and the support bundle's redaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import tarfile
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from sparkctl.cli.doctor_cmd import render_diagnosis
+from sparkctl.cli.main import cli
+from sparkctl.doctor.bundle import scrub, write_bundle
+from sparkctl.doctor.diagnose import run_checks
+from sparkctl.doctor.findings import Diagnosis, Finding
+from sparkctl.doctor.fix import repair_selection, tasks_for
+from sparkctl.playbooks import bootstrap_graph
+from sparkctl.secrets import MASK, forget_secrets, register_secret
+from tests.unit.test_doctor_checks import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
+
+TOKEN = "hf_" + "Ab1" * 12
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def refusing_inventory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = closed_port()
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"""cluster: {{name: t}}
+user: nvidia
+ssh: {{known_hosts: {tmp_path}/known_hosts, use_ssh_config: false, connect_timeout: 2, port: {port}}}
+nodes:
+  - {{name: spark1, host: 127.0.0.1}}
+  - {{name: spark2, host: 127.0.0.2}}
+fabric: {{topology: pair}}
+""")
+    return path
+
+
+def test_unreachable_nodes_are_findings_in_json_and_exit_1(refusing_inventory):
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["healthy"] is False
+    assert [(f["id"], f["node"], f["severity"]) for f in report["findings"]] == [
+        ("node.unreachable", "spark1", "error"), ("node.unreachable", "spark2", "error")]
+    assert "connection refused" in report["findings"][0]["evidence"]
+    assert report["findings"][0]["fix"]
+
+
+def test_bundle_from_the_cli_prints_its_sha256(refusing_inventory, tmp_path):
+    bundle = tmp_path / "out" / "b.tar.gz"
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", str(bundle), "--limit", "spark2"])
+    assert result.exit_code == 1
+    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
+    assert f"sha256: {digest}" in result.output
+    assert oct(bundle.stat().st_mode & 0o777) == "0o600"
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("/findings.json") for n in names) and any(n.endswith("/unreachable.json") for n in names)
+
+
+def test_limit_names_an_unknown_node(refusing_inventory):
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--limit", "spark9"])
+    assert result.exit_code == 2 and "spark9" in result.output
+
+
+def test_the_report_groups_by_node_with_evidence_and_fix():
+    s = healthy_snapshot()
+    fault_mtu(s)
+    fault_sudo(s)
+    console = Console(record=True, width=200)
+    render_diagnosis(console, run_checks(s))
+    text = console.export_text()
+    assert text.index("spark1") < text.index("node.sudo_password") < text.index("spark2") \
+        < text.index("fabric.mtu_mismatch")
+    assert "seen: MTU 1500 on enP2p1s0f1np1, planned 9000" in text
+    assert "fix:  sparkctl cluster bootstrap" in text and "--only network" in text
+    assert "2 error(s)" in text and "unhealthy" in text
+
+
+def test_fix_selects_the_owning_tasks_and_leaves_the_rest_to_a_person():
+    s = healthy_snapshot()
+    fault_mtu(s)
+    fault_sudo(s)
+    fault_container_exited(s)
+    only, manual = repair_selection(run_checks(s), bootstrap_graph())
+    assert {"network.netplan", "network.verify", "container", "mpi"} <= only
+    assert [f.id for f in manual] == ["node.sudo_password"]
+    assert tasks_for(Finding("ssh.mesh_broken", "error", "a", "x")) == ("ssh.keys", "ssh.mesh", "ssh.verify")
+    assert tasks_for(Finding("node.docker_group", "error", "a", "x")) == ()
+
+
+def test_scrub_masks_registered_secrets_and_token_shapes():
+    forget_secrets()
+    register_secret("sudo-pass-123")
+    try:
+        text = scrub(f"pw sudo-pass-123 token {TOKEN} HF_TOKEN=abc Authorization: Bearer {'x' * 20}")
+    finally:
+        forget_secrets()
+    assert "sudo-pass-123" not in text and TOKEN not in text and "abc" not in text and "xxxxxxxxxx" not in text
+    assert text.count(MASK) == 4
+
+
+def test_the_bundle_holds_facts_netplan_logs_and_journals_but_no_token(tmp_path):
+    s = healthy_snapshot()
+    fault_container_exited(s)
+    s.probes["spark2"].container_logs = f"starting with HF_TOKEN={TOKEN}\nsshd: Bind to port 2233 failed"
+    s.probes["spark1"].serve_log_tail = f"loading {TOKEN}\nNCCL WARN x"
+    journal = tmp_path / "20260101T000000.000000Z-bootstrap.jsonl"
+    journal.write_text(json.dumps({"event": "log", "message": f"token {TOKEN}"}) + "\n")
+    path = tmp_path / "bundle.tar.gz"
+    digest = write_bundle(path, run_checks(s), s, journals=[journal])
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    with tarfile.open(path) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar.getmembers()}
+    assert {"findings.json", "spark1/facts.json", "spark2/container-trtllm-multinode.json",
+            "spark2/container.log", "spark1/serve.log", f"journals/{journal.name}"} <= set(files)
+    assert "spark1/netplan/40-cx7.yaml" in files
+    assert json.loads(files["findings.json"])["healthy"] is False
+    assert all(TOKEN not in body for body in files.values())
+    assert "Bind to port 2233 failed" in files["spark2/container.log"]
+
+
+def test_diagnosis_json_shape():
+    d = Diagnosis([Finding("a.b", "warning", "n", "s", "e", "f", "network")], nodes=["n"])
+    assert d.to_dict() == {"healthy": True, "findings": [
+        {"id": "a.b", "severity": "warning", "node": "n", "summary": "s", "evidence": "e", "fix": "f",
+         "phase": "network"}]}
+    with pytest.raises(ValueError):
+        Finding("a", "fatal", "n", "s")

@@ -1,0 +1,107 @@
+"""doctor's probes: the one-round-trip script (valid sh, values quoted) and the parser of its output."""
+
+from __future__ import annotations
+
+import subprocess
+
+from sparkctl.doctor.probes import parse_probe, probe_script
+from sparkctl.facts.script import MARKER
+from tests.unit.test_doctor_checks import healthy_snapshot
+
+NONCE = "abc123"
+
+
+def section(name: str, body: str, rc: int = 0) -> str:
+    return f"{MARKER}:{NONCE}:begin {name}@@\n{body}\n{MARKER}:{NONCE}:end {name} {rc}@@\n"
+
+
+def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
+    s = healthy_snapshot()
+    s.facts["spark1"].hf_cache = "/home/nvidia/it's; touch /tmp/pwned"
+    script = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"], nonce=NONCE)
+    assert subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True).returncode == 0
+    assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
+    # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
+    assert "ping -c 1 -W 2 -M do -s 8972 -I enp1s0f1np1 192.168.100.11" in script
+    assert "ping -c 1 -W 2 -M do -s 8972 -I enP2p1s0f1np1 192.168.101.11" in script
+    assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
+    assert "/health" in script  # the head probes the server
+
+
+def test_a_worker_does_not_probe_the_server_and_a_stopped_container_gives_its_logs():
+    s = healthy_snapshot()
+    info = s.facts["spark2"].containers["trtllm-multinode"]
+    info.running, info.status = False, "exited"
+    script = probe_script(s.inventory, s.plan, s.facts["spark2"], "spark2", ["spark1", "spark2"], nonce=NONCE)
+    assert "/health" not in script
+    assert "docker logs --tail 20 trtllm-multinode" in script
+    assert "docker exec" not in script
+
+
+def test_parse_probe_reads_every_section():
+    out = "".join([
+        section("ports", "LISTEN 0 128 0.0.0.0:2233 0.0.0.0:* users:((\"python3\",pid=991,fd=3))"),
+        section("ping", "ok enp1s0f1np1 spark2 192.168.100.11\nmtu enP2p1s0f1np1 spark2 192.168.101.11"),
+        section("ssh", "fail spark2 192.168.100.11 nvidia@192.168.100.11: Permission denied (publickey)."),
+        section("c-logs", "sshd: Bind to port 2233 failed"),
+        section("hf-token", "no"),
+        section("models", "complete nvidia/A\nincomplete nvidia/B partial download in /x\nabsent nvidia/C"),
+        section("serve-log", "Application startup complete."),
+        section("nccl", "NCCL INFO Using network Socket"),
+        section("health", "200"),
+        section("completion", '200\n{"choices": [{"message": {"content": "!!!!"}}]}'),
+        section("c-hostfile", "192.168.100.10\n192.168.100.11"),
+        section("c-authkeys", "ssh-ed25519 AAAA x"),
+        section("c-ssh", "ok spark2 root@192.168.100.11\nfail spark2 root@192.168.101.11 Connection refused"),
+    ])
+    p = parse_probe(out, NONCE)
+    assert p.port_owners == {2233: "python3 (pid 991)"}
+    assert [(x.interface, x.verdict) for x in p.pings] == [("enp1s0f1np1", "ok"), ("enP2p1s0f1np1", "mtu")]
+    assert not p.ssh[0].ok and "Permission denied" in p.ssh[0].error and p.ssh[0].target == "192.168.100.11"
+    assert p.container_logs == "sshd: Bind to port 2233 failed"
+    assert p.hf_token_file is False
+    assert [(m.repo, m.state) for m in p.models] == [("nvidia/A", "complete"), ("nvidia/B", "incomplete"),
+                                                    ("nvidia/C", "absent")]
+    assert p.serve_log_exists and p.nccl_log.strip() == "NCCL INFO Using network Socket"
+    assert p.health_status == 200 and p.completion == "!!!!"
+    assert p.container_hostfile.split() == ["192.168.100.10", "192.168.100.11"]
+    assert [c.ok for c in p.container_ssh] == [True, False]
+
+
+def test_a_missing_serve_log_and_an_unanswered_health_check():
+    p = parse_probe(section("serve-log", "", rc=3) + section("health", "000"), NONCE)
+    assert not p.serve_log_exists and p.serve_log_tail == ""
+    assert p.health_status == 0 and p.completion is None
+
+
+STUBS = {
+    "ping": "echo stub-ping",
+    "ssh": "echo 'Permission denied (publickey).' >&2; exit 255",
+    "ss": "echo 'LISTEN 0 128 0.0.0.0:2233 0.0.0.0:* users:((\"sshd\",pid=7,fd=3))'",
+    "curl": "case \"$*\" in *health*) printf '\\n@@code@@200' ;; "
+            "*) printf '{\"choices\":[{\"message\":{\"content\":\"Waves roll.\"}}]}\\n@@code@@200' ;; esac",
+    # docker exec runs the inner script here, where cat finds no hostfile: the sections must still come back
+    "docker": "if [ \"$1\" = exec ]; then shift 2; \"$@\"; else echo stub-docker; fi",
+}
+
+
+def test_the_whole_script_runs_to_the_end_with_stubbed_commands(tmp_path):
+    """Every command that would touch the network is a stub; a missing serve log must not end the script."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in STUBS.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    s = healthy_snapshot()
+    s.facts["spark1"].hf_cache = str(tmp_path / "hf")
+    script = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"], nonce=NONCE)
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)})
+    p = parse_probe(result.stdout, NONCE)
+    assert not p.serve_log_exists
+    assert p.health_status == 200 and p.completion == "Waves roll."
+    assert p.port_owners == {2233: "sshd (pid 7)"}
+    assert [x.verdict for x in p.pings] == ["ok", "ok"]
+    assert [(x.peer, x.ok) for x in p.ssh] == [("spark2", False)] and "Permission denied" in p.ssh[0].error
+    assert p.container_hostfile == "" and len(p.container_ssh) == 2
+    assert p.hf_token_file is False and [m.state for m in p.models] == ["absent", "absent"]
