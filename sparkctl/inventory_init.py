@@ -28,7 +28,8 @@ def _node_name(hostname: str, used: set[str], index: int) -> str:
     return name
 
 
-def describe_cluster(hosts: list[str], facts: list[Any], *, cluster: str = "sparks") -> InitResult:
+def describe_cluster(hosts: list[str], facts: list[Any], *, cluster: str = "sparks",
+                     controller_addrs: frozenset[str] = frozenset()) -> InitResult:
     """hosts[i] was reached as facts[i]; returns the inventory text, what was assumed, and what is wrong."""
     assumptions: list[str] = []
     problems: list[str] = []
@@ -61,6 +62,10 @@ def describe_cluster(hosts: list[str], facts: list[Any], *, cluster: str = "spar
     used: set[str] = set()
     nodes = [{"name": _node_name(f.hostname or h, used, i), "host": h}
              for i, (h, f) in enumerate(zip(hosts, facts, strict=True))]
+    for node in nodes:
+        if node["host"] in controller_addrs:
+            node["local"] = True  # sparkctl runs on this node: commands run there without ssh
+            assumptions.append(f"{node['host']} is this machine: marked local (commands run without ssh)")
     not_spark = [h for h, f in zip(hosts, facts, strict=True) if not f.is_dgx_spark]
     if not_spark:
         assumptions.append(f"not recognised as DGX Spark: {', '.join(not_spark)} (kept; check /etc/dgx-release)")

@@ -8,7 +8,6 @@ from typing import Any
 
 from sparkctl.engine import Event, Graph, Runner, RunResult
 from sparkctl.errors import BadInput
-from sparkctl.facts import gather_local_controller_addrs
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.connect import connect_all, open_transport
 
@@ -50,8 +49,6 @@ def run_playbook(inventory: Any, graph: Graph, request: RunRequest, emit: Callab
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
     options = request.options
-    if not options.controller_addrs:
-        options.controller_addrs = tuple(gather_local_controller_addrs())
     wanted = [s for s in node_specs(inventory) if not request.limit or s.node in request.limit]
     topts = _transport_options(inventory, options)
     transports, unreachable = connect_all(wanted, forks=request.forks, **topts)
@@ -87,12 +84,11 @@ def gather_cluster(inventory: Any, request: RunRequest,
 
     specs = [s for s in node_specs(inventory) if not request.limit or s.node in request.limit]
     transports, unreachable = connect_all(specs, forks=request.forks, **_transport_options(inventory, request.options))
-    controller = tuple(gather_local_controller_addrs())
 
     def one(name: str):
         facts = gather_facts(transports[name], name, container_names=(inventory.container.name,),
                              image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
-                             controller_addrs=controller)
+                             reach_addrs=(str(inventory.node(name).host),))
         if also is not None:
             facts.extra = also(transports[name], facts)
         return facts

@@ -195,7 +195,7 @@ def make_kit(inventory: Inventory, facts_by_node: dict[str, Facts], options: Run
         kit.fresh.append(transport)
         return transport
 
-    cluster = ClusterContext(inventory, options or RunOptions(controller_addrs=("10.0.0.1",)), events.append,
+    cluster = ClusterContext(inventory, options or RunOptions(), events.append,
                              new_transport=new_transport)
     kit = Kit(cluster, events, fresh_rules=[(r"touch .*confirmed-", "ok\n", 0)])
     kit_holder["kit"] = kit

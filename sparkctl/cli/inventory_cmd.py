@@ -47,7 +47,7 @@ def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: s
     import os
 
     from sparkctl.errors import BadInput, SparkctlError, Unreachable
-    from sparkctl.facts import gather_facts
+    from sparkctl.facts import gather_facts, gather_local_controller_addrs
     from sparkctl.inventory_init import describe_cluster
     from sparkctl.transport.connect import NodeAddress, connect_all
 
@@ -63,7 +63,8 @@ def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: s
     finally:
         for t in transports.values():
             t.close()
-    result = describe_cluster(list(hosts), facts, cluster=cluster)
+    result = describe_cluster(list(hosts), facts, cluster=cluster,
+                              controller_addrs=frozenset(gather_local_controller_addrs(include_loopback=False)))
     if result.problems:
         raise SparkctlError("; ".join(result.problems))
     with open(output, "w") as fh:

@@ -14,7 +14,7 @@ from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, sort_findings
 from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
 from sparkctl.errors import BadInput
-from sparkctl.facts import gather_facts, gather_local_controller_addrs
+from sparkctl.facts import gather_facts
 from sparkctl.session import node_specs
 from sparkctl.transport.connect import connect_all
 
@@ -61,10 +61,9 @@ def take_snapshot(inventory: Any, request: DoctorRequest) -> Snapshot:
         specs, forks=request.forks, known_hosts_path=ssh.known_hosts, use_ssh_config=ssh.use_ssh_config,
         connect_timeout=ssh.connect_timeout, become_password=request.become_password)
     unreachable = {n: str(e) for n, e in unreachable_exc.items()}
-    controller = tuple(gather_local_controller_addrs())
     try:
         before = time.time()
-        facts = _gather(inventory, transports, controller, request.forks, unreachable)
+        facts = _gather(inventory, transports, request.forks, unreachable)
         after = time.time()
         plan, plan_error = doctor_plan(inventory, facts)
         probes = run_probes({n: t for n, t in transports.items() if n in facts}, inventory, plan, facts,
@@ -83,13 +82,12 @@ def take_snapshot(inventory: Any, request: DoctorRequest) -> Snapshot:
                     controller_time_slack=(after - before) / 2)
 
 
-def _gather(inventory: Any, transports: dict, controller: tuple[str, ...], forks: int,
-            unreachable: dict[str, str]) -> dict:
+def _gather(inventory: Any, transports: dict, forks: int, unreachable: dict[str, str]) -> dict:
     def one(name: str):
         try:
             facts = gather_facts(transports[name], name, container_names=(inventory.container.name,),
                                  image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
-                                 controller_addrs=controller)
+                                 reach_addrs=(str(inventory.node(name).host),))
         except Exception as exc:  # noqa: BLE001 - a node lost while gathering is unreachable, the rest go on
             return name, None, str(exc) or type(exc).__name__
         if not facts.user and not facts.hostname:

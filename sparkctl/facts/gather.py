@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,14 +16,18 @@ DEFAULT_TIMEOUT = 60.0
 
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
                  image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
-                 controller_addrs: Iterable[str] = (), timeout: float = DEFAULT_TIMEOUT) -> Facts:
-    """Read every fact of one node in ONE round trip. Never raises for what the node lacks."""
+                 reach_addrs: Iterable[str] = (), timeout: float = DEFAULT_TIMEOUT) -> Facts:
+    """Read every fact of one node in ONE round trip. Never raises for what the node lacks.
+
+    `reach_addrs`: the names or addresses sparkctl reaches this node by (its inventory host); the
+    interfaces holding them, and the one carrying the SSH session, are the node's management interfaces.
+    """
     names, refs = list(container_names), list(image_refs)
     nonce = new_nonce()
     script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache)
     result = transport.run(script, timeout=timeout)
     facts = facts_from_output(result.stdout, nonce, node, container_names=names, image_refs=refs,
-                              hf_cache=hf_cache, controller_addrs=controller_addrs)
+                              hf_cache=hf_cache, reach_addrs=_resolved(reach_addrs, transport))
     if result.timed_out:
         facts.raw_errors.append(f"gather: timed out after {timeout:g}s; later sections are missing")
     return facts
@@ -30,19 +35,37 @@ def gather_facts(transport: Transport, node: str, *, container_names: Iterable[s
 
 def facts_from_output(stdout: str, nonce: str, node: str, *, container_names: Iterable[str] = (),
                       image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
-                      controller_addrs: Iterable[str] = ()) -> Facts:
+                      reach_addrs: Iterable[str] = ()) -> Facts:
     """Parse the gather script's stdout (split by the nonce it was rendered with) into Facts."""
     sections = split_sections(stdout, nonce)
     facts = Facts(node=node, hf_cache=hf_cache)
     builder = _FactsBuilder(facts, sections)
     builder.fill(list(container_names), list(image_refs))
-    facts.management_interfaces = _management_interfaces(facts, controller_addrs)
+    facts.management_interfaces = _management_interfaces(facts, reach_addrs)
     return facts
 
 
-def _management_interfaces(facts: Facts, controller_addrs: Iterable[str]) -> list[str]:
+def _resolved(names: Iterable[str], transport: Transport) -> list[str]:
+    """IPv4 addresses of the given names and of the host the transport really connected to (an ssh_config
+    alias resolves to its HostName there); a name that does not resolve is skipped."""
+    out: list[str] = []
+    for name in [*names, getattr(transport, "host", None)]:
+        if not name:
+            continue
+        try:
+            infos = socket.getaddrinfo(str(name), None, socket.AF_INET)
+        except (OSError, UnicodeError):
+            continue
+        for info in infos:
+            if info[4][0] not in out:
+                out.append(info[4][0])
+    return out
+
+
+def _management_interfaces(facts: Facts, reach_addrs: Iterable[str]) -> list[str]:
+    # Never the controller's own addresses: when sparkctl runs on a Spark, its fabric twins hold some.
     held: list[str] = []
-    for ip in ([facts.session_ip] if facts.session_ip else []) + list(controller_addrs):
+    for ip in ([facts.session_ip] if facts.session_ip else []) + list(reach_addrs):
         for name in facts.interfaces_holding(ip):
             if name not in held:
                 held.append(name)

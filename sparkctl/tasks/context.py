@@ -23,7 +23,6 @@ class RunOptions:
     verbosity: int = 0
     #: seconds the node waits for sparkctl's confirmation before it reverts a netplan change by itself
     netplan_confirm_timeout: float = 30.0
-    controller_addrs: tuple[str, ...] = ()
     become_password: str | None = field(default=None, repr=False)
 
 
@@ -52,7 +51,7 @@ class NodeContext:
                 self._facts = gather_facts(
                     self.transport, self.name,
                     container_names=(inv.container.name,), image_refs=(inv.container.image,),
-                    hf_cache=inv.container.hf_cache, controller_addrs=self.options.controller_addrs,
+                    hf_cache=inv.container.hf_cache, reach_addrs=(str(self.node.host),),
                 )
                 self.facts_round_trips += 1
                 self.cluster.bump()

@@ -132,10 +132,28 @@ def test_gather_netns_as_unprivileged_user():
     assert f.hf_cache == "/nonexistent/.cache/huggingface" and f.hf_cache_free_bytes > 0
 
 
-def test_controller_addrs_mark_management_interfaces():
-    f = captured("gather.host.txt", controller_addrs=["127.0.0.1"])
+def test_the_address_a_node_is_reached_by_marks_its_management_interfaces():
+    f = captured("gather.host.txt", reach_addrs=["127.0.0.1"])
     assert f.management_interfaces == ["eth0", "lo"]
     assert f.ports() == {} and f.up_ports() == {}
+
+
+def test_the_controllers_own_fabric_address_is_not_management():
+    # sparkctl running on spark1 reaches spark1 by its management address; that its own fabric twins hold
+    # addresses (192.168.100.10 here) must not make them management interfaces.
+    f = captured("gather.netns-root.txt", reach_addrs=["10.201.0.11"])
+    assert "enP7s7" in f.management_interfaces
+    fabric = {"enp1s0f1np1", "enP2p1s0f1np1", "enp1s0f0np0", "enP2p1s0f0np0"}
+    assert not fabric & set(f.management_interfaces)
+
+
+def test_reach_names_resolve_and_unresolvable_ones_are_skipped():
+    from sparkctl.facts.gather import _resolved
+
+    class Transport:
+        host = "127.0.0.1"
+
+    assert _resolved(["localhost", "no-such-host.invalid"], Transport()) == ["127.0.0.1"]
 
 
 def test_spark_ports_from_roce_map_twin_order_and_down_port():
@@ -237,3 +255,23 @@ def test_speeds_prefer_ethtool_and_ignore_unknown():
 def test_session_ip_is_the_node_side_of_ssh_connection():
     assert p.parse_ssh_connection("10.0.0.5 51234 10.0.0.11 22\n") == "10.0.0.11"
     assert p.parse_ssh_connection("\n") is None
+
+
+def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path):
+    """The slow sections run in the background; without mktemp the script runs them in order instead."""
+    from sparkctl.facts.script import CONCURRENT
+
+    script = render_script("n", container_names=[HOSTILE], image_refs=["nope:1"], hf_cache=str(tmp_path))
+    runs = {}
+    for mode, prelude in (("concurrent", ""), ("sequential", "mktemp() { return 1; }\n")):
+        out = subprocess.run(["sh", "-c", prelude + script], capture_output=True, text=True, timeout=60).stdout
+        runs[mode] = split_sections(out, "n")
+    names = list(runs["concurrent"])
+    assert names == list(runs["sequential"]) and set(names) >= CONCURRENT
+    assert names.index("speed") < names.index("ssh-connection") < names.index("docker-info")
+    # this machine's interfaces, sockets and memory move between two runs (other labs): compare what does not
+    for name in names:
+        assert runs["concurrent"][name].rc == runs["sequential"][name].rc, name
+    for name in ("hostname", "id", "docker-cli", "docker-info", "docker-inspect", "docker-images", "firewall"):
+        assert runs["concurrent"][name].output == runs["sequential"][name].output, name
+    assert not list(tmp_path.parent.glob("tmp.*/speed"))  # the temp dir is removed
