@@ -197,7 +197,7 @@ def make_kit(inventory: Inventory, facts_by_node: dict[str, Facts], options: Run
 
     cluster = ClusterContext(inventory, options or RunOptions(), events.append,
                              new_transport=new_transport)
-    kit = Kit(cluster, events, fresh_rules=[(r"touch .*confirmed-", "ok\n", 0)])
+    kit = Kit(cluster, events, fresh_rules=[(r"touch .*confirmed-", "confirmed\n", 0)])
     kit_holder["kit"] = kit
     for node in inventory.nodes:
         if node.name in facts_by_node:
@@ -334,4 +334,4 @@ def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") ->
 
 def normalize_run_id(text: str) -> str:
     """The netplan revert id is a timestamp: replace it so commands compare exactly."""
-    return re.sub(r"(revert|confirmed|reverted)-\d+", r"\1-RUNID", text)
+    return re.sub(r"(revert|confirmed|reverted|applied|guard)-\d+", r"\1-RUNID", text)

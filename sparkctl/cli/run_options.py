@@ -40,6 +40,9 @@ def run_options(func):
                      help=f"Prompt once for the sudo password (or set {BECOME_ENV})."),
         click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
                      help="Read the sudo password from this file (first line)."),
+        click.option("--revert-after", type=click.IntRange(10, 3600), default=60, show_default=True,
+                     metavar="SECONDS", help="A node reverts a netplan change by itself unless sparkctl reaches "
+                                             "it over a new connection within this time after the apply."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -54,7 +57,12 @@ def run_options(func):
 def become_password(ask: bool, path: str | None) -> str | None:
     password = None
     if path:
-        password = Path(path).read_text().splitlines()[0] if Path(path).read_text() else ""
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"--become-password-file {path}: cannot read it ({exc.__class__.__name__})",
+                           hint="a text file whose first line is the sudo password") from None
+        password = text.splitlines()[0] if text else ""
     elif os.environ.get(BECOME_ENV):
         password = os.environ[BECOME_ENV]
     elif ask:
@@ -68,6 +76,7 @@ def become_password(ask: bool, path: str | None) -> str | None:
 
 def build_request(params: dict) -> RunRequest:
     options = RunOptions(check=params["check"], diff=params["diff"], verbosity=params["verbose"],
+                         netplan_confirm_timeout=float(params["revert_after"]),
                          become_password=become_password(params["ask_become_pass"], params["become_password_file"]))
     return RunRequest(options=options, limit=_csv(params["limit"]), only=_csv(params["only"]),
                       skip=_csv(params["skip"]), forks=params["forks"])

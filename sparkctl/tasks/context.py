@@ -22,7 +22,7 @@ class RunOptions:
     diff: bool = False
     verbosity: int = 0
     #: seconds the node waits for sparkctl's confirmation before it reverts a netplan change by itself
-    netplan_confirm_timeout: float = 30.0
+    netplan_confirm_timeout: float = 60.0
     become_password: str | None = field(default=None, repr=False)
 
 

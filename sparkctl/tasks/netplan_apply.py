@@ -16,14 +16,21 @@ from sparkctl.transport.base import q
 STATE_ROOT = "/var/lib/sparkctl"
 
 REVERT_SCRIPT = """#!/bin/sh
-# sparkctl netplan revert guard: restores {backup} unless {confirmed} appears within {timeout}s.
+# sparkctl netplan revert guard (like `netplan try`): once the apply is done, restores {backup} unless
+# {confirmed} appears within {timeout}s. Waits for the apply at most {wait_apply}s (a session cut mid-apply).
+echo $$ > {pidfile}
+i=0
+while [ ! -e {applied} ] && [ "$i" -lt {wait_apply} ]; do sleep 1; i=$((i+1)); done
 sleep {timeout}
 [ -e {confirmed} ] && exit 0
+[ -d {backup} ] || exit 0
 for f in {backup}/*.yaml; do [ -e "$f" ] && cp -p "$f" /etc/netplan/; done
 if [ -f {backup}/absent ]; then while read -r f; do rm -f "$f"; done < {backup}/absent; fi
 netplan apply
 date +%s > {reverted}
 """
+#: how long `netplan apply` may take before the guard starts its confirm window anyway
+APPLY_TIMEOUT = 120
 
 
 def state_dir(cluster: str) -> str:
@@ -57,8 +64,9 @@ def arm_revert(ctx, paths: list[str], timeout: float) -> str:
     backup = posixpath.join(base, f"revert-{run_id}")
     script = posixpath.join(base, f"revert-{run_id}.sh")
     body = REVERT_SCRIPT.format(
-        backup=q(backup), confirmed=q(posixpath.join(base, f"confirmed-{run_id}")),
-        reverted=q(posixpath.join(base, f"reverted-{run_id}")), timeout=int(timeout),
+        backup=q(backup), confirmed=q(_marker(base, "confirmed", run_id)),
+        reverted=q(_marker(base, "reverted", run_id)), applied=q(_marker(base, "applied", run_id)),
+        pidfile=q(_marker(base, "guard", run_id) + ".pid"), timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30,
     )
     lines = [f"install -d -m 700 {q(backup)}"]
     for path in paths:
@@ -71,32 +79,51 @@ def arm_revert(ctx, paths: list[str], timeout: float) -> str:
     return run_id
 
 
+def _marker(base: str, what: str, run_id: str) -> str:
+    return posixpath.join(base, f"{what}-{run_id}")
+
+
 def confirm(ctx, run_id: str) -> None:
-    """Prove the management path over a NEW connection, then disarm the revert."""
+    """Prove the management path over a NEW connection, then disarm the revert (and stop its guard)."""
     base = state_dir(ctx.inventory.cluster.name)
+    reverted, confirmed = _marker(base, "reverted", run_id), _marker(base, "confirmed", run_id)
+    pidfile = _marker(base, "guard", run_id) + ".pid"
+    script = (f"if [ -e {q(reverted)} ]; then echo reverted; exit 3; fi; touch {q(confirmed)} || exit 4; "
+              f"kill \"$(cat {q(pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
     try:
         fresh = ctx.cluster.new_transport(ctx.name)
-        result = fresh.run(f"touch {q(posixpath.join(base, 'confirmed-' + run_id))} 2>/dev/null || true; echo ok",
-                           sudo=True, timeout=15)
-        fresh.close()
-        reached = result.ok and "ok" in result.stdout
+        try:
+            result = fresh.run(script, sudo=True, timeout=15)
+        finally:
+            fresh.close()
     except Exception as exc:  # any failure to reach the node means: do not confirm
-        reached = False
-        detail = str(exc)
+        result, detail = None, str(exc)
     else:
         detail = (result.stderr or "").strip()
-    if not reached:
-        raise TaskFailed(
-            f"after netplan apply, {ctx.name} could not be reached over a new management connection",
-            hint=f"the node restores its previous netplan files by itself within "
-                 f"{int(ctx.options.netplan_confirm_timeout)} s; check that the fabric subnets do not overlap "
-                 "the management network or the controller's address",
-            details=[detail] if detail else [],
-        )
+    if result is not None and result.ok and "confirmed" in result.stdout:
+        return
+    window = int(ctx.options.netplan_confirm_timeout)
+    if result is not None and "reverted" in result.stdout:
+        raise TaskFailed(f"{ctx.name} already reverted the netplan change: the {window} s confirm window passed",
+                         hint="rerun; on a slow node raise --revert-after")
+    if result is not None and result.exit_code != 255:
+        raise TaskFailed(f"could not disarm the netplan revert on {ctx.name}; it reverts within {window} s",
+                         details=[detail] if detail else [])
+    raise TaskFailed(
+        f"after netplan apply, {ctx.name} could not be reached over a new management connection",
+        hint=f"the node restores its previous netplan files by itself within {window} s; check that the "
+             "fabric subnets do not overlap the management network or the controller's address",
+        details=[detail] if detail else [],
+    )
 
 
-def netplan_apply(ctx) -> None:
-    ctx.must("netplan apply", "netplan apply", sudo=True, timeout=120,
+def netplan_apply(ctx, run_id: str | None = None) -> None:
+    """`netplan apply`; with a run id, tell the guard the apply is done (its confirm window starts then)."""
+    command = "netplan apply"
+    if run_id is not None:
+        applied = _marker(state_dir(ctx.inventory.cluster.name), "applied", run_id)
+        command = f"netplan apply; rc=$?; touch {q(applied)}; exit $rc"
+    ctx.must(command, "netplan apply", sudo=True, timeout=APPLY_TIMEOUT,
              hint="run `sudo netplan generate` on the node to see the error")
 
 

@@ -133,7 +133,7 @@ class NetplanTask(Task):
                 run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
                 for path, content in files.items():
                     ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)
-                safe.netplan_apply(ctx)
+                safe.netplan_apply(ctx, run_id)
                 safe.confirm(ctx, run_id)
             else:
                 safe.netplan_apply(ctx)

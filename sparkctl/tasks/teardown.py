@@ -57,7 +57,7 @@ class NetworkDown(Task):
                     ctx.must(f"rm -f {q('/etc/netplan/' + name[:-7])}", "removing the netplan file", sudo=True)
                 else:
                     ctx.transport.put(f"/etc/netplan/{name}", content, mode=0o600, owner="root:root", sudo=True)
-            safe.netplan_apply(ctx)
+            safe.netplan_apply(ctx, run_id)
             safe.confirm(ctx, run_id)
             facts = ctx.facts(refresh=True)
             cmds = []

@@ -93,6 +93,8 @@ def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_la
         ctx.transport.close()
     # applied from inside: the session's own connection is what this change cuts
     assert lab.exec(node, ["netplan", "apply"]).returncode == 0
+    # what safe.netplan_apply does after the apply: the guard's confirm window starts now
+    lab.exec(node, ["touch", f"{safe.state_dir(lab.names.cluster_name)}/applied-{run_id}"], check=True)
     assert poll(lambda: mgmt_addresses(lab, node) == [f"{moved}/24"], timeout=5), mgmt_addresses(lab, node)
     assert not port_open(mgmt_ip)
     with pytest.raises(TaskFailed, match="could not be reached over a new management connection"):
@@ -115,7 +117,7 @@ def test_a_confirmed_netplan_change_is_kept(revert_lab):
     try:
         run_id = safe.arm_revert(ctx, [EXTRA_FILE], timeout)
         ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
-        safe.netplan_apply(ctx)
+        safe.netplan_apply(ctx, run_id)
         safe.confirm(ctx, run_id)
         time.sleep(timeout + 2)
         files = state_files(lab, node, lab.names.cluster_name)

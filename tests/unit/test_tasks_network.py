@@ -95,9 +95,12 @@ def test_apply_sequence_record_arm_put_apply_confirm_wait():
     assert "setsid nohup /bin/sh" in arm.target.splitlines()[-1] and arm.target.endswith("&")
     assert (put.target, put.mode, put.owner, put.sudo) == ("/etc/netplan/40-cx7.yaml", 0o600, "root:root", True)
     assert put.content == kit.cluster.plan().nodes["spark1"].netplan
-    assert (apply_.target, apply_.sudo) == ("netplan apply", True)
     run_id = arm.target.split("revert-")[1].split("\n")[0]
-    assert confirm.target.startswith(f"touch {base}/confirmed-{run_id} ")
+    # the apply tells the guard it is done: the confirm window starts then, not while files are written
+    assert (apply_.target, apply_.sudo) == (f"netplan apply; rc=$?; touch {base}/applied-{run_id}; exit $rc", True)
+    # the confirm fails if the node already reverted, and stops the guard
+    assert confirm.target.startswith(f"if [ -e {base}/reverted-{run_id} ]; then echo reverted; exit 3; fi; "
+                                     f"touch {base}/confirmed-{run_id} || exit 4; kill ")
     assert kit.fresh[0].closed
     assert kit.node("spark1").facts_round_trips >= 2  # facts read again after apply (the wait)
 
@@ -128,7 +131,7 @@ def test_lost_management_path_fails_and_leaves_the_revert_armed():
     with pytest.raises(TaskFailed) as err:
         NetplanTask().apply(ctx, NetplanTask().check(ctx))
     assert "could not be reached over a new management connection" in err.value.message
-    assert "restores its previous netplan files by itself within 30 s" in err.value.hint
+    assert "restores its previous netplan files by itself within 60 s" in err.value.hint
     assert kit.fresh == [] and not any(c.target.startswith("touch ") for _, c in kit.log)
     assert any("setsid nohup" in c.target for _, c in kit.log)  # the node-side revert stays armed
 
@@ -160,7 +163,7 @@ def hostile_kit():
     inv.fabric.netplan_file = f"/etc/netplan/{payload} $(touch pwned) `touch pwned`.yaml"
     facts = {n: spark_facts(n) for n in ("spark1", "spark2")}
     kit = make_kit(inv, facts)
-    install_effects(kit, "spark1", [{"after": "^netplan apply$", "shows": {**CONVERGED, "mtu": 9000}}])
+    install_effects(kit, "spark1", [{"after": "^netplan apply", "shows": {**CONVERGED, "mtu": 9000}}])
     return kit
 
 
