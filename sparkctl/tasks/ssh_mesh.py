@@ -125,7 +125,9 @@ class SshMeshTask(Task):
             entries = [(names[p], hostkeys[p]) for p in peers]
             known = merge_known_hosts(files[node].get("known_hosts") or "", known_hosts_lines(entries, cluster),
                                       {n for p in peers for n in names[p]}, cluster)
-            home = files[node].get("home") or "~"
+            home = files[node].get("home")
+            if not home:  # SFTP does not expand `~`: never write to a guessed path
+                raise TaskFailed(f"{node}: $HOME is not set for {inv.user}")
             block = render("ssh-config-cluster.j2", cluster=cluster, user=inv.user,
                            hosts=[n for p in peers for n in names[p][1:]] or ["none"],
                            identity_file=posixpath.join(home, ".ssh", key_name(cluster)),
@@ -185,9 +187,10 @@ class SshVerify(Task):
             # one sshd at once, past its MaxStartups (10), which then resets connections at random
             for peer in names[index + 1:] + names[:index]:
                 target, options = _verify_target(ctx, plan, node, peer)
-                lines.append(f"if ssh -o BatchMode=yes -o ConnectTimeout=5 {options}{q(target)} true </dev/null "
-                             f">/dev/null 2>/tmp/.sparkctl-ssh-err; then echo {q('ok ' + peer + ' ' + target)}; "
-                             f"else echo {q('fail ' + peer + ' ' + target)} \"$(tail -n1 /tmp/.sparkctl-ssh-err)\";"
+                # stderr captured in a variable: a read-only check leaves no file behind
+                lines.append(f"if err=$(ssh -o BatchMode=yes -o ConnectTimeout=5 {options}{q(target)} true "
+                             f"</dev/null 2>&1 >/dev/null); then echo {q('ok ' + peer + ' ' + target)}; "
+                             f"else echo {q('fail ' + peer + ' ' + target)} \"$(printf '%s' \"$err\" | tail -n1)\";"
                              " fi")
             scripts[node] = "\n".join(lines)
         failures = []

@@ -106,7 +106,7 @@ class ShellTransport:
         # The content streams on stdin: it never appears in argv, and the temp file is created 0600
         # by mktemp and chmod'ed before the content arrives.
         script = (
-            f"set -e; [ -d {q(directory)} ] || {{ echo 'parent directory {directory} does not exist' >&2;"
+            f"set -e; [ -d {q(directory)} ] || {{ echo {q('parent directory ' + directory + ' does not exist')} >&2;"
             f" exit 3; }}; tmp=$(mktemp -p {q(directory)} {q(template)}); trap 'rm -f \"$tmp\"' EXIT; "
             f'chmod {mode:o} "$tmp"; cat > "$tmp"; {chown}mv -f "$tmp" {q(path)}; trap - EXIT'
         )
