@@ -185,6 +185,14 @@ class ContainerSettings(_Section):
             raise ValueError("not a container name (letters, digits, '_', '.', '-')")
         return value
 
+    @field_validator("hf_cache")
+    @classmethod
+    def _hf_cache(cls, value: str) -> str:
+        # docker reads a relative `-v` source as a volume name, and `~user` is not expanded on the node
+        if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+            raise ValueError("must be an absolute path or start with ~/ (e.g. ~/.cache/huggingface)")
+        return value
+
 
 class ServeSettings(_Section):
     preset: str | None = None

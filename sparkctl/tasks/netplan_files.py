@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 import yaml
 
@@ -46,7 +47,17 @@ def without_stanzas(content: str, keys: list[str]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
+# Wi-Fi and 802.1X secrets NetworkManager writes into netplan files: never into a diff, an event or a journal.
+_SECRET_LINE = re.compile(r"^(\s*-?\s*[\"']?(?:password|psk|private-key|private-key-password|ca-cert-password|"
+                          r"client-key-password|pin|key)[\"']?\s*:\s*).+$", re.IGNORECASE | re.MULTILINE)
+
+
+def mask_secrets(text: str | None) -> str | None:
+    return None if text is None else _SECRET_LINE.sub(r"\1<redacted>", text)
+
+
 def unified_diff(path: str, before: str | None, after: str | None) -> str:
+    before, after = mask_secrets(before), mask_secrets(after)
     return "".join(difflib.unified_diff(
         (before or "").splitlines(keepends=True), (after or "").splitlines(keepends=True),
         fromfile=f"{path} (now)" if before is not None else "/dev/null",

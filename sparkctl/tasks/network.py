@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import posixpath
 from dataclasses import replace
 
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
@@ -206,9 +205,6 @@ class NetworkVerify(Task):
             raise TaskFailed(f"{len(failures)} fabric link check(s) failed", details=failures)
         return []
 
-
-def original_dir(cluster: str) -> str:
-    return posixpath.join(safe.state_dir(cluster), "original")
 
 
 TASKS = [NetplanTask(), NetworkVerify()]

@@ -480,3 +480,12 @@ def test_model_validate_runs_the_cross_checks_too():
     with pytest.raises(ValueError, match="duplicate node name 'a'"):
         Inventory.model_validate({"user": "u", "nodes": [{"name": "a", "host": "h1"},
                                                          {"name": "a", "host": "h2"}]})
+
+
+def test_hf_cache_must_be_absolute_or_under_home(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text("user: nvidia\nnodes: [{name: a, host: 10.0.0.1}]\ncontainer:\n  hf_cache: .cache/hf\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    (line,) = err.value.problems
+    assert line.startswith(f"{path}:4: container.hf_cache: ") and "absolute path or start with ~/" in line
