@@ -58,17 +58,37 @@ def state_dir(inventory: Any, home: str) -> str:
     return posixpath.join(home, ".local/state/sparkctl", inventory.cluster.name)
 
 
+def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
+    """In a ring, the ONE interface Open MPI's TCP transports use: the node's first twin (port 0 twin 1, the
+    cable to the next node), the same NAME on every node.
+
+    Why one: Open MPI 4.1's TCP BTL rates any two private IPv4 addresses as connected ("PRIVATE DIFFERENT
+    NETWORK" still has a weight; the reachable framework is not consulted, so `reachable=netlink` changes
+    nothing) and hands the matches to its per-interface modules by list position, not by the module's own
+    interface. With four interfaces on two cables a module bound to one cable connects to a peer address on
+    the other: "Network is unreachable" without routes; with the neighbour /32 routes the connection leaves on
+    another cable than its source address, the two ends file it under different endpoints and the first
+    collective hangs ("Match incoming connection ... failed"). One interface is one module and one address
+    per peer: nothing to mis-pair; the neighbour routes (plan/fabric.py) carry it over the direct cable both
+    ways. Why the same name: mpirun copies the head's OMPI_MCA_* environment into every rank, over what the
+    node's sshd set, so a per-node name would silently become the head's. MPI over TCP is control traffic on
+    a Spark; NCCL's RDMA path still uses every twin (NCCL_IB_HCA).
+    """
+    return next((i for i in fabric.ports[node].interfaces if i in fabric.addresses.get(node, {})), None)
+
+
 def container_env(inventory: Any, node: str, fabric: FabricPlan) -> dict[str, str]:
     ports = fabric.ports[node]
     env: dict[str, str] = {}
     if ports.interfaces:
         ifaces = ",".join(ports.interfaces)
+        mpi_ifaces = (ring_mpi_interface(fabric, node) if inventory.topology == "ring" else None) or ifaces
         env.update({
             "UCX_NET_DEVICES": ifaces,
             "NCCL_SOCKET_IFNAME": ifaces,
             "NCCL_IB_HCA": ",".join(d for d in ports.roce_devices if d),
-            "OMPI_MCA_btl_tcp_if_include": ifaces,
-            "OMPI_MCA_oob_tcp_if_include": ifaces,
+            "OMPI_MCA_btl_tcp_if_include": mpi_ifaces,
+            "OMPI_MCA_oob_tcp_if_include": mpi_ifaces,
         })
         if not env["NCCL_IB_HCA"]:
             del env["NCCL_IB_HCA"]
@@ -159,11 +179,15 @@ def render_entrypoint(inventory: Any) -> str:
 
 def hostfile_addresses(inventory: Any, fabric: FabricPlan) -> list[str]:
     """Head first, then inventory order: the address each node owns on its first included interface that the
-    head can reach (in a ring, the end of the cable shared with the head)."""
+    head can reach. In a ring that is the node's address on its one MPI interface (ring_mpi_interface), which
+    the neighbour routes make reachable from the head whichever cable it is on."""
     out = []
     head = inventory.nodes[0].name
     for node in inventory.nodes:
-        ip = fabric.address_facing(node.name, head) if node.name != head else fabric.first_address(head)
+        if node.name == head or inventory.topology == "ring":
+            ip = fabric.first_address(node.name)
+        else:
+            ip = fabric.address_facing(node.name, head)
         out.append(str(ip) if ip is not None else node.host)
     return out
 

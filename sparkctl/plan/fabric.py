@@ -77,6 +77,9 @@ class FabricPlan:
                 return addr.ip
         return self.first_address(node)
 
+    def interface_of(self, node: str, ip: ipaddress.IPv4Address | None) -> str | None:
+        return next((iface for iface, addr in self.addresses.get(node, {}).items() if addr.ip == ip), None)
+
     def first_address(self, node: str) -> ipaddress.IPv4Address | None:
         ports = self.ports[node]
         for iface in ports.interfaces:
@@ -207,9 +210,11 @@ def plan_fabric(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> 
 def neighbour_routes(plan: FabricPlan, node: str) -> dict[str, list[tuple[str, str]]]:
     """Host routes to a neighbour's addresses on cables that are not ours: {interface: [(to, via)]}.
 
-    In a ring every node owns addresses on two cables; Open MPI's TCP transport tries all of a peer's
-    addresses and fails with "Network is unreachable" on the cable it is not on. The neighbour accepts
-    traffic for any of its own addresses on the link we share, so a /32 through it needs no forwarding.
+    In a ring every node owns addresses on two cables, and a peer may hand out any of them: the hostfile line
+    (ssh, ORTE), Open MPI's single TCP BTL address (plan/container.py ring_mpi_interface), NCCL's bootstrap
+    address. Without a route the cable we are not on gives "Network is unreachable". The neighbour accepts
+    traffic for any of its own addresses on the link we share, so a /32 through it needs no forwarding, and
+    the reply takes the same cable back (the sender's address is on that cable or has its /32 there too).
     """
     mine = plan.addresses.get(node, {})
     attached = {a.network for a in mine.values()}

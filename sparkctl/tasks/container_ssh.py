@@ -7,7 +7,6 @@ it); only public keys travel, into every container's authorized_keys and pinned 
 from __future__ import annotations
 
 import posixpath
-import time
 
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.container import node_home, state_dir
@@ -20,6 +19,8 @@ SECTION = "@@sparkctl-section@@"
 CLIENT_KEY = "id_ed25519"
 HOST_KEY = "ssh_host_ed25519_key"
 SSHD_WAIT_S = 30.0
+#: concurrent ssh tries one container sshd may receive from all its peers together (sshd's MaxStartups is 10)
+PROBES_PER_SSHD = 8
 
 
 def node_state_dir(ctx) -> str:
@@ -144,28 +145,54 @@ class ContainerSshTask(Task):
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx) -> dict[str, dict[str, str]]:
+        """ONE round trip per node, all nodes at once: wait (on the node) for the container sshd, read the key
+        files on the node and in the container, and already try ssh to every peer from the container. The ssh
+        verdicts count only when every file turns out right; they change nothing either way."""
+        from sparkctl.tasks.mpi import CONTAINER_MARKER, MPIRUN_TIMEOUT, HostfileTask, hostfile_reads
+
         container = ctx.inventory.container.name
+        probes = container_ssh_probes(ctx)
+        # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
+        # docker exec): handed over, they save it a round trip and a docker exec per node.
+        mpi_reads = hostfile_reads(ctx)
         scripts = {}
         for name, node in ctx.nodes.items():
             keys = posixpath.join(node_state_dir(node), "container-ssh")
             inside = "; ".join(f"{section('in ' + f)}; cat /root/.ssh/{f} 2>/dev/null" for f in
                                ("authorized_keys", "known_hosts"))
+            if probes.get(name):
+                # the ssh tries run alongside mpirun (read-only both); their verdicts are printed after it
+                inside += (f'\n_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)\n( {probes[name]}\n) >"$_o" 2>&1 &'
+                           f"\n{section('mpi in')}; {mpi_reads[name][1]}"
+                           f'\nwait; {section("ssh")}; cat "$_o"; rm -f "$_o"')
+            else:
+                inside += f"\n{section('mpi in')}; {mpi_reads[name][1]}"
             scripts[name] = "\n".join([
+                sshd_wait_script(ctx), section("sshd"), 'printf "%s\\n" "$st"',
                 section("client"), f"cat {q(keys)}/{CLIENT_KEY}.pub",
                 section("host"), f"cat {q(keys)}/{HOST_KEY}.pub",
                 section("node authorized_keys"), f"cat {q(keys)}/authorized_keys 2>/dev/null",
                 section("node known_hosts"), f"cat {q(keys)}/known_hosts 2>/dev/null",
-                f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null || true"])
+                section("mpi node"), mpi_reads[name][0],
+                f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(inside)} 2>/dev/null; fi',
+                "true"])
         out = {}
-        for name, result in ctx.run_on_all(scripts, timeout=60).items():
+        for name, result in ctx.run_on_all(scripts, timeout=SSHD_WAIT_S + MPIRUN_TIMEOUT + 60).items():
             out[name] = split_sections(result.stdout)
-            if not out[name].get("client", "").strip() or not out[name].get("host", "").strip():
+        if all("mpi in" in files for files in out.values()):
+            ctx.hand_over(HostfileTask.name, {n: f.get("mpi node", "") + CONTAINER_MARKER + "\n" + f["mpi in"]
+                                              for n, f in out.items()})
+        not_listening = {n: f.get("sshd", "").strip() for n, f in out.items() if f.get("sshd", "").strip()
+                         != "listening"}
+        if not_listening:
+            raise sshd_not_listening(ctx, not_listening)
+        for name, files in out.items():
+            if not files.get("client", "").strip() or not files.get("host", "").strip():
                 raise TaskFailed(f"{name}: the container keys are missing in {node_state_dir(ctx.nodes[name])}",
                                  hint="rerun bootstrap (container.state generates them)")
         return out
 
     def check(self, ctx) -> list[Change]:
-        wait_for_sshd(ctx)
         files = self._read(ctx)
         pubs = {n: (f["client"].strip(), f["host"].strip()) for n, f in files.items()}
         want = desired_ssh_files(ctx, pubs)
@@ -181,7 +208,12 @@ class ContainerSshTask(Task):
                                               payload=(node, where, fname, content)))
         if changes:
             return changes
-        failures = verify_container_ssh(ctx)
+        probed = container_ssh_probes(ctx)
+        failures = ssh_failures({n: f.get("ssh", "") for n, f in files.items() if n in probed})
+        if failures:
+            # A peer's sshd may have come up while this node was already trying it: ask once more, now that
+            # every one listens, and believe that answer.
+            failures = verify_container_ssh(ctx)
         if failures:
             raise TaskFailed(f"{len(failures)} container-to-container ssh connection(s) failed",
                              hint="`docker logs` of the container on the peer; its sshd port must be free",
@@ -203,35 +235,39 @@ class ContainerSshTask(Task):
                                      details=(result.stderr or result.stdout).strip().splitlines()[-3:])
 
 
-def wait_for_sshd(ctx, timeout: float = SSHD_WAIT_S) -> None:
-    """Until the container sshd listens on every node: mpirun before that fails with `Connection refused`."""
+def sshd_wait_script(ctx, timeout: float = SSHD_WAIT_S) -> str:
+    """Shell that polls ON the node until the container sshd listens (mpirun before that fails with
+    `Connection refused`), the container stops running, or the timeout; leaves `listening`, the container's
+    status or `absent` in $st."""
+    port = int(ctx.inventory.container.ssh_port)
+    container = q(ctx.inventory.container.name)
+    tries = max(1, int(timeout / 0.2))
+    return (f"n=0; while :; do if ss -ltnH 'sport = :{port}' | grep -q .; then st=listening; break; fi; "
+            f"st=$(docker inspect --format '{{{{.State.Status}}}}' {container} 2>/dev/null || echo absent); "
+            f'[ "$st" = running ] || break; n=$((n+1)); [ "$n" -ge {tries} ] && break; sleep 0.2; done')
+
+
+def sshd_not_listening(ctx, status: dict[str, str]) -> TaskFailed:
     port = int(ctx.inventory.container.ssh_port)
     container = ctx.inventory.container.name
-    script = (f"if ss -ltnH 'sport = :{port}' | grep -q .; then echo listening; "
-              f"else docker inspect --format '{{{{.State.Status}}}}' {q(container)} 2>/dev/null || echo absent; fi")
-    pending = list(ctx.nodes)
-    deadline = time.monotonic() + timeout
-    status: dict[str, str] = {}
-    while pending:
-        results = ctx.run_on_all(dict.fromkeys(pending, script), timeout=20)
-        status = {n: r.stdout.strip() for n, r in results.items()}
-        pending = [n for n in pending if status[n] != "listening"]
-        if not pending:
-            return
-        stopped = [n for n in pending if status[n] not in ("running", "")]
-        if stopped or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    raise TaskFailed(
-        f"the container sshd does not listen on port {port} on {', '.join(pending)}",
+    return TaskFailed(
+        f"the container sshd does not listen on port {port} on {', '.join(status)}",
         hint=f"docker logs {container} on those nodes (a process holding port {port} makes the container exit)",
-        details=[f"{n}: container {status.get(n) or 'unknown'}" for n in pending])
+        details=[f"{n}: container {st or 'unknown'}" for n, st in status.items()])
 
 
-def verify_container_ssh(ctx) -> list[str]:
-    """ssh from every container to every peer address on a subnet it shares; failures as lines."""
+def wait_for_sshd(ctx, timeout: float = SSHD_WAIT_S) -> None:
+    """Until the container sshd listens on every node (one round trip per node; the node polls)."""
+    script = sshd_wait_script(ctx, timeout) + '; printf "%s\\n" "$st"'
+    results = ctx.run_on_all(dict.fromkeys(ctx.nodes, script), timeout=timeout + 20)
+    status = {n: r.stdout.strip() for n, r in results.items() if r.stdout.strip() != "listening"}
+    if status:
+        raise sshd_not_listening(ctx, status)
+
+
+def container_ssh_probes(ctx) -> dict[str, str]:
+    """Per node, the shell (run in its container) that tries ssh to every peer address on a subnet it shares."""
     plan = ctx.plan()
-    container = ctx.inventory.container.name
     scripts = {}
     for node in ctx.nodes:
         mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
@@ -243,14 +279,24 @@ def verify_container_ssh(ctx) -> list[str]:
                 if addr.network not in mine:
                     continue
                 tag = f"{peer} {addr.ip}"
-                lines.append(f"if out=$(ssh -o ConnectTimeout=5 root@{addr.ip} true 2>&1 </dev/null); then "
-                             f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(echo \"$out\" | tail -n1)\"; fi")
+                lines.append(f"{{ if out=$(ssh -o ConnectTimeout=5 root@{addr.ip} true 2>&1 </dev/null); then "
+                             f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(echo \"$out\" | tail -n1)\"; "
+                             "fi; } &")
         if lines:
-            scripts[node] = f"docker exec {q(container)} sh -c {q(chr(10).join(lines))}"
+            # Several at once (each verdict is one short write, never interleaved), but every node probes every
+            # peer at the same time and sshd starts dropping unauthenticated connections at 10 (MaxStartups).
+            at_once = max(1, PROBES_PER_SSHD // max(1, len(ctx.nodes) - 1))
+            batches = ["\n".join([*lines[i:i + at_once], "wait"]) for i in range(0, len(lines), at_once)]
+            scripts[node] = "\n".join(batches)
+    return scripts
+
+
+def ssh_failures(outputs: dict[str, str]) -> list[str]:
+    """PURE: the `ok`/`fail` lines of each node's ssh probes as failure lines (a node with none failed to run)."""
     failures = []
-    for node, result in ctx.run_on_all(scripts, timeout=60).items():
+    for node, stdout in outputs.items():
         seen = 0
-        for line in result.stdout.splitlines():
+        for line in stdout.splitlines():
             verdict, _, rest = line.partition(" ")
             if verdict in ("ok", "fail"):
                 seen += 1
@@ -259,6 +305,13 @@ def verify_container_ssh(ctx) -> list[str]:
                 ip, _, err = err.partition(" ")
                 failures.append(f"{node} container -> {peer} container ({ip}): {err or 'failed'}")
         if not seen:
-            failures.append(f"{node}: could not run ssh in the container "
-                            f"({(result.stderr or result.stdout).strip()[-200:] or 'no output'})")
+            failures.append(f"{node}: could not run ssh in the container ({stdout.strip()[-200:] or 'no output'})")
     return failures
+
+
+def verify_container_ssh(ctx) -> list[str]:
+    """ssh from every container to every peer address on a subnet it shares; failures as lines."""
+    container = ctx.inventory.container.name
+    scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
+               for n, probe in container_ssh_probes(ctx).items()}
+    return ssh_failures({n: r.stdout for n, r in ctx.run_on_all(scripts, timeout=60).items()})

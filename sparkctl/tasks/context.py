@@ -105,6 +105,7 @@ class ClusterContext:
         # holding its own lock, and plan() gathers facts of every node.
         self._generation_lock = threading.Lock()
         self._plan_lock = threading.Lock()
+        self._handed_over: dict[str, tuple[int, Any]] = {}
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:
@@ -116,6 +117,19 @@ class ClusterContext:
 
     def warn(self, message: str, hint: str | None = None, task: str | None = None) -> None:
         self.emit(Event(event="warning", task=task, message=message, hint=hint))
+
+    def hand_over(self, key: str, value: Any) -> None:
+        """Reads a task did on behalf of the NEXT task (they rode in its round trip), tagged with the current
+        generation."""
+        with self._generation_lock:
+            self._handed_over[key] = (self._generation, value)
+
+    def take_over(self, key: str) -> Any | None:
+        """What hand_over left, once, and only if no node's facts were read or invalidated since (else None:
+        read again). A task that changes something re-checks, and that re-check hands over anew."""
+        with self._generation_lock:
+            generation, value = self._handed_over.pop(key, (None, None))
+            return value if generation == self._generation else None
 
     def new_transport(self, node: str) -> Transport:
         """A FRESH connection to the node's management address (proves the path still works)."""

@@ -12,7 +12,16 @@ from sparkctl.tasks.netplan_files import unified_diff
 from sparkctl.transport.base import q
 
 MPIRUN_TIMEOUT = 60.0
+CONTAINER_MARKER = "@@sparkctl-container@@"
+MPIRUN_MARKER = "@@sparkctl-mpirun@@"
 _TAGGED = re.compile(r"^\[\d+,(?P<rank>\d+)\]<stdout>:(?P<text>.*)$")
+
+
+def timed(command: str, seconds: float = MPIRUN_TIMEOUT) -> str:
+    """The command under coreutils `timeout` where the image has it: a hung mpirun must not hold the round trip
+    that also carries other reads."""
+    return (f"if command -v timeout >/dev/null 2>&1; then timeout {int(seconds)} {command}; "
+            f"else {command}; fi")
 
 
 def mpirun_line(ranks: int, program: str) -> str:
@@ -35,6 +44,24 @@ def tagged_output(stdout: str) -> dict[int, list[str]]:
     return out
 
 
+def hostfile_reads(ctx) -> dict[str, tuple[str, str]]:
+    """Per node, (shell on the node, shell in the container) whose outputs, joined by CONTAINER_MARKER, are
+    what HostfileTask.check reads: the hostfile on the node, the one in the container and, on the head,
+    `mpirun hostname`, but only when the head's hostfile already is the planned one (it proves nothing
+    otherwise and could hang on an address that is not ours)."""
+    want = ctx.plan().hostfile
+    head = ctx.inventory.head.name
+    out = {}
+    for n in ctx.nodes:
+        inside = f"cat {HOSTFILE_PATH} 2>/dev/null"
+        if n == head:
+            mpirun = timed(mpirun_line(len(ctx.inventory.nodes), "hostname"))
+            inside += (f"; echo {MPIRUN_MARKER}; if [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = "
+                       f"{q(want.rstrip(chr(10)))} ]; then {mpirun} 2>&1; echo \"{MPIRUN_MARKER} $?\"; fi")
+        out[n] = (f"cat {q(HostfileTask._host_path(ctx, n))} 2>/dev/null", inside)
+    return out
+
+
 class HostfileTask(Task):
     name = "mpi.hostfile"
     phase = "mpi"
@@ -48,13 +75,20 @@ class HostfileTask(Task):
 
     def check(self, ctx) -> list[Change]:
         want = ctx.plan().hostfile
-        container = ctx.inventory.container.name
-        scripts = {n: (f"cat {q(self._host_path(ctx, n))} 2>/dev/null; echo @@sparkctl-container@@; "
-                       f"docker exec {q(container)} cat {HOSTFILE_PATH} 2>/dev/null || true")
-                   for n in ctx.nodes}
-        changes = []
-        for node, result in ctx.run_on_all(scripts, timeout=30).items():
-            on_host, _, inside = result.stdout.partition("@@sparkctl-container@@\n")
+        head = ctx.inventory.head.name
+        # container.ssh's round trip usually carried these reads already (hostfile_reads)
+        outputs = ctx.take_over(self.name)
+        if outputs is None or set(outputs) != set(ctx.nodes):
+            container = ctx.inventory.container.name
+            scripts = {n: f"{on_node}; echo {CONTAINER_MARKER}; docker exec {q(container)} sh -c {q(inside)} "
+                          "2>/dev/null || true" for n, (on_node, inside) in hostfile_reads(ctx).items()}
+            outputs = {n: r.stdout for n, r in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items()}
+        changes, mpirun_output = [], None
+        for node, stdout in outputs.items():
+            on_host, _, inside = stdout.partition(CONTAINER_MARKER + "\n")
+            inside, _, mpirun = inside.partition(MPIRUN_MARKER + "\n")
+            if node == head and mpirun:
+                mpirun_output = mpirun
             for where, have in (("node", on_host), ("container", inside)):
                 if have.strip() != want.strip():
                     label = f"{node}: {HOSTFILE_PATH} in the container" if where == "container" else \
@@ -63,7 +97,7 @@ class HostfileTask(Task):
                                           payload=(node, where)))
         if changes:
             return changes
-        self._verify(ctx)
+        self._verify(ctx, mpirun_output)
         return []
 
     @staticmethod
@@ -85,22 +119,32 @@ class HostfileTask(Task):
                 raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
                                  details=(result.stderr or result.stdout).strip().splitlines()[-3:])
 
-    def _verify(self, ctx) -> None:
+    def _verify(self, ctx, output: str | None = None) -> None:
+        """`mpirun hostname` from the head returns every node's hostname in rank order. output: what check()
+        already got from the head (ends with `MPIRUN_MARKER <exit code>`); None runs mpirun here."""
         inv = ctx.inventory
         head = inv.head.name
         if head not in ctx.nodes:
             return
         expected = [ctx.nodes[n.name].facts().hostname for n in inv.nodes]
-        result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
-                                                   timeout=MPIRUN_TIMEOUT)
-        got = [lines[0] if lines else "" for _, lines in sorted(tagged_output(result.stdout).items())]
-        if result.ok and got == expected:
+        rc_line = re.search(rf"^{MPIRUN_MARKER} (\d+)$", output or "", re.M)
+        if rc_line is None:
+            result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
+                                                       timeout=MPIRUN_TIMEOUT)
+            ok, stdout, stderr = result.ok, result.stdout, result.stderr
+        else:
+            ok, stdout = rc_line[1] == "0", output[:rc_line.start()]
+            stderr = "\n".join(ln for ln in stdout.splitlines() if not _TAGGED.match(ln))
+        got = [lines[0] if lines else "" for _, lines in sorted(tagged_output(stdout).items())]
+        if ok and got == expected:
             return
-        tail = (result.stderr or result.stdout).strip().splitlines()[-4:]
+        tail = (stderr or stdout).strip().splitlines()[-4:]
         raise TaskFailed(
             f"mpirun -np {len(expected)} hostname from the head container returned {got or 'nothing'}, "
             f"expected {expected}",
             hint="`Connection refused`: a peer's container sshd is not up; a hang: the hostfile addresses are "
                  "not on the interfaces in OMPI_MCA_btl_tcp_if_include (see verify.fabric)",
             details=tail)
+
+
 TASKS = [HostfileTask()]

@@ -11,7 +11,7 @@ from sparkctl.nccl import parse_nccl_log
 from sparkctl.plan.container import CONTAINER_STATE, HOSTFILE_PATH
 from sparkctl.probes import MPI_PROBE
 from sparkctl.tasks.container_ssh import node_state_dir
-from sparkctl.tasks.mpi import MPIRUN_TIMEOUT, mpirun_line
+from sparkctl.tasks.mpi import MPIRUN_TIMEOUT, mpirun_line, timed
 from sparkctl.tasks.verify_checks import (
     INTERFACE_SETTINGS,
     Mismatch,
@@ -24,11 +24,22 @@ from sparkctl.tasks.verify_checks import (
 )
 from sparkctl.transport.base import q
 
-PROBE_DOUBLES = 1 << 20          # 8 MiB per rank per round
-PROBE_ROUNDS = 3
+# Enough for a real cross-node sum and for the tx counters to show which interface carried it (a few
+# hundred KiB against the ~KiB of ORTE chatter); a bandwidth figure is NCCL's business, not this probe's.
+PROBE_DOUBLES = 1 << 16          # 512 KiB per rank per round
+PROBE_ROUNDS = 2
 PROBE_MARKER = "@@sparkctl-mpi-probe@@"
+PROBE_SECTION = "@@sparkctl-probe-run@@"
 PER_NODE = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", *INTERFACE_SETTINGS[1:])
 SERVE_LOG = "run/serve/serve.log"
+
+
+def _errors(mismatches: list[Mismatch]) -> list[Mismatch]:
+    return [m for m in mismatches if m.severity == "error"]
+
+
+def probe_program() -> str:
+    return f"python3 {CONTAINER_STATE}/{MPI_PROBE} {PROBE_DOUBLES} {PROBE_ROUNDS}"
 
 
 def probe_mismatches(report: dict, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
@@ -112,7 +123,8 @@ class FabricVerify(Task):
     def check(self, ctx) -> list[Change]:
         inv = ctx.inventory
         order = [n.name for n in inv.nodes if n.name in ctx.nodes]
-        facts = {n: ctx.nodes[n].facts(refresh=True) for n in order}
+        # Every change re-reads its node's facts (NodeContext.invalidate): what is cached is the state now.
+        facts = {n: ctx.nodes[n].facts() for n in order}
         mismatches: list[Mismatch] = []
         envs = {}
         for node in order:
@@ -124,11 +136,14 @@ class FabricVerify(Task):
                 continue
             envs[node] = info.env
             mismatches += node_mismatches(node, info.env, facts[node])
-        extras = self._read_node_files(ctx, order)
+        mismatches += subnet_mismatches(peer_pairs(order, inv.topology), envs, facts,
+                                        routed=inv.topology == "ring")
+        # The probe rides in the same round trip as the reads when nothing found so far rules it out.
+        probe = not _errors(mismatches) and len(envs) == len(order)
+        extras = self._read_node_files(ctx, order, probe)
         hostfile = extras.get(inv.head.name, {}).get("hostfile", "")
         if inv.head.name in envs:
             mismatches += hostfile_mismatches(order, hostfile, envs, facts)
-        mismatches += subnet_mismatches(peer_pairs(order, inv.topology), envs, facts)
         for node in order:
             log = extras.get(node, {}).get("nccl", "")
             if log.strip():
@@ -136,40 +151,49 @@ class FabricVerify(Task):
                 mismatches += found
                 if summary:
                     ctx.emit(Event(event="log", task=self.name, node=node, message=summary))
-        if not [m for m in mismatches if m.severity == "error"] and len(envs) == len(order):
-            mismatches += self._probe(ctx, order, {n: facts[n].hostname for n in order}, envs, facts)
+        if probe and not _errors(mismatches):
+            mismatches += self._probe(ctx, order, {n: facts[n].hostname for n in order}, envs, facts,
+                                      extras.get(order[0], {}).get("probe", ""))
         for m in mismatches:
             if m.severity == "warning":
                 ctx.emit(Event(event="warning", task=self.name, node=m.node, message=m.line()))
-        errors = [m for m in mismatches if m.severity == "error"]
+        errors = _errors(mismatches)
         if errors:
             raise TaskFailed(f"{len(errors)} fabric setting(s) do not match the nodes",
                              hint="each line: node: setting=value: what the node really has (fix)",
                              details=[m.line() for m in errors])
         return []
 
-    def _read_node_files(self, ctx, order: list[str]) -> dict[str, dict[str, str]]:
+    def _read_node_files(self, ctx, order: list[str], probe: bool = False) -> dict[str, dict[str, str]]:
+        """Per node, one round trip: the container's hostfile and the serve log's NCCL lines; on the head, when
+        asked, the MPI probe's output too."""
         container = ctx.inventory.container.name
         scripts = {}
         for node in order:
             log = posixpath.join(node_state_dir(ctx.nodes[node]), SERVE_LOG)
-            scripts[node] = (f"docker exec {q(container)} cat {HOSTFILE_PATH} 2>/dev/null; "
+            inside = f"cat {HOSTFILE_PATH} 2>/dev/null"
+            if probe and node == order[0]:
+                inside += f"; echo {PROBE_SECTION}; {timed(mpirun_line(len(order), probe_program()))} 2>&1"
+            scripts[node] = (f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null; "
                              f"echo @@sparkctl-nccl@@; grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000; true")
         out = {}
-        for node, result in ctx.run_on_all(scripts, timeout=30).items():
-            hostfile, _, nccl = result.stdout.partition("@@sparkctl-nccl@@\n")
-            out[node] = {"hostfile": hostfile, "nccl": nccl}
+        for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
+            inside, _, nccl = result.stdout.partition("@@sparkctl-nccl@@\n")
+            hostfile, _, probe_output = inside.partition(PROBE_SECTION + "\n")
+            out[node] = {"hostfile": hostfile, "nccl": nccl, "probe": probe_output}
         return out
 
-    def _probe(self, ctx, order, hostnames, envs, facts) -> list[Mismatch]:
+    def _probe(self, ctx, order, hostnames, envs, facts, output: str = "") -> list[Mismatch]:
         inv = ctx.inventory
         head = order[0]
-        program = f"python3 {CONTAINER_STATE}/{MPI_PROBE} {PROBE_DOUBLES} {PROBE_ROUNDS}"
-        result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(order), program),
-                                                   timeout=MPIRUN_TIMEOUT)
-        line = next((ln.split(PROBE_MARKER, 1)[1] for ln in result.stdout.splitlines() if PROBE_MARKER in ln), None)
+        if not output.strip():
+            # not run with the reads: run it on its own
+            result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(order), probe_program()),
+                                                       timeout=MPIRUN_TIMEOUT)
+            output = result.stdout + "\n" + result.stderr
+        line = next((ln.split(PROBE_MARKER, 1)[1] for ln in output.splitlines() if PROBE_MARKER in ln), None)
         if line is None:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-4:]
+            tail = output.strip().splitlines()[-4:]
             raise TaskFailed(f"the MPI probe did not complete from {head}'s container", details=tail,
                              hint="python3 with mpi4py must be in the image; see mpi.hostfile for mpirun itself")
         report = json.loads(line)
@@ -178,7 +202,7 @@ class FabricVerify(Task):
         ctx.emit(Event(event="log", task=self.name, message=(
             f"MPI probe: {report.get('size')} rank(s), allreduce sum "
             f"{'ok' if all(r.get('sum_ok') for r in report.get('ranks', [])) else 'WRONG'}, "
-            f"{report.get('bytes', 0) / 2**20:.0f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw "
+            f"{report.get('bytes', 0) / 2**20:.1f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw "
             "(Open MPI TCP; NCCL's RDMA path is faster)"),
             data={"probe": {"ranks": report.get("size"), "seconds": seconds, "gbytes_per_s": gbps,
                             "interfaces": {order[r["rank"]]: r.get("tx_bytes", {}) for r in report.get("ranks", [])

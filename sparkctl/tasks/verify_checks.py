@@ -206,14 +206,27 @@ def hostfile_mismatches(order: list[str], hostfile: str, envs: dict[str, dict[st
     return out
 
 
+def _fabric_networks(facts) -> set:
+    return {a.network for n in fabric_up(facts) for a in facts.addresses_of(n)
+            if a.family == "inet" and not a.is_link_local}
+
+
 def subnet_mismatches(pairs: list[tuple[str, str]], envs: dict[str, dict[str, str]],
-                      facts_by_node: dict) -> list[Mismatch]:
-    """Peers that must talk directly need a subnet in common on their included interfaces."""
+                      facts_by_node: dict, routed: bool = False) -> list[Mismatch]:
+    """Peers that must talk directly need a subnet in common on their included interfaces.
+
+    routed (a ring): Open MPI uses one interface per node and the neighbour host routes carry it over the
+    cable the two nodes share, so the subnet in common is looked for on all the Up fabric twins.
+    """
     out = []
+    networks = _fabric_networks if routed else None
     for a, b in pairs:
         if a not in envs or b not in envs:
             continue
-        mine, theirs = _networks(envs[a], facts_by_node[a]), _networks(envs[b], facts_by_node[b])
+        if networks is not None:
+            mine, theirs = networks(facts_by_node[a]), networks(facts_by_node[b])
+        else:
+            mine, theirs = _networks(envs[a], facts_by_node[a]), _networks(envs[b], facts_by_node[b])
         if not mine & theirs:
             out.append(Mismatch(a, "OMPI_MCA_btl_tcp_if_include", envs[a].get("OMPI_MCA_btl_tcp_if_include", ""),
                                 f"no subnet in common with {b} ({', '.join(map(str, sorted(mine, key=str))) or 'none'}"

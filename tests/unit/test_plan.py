@@ -77,6 +77,44 @@ def test_ring_netplan_addresses_all_four_twins():
     assert "- 10.200.0.1/24" in netplan and "- 10.200.5.2/24" in netplan  # spark1 port 1 ends cable 2
 
 
+def test_ring_open_mpi_uses_one_interface_with_the_same_name_on_every_node():
+    """Open MPI 4.1's TCP BTL mis-pairs a node's interfaces with a peer's addresses across cables (hang or
+    "Network is unreachable"), and mpirun copies the head's OMPI_MCA_* into every rank: one name for all."""
+    plan = plan_cluster(inventory("three-sparks-ring.yaml"))
+    for node in ("spark1", "spark2", "spark3"):
+        env = plan.nodes[node].container.env
+        assert env["OMPI_MCA_btl_tcp_if_include"] == env["OMPI_MCA_oob_tcp_if_include"] == PORT0[0]
+        # NCCL and UCX keep every twin of both cables
+        assert env["NCCL_SOCKET_IFNAME"] == env["UCX_NET_DEVICES"] == ",".join((*PORT0, *PORT1))
+    # the hostfile names each node's address on that interface (cable i's first end), head first
+    assert plan.hostfile.splitlines() == ["10.200.0.1", "10.200.2.1", "10.200.4.1"]
+
+
+def test_ring_routes_reach_each_neighbours_far_cable_through_the_shared_one():
+    plan = plan_cluster(inventory("three-sparks-ring.yaml"))
+    netplan = plan.nodes["spark1"].netplan
+    # spark2's cable-1 addresses via spark2's end of cable 0; spark3's cable-1 ends via spark3's end of cable 2
+    for to, via in (("10.200.2.1/32", "10.200.0.2"), ("10.200.3.1/32", "10.200.0.2"),
+                    ("10.200.2.2/32", "10.200.4.1"), ("10.200.3.2/32", "10.200.4.1")):
+        assert f"- to: {to}\n          via: {via}\n" in netplan
+    # so every node's hostfile (MPI) address is reachable from every other node, over the direct cable
+    for node in ("spark1", "spark2", "spark3"):
+        rendered = plan.nodes[node].netplan
+        own = {str(a.ip) for a in plan.fabric.addresses[node].values()}
+        for line in plan.hostfile.splitlines():
+            if line not in own:
+                assert f"- to: {line}/32\n" in rendered or any(
+                    ipaddress.ip_address(line) in a.network for a in plan.fabric.addresses[node].values())
+
+
+def test_pair_and_switch_open_mpi_settings_keep_both_twins():
+    for name in ("two-sparks.yaml", "four-sparks-switch.yaml"):
+        plan = plan_cluster(inventory(name))
+        for node in plan.nodes.values():
+            assert node.container.env["OMPI_MCA_btl_tcp_if_include"] == ",".join(PORT1)
+        assert "routes:" not in plan.nodes["spark1"].netplan
+
+
 # --- switch of four -----------------------------------------------------------------------------------------
 
 def test_switch_of_four_addresses_by_position():

@@ -240,14 +240,14 @@ def test_removed_peer_key_in_one_container_is_repaired_by_exec():
         cctx0, _ = cluster(inv, facts)
         want = desired_ssh_files(cctx0, pubs)
         auth = "ssh-ed25519 AAA1 c@spark1\n" if drop_peer else want["authorized_keys"]
-        return ("@@sparkctl-section@@client\n" + pubs[node][0] + "\n@@sparkctl-section@@host\n" + pubs[node][1]
+        return ("@@sparkctl-section@@sshd\nlistening\n@@sparkctl-section@@client\n" + pubs[node][0]
+                + "\n@@sparkctl-section@@host\n" + pubs[node][1]
                 + "\n@@sparkctl-section@@node authorized_keys\n" + want["authorized_keys"]
                 + "@@sparkctl-section@@node known_hosts\n" + want["known_hosts"]
                 + "@@sparkctl-section@@in authorized_keys\n" + auth
                 + "@@sparkctl-section@@in known_hosts\n" + want["known_hosts"])
 
-    rules = {n: [(r"sport = :2233", "listening\n"), (r"@@sparkctl-section@@client", listing(n, n == "spark2"))]
-             for n in ("spark1", "spark2")}
+    rules = {n: [(r"@@sparkctl-section@@client", listing(n, n == "spark2"))] for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)
     changes = ContainerSshTask().check(cctx)
     assert [c.summary for c in changes] == ["update spark2: /root/.ssh/authorized_keys in the container"]
@@ -286,3 +286,100 @@ def test_hostfile_verified_by_mpirun_hostnames_in_rank_order():
     with pytest.raises(TaskFailed) as err:
         HostfileTask().check(cctx)
     assert "ORTE was unable" in " ".join(err.value.details)
+
+
+def test_hostfile_check_and_mpirun_share_one_round_trip_per_node():
+    inv, facts = pair()
+    good = "192.168.100.10\n192.168.100.11\n"
+    head_out = (good + "@@sparkctl-container@@\n" + good + "@@sparkctl-mpirun@@\n"
+                "[1,1]<stdout>:spark2\n[1,0]<stdout>:spark1\n@@sparkctl-mpirun@@ 0\n")
+    rules = {"spark1": [(r"openmpi-hostfile", head_out)],
+             "spark2": [(r"openmpi-hostfile", good + "@@sparkctl-container@@\n" + good)]}
+    cctx, _ = cluster(inv, facts, rules)
+    assert HostfileTask().check(cctx) == []
+    for node in ("spark1", "spark2"):
+        assert cctx.nodes[node].transport.round_trips == 1 and cctx.nodes[node].transport.execs == []
+    head_cmd, = cctx.nodes["spark1"].transport.commands
+    # mpirun runs only when the head's hostfile already is the planned one, under a timeout
+    assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 60" in head_cmd
+    assert "mpirun" not in cctx.nodes["spark2"].transport.commands[0]
+    rules["spark1"] = [(r"openmpi-hostfile", head_out.replace("@@sparkctl-mpirun@@ 0", "@@sparkctl-mpirun@@ 1")
+                        .replace("[1,1]<stdout>:spark2\n", "ORTE was unable to reliably start\n"))]
+    cctx, _ = cluster(inv, facts, rules)
+    with pytest.raises(TaskFailed) as err:
+        HostfileTask().check(cctx)
+    assert "ORTE was unable" in " ".join(err.value.details) and "['spark1']" in err.value.message
+
+
+def _ssh_listing(inv, facts, node, pubs, ssh_verdicts: str) -> str:
+    cctx0, _ = cluster(inv, facts)
+    want = desired_ssh_files(cctx0, pubs)
+    return ("@@sparkctl-section@@sshd\nlistening\n@@sparkctl-section@@client\n" + pubs[node][0]
+            + "\n@@sparkctl-section@@host\n" + pubs[node][1]
+            + "\n@@sparkctl-section@@node authorized_keys\n" + want["authorized_keys"]
+            + "@@sparkctl-section@@node known_hosts\n" + want["known_hosts"]
+            + "@@sparkctl-section@@in authorized_keys\n" + want["authorized_keys"]
+            + "@@sparkctl-section@@in known_hosts\n" + want["known_hosts"]
+            + "@@sparkctl-section@@ssh\n" + ssh_verdicts)
+
+
+PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
+        "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}
+
+
+def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_inside():
+    inv, facts = pair()
+    rules = {"spark1": [(r"@@sparkctl-section@@client", _ssh_listing(
+                 inv, facts, "spark1", PUBS, "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n"))],
+             "spark2": [(r"@@sparkctl-section@@client", _ssh_listing(
+                 inv, facts, "spark2", PUBS, "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"))]}
+    cctx, _ = cluster(inv, facts, rules)
+    assert ContainerSshTask().check(cctx) == []
+    for node in ("spark1", "spark2"):
+        script, = cctx.nodes[node].transport.commands
+        assert "ss -ltnH 'sport = :2233'" in script and "ConnectTimeout=5" in script
+
+
+def test_container_ssh_failure_is_asked_again_before_it_is_believed():
+    """A peer's sshd may come up while the first try runs: one separate retry decides."""
+    inv, facts = pair()
+    first = {"spark1": "fail spark2 192.168.100.11 Connection refused\nok spark2 192.168.101.11\n",
+             "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
+    for retry, expect_fail in (("ok spark2 192.168.100.11\nok spark2 192.168.101.11\n", False),
+                               ("fail spark2 192.168.100.11 Permission denied (publickey)\n", True)):
+        rules = {n: [(r"@@sparkctl-section@@client", _ssh_listing(inv, facts, n, PUBS, first[n])),
+                     (r"^docker exec", retry if n == "spark1" else first[n])] for n in ("spark1", "spark2")}
+        cctx, _ = cluster(inv, facts, rules)
+        if expect_fail:
+            with pytest.raises(TaskFailed) as err:
+                ContainerSshTask().check(cctx)
+            assert "spark1 container -> spark2 container (192.168.100.11): Permission denied" in err.value.details[0]
+        else:
+            assert ContainerSshTask().check(cctx) == []
+        assert len(cctx.nodes["spark1"].transport.commands) == 2
+
+
+def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_fresh():
+    """The ssh mesh check and `mpirun hostname` share a docker exec; mpi.hostfile then needs no round trip."""
+    inv, facts = pair()
+    good = "192.168.100.10\n192.168.100.11\n"
+    mpi = {"spark1": f"@@sparkctl-section@@mpi node\n{good}@@sparkctl-section@@mpi in\n{good}@@sparkctl-mpirun@@\n"
+                     "[1,0]<stdout>:spark1\n[1,1]<stdout>:spark2\n@@sparkctl-mpirun@@ 0\n",
+           "spark2": f"@@sparkctl-section@@mpi node\n{good}@@sparkctl-section@@mpi in\n{good}"}
+    verdicts = {"spark1": "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n",
+                "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
+    rules = {n: [(r"@@sparkctl-section@@client", _ssh_listing(inv, facts, n, PUBS, verdicts[n]) + mpi[n])]
+             for n in ("spark1", "spark2")}
+    cctx, _ = cluster(inv, facts, rules)
+    assert ContainerSshTask().check(cctx) == []
+    head_script = cctx.nodes["spark1"].transport.commands[0]
+    assert head_script.index("ConnectTimeout=5") < head_script.index("mpirun")  # tries start, mpirun alongside
+    assert HostfileTask().check(cctx) == []
+    assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
+    # taken once: the next check (e.g. after an apply) reads for itself
+    HostfileTask().check(cctx)
+    assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [2, 2]
+    # anything re-read or changed on a node in between voids the hand-over
+    ContainerSshTask().check(cctx)
+    cctx.nodes["spark2"].invalidate()
+    assert cctx.take_over(HostfileTask.name) is None

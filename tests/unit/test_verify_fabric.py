@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from sparkctl.tasks.verify import nccl_log_findings, probe_mismatches
+from sparkctl.engine.task import TaskFailed
+from sparkctl.tasks.verify import PROBE_MARKER, PROBE_SECTION, FabricVerify, nccl_log_findings, probe_mismatches
 from sparkctl.tasks.verify_checks import hostfile_mismatches, node_mismatches, subnet_mismatches
-from tests.unit.test_tasks_container import node_facts
+from tests.unit.test_tasks_container import cluster, node_facts, pair, running_like_plan
 
 GOOD = {
     "NCCL_SOCKET_IFNAME": "enp1s0f1np1,enP2p1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
@@ -90,3 +92,56 @@ def test_nccl_logs_report_what_nccl_really_used(log, setting):
     found, summary = nccl_log_findings("spark1", (NCCL_FIXTURES / log).read_text(errors="replace"))
     assert [m.setting for m in found] == ([setting] if setting else [])
     assert summary and summary.startswith("spark1: NCCL")
+
+
+def test_ring_peers_share_a_subnet_on_any_fabric_twin_not_only_the_mpi_one():
+    """A ring gives Open MPI one interface per node; the neighbour routes carry it over the shared cable."""
+    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2)}
+    envs = {"spark1": dict(GOOD, OMPI_MCA_btl_tcp_if_include="enp1s0f1np1"),
+            "spark2": dict(GOOD, OMPI_MCA_btl_tcp_if_include="enP2p1s0f1np1")}
+    assert subnet_mismatches([("spark1", "spark2")], envs, facts)  # direct only: nothing in common
+    assert subnet_mismatches([("spark1", "spark2")], envs, facts, routed=True) == []
+    facts["spark2"].interfaces["enp1s0f1np1"].addresses[0].ip = "192.168.7.11"
+    facts["spark2"].interfaces["enP2p1s0f1np1"].addresses[0].ip = "192.168.8.11"
+    found = subnet_mismatches([("spark1", "spark2")], envs, facts, routed=True)
+    assert found and "no subnet in common with spark2" in found[0].has
+
+
+def _probe_line(hostfile_env: dict) -> str:
+    ranks = [{"rank": r, "hostname": f"spark{r + 1}", "env": hostfile_env, "sum_ok": True,
+              "tx_bytes": {"enp1s0f1np1": 1 << 20}, "seconds": 0.01} for r in range(2)]
+    return PROBE_MARKER + json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
+
+
+def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    for node in ("spark1", "spark2"):
+        facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
+    hostfile = cctx.plan().hostfile
+    env = cctx.plan().nodes["spark1"].container.env
+    rules = {"spark1": [(r"docker exec", hostfile + PROBE_SECTION + "\n" + _probe_line(env) + "\n"
+                         "@@sparkctl-nccl@@\n")],
+             "spark2": [(r"docker exec", hostfile + "@@sparkctl-nccl@@\n")]}
+    cctx, events = cluster(inv, facts, rules)
+    assert FabricVerify().check(cctx) == []
+    for node in ("spark1", "spark2"):
+        transport = cctx.nodes[node].transport
+        assert transport.round_trips == 1 and transport.execs == []
+    head, = cctx.nodes["spark1"].transport.commands
+    assert "mpi_probe.py" in head and "mpi_probe.py" not in cctx.nodes["spark2"].transport.commands[0]
+    assert any("allreduce sum ok" in (e.message or "") for e in events)
+
+
+def test_verify_does_not_probe_when_a_setting_is_already_wrong():
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    for node in ("spark1", "spark2"):
+        facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
+    facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1,roceP2p1s0f9"
+    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", cctx.plan().hostfile + "@@sparkctl-nccl@@\n")]
+                                   for n in ("spark1", "spark2")})
+    with pytest.raises(TaskFailed) as err:
+        FabricVerify().check(cctx)
+    assert "falls back to TCP" in " ".join(err.value.details)
+    assert not any("mpi_probe" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
