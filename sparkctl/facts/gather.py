@@ -99,6 +99,8 @@ class _FactsBuilder:
     def fill(self, container_names: list[str], image_refs: list[str]) -> None:
         f = self.facts
         f.hostname = self.text("hostname").strip()
+        home = self.text("home").strip()
+        f.home = home if home.startswith("/") else None
         os_release = self.parsed("os-release", parse.parse_key_values, default={})
         f.os_id, f.os_version = os_release.get("ID", ""), os_release.get("VERSION_ID", "")
         f.dgx_name = self.parsed("dgx-release", parse.parse_key_values, default={}).get("DGX_NAME") or None

@@ -102,6 +102,7 @@ class Facts:
     is_dgx_spark: bool = False
     user: str = ""
     uid: int = -1
+    home: str | None = None  # the login user's $HOME on the node (where ~ in paths goes)
     groups: list[str] = field(default_factory=list)
     sudo_nopasswd: bool = False
     interfaces: dict[str, Interface] = field(default_factory=dict)

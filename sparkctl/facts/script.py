@@ -30,6 +30,7 @@ _STATIC_SECTIONS: list[tuple[str, str]] = [
     ("dgx-release", "cat /etc/dgx-release 2>/dev/null"),
     ("arch", "uname -m"),
     ("id", "id -un; id -u; id -Gn"),
+    ("home", 'printf "%s\\n" "$HOME"'),
     ("sudo", "sudo -n true >/dev/null 2>&1"),
     ("ip-addr", "ip -j -d addr show"),
     # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost).

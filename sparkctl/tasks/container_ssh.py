@@ -70,12 +70,18 @@ class ContainerStateTask(Task):
             lines += [section("file " + rel), f'cat "$S"/{q(rel)} 2>/dev/null']
         lines += [section("have"),
                   f'[ -d {q(hf_cache_dir(ctx))} ] && echo hf_cache',
+                  f'[ -d {q(hf_cache_dir(ctx))} ] && [ ! -w {q(hf_cache_dir(ctx))} ] && echo hf_cache_not_writable',
                   '[ -d "$S"/run ] && echo run',
                   '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
                   f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
                   f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey', "true"]
         sections = split_sections(ctx.must("\n".join(lines), "reading sparkctl's state dir").stdout)
         have = set(sections.get("have", "").split())
+        if "hf_cache_not_writable" in have:
+            # typically made by an earlier `docker run -v` (NVIDIA's procedure): docker creates it owned by root
+            user = getattr(ctx.node, "user", None) or ctx.inventory.user
+            raise TaskFailed(f"the HF cache {hf_cache_dir(ctx)} on {ctx.name} is not writable by {user}",
+                             hint=f"sudo chown -R {user}: {hf_cache_dir(ctx)}")
         changes = []
         for rel, content in self._files(ctx).items():
             current = sections.get("file " + rel, "")

@@ -219,6 +219,7 @@ def test_gather_live_on_this_machine_in_one_round_trip(tmp_path):
     assert transport.round_trips - before == 1
     assert f.raw_errors == []
     assert f.hostname and f.arch and f.uid == os.getuid() and "lo" in f.interfaces
+    assert f.home == os.path.expanduser("~")  # where ~ in node paths goes (state dir, HF cache)
     assert f.hf_cache_free_bytes and f.hf_cache_free_bytes > 0  # df on the nearest existing parent
     assert f.containers[HOSTILE].exists is False and f.images == {"nope:1": None}
     assert f.mem_total_kb > 0 and f.time > 1.7e9

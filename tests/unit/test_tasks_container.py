@@ -221,6 +221,17 @@ def test_state_generates_keys_and_writes_entrypoint_on_the_node():
     assert "StrictHostKeyChecking yes" in ctx.plan().entrypoint
 
 
+def test_a_root_owned_hf_cache_fails_with_the_chown_line():
+    inv, facts = pair()
+    section = "@@sparkctl-section@@have"
+    cctx, _ = cluster(inv, facts, rules={"spark1": [(r"hf_cache_not_writable", f"{section}\nhf_cache\n"
+                                                                                 "hf_cache_not_writable\n")]})
+    with pytest.raises(TaskFailed) as err:
+        ContainerStateTask().check(cctx.nodes["spark1"])
+    assert "is not writable by nvidia" in err.value.message
+    assert err.value.hint == "sudo chown -R nvidia: /home/nvidia/.cache/huggingface"
+
+
 def test_ssh_files_pin_every_host_key_at_fabric_ip_and_port():
     inv, facts = pair()
     cctx, _ = cluster(inv, facts)
