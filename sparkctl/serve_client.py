@@ -2,15 +2,21 @@
 
 /health, /v1/models, /version, /metrics (a JSON list of iteration stats, drained on read), chat completions
 plain and streamed (server-sent events). Eagle3 endpoints decode greedily whatever sampling is asked for.
+
+The transport is pluggable (`Fetch`): straight HTTP from this machine, or `NodeFetch`, a tiny python3 client run
+inside the head's container over the SSH connection (the endpoint need not be routable from the controller).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import shlex
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 
@@ -43,32 +49,118 @@ def endpoint_url(host: str, port: int) -> str:
     return f"http://{host}:{int(port)}" if ":" not in host else f"http://[{host}]:{int(port)}"
 
 
-class ServeClient:
-    def __init__(self, base_url: str, timeout: float = 60.0, model: str | None = None):
+class Fetch(Protocol):
+    """How a request reaches the server: `(method, path, body, timeout) -> (status, body)`.
+
+    Raises EndpointError when nothing answers. `where` names the endpoint in messages."""
+
+    where: str
+
+    def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]: ...
+
+
+class HttpFetch:
+    """Straight from this machine over HTTP (the endpoint must be routable from here)."""
+
+    def __init__(self, base_url: str):
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"not an http:// endpoint: {base_url}")
-        self.base_url = base_url.rstrip("/")
+        self.where = base_url.rstrip("/")
         self.host, self.port = parts.hostname, parts.port or 80
-        self.timeout = timeout
-        self.model = model
 
-    def _connection(self, timeout: float | None = None) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def _request(self, method: str, path: str, body: dict | None = None,
-                 timeout: float | None = None) -> tuple[int, bytes]:
-        conn = self._connection(timeout)
+    def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        conn = self.connection(timeout)
         try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if data is not None else {}
-            conn.request(method, path, body=data, headers=headers)
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            conn.request(method, path, body=body, headers=headers)
             response = conn.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise EndpointError(f"{self.base_url}{path}: {exc}") from exc
+            raise EndpointError(f"{self.where}{path}: {exc}") from exc
         finally:
             conn.close()
+
+
+#: The one in-node HTTP client (doctor's probes and the serve tasks both run it inside the head's container,
+#: which shares the host's network): argv = method, url, timeout; the request body on stdin (never argv);
+#: prints the status (0: nothing answered) on the first line, then the body or the error. No proxy: the
+#: server is on loopback, whatever HTTP_PROXY the image sets.
+NODE_HTTP_PY = """\
+import sys, urllib.request as u, urllib.error as e
+m, url, t = sys.argv[1], sys.argv[2], float(sys.argv[3])
+data = sys.stdin.buffer.read() if m == "POST" else None
+h = {"Content-Type": "application/json"} if data else {}
+try:
+    x = u.build_opener(u.ProxyHandler({})).open(u.Request(url, data=data, method=m, headers=h), timeout=t)
+    code, body = x.getcode(), x.read()
+except e.HTTPError as x:
+    code, body = x.code, x.read()
+except Exception as x:
+    code, body = 0, ("%s: %s" % (type(x).__name__, getattr(x, "reason", x))).encode()
+sys.stdout.write("%d\\n" % code)
+sys.stdout.flush()
+sys.stdout.buffer.write(body)
+"""
+
+
+def node_http_command(method: str, url: str, timeout: float) -> str:
+    """The shell words that run NODE_HTTP_PY (feed the body of a POST on its stdin)."""
+    return f"python3 -c {shlex.quote(NODE_HTTP_PY)} {shlex.quote(method)} {shlex.quote(url)} {float(timeout):g}"
+
+
+def parse_node_http(output: str) -> tuple[int, str]:
+    """(status, body) from what NODE_HTTP_PY printed; status 0 when the output is not its."""
+    status, _, body = output.partition("\n")
+    return (int(status.strip()), body) if status.strip().isdigit() else (0, output.strip())
+
+
+class NodeFetch:
+    """From inside a container on a node (the head), over the SSH connection already open: the server
+    listens on the node's loopback whatever the controller can route to."""
+
+    def __init__(self, transport: Any, container: str, port: int, node: str | None = None):
+        self.transport, self.container, self.port = transport, container, int(port)
+        self.node = node or getattr(transport, "node", "the head")
+        self.where = f"http://127.0.0.1:{self.port} on {self.node}"
+
+    def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            result = self.transport.exec_in(self.container, node_http_command(method, url, timeout),
+                                            timeout=timeout + 15,
+                                            input=body.decode() if body is not None else None)
+        except Exception as exc:  # noqa: BLE001 - a lost connection is "nothing answered", said clearly
+            raise EndpointError(f"{self.where}{path}: {exc}") from exc
+        status, text = parse_node_http(result.stdout)
+        if not result.ok or not result.stdout.strip()[:1].isdigit():
+            why = (result.stderr or result.stdout).strip().splitlines()
+            raise EndpointError(f"{self.where}{path}: cannot run python3 in the container {self.container} on "
+                                f"{self.node}: {why[-1] if why else f'exit code {result.exit_code}'}")
+        if status == 0:
+            raise EndpointError(f"{self.where}{path}: {text.strip() or 'no answer'}")
+        return status, text.encode()
+
+
+class ServeClient:
+    def __init__(self, endpoint: str | Fetch, timeout: float = 60.0, model: str | None = None):
+        self.fetch: Fetch = HttpFetch(endpoint) if isinstance(endpoint, str) else endpoint
+        self.base_url = self.fetch.where
+        self.timeout = timeout
+        self.model = model
+
+    @property
+    def streams(self) -> bool:
+        """Straight HTTP from this machine (streamed pieces, real TTFT); else whole answers through a node."""
+        return isinstance(self.fetch, HttpFetch)
+
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 timeout: float | None = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        return self.fetch(method, path, data, timeout or self.timeout)
 
     def _json(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         status, data = self._request(method, path, body, timeout)
@@ -79,12 +171,16 @@ class ServeClient:
         except ValueError as exc:
             raise EndpointError(f"{self.base_url}{path}: not JSON: {data[:200]!r}") from exc
 
+    def health_detail(self, timeout: float = 5.0) -> tuple[int, str]:
+        """(HTTP status of /health, why nothing answered): (0, reason) when nothing answers."""
+        try:
+            return self._request("GET", "/health", timeout=timeout)[0], ""
+        except EndpointError as exc:
+            return 0, str(exc)
+
     def health(self, timeout: float = 5.0) -> int:
         """The HTTP status of /health; 0 when nothing answers."""
-        try:
-            return self._request("GET", "/health", timeout=timeout)[0]
-        except EndpointError:
-            return 0
+        return self.health_detail(timeout)[0]
 
     def models(self) -> list[str]:
         return [m.get("id", "") for m in (self._json("GET", "/v1/models") or {}).get("data", [])]
@@ -119,9 +215,16 @@ class ServeClient:
 
     def stream_chat(self, prompt: str, max_tokens: int = 64,
                     on_text: Callable[[str], None] | None = None) -> Completion:
-        """A streamed chat completion; `on_text` sees each piece as it arrives."""
+        """A streamed chat completion; `on_text` sees each piece as it arrives.
+
+        Over a fetch that cannot stream (through the head node), one plain completion shown at once."""
+        if not isinstance(self.fetch, HttpFetch):  # the type check narrows self.fetch for the code below
+            reply = self.chat(prompt, max_tokens)
+            if on_text and reply.text:
+                on_text(reply.text)
+            return reply
         started = time.monotonic()
-        conn = self._connection()
+        conn = self.fetch.connection(self.timeout)
         result = Completion(text="")
         pieces: list[str] = []
         try:
@@ -194,6 +297,10 @@ def acceptance_from_metrics(stats: list[dict]) -> float | None:
 
 
 def is_degenerate(text: str, min_length: int = 4) -> bool:
-    """One character repeated (`!!!!!!!!`): the known Eagle3 failure on SM12x (TensorRT-LLM #8615)."""
-    stripped = "".join(text.split())
-    return len(stripped) >= min_length and len(set(stripped)) == 1
+    """Mostly one character repeated (`!!!!!!!!`): the known Eagle3 failure on SM12x (TensorRT-LLM #8615).
+
+    Empty text is not degenerate here: callers report "no text" on its own."""
+    body = "".join((text or "").split())
+    if len(body) < min_length:
+        return False
+    return Counter(body).most_common(1)[0][1] / len(body) > 0.8

@@ -21,7 +21,7 @@ class RunRequest:
     forks: int = 32
 
 
-def _transport_options(inventory: Any, options: RunOptions) -> dict:
+def transport_options(inventory: Any, options: RunOptions) -> dict:
     ssh = inventory.ssh
     return dict(known_hosts_path=ssh.known_hosts, use_ssh_config=ssh.use_ssh_config,
                 connect_timeout=ssh.connect_timeout, become_password=options.become_password)
@@ -50,7 +50,7 @@ def run_playbook(inventory: Any, graph: Graph, request: RunRequest, emit: Callab
         raise BadInput(str(exc)) from exc
     options = request.options
     wanted = [s for s in node_specs(inventory) if not request.limit or s.node in request.limit]
-    topts = _transport_options(inventory, options)
+    topts = transport_options(inventory, options)
     transports, unreachable = connect_all(wanted, forks=request.forks, **topts)
     specs = {s.node: s for s in node_specs(inventory)}
 
@@ -83,7 +83,7 @@ def gather_cluster(inventory: Any, request: RunRequest,
     from sparkctl.facts import gather_facts
 
     specs = [s for s in node_specs(inventory) if not request.limit or s.node in request.limit]
-    transports, unreachable = connect_all(specs, forks=request.forks, **_transport_options(inventory, request.options))
+    transports, unreachable = connect_all(specs, forks=request.forks, **transport_options(inventory, request.options))
 
     def one(name: str):
         facts = gather_facts(transports[name], name, container_names=(inventory.container.name,),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -13,6 +14,7 @@ from sparkctl.cli.run_options import become_password
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.engine import Journal
 from sparkctl.engine.events import Event
+from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 
@@ -79,9 +81,13 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
 
     Exit 0 when no errors are found, 1 otherwise.
     """
+    from sparkctl.doctor.bundle import unwritable_reason
     from sparkctl.doctor.diagnose import DoctorRequest, diagnose
 
+    if bundle_path and (reason := unwritable_reason(bundle_path)):
+        raise BadInput(f"--bundle {bundle_path}: {reason}")
     inventory = load_inventory(file)
+    _register_hf_token(inventory)
     password = become_password(ask_become_pass, become_password_file)
     request = DoctorRequest(limit={n.strip() for n in limit.split(",") if n.strip()} if limit else None,
                             forks=forks, become_password=password, want_logs=bool(bundle_path))
@@ -100,7 +106,10 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
             from sparkctl.doctor.bundle import write_bundle
 
             journal.close()
-            digest = write_bundle(bundle_path, diagnosis, snapshot)
+            try:
+                digest = write_bundle(bundle_path, diagnosis, snapshot)
+            except OSError as exc:
+                raise SparkctlError(f"cannot write the bundle {bundle_path}: {exc.strerror or exc}") from exc
             out["bundle"] = {"path": bundle_path, "sha256": digest}
     if as_json:
         click.echo(json.dumps({**diagnosis.to_dict(), **out}, indent=2))
@@ -109,6 +118,16 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
         if bundle_path:
             console.print(Text(f"bundle: {bundle_path}\nsha256: {out['bundle']['sha256']}"))
     sys.exit(int(ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS))
+
+
+def _register_hf_token(inventory) -> None:
+    """Read the HF token the way bootstrap does, only so redaction knows it (bundle, journal, output)."""
+    from sparkctl.engine.task import TaskFailed
+    from sparkctl.tasks.model import hf_token
+
+    # an unreadable token file: nothing to register; doctor reports a missing token on the nodes itself
+    with contextlib.suppress(TaskFailed):
+        hf_token(inventory)
 
 
 def _repair(inventory, diagnosis: Diagnosis, request, console: Console, journal: Journal, as_json: bool) -> dict:

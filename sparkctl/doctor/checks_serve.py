@@ -3,12 +3,11 @@ that is not degenerate, and what NCCL really used according to the serve log."""
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.nccl import parse_nccl_log
+from sparkctl.serve_client import is_degenerate
+from sparkctl.tasks.model_cache import serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
 SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-launch")
@@ -18,11 +17,6 @@ def _bootstrap(s: Snapshot, only: str) -> str:
     return f"sparkctl cluster bootstrap {s.inventory.source or 'inventory.yaml'} --only {only}"
 
 
-def serving_enabled(inventory) -> bool:
-    """Serving is part of the goal only for an inventory with a `serve:` section (as tasks/model.py decides)."""
-    return "serve" in getattr(inventory, "model_fields_set", {"serve"})
-
-
 def serving_expected(s: Snapshot) -> bool:
     """sparkctl launched a server here before (its log exists on the head)."""
     return s.probe(s.inventory.head.name).serve_log_exists
@@ -30,15 +24,6 @@ def serving_expected(s: Snapshot) -> bool:
 
 def is_gated(repo: str) -> bool:
     return any(h in repo for h in GATED_HINTS)
-
-
-def is_degenerate(text: str) -> bool:
-    """Empty, or one character repeated (Eagle3 on SM12x printed `!!!!!!!!`, TensorRT-LLM #8615)."""
-    body = re.sub(r"\s", "", text or "")
-    if not body:
-        return True
-    char, count = Counter(body).most_common(1)[0]
-    return len(body) >= 8 and count / len(body) > 0.8
 
 
 def check_models(s: Snapshot) -> list[Finding]:
@@ -82,7 +67,7 @@ def check_server(s: Snapshot) -> list[Finding]:
     expected = serving_expected(s)
     tail = tuple(probe.serve_log_tail.splitlines()[-10:])
     if probe.health_status == 200:
-        if probe.completion is not None and is_degenerate(probe.completion):
+        if probe.completion is not None and (not probe.completion.strip() or is_degenerate(probe.completion)):
             return [Finding("serve.degenerate", "error", head, "the server answers with degenerate output",
                             evidence=f"completion: {probe.completion[:80]!r}; expected text",
                             fix="use a release with the Eagle3 SM12x fix (TensorRT-LLM #8615), or serve without "

@@ -1,6 +1,7 @@
 """Active probes, ONE round trip per node (all nodes in parallel): pings across each link, ssh to the peers
 from the node and from its container, the container's hostfile and keys, port owners, the HF cache, the
-server's /health and a tiny completion on the head, the NCCL lines of the serve log.
+server's /health and a tiny completion on the head (asked inside its container, like the serve tasks do), the
+NCCL lines of the serve log.
 
 Everything here only reads: a probe never changes a node.
 """
@@ -19,6 +20,8 @@ from sparkctl.facts.script import MARKER, new_nonce, split_sections
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.container import CONTAINER_HF_HOME, HOSTFILE_PATH, node_home, state_dir
 from sparkctl.plan.serve import draft_dir
+from sparkctl.serve_client import node_http_command
+from sparkctl.tasks.model_cache import serving_enabled
 from sparkctl.transport.base import Transport, q
 
 PROBE_TIMEOUT = 60.0
@@ -123,18 +126,17 @@ else echo {q('complete ' + repo)}; fi""")
     return "\n".join(lines) or "true"
 
 
-def _http(url: str, body: str | None = None, timeout: int = 5) -> str:
-    """HTTP status line then the body, with curl, else python3 (never both missing on a Spark)."""
-    data = f" -H 'Content-Type: application/json' --data-binary {q(body)}" if body else ""
-    py = ("import sys,urllib.request as u\n"
-          "r=u.Request(sys.argv[1],data=sys.argv[2].encode() if len(sys.argv)>2 else None,"
-          "headers={'Content-Type':'application/json'})\n"
-          f"try:\n x=u.urlopen(r,timeout={timeout}); print(x.status); print(x.read().decode(errors='replace'))\n"
-          "except Exception as e:\n print(getattr(e,'code',0)); print(e)\n")
-    args = f"{q(url)}" + (f" {q(body)}" if body else "")
-    return (f"if _has curl; then out=$(curl -s -m {timeout} -w '\\n@@code@@%{{http_code}}'{data} {q(url)}); "
-            "printf '%s\\n%s\\n' \"${out##*@@code@@}\" \"${out%@@code@@*}\"; "
-            f"else python3 -c {q(py)} {args}; fi")
+def _http(container: str, url: str, body: str | None = None, timeout: int = 5) -> str:
+    """HTTP status line then the body, asked from inside the container (host network: the server's loopback)
+    with the serve tasks' own client; a request body goes on its stdin (a here-document), never argv."""
+    command = node_http_command("POST" if body is not None else "GET", url, timeout)
+    line = f"docker exec{' -i' if body is not None else ''} {q(container)} {command}"
+    if body is None:
+        return f"{line} </dev/null"
+    end = "SPARKCTL_HTTP_BODY"
+    while end in body:
+        end += "_"
+    return f"{line} <<'{end}'\n{body}\n{end}"
 
 
 def probe_script(inventory: Any, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
@@ -155,17 +157,18 @@ def probe_script(inventory: Any, plan: ClusterPlan | None, facts: Facts, node: s
         sections.append(("c-logs", f"docker logs --tail {LOG_LINES} {q(container)} 2>&1"))
     hf = facts.hf_cache or inventory.container.hf_cache
     sections.append(("hf-token", f'[ -s {q(hf + "/token")} ] && echo yes || echo no'))
-    serving = "serve" in getattr(inventory, "model_fields_set", {"serve"})
+    serving = serving_enabled(inventory)
     sections.append(("models", _model_lines(hf, model_repos(inventory) if serving else [])))
     sections.append(("serve-log", f"[ -f {q(log)} ] || exit 3; tail -n {LOG_LINES} {q(log)}"))
     sections.append(("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n {NCCL_LINES}"))
     if node == inventory.head.name and serving:
         port = serve_port(inventory)
-        sections.append(("health", _http(f"http://127.0.0.1:{port}/health")))
+        sections.append(("health", _http(container, f"http://127.0.0.1:{port}/health")))
         body = json.dumps({"model": inventory.serve_spec().model, "max_tokens": 24,
                            "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
         sections.append(("completion", "[ \"$_health\" = 200 ] || exit 3\n"
-                                       + _http(f"http://127.0.0.1:{port}/v1/chat/completions", body, 60)))
+                                       + _http(container, f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                               60)))
     parts = [_PRELUDE]
     for name, body in sections:
         if name == "health":

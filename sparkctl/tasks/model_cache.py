@@ -17,8 +17,11 @@ DOWNLOAD_TIMEOUT = 6 * 3600.0
 
 
 def serving_enabled(inventory) -> bool:
-    """Serving is set up only for an inventory with a `serve:` section (a bare cluster is a valid goal)."""
-    return "serve" in inventory.model_fields_set
+    """Serving is set up only for an inventory with a `serve:` section (a bare cluster is a valid goal).
+
+    The one rule, for the tasks and for doctor; an inventory-like object without pydantic's field set counts
+    as serving."""
+    return "serve" in getattr(inventory, "model_fields_set", {"serve"})
 
 
 def token_path(ctx) -> str:

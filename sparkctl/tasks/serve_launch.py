@@ -1,5 +1,8 @@
 """serve.launch: mpirun from the head container, detached, until /health answers 200.
 
+/health is asked on the head itself (inside its container, over the SSH connection already open): the
+inventory host may be an ssh_config alias or behind a jump host or a firewall the controller cannot pass.
+
 Idempotent: the same config already serving and healthy is ok (same PID); a changed config or model
 restarts it (the config diff shows in `--diff`); a dead or unhealthy server is restarted.
 """
@@ -11,13 +14,12 @@ import time
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.serve import launch_command, launch_fingerprint
-from sparkctl.serve_client import ServeClient, endpoint_url
 from sparkctl.tasks.container import port_owner
-from sparkctl.tasks.model import serving_enabled
+from sparkctl.tasks.model_cache import serving_enabled
 from sparkctl.tasks.netplan_files import unified_diff
 from sparkctl.tasks.serve import desired_config, refuse_rejected
 from sparkctl.tasks.serve_logs import likely_cause
-from sparkctl.tasks.serve_server import ServerHandle, leftover_ranks_script
+from sparkctl.tasks.serve_server import ServerHandle, endpoint, head_client, leftover_ranks_script
 from sparkctl.transport.base import q
 
 #: Loading a 235B checkpoint from the page cache takes minutes; from disk longer.
@@ -30,10 +32,6 @@ def head_context(ctx):
     if head not in ctx.nodes:
         raise TaskFailed(f"the head node {head} is not part of this run", hint="do not --limit it away")
     return ctx.nodes[head]
-
-
-def endpoint(inventory) -> str:
-    return endpoint_url(str(inventory.head.host), inventory.serve_spec().port)
 
 
 def desired_launch(head) -> tuple[str, str, str]:
@@ -51,7 +49,8 @@ class ServeLaunchTask(Task):
     needs = ("serve.config", "model.fetch", "model.copy", "mpi.hostfile")
     description = "start trtllm-serve with mpirun from the head container and wait for /health"
     checks = ("<state>/run/serve/launch.json on the head names a live mpirun (PID in the container) started "
-              "with the planned config and launch line, and http://<head>:<port>/health answers 200")
+              "with the planned config and launch line, and /health answers 200 on the head (asked inside its "
+              "container, over the SSH connection: the controller's route to the endpoint does not matter)")
     changes = ("stops a stale server (mpirun TERM, leftover ranks on every node), then `docker exec -d` "
                "mpirun ... trtllm-llmapi-launch trtllm-serve ..., logging to run/serve/serve.log; waits for "
                "/health 200 with progress, or fails with the log's last lines and the likely cause")
@@ -75,10 +74,10 @@ class ServeLaunchTask(Task):
                 diff += unified_diff("launch line", (record.get("command") or "") + "\n", command + "\n") or ""
             return [Change(f"restart the server on {head.name}: the config or launch line changed",
                            diff=diff or None)]
-        status = ServeClient(endpoint(ctx.inventory)).health()
+        status, why = head_client(head.transport, ctx.inventory).health_detail()
         if status != 200:
             return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
-                           f"{status or 'nothing'}")]
+                           f"{status or 'nothing'}" + (f" ({why})" if why else ""))]
         return []
 
     def apply(self, ctx, changes) -> None:
@@ -114,12 +113,14 @@ class ServeLaunchTask(Task):
                          hint="stop that process, or set serve.port in the inventory")
 
     def _wait_healthy(self, ctx, head, handle: ServerHandle, pid: int) -> None:
-        url = endpoint(ctx.inventory)
-        client = ServeClient(url)
+        client = head_client(head.transport, ctx.inventory)
+        url = client.base_url
         started = time.monotonic()
         next_note = started + PROGRESS_EVERY_S / 2
+        why = ""
         while True:
-            if client.health() == 200:
+            status, why = client.health_detail()
+            if status == 200:
                 ctx.emit(Event(event="log", task=self.name, node=head.name,
                                message=f"{url} is healthy after {time.monotonic() - started:.0f}s (pid {pid})"))
                 return
@@ -128,7 +129,8 @@ class ServeLaunchTask(Task):
                 self._fail(head, handle, f"the server exited during start-up on {head.name}")
             if now - started > ctx.inventory.serve.ready_timeout:
                 self._fail(head, handle, f"{url}/health did not answer 200 within {ctx.inventory.serve.ready_timeout}s "
-                                         "(the server is left running; a rerun restarts it)")
+                                         f"(last: {status or why or 'no answer'}; the server is left running; a "
+                                         "rerun restarts it)")
             if now >= next_note:
                 last = (handle.tail(1) or ["(no log line yet)"])[-1][:160]
                 ctx.emit(Event(event="log", task=self.name, node=head.name,
@@ -145,7 +147,9 @@ class ServeLaunchTask(Task):
 
 
 def kill_leftover_ranks(ctx) -> list[str]:
-    """Ranks of our server that outlived their mpirun, on any node (they would hold GPU memory)."""
+    """Ranks of our server that outlived their mpirun, on any node (they would hold GPU memory), killed.
+
+    `ctx`: a ClusterContext (the task's, or `sparkctl serve stop`'s); returns `node: pid` per rank."""
     container = ctx.inventory.container.name
     line = f"docker exec {q(container)} sh -c {q(leftover_ranks_script())} 2>/dev/null; true"
     results = ctx.run_on_all({n: line for n in ctx.nodes}, timeout=30)

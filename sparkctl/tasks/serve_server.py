@@ -15,10 +15,24 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkctl.plan.serve import CONFIG_PATH, LOG_PATH, PID_PATH
+from sparkctl.serve_client import NodeFetch, ServeClient, endpoint_url
 from sparkctl.transport.base import CommandResult, q
 
 RunFn = Callable[..., CommandResult]
 STOP_WAIT_S = 15.0
+
+
+def endpoint(inventory) -> str:
+    """The endpoint as clients see it: http://<head's inventory host>:<port> (shown, and tried from here)."""
+    return endpoint_url(str(inventory.head.host), inventory.serve_spec().port)
+
+
+def head_client(transport, inventory, timeout: float = 60.0) -> ServeClient:
+    """A client of the server that runs its requests on the head, inside its container (host network), over
+    `transport`: what the controller can route to does not matter."""
+    spec = inventory.serve_spec()
+    fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name)
+    return ServeClient(fetch, timeout=timeout, model=spec.model)
 
 
 def serve_dir(state_dir: str) -> str:

@@ -139,3 +139,76 @@ def test_diagnosis_json_shape():
          "phase": "network"}]}
     with pytest.raises(ValueError):
         Finding("a", "fatal", "n", "s")
+
+
+WIFI_PASSWORD = "correct-horse-battery"
+WIFI_PSK = "Wpa2-Psk-Secret-77"
+NM_WIFI = f"""network:
+  version: 2
+  wifis:
+    NM-4b1d:
+      renderer: NetworkManager
+      match: {{name: "wlP9s9"}}
+      dhcp4: true
+      access-points:
+        "Lab WiFi":
+          auth:
+            key-management: "psk"
+            password: "{WIFI_PASSWORD}"
+          networkmanager:
+            uuid: "4b1d0000-0000-0000-0000-000000000000"
+            name: "Lab WiFi"
+            passthrough:
+              wifi-security.psk: '{WIFI_PSK}'
+              wifi-security.psk-flags: "0"
+"""
+
+
+def test_scrub_masks_quoted_values_of_secret_keys():
+    text = scrub('password: "correct-horse"\nDB_PASSWORD=\'s p a c e\'\n{"api_key": "k-123456"}\n'
+                 'wifi-security.psk: plainpsk99\n"sudo_nopasswd": true')
+    assert "correct-horse" not in text and "s p a c e" not in text and "k-123456" not in text
+    assert "plainpsk99" not in text
+    assert 'password: "********"' in text and '"sudo_nopasswd": true' in text  # JSON stays JSON
+
+
+def test_a_quoted_password_and_a_wifi_psk_never_reach_the_bundle(tmp_path):
+    from sparkctl.facts import NetplanFile
+
+    s = healthy_snapshot()
+    s.facts["spark1"].netplan_files.append(NetplanFile("/etc/netplan/90-NM-4b1d.yaml", NM_WIFI, 0o600))
+    s.probes["spark1"].serve_log_tail = f'config: {{password: "{WIFI_PASSWORD}"}}'
+    path = tmp_path / "bundle.tar.gz"
+    write_bundle(path, run_checks(s), s, journals=[])
+    with tarfile.open(path) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar.getmembers()}
+    assert "spark1/netplan/90-NM-4b1d.yaml" in files and "spark1/facts.json" in files
+    for secret in (WIFI_PASSWORD, WIFI_PSK):
+        assert [n for n, body in files.items() if secret in body] == []
+    assert 'key-management: "psk"' in files["spark1/netplan/90-NM-4b1d.yaml"]  # the rest stays readable
+    json.loads(files["spark1/facts.json"])
+
+
+def test_doctor_registers_the_hf_token_for_redaction(refusing_inventory, monkeypatch):
+    from sparkctl.secrets import redact_known
+
+    forget_secrets()
+    monkeypatch.setenv("HF_TOKEN", "plain-token-without-a-known-shape")
+    try:
+        CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--json"])
+        assert redact_known("x plain-token-without-a-known-shape y") == f"x {MASK} y"
+    finally:
+        forget_secrets()
+
+
+@pytest.mark.parametrize("command", [["doctor", "{inv}", "--bundle", "{bad}"],
+                                     ["serve", "bench", "{inv}", "--output", "{bad}"]])
+def test_an_unwritable_output_path_is_refused_up_front(refusing_inventory, tmp_path, command):
+    (tmp_path / "a-file").write_text("x")
+    bad = str(tmp_path / "a-file" / "out.tar.gz")
+    args = [a.format(inv=refusing_inventory, bad=bad) for a in command]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "a-file is not a directory" in result.output and "Traceback" not in result.output
+    assert "node.unreachable" not in result.output  # refused before any diagnosis
+    assert len(result.output.strip().splitlines()) <= 2

@@ -78,10 +78,13 @@ STUBS = {
     "ping": "echo stub-ping",
     "ssh": "echo 'Permission denied (publickey).' >&2; exit 255",
     "ss": "echo 'LISTEN 0 128 0.0.0.0:2233 0.0.0.0:* users:((\"sshd\",pid=7,fd=3))'",
-    "curl": "case \"$*\" in *health*) printf '\\n@@code@@200' ;; "
-            "*) printf '{\"choices\":[{\"message\":{\"content\":\"Waves roll.\"}}]}\\n@@code@@200' ;; esac",
+    # the in-container HTTP client (serve_client.NODE_HTTP_PY): the request body must come on stdin
+    "python3": "case \"$*\" in *health*) printf '200\\n' ;; "
+               "*) if grep -q '\"messages\"'; then "
+               "printf '200\\n{\"choices\":[{\"message\":{\"content\":\"Waves roll.\"}}]}'; "
+               "else printf '400\\nno body on stdin'; fi ;; esac",
     # docker exec runs the inner script here, where cat finds no hostfile: the sections must still come back
-    "docker": "if [ \"$1\" = exec ]; then shift 2; \"$@\"; else echo stub-docker; fi",
+    "docker": "if [ \"$1\" = exec ]; then shift; [ \"$1\" = -i ] && shift; shift; \"$@\"; else echo stub-docker; fi",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -13,15 +14,16 @@ from sparkctl.plan.serve import CONFIG_PATH
 from sparkctl.tasks.serve import ServeConfigTask
 from sparkctl.tasks.serve_launch import ServeLaunchTask, desired_launch
 from sparkctl.tasks.serve_logs import likely_cause
-from sparkctl.tasks.serve_smoke import ServeSmokeTask
-from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
+from sparkctl.tasks.serve_smoke import SMOKE_PROMPT, ServeSmokeTask
+from sparkctl.transport.base import CommandResult
+from tests.taskkit import Call, inventory_from_yaml, make_kit, spark_facts
 from tests.unit.fake_endpoint import FakeEndpoint
 
 SERVE_DIR = "/home/nvidia/.local/state/sparkctl/{cluster}/run/serve"
 PAIR = """
 user: nvidia
 cluster: {{name: duo}}
-nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 10.0.0.12}}]
+nodes: [{{name: spark1, host: {head}}}, {{name: spark2, host: 10.0.0.12}}]
 container: {{image: "nvcr.io/nvidia/tensorrt-llm/release:{release}"}}
 serve:
   preset: qwen3-235b-eagle3
@@ -37,9 +39,28 @@ def endpoint():
     fake.close()
 
 
-def kit_for(tmp_path, port: int = 8355, release: str = "1.3.0rc12", extra: str = ""):
-    inv = inventory_from_yaml(PAIR.format(port=port, release=release, extra=extra), tmp_path)
-    return make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+def kit_for(tmp_path, port: int = 8355, release: str = "1.3.0rc12", extra: str = "", head: str = "127.0.0.1"):
+    inv = inventory_from_yaml(PAIR.format(port=port, release=release, extra=extra, head=head), tmp_path)
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+    head_execs_here(kit)
+    return kit
+
+
+def head_execs_here(kit, returncode: int | None = None, stderr: str = ""):
+    """The head's `docker exec -i <container> sh -c ...` runs here: the container shares the node's network, so
+    its 127.0.0.1 is this machine's loopback, where the fake endpoint listens. `returncode`: a failing exec."""
+    transport = kit.transport("spark1")
+
+    def exec_in(container, cmd, *, timeout=60.0, input=None, env=None):
+        transport.calls.append(Call("exec_in", cmd, input=input))
+        if returncode is not None:
+            return CommandResult(cmd, returncode, "", stderr)
+        proc = subprocess.run(["sh", "-c", cmd], input=input or "", capture_output=True, text=True,
+                              timeout=timeout, env={"PATH": "/usr/bin:/bin", "no_proxy": "*"})
+        return CommandResult(cmd, proc.returncode, proc.stdout, proc.stderr)
+
+    transport.exec_in = exec_in
+    return transport
 
 
 def test_config_is_written_with_a_diff_and_then_ok(tmp_path):
@@ -62,8 +83,8 @@ def test_an_override_the_release_rejects_is_refused_before_launch(tmp_path):
     assert kit.transport("spark1").puts == []
 
 
-def launch_kit(tmp_path, port: int, record: dict | None, alive: bool = True):
-    kit = kit_for(tmp_path, port=port)
+def launch_kit(tmp_path, port: int, record: dict | None, alive: bool = True, head: str = "127.0.0.1"):
+    kit = kit_for(tmp_path, port=port, head=head)
     head = kit.transport("spark1")
     if record is not None:
         head.respond(r"cat .*launch\.json", json.dumps(record))
@@ -94,11 +115,40 @@ def test_launch_check_states(tmp_path, endpoint):
     assert "/health answers 503" in sick.summary
 
 
+def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, endpoint):
+    """The inventory host (an ssh_config alias, a host behind a jump host) answers nothing from here: /health
+    is asked on the head, so a healthy server is ok, not restarted on every run."""
+    kit = kit_for(tmp_path, port=endpoint.port, head="127.0.0.2")  # the fake listens on 127.0.0.1 only
+    text, command, fingerprint = desired_launch(kit.node("spark1"))
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    kit = launch_kit(tmp_path, endpoint.port, record, head="127.0.0.2")
+    assert ServeLaunchTask().check(kit.cluster) == []
+    assert ServeSmokeTask().check(kit.cluster) == []
+    messages = [e.message for e in kit.events if e.task == "serve.smoke"]
+    assert "acceptance length 2.50" in messages[0] and "on spark1" in messages[0]
+    assert "http://127.0.0.2:" in messages[1] and "does not answer from this machine" in messages[1]
+    chat = [c for c in kit.transport("spark1").calls if c.kind == "exec_in" and c.input]
+    assert chat and SMOKE_PROMPT in chat[-1].input and SMOKE_PROMPT not in chat[-1].target  # stdin, not argv
+
+
+def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint):
+    kit = launch_kit(tmp_path, endpoint.port, None)
+    head_execs_here(kit, returncode=1, stderr="Error response from daemon: container abc is not running")
+    text, command, fingerprint = desired_launch(kit.node("spark1"))
+    kit.transport("spark1").respond(r"cat .*launch\.json", json.dumps(
+        {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}))
+    (change,) = ServeLaunchTask().check(kit.cluster)
+    assert "answers nothing" in change.summary and "cannot run python3 in the container" in change.summary
+    assert "is not running" in change.summary
+    with pytest.raises(TaskFailed, match="cannot run python3 in the container trtllm-multinode on spark1"):
+        ServeSmokeTask().check(kit.cluster)
+
+
 def test_smoke_passes_and_reports_acceptance(tmp_path, endpoint):
     kit = kit_for(tmp_path, port=endpoint.port)
     assert ServeSmokeTask().check(kit.cluster) == []
-    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
-    assert "acceptance length 2.50" in log.message
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]  # reachable from here: no second note
+    assert "acceptance length 2.50" in log.message and log.data["smoke"]["reachable_from_here"]
     assert endpoint.requests[-1]["model"] == "nvidia/Qwen3-235B-A22B-FP4"
 
 
@@ -140,3 +190,26 @@ def test_serve_presets_lists_every_preset_and_variant():
     assert result.exit_code == 0, result.output
     for name in ("qwen3-235b-eagle3", "gpt-oss-120b-eagle3", "llama-3.3-70b-draft-target", ":long-context", ":v3"):
         assert name in result.output
+
+
+def test_serve_status_and_stop_without_a_reachable_head(tmp_path, monkeypatch):
+    """Nodes that refuse on loopback: one line each, no traceback; status says the head is not reachable."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"""cluster: {{name: t}}
+user: nvidia
+ssh: {{known_hosts: {tmp_path}/known_hosts, use_ssh_config: false, connect_timeout: 2, port: {port}}}
+nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 127.0.0.2}}]
+serve: {{preset: qwen3-235b-eagle3, port: {port}}}
+""")
+    status = CliRunner().invoke(cli, ["serve", "status", str(path)])
+    assert status.exit_code == 1, status.output
+    assert "not reachable over ssh" in status.output and "asked from here" in status.output
+    assert "Traceback" not in status.output
+    stop = CliRunner().invoke(cli, ["serve", "stop", str(path)])
+    assert stop.exit_code == 1 and "cannot stop the server" in stop.output, stop.output
