@@ -6,6 +6,7 @@ import re
 import shlex
 import time
 
+from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.facts.parse import REDACTED
 from sparkctl.plan.container import SPEC_LABEL, ContainerSpec
@@ -39,21 +40,62 @@ class ContainerImageTask(Task):
 
     def apply(self, ctx, changes) -> None:
         image = ctx.inventory.container.image
-        ctx.log(f"pulling {image} (tens of GB the first time; this takes a while)")
         started = time.monotonic()
-        result = ctx.run(f"docker pull {q(image)}", timeout=PULL_TIMEOUT)
+        code, output = _pull_with_progress(ctx, image)
         ctx.invalidate()
-        if not result.ok:
-            output = (result.stderr or result.stdout).strip()
+        if code != 0:
             registry = image.split("/", 1)[0] if "/" in image else "docker.io"
             if _LOGIN_NEEDED.search(output):
                 raise TaskFailed(
                     f"pulling {image} on {ctx.name} was refused: no registry login for {registry}",
                     hint=f"on {ctx.name}: docker login {registry} (user $oauthtoken, password: your NGC API key)")
-            reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            reason = "timed out" if code == TIMED_OUT else f"exit {code}"
             raise TaskFailed(f"pulling {image} on {ctx.name} failed ({reason})",
-                             details=output.splitlines()[-3:])
+                             details=output.strip().splitlines()[-3:])
         ctx.log(f"pulled {image} in {time.monotonic() - started:.0f}s")
+
+
+PULL_POLL_S = 5.0
+TIMED_OUT = 124
+_PULL_EXIT = re.compile(r"^sparkctl-pull-exit=(\d+)$", re.M)
+_LAYER = re.compile(r"^([0-9a-f]{6,64}): (.+)$", re.M)
+
+
+def pull_progress(output: str) -> tuple[int, int]:
+    """(layers done, layers seen) from `docker pull` output on a non-terminal."""
+    state: dict[str, str] = {}
+    for layer, status in _LAYER.findall(output):
+        state[layer] = status
+    done = sum(1 for status in state.values() if status in ("Pull complete", "Already exists"))
+    return done, len(state)
+
+
+def _pull_with_progress(ctx, image: str) -> tuple[int, str]:
+    """`docker pull` detached on the node (a pull of tens of GB outlives any one command's timeout), its
+    output in a temp file read every few seconds for a progress line. Returns (exit code, output)."""
+    inner = f"docker pull {q(image)} > \"$0\" 2>&1; echo \"sparkctl-pull-exit=$?\" >> \"$0\""
+    # `f=... || exit` on its own line: `a && b &` would run the assignment in the background subshell too
+    path = ctx.must(f'f=$(mktemp "${{TMPDIR:-/tmp}}/sparkctl-pull.XXXXXX") || exit 1\n'
+                    f'setsid nohup sh -c {q(inner)} "$f" </dev/null >/dev/null 2>&1 &\necho "$f"',
+                    f"starting docker pull {image}").stdout.strip().splitlines()[-1]
+    started = time.monotonic()
+    try:
+        while True:
+            output = ctx.run(f"cat {q(path)}", timeout=30).stdout
+            finished = _PULL_EXIT.search(output)
+            if finished:
+                return int(finished.group(1)), _PULL_EXIT.sub("", output)
+            elapsed = time.monotonic() - started
+            if elapsed > PULL_TIMEOUT:
+                return TIMED_OUT, output
+            done, seen = pull_progress(output)
+            ctx.cluster.emit(Event(event="log", task=ContainerImageTask.name, node=ctx.name,
+                                   message=f"pulling {image}: {done}/{seen} layers, {elapsed:.0f}s",
+                                   data={"progress": {"what": image, "layers_done": done, "layers": seen,
+                                                      "seconds": round(elapsed, 1)}}))
+            time.sleep(PULL_POLL_S)
+    finally:
+        ctx.run(f"rm -f {q(path)}", timeout=30)
 
 
 def spec_differences(spec: ContainerSpec, current) -> list[str]:

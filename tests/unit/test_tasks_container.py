@@ -11,6 +11,7 @@ from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import Address, ContainerInfo, Facts, Interface, RoceDevice
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.tasks import container as container_tasks
 from sparkctl.tasks.container import ContainerImageTask, ContainerRunTask
 from sparkctl.tasks.container_ssh import ContainerSshTask, ContainerStateTask, desired_ssh_files
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
@@ -37,6 +38,8 @@ class FakeTransport:
     def _answer(self, cmd: str) -> CommandResult:
         for pattern, result in self.rules:
             if re.search(pattern, cmd):
+                if callable(result):  # an answer that changes from call to call
+                    result = result()
                 return result if isinstance(result, CommandResult) else CommandResult(cmd, 0, result, "")
         return CommandResult(cmd, 0, "", "")
 
@@ -192,17 +195,51 @@ def test_port_taken_by_another_process_names_it():
     assert not any(c.startswith("docker run") for c in ctx.transport.commands)
 
 
-def test_missing_image_pull_refused_gives_login_hint():
+def pulling(outputs: list[str]):
+    """Rules for a detached pull: the start prints the log path, then each `cat` shows the next output."""
+    reads = iter(outputs)
+    last = {"text": ""}
+
+    def cat() -> str:
+        last["text"] = next(reads, last["text"])
+        return last["text"]
+
+    return [(r"setsid nohup sh -c", "/tmp/sparkctl-pull.abc123\n"), (r"^cat /tmp/sparkctl-pull", cat)]
+
+
+def test_missing_image_pull_refused_gives_login_hint(monkeypatch):
+    monkeypatch.setattr(container_tasks, "PULL_POLL_S", 0)
     inv, facts = pair()
     facts["spark1"].images = {inv.container.image: None}
-    denied = CommandResult("x", 1, "", "Error response from daemon: unauthorized: authentication required")
-    cctx, _ = cluster(inv, facts, {"spark1": [(r"docker pull", denied)]})
+    denied = "Error response from daemon: unauthorized: authentication required\nsparkctl-pull-exit=1\n"
+    cctx, _ = cluster(inv, facts, {"spark1": pulling([denied])})
     ctx = cctx.nodes["spark1"]
     changes = ContainerImageTask().check(ctx)
     assert changes[0].summary.startswith("pull ")
     with pytest.raises(TaskFailed) as err:
         ContainerImageTask().apply(ctx, changes)
     assert "docker login nvcr.io" in err.value.hint
+    assert any(c.startswith("rm -f /tmp/sparkctl-pull.abc123") for c in ctx.transport.commands)
+
+
+def test_a_pull_reports_layers_while_it_runs(monkeypatch):
+    monkeypatch.setattr(container_tasks, "PULL_POLL_S", 0)
+    inv, facts = pair()
+    facts["spark1"].images = {inv.container.image: None}
+    first = "1.3.0rc12: Pulling from nvidia/tensorrt-llm/release\naaaaaa1: Pulling fs layer\nbbbbbb2: Already exists\n"
+    second = first + "aaaaaa1: Downloading\naaaaaa1: Pull complete\n"
+    cctx, events = cluster(inv, facts, {"spark1": pulling([first, second, second + "sparkctl-pull-exit=0\n"])})
+    ctx = cctx.nodes["spark1"]
+    ContainerImageTask().apply(ctx, ContainerImageTask().check(ctx))
+    progress = [e.message for e in events if e.data.get("progress")]
+    assert progress[0].endswith("1/2 layers, 0s") and progress[1].endswith("2/2 layers, 0s")
+    start = next(c for c in ctx.transport.commands if "setsid nohup" in c)
+    assert "docker pull nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12" in start
+
+
+def test_pull_progress_counts_layers():
+    assert container_tasks.pull_progress("x: Pulling fs layer\nabcdef: Pulling fs layer\nabcdef: Pull complete\n"
+                                          "123456: Already exists\n") == (2, 2)
 
 
 # --- container.state / container.ssh ------------------------------------------------------------------------
