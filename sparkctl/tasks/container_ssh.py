@@ -12,8 +12,8 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.container import node_home, state_dir
 from sparkctl.probes import MPI_PROBE, probe_source
 from sparkctl.tasks.netplan_files import unified_diff
-from sparkctl.tasks.ssh_files import known_host_name
 from sparkctl.transport.base import q
+from sparkctl.transport.hostkeys import host_key_name
 
 SECTION = "@@sparkctl-section@@"
 CLIENT_KEY = "id_ed25519"
@@ -132,7 +132,7 @@ def desired_ssh_files(ctx, pubs: dict[str, tuple[str, str]]) -> dict[str, str]:
             continue
         client, host = pubs[node.name]
         authorized.append(client)
-        names = [known_host_name(str(a.ip), port) for a in plan.fabric.addresses.get(node.name, {}).values()]
+        names = [host_key_name(str(a.ip), port) for a in plan.fabric.addresses.get(node.name, {}).values()]
         if names:
             known.append(f"{','.join(names)} {' '.join(host.split()[:2])}")
     return {"authorized_keys": "\n".join(authorized) + "\n", "known_hosts": "\n".join(known) + "\n"}

@@ -20,7 +20,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.model_cache import DOWNLOAD_TIMEOUT, repo_path, serving_enabled, wanted_repos
 from sparkctl.tasks.model_progress import TransferProgress, directory_size_reader, human_bytes, rate_text
-from sparkctl.tasks.ssh_mesh import key_name
+from sparkctl.tasks.ssh_mesh import key_name, peer_route
 from sparkctl.transport.base import q
 
 SMALL_FILE_BYTES = 64 * 1024
@@ -122,16 +122,11 @@ def missing_on_peer(head: dict[str, tuple], peer: dict[str, tuple]) -> list[str]
 
 
 def fabric_route(ctx, head: str, peer: str) -> tuple[str, str]:
-    """(address, extra ssh options) to reach `peer` from `head` with the cluster key: the peer's fabric address
-    on a link they share, else (a ring's non-neighbours) its management address with the key named."""
-    for link in ctx.plan().fabric.links(head):
-        for other, _iface, address in link.peers:
-            if other == peer:
-                return str(address.ip), ""
-    inv = ctx.inventory
-    spec = inv.node(peer)
-    port = int(spec.port or inv.ssh.port or 22)
-    return str(spec.host), f"-p {port} -o IdentitiesOnly=yes -i $HOME/.ssh/{key_name(inv.cluster.name)}"
+    """(address, extra ssh options) to reach `peer` from `head` with the cluster key (see ssh_mesh.peer_route)."""
+    target, port = peer_route(ctx, ctx.plan(), head, peer)
+    if port is None:
+        return target, ""
+    return target, f"-p {port} -o IdentitiesOnly=yes -i $HOME/.ssh/{key_name(ctx.inventory.cluster.name)}"
 
 
 def copy_script(source: str, dest: str, target: str, extra_options: str = "") -> str:

@@ -35,10 +35,6 @@ def _matches(pattern: str, host: str) -> bool:
     return pattern == host
 
 
-def known_host_name(host: str, port: int = 22) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
 def known_hosts_lines(entries: list[tuple[list[str], str]], cluster: str) -> list[str]:
     """entries: (host names, 'keytype base64') -> marked known_hosts lines."""
     return [f"{','.join(names)} {key} {key_marker(cluster)}" for names, key in entries]

@@ -8,13 +8,13 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.resources import render
 from sparkctl.tasks.netplan_files import unified_diff
 from sparkctl.tasks.ssh_files import (
-    known_host_name,
     known_hosts_lines,
     merge_authorized_keys,
     merge_config_block,
     merge_known_hosts,
 )
 from sparkctl.transport.base import q
+from sparkctl.transport.hostkeys import host_key_name
 
 SECTION = "@@sparkctl-file@@"
 FILES = ("pub", "hostkey", "authorized_keys", "known_hosts", "config")
@@ -117,7 +117,7 @@ class SshMeshTask(Task):
             pubs[node.name] = pub.strip()
             hostkeys[node.name] = " ".join(f["hostkey"].split()[:2])
             fabric = [str(a.ip) for a in plan.fabric.addresses.get(node.name, {}).values()]
-            names[node.name] = [known_host_name(str(node.host), node.port or inv.ssh.port or 22)] + fabric
+            names[node.name] = [host_key_name(str(node.host), node.port or inv.ssh.port or 22)] + fabric
         wanted: dict[str, dict[str, str]] = {}
         for node in files:
             peers = [p for p in pubs if p != node]
@@ -204,20 +204,25 @@ class SshVerify(Task):
         return []
 
 
-def _verify_target(ctx, plan, node: str, peer: str) -> tuple[str, str]:
-    """The peer's address on a subnet `node` shares with it, and the extra ssh options to reach it.
+def peer_route(ctx, plan, node: str, peer: str) -> tuple[str, int | None]:
+    """How `node` reaches `peer` with the cluster key: (the peer's address on a link they share, None), or for
+    a peer with no shared link (non-neighbours in a ring of 4+) (its management address, its ssh port).
 
-    A peer's first address is not always on a link of ours (in a ring it may face the next node). Peers with
-    no shared link (non-neighbours in a ring of 4+) are reached by their management address with the key.
+    A peer's first address is not always on a link of ours (in a ring it may face the next node).
     """
     for link in plan.fabric.links(node):
         for other, _iface, address in link.peers:
             if other == peer:
-                return str(address.ip), ""
-    inv = ctx.inventory
-    spec = next(n for n in inv.nodes if n.name == peer)
-    port = int(spec.port or inv.ssh.port or 22)
-    return str(spec.host), f'-p {port} -o IdentitiesOnly=yes -i "$HOME"/.ssh/{q(key_name(inv.cluster.name))} '
+                return str(address.ip), None
+    spec = ctx.inventory.node(peer)
+    return str(spec.host), int(spec.port or ctx.inventory.ssh.port or 22)
+
+
+def _verify_target(ctx, plan, node: str, peer: str) -> tuple[str, str]:
+    target, port = peer_route(ctx, plan, node, peer)
+    if port is None:
+        return target, ""
+    return target, f'-p {port} -o IdentitiesOnly=yes -i "$HOME"/.ssh/{q(key_name(ctx.inventory.cluster.name))} '
 
 
 TASKS = [SshKeyTask(), SshMeshTask(), SshVerify()]

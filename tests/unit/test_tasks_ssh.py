@@ -18,7 +18,6 @@ from sparkctl.engine.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.ssh_files import (
     block_markers,
-    known_host_name,
     known_hosts_lines,
     merge_authorized_keys,
     merge_config_block,
@@ -26,6 +25,7 @@ from sparkctl.tasks.ssh_files import (
     remove_config_block,
 )
 from sparkctl.tasks.ssh_mesh import SshKeyTask, SshMeshTask, SshVerify, _split, read_ssh_files
+from sparkctl.transport.hostkeys import host_key_name
 from tests.taskkit import inventory, make_kit, spark_facts, ssh_read_output, task_cases
 
 CASES = task_cases("ssh.mesh")
@@ -192,8 +192,8 @@ def test_verify_reports_each_failed_connection():
 # --- pure helpers -------------------------------------------------------------------------------------------
 
 def test_known_host_name_and_lines():
-    assert known_host_name("spark-1.local") == "spark-1.local"
-    assert known_host_name("10.0.0.1", 2222) == "[10.0.0.1]:2222"
+    assert host_key_name("spark-1.local", 22) == "spark-1.local"
+    assert host_key_name("10.0.0.1", 2222) == "[10.0.0.1]:2222"
     assert known_hosts_lines([(["a", "10.0.0.2"], "ssh-ed25519 K")], "c") == ["a,10.0.0.2 ssh-ed25519 K sparkctl:c"]
 
 
