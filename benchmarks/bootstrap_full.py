@@ -19,8 +19,8 @@ from pathlib import Path
 
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.lab import Lab
-from sparkctl.playbooks import bootstrap_graph
-from sparkctl.session import RunRequest, run_playbook
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, run_playbook
 
 
 def run_once(inventory) -> tuple[float, object]:

@@ -18,8 +18,8 @@ from unittest import mock
 
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.lab import Lab
-from sparkctl.playbooks import bootstrap_graph
-from sparkctl.session import RunRequest, run_playbook
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.tasks import context
 
 PHASES = {"preflight", "network", "ssh"}

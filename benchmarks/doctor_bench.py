@@ -14,8 +14,8 @@ import time
 from sparkctl.doctor.diagnose import DoctorRequest, run_checks, take_snapshot
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.lab import Lab
-from sparkctl.playbooks import bootstrap_graph
-from sparkctl.session import RunRequest, run_playbook
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.transport import connect
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from sparkctl.bench import parse_concurrency, run_bench
 from sparkctl.inventory import load_inventory
-from sparkctl.serve_client import ServeClient, endpoint_url
+from sparkctl.knowledge.bench import parse_concurrency, run_bench
+from sparkctl.knowledge.serve_client import ServeClient, endpoint_url
 
 ENV = {"HF_TOKEN": "hf_BenchFakeToken0123456789abcdef", "SPARKCTL_FIT_CHECK": "warn"}
 

@@ -26,6 +26,7 @@ from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
+from sparkctl.transport.framing import MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 FACT_CAPTURES = REPO / "tests" / "fixtures" / "facts"
@@ -92,8 +93,7 @@ class RecordingTransport:
             if rule.pattern.search(cmd):
                 if rule.then:
                     rule.then()
-                stdout = rule.stdout() if callable(rule.stdout) else rule.stdout
-                return CommandResult(cmd, rule.exit_code, stdout, rule.stderr)
+                return CommandResult(cmd, rule.exit_code, answer(rule.stdout, cmd), rule.stderr)
         return CommandResult(cmd, 0, "", "")
 
     def put(self, path: str, content: str | bytes, *, mode: int = 0o644, owner: str | None = None,
@@ -319,17 +319,57 @@ def install_effects(kit: Kit, node: str, effects: list[dict[str, Any]]) -> None:
         kit.transport(node).respond(effect["after"], then=become)
 
 
-def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") -> str:
-    """What ssh_mesh's read script prints for these files (None or missing: absent), as `awk 1` prints them."""
-    from sparkctl.tasks.ssh_mesh import FILES, SECTION
+def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") -> Callable[[str], str]:
+    """What ssh.mesh's read script prints for these files (None or missing: absent), as `awk 1` prints them;
+    read when the script asks (the dict may change in between)."""
+    from sparkctl.tasks.ssh.mesh import FILES
 
-    out = []
-    for name in FILES:
-        out.append(SECTION + name)
-        content = files.get(name)
-        out += [SECTION + "absent"] if content is None else content.splitlines()
-    out.append(f"@@sparkctl-home@@{home}")
-    return "\n".join(out) + "\n"
+    def sections() -> list[tuple]:
+        out: list[tuple] = []
+        for name in FILES:
+            content = files.get(name)
+            out.append((name, "", 2) if content is None else (name, content if content.endswith("\n") or not content
+                                                               else content + "\n"))
+        return [*out, ("home", home)]
+
+    return framed(sections)
+
+
+# --- framed output ------------------------------------------------------------------------------------------
+
+_NONCE = re.compile(re.escape(MARKER) + r":([0-9a-f]+):begin ")
+
+
+def nonce_of(script: str) -> str:
+    """The framing nonce a script was written with (the answer must use it)."""
+    found = _NONCE.search(script)
+    if found is None:
+        raise AssertionError(f"not a framed script: {script[:200]!r}")
+    return found.group(1)
+
+
+def framed(sections: list[tuple] | Callable[[], list[tuple]]) -> Callable[[str], str]:
+    """An answer to a framed script: (name, output[, exit status]) sections, in order, as the node prints them,
+    with the nonce of the script that asks. `sections` may be a callable, read at answer time."""
+    def render(script: str) -> str:
+        if not _NONCE.search(script):
+            return ""  # another command the rule's pattern happens to match: no sections, no output
+        nonce = nonce_of(script)
+        out = []
+        for name, text, *rc in (sections() if callable(sections) else sections):
+            out.append(f"{MARKER}:{nonce}:begin {name}@@\n{text}\n{MARKER}:{nonce}:end {name} "
+                       f"{rc[0] if rc else 0}@@\n")
+        return "".join(out)
+
+    render.wants_script = True  # type: ignore[attr-defined]
+    return render
+
+
+def answer(stdout: str | Callable[..., str], script: str) -> str:
+    """A canned answer: text, a callable read at answer time, or a framed answer (given the script)."""
+    if getattr(stdout, "wants_script", False):
+        return stdout(script)  # type: ignore[operator]
+    return stdout() if callable(stdout) else stdout
 
 
 def normalize_run_id(text: str) -> str:

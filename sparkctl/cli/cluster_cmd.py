@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.console import Console
 
+from sparkctl.cli.options import build_request, csv_set, run_options, run_view
 from sparkctl.cli.plan_view import render_plan_text
-from sparkctl.cli.run_options import Views, build_request, run_options
-from sparkctl.engine.task import TaskFailed
-from sparkctl.errors import SparkctlError
+from sparkctl.cli.status_view import status_table
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
-from sparkctl.playbooks import bootstrap_graph, down_graph
-from sparkctl.session import run_playbook
-from sparkctl.tasks.model import gated_repos_failed, hf_token, provide_token
+from sparkctl.runs.bootstrap import bootstrap, journaled_run
+from sparkctl.runs.playbooks import bootstrap_graph, down_graph
+from sparkctl.runs.status import cluster_status
 
 
 @click.group("cluster")
@@ -39,15 +39,10 @@ def plan(file: str) -> None:
 @cluster_group.command("bootstrap")
 @click.argument("file", type=click.Path(dir_okay=False))
 @run_options
-def bootstrap(file: str, **params) -> None:
+def bootstrap_command(file: str, **params) -> None:
     """Set up the cluster, or repair it: rerunning changes only what drifted (a second run changes nothing)."""
     inventory = load_inventory(file)
-    request = build_request(params)
-    with Views("bootstrap", params) as bus:
-        result = run_playbook(inventory, bootstrap_graph(), request, bus)
-    if ask_for_gated_token(inventory, result):
-        with Views("bootstrap", params) as bus:
-            result = run_playbook(inventory, bootstrap_graph(), request, bus)
+    result = bootstrap(inventory, build_request(params), lambda: run_view(params), ask_for_gated_token)
     sys.exit(int(result.exit_status()))
 
 
@@ -55,31 +50,18 @@ def stdin_is_terminal() -> bool:
     return sys.stdin.isatty()
 
 
-def ask_for_gated_token(inventory, result) -> bool:
-    """A download refused as gated, no token anywhere, a person at a terminal: ask once (hidden), then the
-    caller runs again (it converges: only the refused downloads and what needs them are left).
-
-    Whether a repo is gated is known only once the Hub refuses it, so the prompt follows that refusal rather
-    than asking on every run. Without a terminal (CI) the failure and its hint stand.
-    """
-    repos = gated_repos_failed(result.outcomes)
-    if not repos or result.check_mode or not stdin_is_terminal():
-        return False
-    try:
-        if hf_token(inventory) is not None:
-            return False  # a token is set but cannot see the repo: typing it again would not help
-    except TaskFailed:
-        return False
-    env = inventory.serve.hf_token_env
+def ask_for_gated_token(repos: list[str], env: str) -> str | None:
+    """The token for gated repos, typed (hidden) by a person at a terminal; None without one (CI: the failure
+    and its hint stand)."""
+    if not stdin_is_terminal():
+        return None
     click.echo(f"\n{', '.join(repos)} {'is' if len(repos) == 1 else 'are'} gated and neither ${env} nor "
                f"${env}_FILE holds a token (accept the license on huggingface.co first).", err=True)
     token = click.prompt("Hugging Face token (hidden, empty to stop)", hide_input=True, default="",
                          show_default=False, err=True).strip()
-    if not token:
-        return False
-    provide_token(env, token)
-    click.echo("running bootstrap again with the token", err=True)
-    return True
+    if token:
+        click.echo("running bootstrap again with the token", err=True)
+    return token or None
 
 
 @cluster_group.command("status")
@@ -88,24 +70,12 @@ def ask_for_gated_token(inventory, result) -> bool:
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
 def status(file: str, limit: str | None, forks: int) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
-    from rich.console import Console
-
-    from sparkctl.cli.status_view import read_container_hostfile, status_table
-    from sparkctl.session import RunRequest, gather_cluster
-
     inventory = load_inventory(file)
-    request = RunRequest(limit={n.strip() for n in limit.split(",")} if limit else None, forks=forks)
-    facts, unreachable = gather_cluster(inventory, request, also=read_container_hostfile(inventory))
-    try:
-        cluster_plan = plan_cluster(inventory, facts)
-        hashes = {n: p.container.spec_hash() for n, p in cluster_plan.nodes.items()}
-        hostfile = cluster_plan.hostfile
-    except SparkctlError:
-        hashes, hostfile = {}, None
+    found = cluster_status(inventory, csv_set(limit), forks)
     # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
     Console(width=None if sys.stdout.isatty() else 180).print(
-        status_table(inventory, facts, unreachable, hashes, hostfile))
-    sys.exit(int(ExitStatus.UNREACHABLE if unreachable else ExitStatus.SUCCESS))
+        status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile))
+    sys.exit(int(ExitStatus.UNREACHABLE if found.unreachable else ExitStatus.SUCCESS))
 
 
 @cluster_group.command("down")
@@ -116,6 +86,6 @@ def down(file: str, network: bool, **params) -> None:
     """Stop and remove the containers (and with --network, restore the network and keys as they were)."""
     inventory = load_inventory(file)
     request = build_request(params)
-    with Views("down", params) as bus:
-        result = run_playbook(inventory, down_graph(network), request, bus)
+    with run_view(params) as view:
+        result = journaled_run("down", inventory, down_graph(network), request, view)
     sys.exit(int(result.exit_status()))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
@@ -10,13 +9,12 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from sparkctl.cli.run_options import become_password
+from sparkctl.cli.options import become_password, csv_set
+from sparkctl.cli.views import ConsoleView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
-from sparkctl.engine import Journal
-from sparkctl.engine.events import Event
-from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
+from sparkctl.runs.doctor import DoctorRequest, Repair, run_doctor
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 
@@ -56,13 +54,6 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
                        + f" on {len(diagnosis.nodes)} node(s): ").append(verdict))
 
 
-def _journal(diagnosis: Diagnosis, journal: Journal, label: str) -> None:
-    for f in diagnosis.findings:
-        journal(Event("finding", node=None if f.node == CLUSTER else f.node, phase=f.phase, status=f.severity,
-                      message=f"{f.id}: {f.summary}", hint=f.fix, details=[f.evidence] if f.evidence else [],
-                      data={"severity": f.severity, "code": f.id, "pass": label}))
-
-
 @click.command("doctor")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help='Print {"healthy": bool, "findings": [...]} as JSON.')
@@ -81,74 +72,48 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
 
     Exit 0 when no errors are found, 1 otherwise.
     """
-    from sparkctl.doctor.bundle import unwritable_reason
-    from sparkctl.doctor.diagnose import DoctorRequest, diagnose
-
-    if bundle_path and (reason := unwritable_reason(bundle_path)):
-        raise BadInput(f"--bundle {bundle_path}: {reason}")
     inventory = load_inventory(file)
-    _register_hf_token(inventory)
-    password = become_password(ask_become_pass, become_password_file)
-    request = DoctorRequest(limit={n.strip() for n in limit.split(",") if n.strip()} if limit else None,
-                            forks=forks, become_password=password, want_logs=bool(bundle_path))
+    request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
+                            become_password=become_password(ask_become_pass, become_password_file))
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
-    out: dict = {}
-    with Journal(command="doctor") as journal:
-        diagnosis, snapshot = diagnose(inventory, request)
-        _journal(diagnosis, journal, "first")
-        if fix and not diagnosis.healthy:
-            out["fix"] = _repair(inventory, diagnosis, request, console, journal, as_json)
-            if not as_json:
-                console.print(Text("\nafter the repair:", style="bold"))
-            diagnosis, snapshot = diagnose(inventory, request)
-            _journal(diagnosis, journal, "after-fix")
-        if bundle_path:
-            from sparkctl.doctor.bundle import write_bundle
+    repair_view = ConsoleView(console) if not as_json else None
 
-            journal.close()
-            try:
-                digest = write_bundle(bundle_path, diagnosis, snapshot)
-            except OSError as exc:
-                raise SparkctlError(f"cannot write the bundle {bundle_path}: {exc.strerror or exc}") from exc
-            out["bundle"] = {"path": bundle_path, "sha256": digest}
+    def before_repair(diagnosis: Diagnosis) -> None:
+        if not as_json:
+            render_diagnosis(console, diagnosis)
+
+    try:
+        outcome = run_doctor(inventory, request, before_repair=before_repair,
+                             repair_emit=repair_view if repair_view is not None else (lambda _event: None))
+    finally:
+        if repair_view is not None:
+            repair_view.close()
+    diagnosis = outcome.diagnosis
+    out: dict = {}
+    if outcome.repair is not None:
+        out["fix"] = _repair_report(outcome.repair)
+        if not as_json:
+            _show_repair(console, outcome.repair)
+            console.print(Text("\nafter the repair:", style="bold"))
+    if outcome.bundle_sha256:
+        out["bundle"] = {"path": bundle_path, "sha256": outcome.bundle_sha256}
     if as_json:
         click.echo(json.dumps({**diagnosis.to_dict(), **out}, indent=2))
     else:
         render_diagnosis(console, diagnosis, verbose=verbose)
         if bundle_path:
-            console.print(Text(f"bundle: {bundle_path}\nsha256: {out['bundle']['sha256']}"))
+            console.print(Text(f"bundle: {bundle_path}\nsha256: {outcome.bundle_sha256}"))
     sys.exit(int(ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS))
 
 
-def _register_hf_token(inventory) -> None:
-    """Read the HF token the way bootstrap does, only so redaction knows it (bundle, journal, output)."""
-    from sparkctl.engine.task import TaskFailed
-    from sparkctl.tasks.model import hf_token
-
-    # an unreadable token file: nothing to register; doctor reports a missing token on the nodes itself
-    with contextlib.suppress(TaskFailed):
-        hf_token(inventory)
+def _repair_report(repair: Repair) -> dict:
+    return {"ran": sorted(repair.ran),
+            "exit_status": int(repair.result.exit_status()) if repair.result is not None else None,
+            "needs_you": [f.to_dict() for f in repair.needs_you]}
 
 
-def _repair(inventory, diagnosis: Diagnosis, request, console: Console, journal: Journal, as_json: bool) -> dict:
-    from sparkctl.cli.views import ConsoleView
-    from sparkctl.doctor.fix import repair
-    from sparkctl.engine import EventBus
-
-    if not as_json:
-        render_diagnosis(console, diagnosis)
-    sinks = [journal] if as_json else [journal, ConsoleView(console)]
-    bus = EventBus(sinks)
-    result, only, manual = repair(inventory, diagnosis, bus, limit=request.limit, forks=request.forks,
-                                  become_password=request.become_password)
-    for sink in sinks:
-        close = getattr(sink, "close", None)
-        if close and sink is not journal:
-            close()
-    if not as_json:
-        if not only:
-            console.print(Text("nothing sparkctl can repair by itself; see each fix above", style="yellow"))
-        for f in manual:
-            console.print(Text(f"needs you: {f.node}: {f.id}: {f.fix}", style="yellow"), soft_wrap=True)
-    return {"ran": sorted(only), "exit_status": int(result.exit_status()) if result is not None else None,
-            "needs_you": [f.to_dict() for f in manual]}
+def _show_repair(console: Console, repair: Repair) -> None:
+    if not repair.ran:
+        console.print(Text("nothing sparkctl can repair by itself; see each fix above", style="yellow"))
+    for f in repair.needs_you:
+        console.print(Text(f"needs you: {f.node}: {f.id}: {f.fix}", style="yellow"), soft_wrap=True)

@@ -1,12 +1,15 @@
-"""`sparkctl inventory ...`: validate, schema."""
+"""`sparkctl inventory ...`: validate, schema, init."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
+from sparkctl.errors import BadInput
 from sparkctl.inventory import inventory_json_schema, load_inventory
+from sparkctl.runs.inventory_init import draft_inventory
 
 
 @click.group("inventory")
@@ -44,29 +47,10 @@ def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: s
          cluster: str, force: bool) -> None:
     """Connect to HOSTS (management addresses, head first), detect the user, Up ports and topology, and write
     a commented inventory. What had to be assumed is printed and written as comments."""
-    import os
-
-    from sparkctl.errors import BadInput, SparkctlError, Unreachable
-    from sparkctl.facts import gather_facts, gather_local_controller_addrs
-    from sparkctl.inventory_init import describe_cluster
-    from sparkctl.transport.connect import NodeAddress, connect_all
-
     if os.path.exists(output) and not force:
         raise BadInput(f"{output} exists", hint="pass --force to overwrite it, or -o another file")
-    specs = [NodeAddress(node=h, host=h, user=user, identity_file=identity_file) for h in hosts]
-    transports, unreachable = connect_all(specs, known_hosts_path=known_hosts)
-    try:
-        if unreachable:
-            first = next(iter(unreachable.values()))
-            raise Unreachable(f"{len(unreachable)} host(s) unreachable: {first}", hint=first.hint)
-        facts = [gather_facts(transports[h], h) for h in hosts]
-    finally:
-        for t in transports.values():
-            t.close()
-    result = describe_cluster(list(hosts), facts, cluster=cluster,
-                              controller_addrs=frozenset(gather_local_controller_addrs(include_loopback=False)))
-    if result.problems:
-        raise SparkctlError("; ".join(result.problems))
+    result = draft_inventory(list(hosts), user=user, identity_file=identity_file, known_hosts=known_hosts,
+                             cluster=cluster)
     with open(output, "w") as fh:
         fh.write(result.text)
     for line in result.assumptions:

@@ -10,19 +10,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 
 DEFAULT_DIR = ".sparkctl-lab"
 dir_option = click.option("--dir", "directory", default=DEFAULT_DIR, show_default=True,
                           type=click.Path(file_okay=False), help="State, keys, inventory.")
-
-
-def _fail(exc: SparkctlError) -> None:
-    click.echo(f"error: {exc.message}", err=True)
-    if exc.hint:
-        click.echo(f"hint: {exc.hint}", err=True)
-    sys.exit(int(exc.exit_status))
 
 
 def _load(directory: str):
@@ -31,6 +24,14 @@ def _load(directory: str):
 
     check_machine(need_packages=False)
     return Lab.load(directory)
+
+
+def _node_of(lookup, node: str):
+    """lookup(node), a node the lab does not have being bad input."""
+    try:
+        return lookup(node)
+    except KeyError as exc:
+        raise BadInput(str(exc.args[0])) from None
 
 
 @click.group("lab")
@@ -53,20 +54,15 @@ def lab_group() -> None:
 def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool,
                install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
-    try:
-        from sparkctl.lab.deps import check_machine, install_packages
+    from sparkctl.lab.deps import check_machine, install_packages
+    from sparkctl.lab.lab import Lab
 
-        if install_deps:
-            check_machine(need_packages=False)
-            install_packages(log=lambda m: click.echo(m, err=True))
-        check_machine()
-        from sparkctl.lab.lab import Lab
-
-        lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
-                     log=lambda m: click.echo(m, err=True))
-    except SparkctlError as exc:
-        _fail(exc)
-        return
+    if install_deps:
+        check_machine(need_packages=False)
+        install_packages(log=lambda m: click.echo(m, err=True))
+    check_machine()
+    lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
+                 log=lambda m: click.echo(m, err=True))
     if serve_preset:
         from sparkctl.lab.inventory_writer import add_serve_section
 
@@ -81,12 +77,8 @@ def up_command(nodes: int, topology: str, port: int, directory: str, sudo_passwo
 @dir_option
 def down_command(directory: str) -> None:
     """Tear the lab down: namespaces, links, processes, cgroups (also a half-built one)."""
-    try:
-        lab = _load(directory)
-        leftovers = lab.down(log=lambda m: click.echo(m, err=True))
-    except SparkctlError as exc:
-        _fail(exc)
-        return
+    lab = _load(directory)
+    leftovers = lab.down(log=lambda m: click.echo(m, err=True))
     if leftovers:
         for item in leftovers:
             click.echo(f"left behind: {item}", err=True)
@@ -98,12 +90,8 @@ def down_command(directory: str) -> None:
 @dir_option
 def status_command(directory: str) -> None:
     """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
-    try:
-        lab = _load(directory)
-        rows = lab.status()
-    except SparkctlError as exc:
-        _fail(exc)
-        return
+    lab = _load(directory)
+    rows = lab.status()
     click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}): {lab.state.phase}")
     _print_nodes(rows)
 
@@ -116,12 +104,8 @@ def exec_command(directory: str, node: str, command: tuple[str, ...]) -> None:
     """Run COMMAND as root on NODE (`sparkctl lab exec spark1 -- ip -br addr`); its exit code is ours."""
     from sparkctl.lab.node import exec_argv
 
-    try:
-        lab = _load(directory)
-        pid = lab.pid_of(node)
-    except (SparkctlError, KeyError) as exc:
-        _fail(exc if isinstance(exc, SparkctlError) else SparkctlError(str(exc.args[0])))
-        return
+    lab = _load(directory)
+    pid = _node_of(lab.pid_of, node)
     # inherit the terminal: interactive commands work, output streams
     env = dict(os.environ, NODE_CGROUP_PROCS=" ".join(map(str, lab.cgroup_procs_files(node))))
     argv = exec_argv(pid, list(command), lab.cgroup_procs_files(node))
@@ -134,12 +118,8 @@ def exec_command(directory: str, node: str, command: tuple[str, ...]) -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def ssh_command(directory: str, node: str, command: tuple[str, ...]) -> None:
     """ssh to NODE as nvidia with the lab key; the host key is verified."""
-    try:
-        lab = _load(directory)
-        argv = lab.ssh_argv(node, *command)
-    except (SparkctlError, KeyError) as exc:
-        _fail(exc if isinstance(exc, SparkctlError) else SparkctlError(str(exc.args[0])))
-        return
+    lab = _load(directory)
+    argv = _node_of(lambda name: lab.ssh_argv(name, *command), node)
     os.execvp(argv[0], argv)
 
 
@@ -147,15 +127,11 @@ def ssh_command(directory: str, node: str, command: tuple[str, ...]) -> None:
 @click.option("--rebuild", is_flag=True, help="Build even when the cached image matches its recipe.")
 def image_command(rebuild: bool) -> None:
     """Build (or reuse) the lab's container image in the shared image store."""
-    try:
-        from sparkctl.lab.deps import check_machine
-        from sparkctl.lab.image import ensure_image
+    from sparkctl.lab.deps import check_machine
+    from sparkctl.lab.image import ensure_image
 
-        check_machine()
-        ref = ensure_image(rebuild=rebuild, log=lambda m: click.echo(m, err=True))
-    except SparkctlError as exc:
-        _fail(exc)
-        return
+    check_machine()
+    ref = ensure_image(rebuild=rebuild, log=lambda m: click.echo(m, err=True))
     click.echo(ref)
 
 
@@ -165,12 +141,3 @@ def _print_nodes(rows: list[dict]) -> None:
         table.add_row(row["node"], row["mgmt_ip"], str(row["pid"] or "-"), row["init"], row["system"],
                       ", ".join(row["fabric_up"]) or "-")
     Console(width=120).print(table)
-
-
-def _main() -> None:  # pragma: no cover - scratch entry point until the lead registers the group
-    lab_group(prog_name="sparkctl lab")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _main()
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -11,6 +12,7 @@ import click
 from sparkctl import __version__
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.secrets import redacting_handler
 
 
 class SparkctlGroup(click.Group):
@@ -50,6 +52,20 @@ def cli(debug: bool) -> None:
     sparkctl cluster bootstrap inventory.yaml   set up (or repair) the whole cluster, idempotently
     sparkctl doctor inventory.yaml              find what is broken, and why, and how to fix it
     """
+    configure_logging(debug)
+
+
+def configure_logging(debug: bool) -> None:
+    """Log records (sparkctl's with --debug, any library's warnings always) reach stderr through the redacting
+    handler only: a secret in a logged command or a library's message is masked like everywhere else."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "sparkctl", False)]:
+        root.removeHandler(handler)
+    handler = redacting_handler(sys.stderr, logging.DEBUG if debug else logging.WARNING)
+    handler.sparkctl = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("sparkctl").setLevel(logging.DEBUG if debug else logging.NOTSET)
 
 
 def _register() -> None:

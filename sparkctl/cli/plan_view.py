@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
+from sparkctl.engine import Graph
+from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
 
 
@@ -12,7 +13,7 @@ def _section(title: str) -> str:
     return f"\n== {title} " + "=" * max(3, 74 - len(title))
 
 
-def render_plan_text(inventory: Any, plan: ClusterPlan, graph: Any | None = None) -> str:
+def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | None = None) -> str:
     out: list[str] = [f"cluster {inventory.cluster.name}: {len(inventory.nodes)} node(s), topology "
                       f"{inventory.topology}, head {inventory.head.name}"]
     if graph is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sparkctl.playbooks import playbooks_markdown
+from sparkctl.runs.outputs import check_writable
+from sparkctl.runs.playbooks import playbooks_markdown
 
 
 @click.command("playbooks")
@@ -14,6 +15,7 @@ def playbooks_command(markdown: bool, output: str | None) -> None:
     """Describe every playbook: its phases and tasks, what each checks and what it changes."""
     text = playbooks_markdown()
     if output:
+        check_writable(output, "--output")
         with open(output, "w") as fh:
             fh.write(text)
         return

@@ -12,9 +12,9 @@ from rich.table import Table
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
-from sparkctl.presets import PRESETS
+from sparkctl.inventory.presets import PRESETS
+from sparkctl.knowledge.serve_client import EndpointError
 from sparkctl.secrets import redact_known
-from sparkctl.serve_client import EndpointError
 
 FILE = click.argument("file", type=click.Path(dir_okay=False))
 
@@ -42,7 +42,7 @@ def presets() -> None:
 @FILE
 def status(file: str) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
-    from sparkctl.serve_ops import serve_status
+    from sparkctl.runs.serve_ops import serve_status
 
     report = serve_status(load_inventory(file))
     width = max(len(k) for k, _ in report.rows)
@@ -58,7 +58,7 @@ def status(file: str) -> None:
 @click.option("-n", "--lines", type=click.IntRange(1, 100000), default=100, show_default=True)
 def logs(file: str, follow: bool, node: str | None, lines: int) -> None:
     """The server's log (run/serve/serve.log on the head); on another node, its container's log."""
-    from sparkctl.serve_ops import connected, follow_log, read_log
+    from sparkctl.runs.serve_ops import connected, follow_log, read_log
 
     inventory = load_inventory(file)
     name = node or inventory.head.name
@@ -83,7 +83,7 @@ def logs(file: str, follow: bool, node: str | None, lines: int) -> None:
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True)
 def chat(file: str, prompt: str, max_tokens: int) -> None:
     """One chat completion, streamed as it is generated."""
-    from sparkctl.serve_ops import endpoint_client
+    from sparkctl.runs.serve_ops import endpoint_client
 
     inventory = load_inventory(file)
     with endpoint_client(inventory, timeout=600) as client:
@@ -116,8 +116,9 @@ def chat(file: str, prompt: str, max_tokens: int) -> None:
               help="Where to write the results as JSON.")
 def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str) -> None:
     """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency."""
-    from sparkctl.bench import parse_concurrency, run_bench
-    from sparkctl.serve_ops import check_writable, endpoint_client
+    from sparkctl.knowledge.bench import parse_concurrency, run_bench
+    from sparkctl.runs.outputs import check_writable
+    from sparkctl.runs.serve_ops import endpoint_client
 
     try:
         levels = parse_concurrency(concurrency)
@@ -159,7 +160,7 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 @FILE
 def stop(file: str) -> None:
     """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
-    from sparkctl.serve_ops import stop_server
+    from sparkctl.runs.serve_ops import stop_server
 
     inventory = load_inventory(file)
     result = stop_server(inventory)

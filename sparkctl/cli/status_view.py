@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
-from sparkctl.plan.container import HOSTFILE_PATH, SPEC_LABEL
-from sparkctl.transport.base import q
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory
+from sparkctl.plan.container import SPEC_LABEL
 
 
-def read_container_hostfile(inventory: Any):
-    """For gather_cluster: the hostfile inside a running container (one more round trip), else None."""
-    def read(transport: Any, facts: Any) -> str | None:
-        info = facts.containers.get(inventory.container.name)
-        if info is None or not info.running:
-            return None
-        result = transport.exec_in(inventory.container.name, f"cat {q(HOSTFILE_PATH)}", timeout=20)
-        return result.stdout if result.ok else ""
-    return read
-
-
-def _hostfile(facts: Any, wanted: str | None) -> str:
+def _hostfile(facts: Facts, wanted: str | None) -> str:
     have = getattr(facts, "extra", None)
     if have is None:
         return "-"
@@ -30,7 +18,7 @@ def _hostfile(facts: Any, wanted: str | None) -> str:
     return "matches" if wanted is not None and have.split() == wanted.split() else "differs"
 
 
-def _ports(facts: Any) -> str:
+def _ports(facts: Facts) -> str:
     out = []
     for port, twins in facts.ports().items():
         states = ["Up" if facts.interface_up(t) else "Down" for t in twins]
@@ -38,7 +26,7 @@ def _ports(facts: Any) -> str:
     return " ".join(out) or "no CX-7"
 
 
-def _addresses(facts: Any) -> str:
+def _addresses(facts: Facts) -> str:
     lines = []
     for port_twins in facts.ports().values():
         for twin in port_twins:
@@ -48,7 +36,7 @@ def _addresses(facts: Any) -> str:
     return "\n".join(lines) or "-"
 
 
-def _container(facts: Any, name: str, expected_hash: str | None) -> str:
+def _container(facts: Facts, name: str, expected_hash: str | None) -> str:
     info = facts.containers.get(name)
     if info is None or not info.exists:
         return "absent" if facts.docker_access else f"unknown ({facts.docker_error or 'no docker access'})"
@@ -58,7 +46,7 @@ def _container(facts: Any, name: str, expected_hash: str | None) -> str:
     return state
 
 
-def status_table(inventory: Any, facts: dict[str, Any], unreachable: dict[str, str],
+def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dict[str, str],
                  spec_hashes: dict[str, str], hostfile: str | None = None) -> Table:
     table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
     for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "hostfile",

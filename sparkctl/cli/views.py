@@ -12,7 +12,8 @@ from rich.status import Status as Spinner
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl.engine.events import Event, redacted
+from sparkctl.engine.events import Event
+from sparkctl.secrets import redacted
 
 STATUS_STYLES = {
     "ok": "green",

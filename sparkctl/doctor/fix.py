@@ -1,11 +1,9 @@
-"""--fix: which bootstrap tasks own each finding, and the repair run itself (the same idempotent tasks)."""
+"""--fix: which bootstrap tasks own each finding (the repair is a bootstrap run of just those: runs/doctor.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from sparkctl.doctor.findings import Diagnosis, Finding
+from sparkctl.engine import Graph
 
 # Finding id (or id prefix ending in ".") -> bootstrap tasks or phases that repair it. Not listed: sparkctl
 # cannot repair it (a cable, an account, a foreign process); the finding's fix says what to do by hand.
@@ -38,7 +36,7 @@ def tasks_for(finding: Finding) -> tuple[str, ...]:
     return ()
 
 
-def repair_selection(diagnosis: Diagnosis, graph: Any) -> tuple[set[str], list[Finding]]:
+def repair_selection(diagnosis: Diagnosis, graph: Graph) -> tuple[set[str], list[Finding]]:
     """(tasks/phases to run with --only, the errors sparkctl cannot repair). Entries the graph lacks (a phase
     not built yet) count as not repairable."""
     only: set[str] = set()
@@ -50,18 +48,3 @@ def repair_selection(diagnosis: Diagnosis, graph: Any) -> tuple[set[str], list[F
         else:
             manual.append(finding)
     return only, manual
-
-
-def repair(inventory: Any, diagnosis: Diagnosis, emit: Callable, *, limit: set[str] | None = None,
-           forks: int = 32, become_password: str | None = None) -> tuple[Any, set[str], list[Finding]]:
-    """Run the bootstrap tasks owning the errors: (RunResult or None, what ran, what needs a person)."""
-    from sparkctl.playbooks import bootstrap_graph
-    from sparkctl.session import RunRequest, run_playbook
-    from sparkctl.tasks.context import RunOptions
-
-    graph = bootstrap_graph()
-    only, manual = repair_selection(diagnosis, graph)
-    if not only:
-        return None, only, manual
-    request = RunRequest(options=RunOptions(become_password=become_password), limit=limit, only=only, forks=forks)
-    return run_playbook(inventory, graph, request, emit), only, manual

@@ -12,20 +12,18 @@ import json
 import posixpath
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
 from sparkctl.facts import Facts
-from sparkctl.facts.script import MARKER, new_nonce, split_sections
+from sparkctl.inventory import Inventory, Node
+from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
-from sparkctl.plan.container import CONTAINER_HF_HOME, HOSTFILE_PATH, node_home, state_dir
-from sparkctl.plan.serve import draft_dir
-from sparkctl.serve_client import node_http_command
-from sparkctl.tasks.model_cache import serving_enabled
+from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
+from sparkctl.rules.serving import serving_enabled
 from sparkctl.transport.base import Transport, q
+from sparkctl.transport.framing import Framing
 
 PROBE_TIMEOUT = 60.0
-SERVE_LOG = "run/serve/serve.log"
 NCCL_LINES = 2000
 LOG_LINES = 20
 COMPLETION_PROMPT = "Reply with one short sentence about the sea."
@@ -36,22 +34,21 @@ if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; elif sudo -n true >/dev/null 2>&1
 
 def _section(nonce: str, name: str, body: str) -> str:
     # a subshell: a body may `exit` early without ending the whole probe
-    return (f"printf '%s\\n' '{MARKER}:{nonce}:begin {name}@@'\n(\n{body}\n)\n"
-            f"printf '\\n%s %s@@\\n' '{MARKER}:{nonce}:end {name}' \"$?\"")
+    return Framing(nonce).section(name, body, subshell=True)
 
 
-def serve_log_path(inventory: Any, node: Any, facts: Facts | None) -> str:
+def serve_log_path(inventory: Inventory, node: Node, facts: Facts | None) -> str:
     return posixpath.join(state_dir(inventory, node_home(inventory, node, facts)), SERVE_LOG)
 
 
-def serve_port(inventory: Any) -> int:
+def serve_port(inventory: Inventory) -> int:
     try:
         return int(inventory.serve_spec().port)
     except Exception:  # noqa: BLE001 - no servable model: the configured port is all there is
         return int(inventory.serve.port)
 
 
-def model_repos(inventory: Any) -> list[tuple[str, str]]:
+def model_repos(inventory: Inventory) -> list[tuple[str, str]]:
     """(role, repo) the serve spec needs in every node's HF cache."""
     try:
         spec = inventory.serve_spec()
@@ -83,7 +80,7 @@ def _ssh_line(prefix: str, peer: str, target: str) -> str:
             f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(printf '%s' \"$out\" | tail -n 1)\"; fi ) &")
 
 
-def _peer_targets(inventory: Any, plan: ClusterPlan, node: str, order: list[str]) -> list[tuple[str, str]]:
+def _peer_targets(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str]) -> list[tuple[str, str]]:
     out = []
     for peer in order:
         if peer == node:
@@ -93,7 +90,7 @@ def _peer_targets(inventory: Any, plan: ClusterPlan, node: str, order: list[str]
     return out
 
 
-def _container_lines(inventory: Any, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
+def _container_lines(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
     mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
     ssh = []
     for peer in order:
@@ -139,7 +136,7 @@ def _http(container: str, url: str, body: str | None = None, timeout: int = 5) -
     return f"{line} <<'{end}'\n{body}\n{end}"
 
 
-def probe_script(inventory: Any, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
+def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
                  nonce: str, want_logs: bool = False) -> str:
     """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
     inv_node = inventory.node(node)
@@ -185,7 +182,7 @@ _SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<p
 
 
 def parse_probe(stdout: str, nonce: str) -> NodeProbe:
-    sections = split_sections(stdout, nonce)
+    sections = Framing(nonce).split(stdout)
 
     def text(name: str) -> str:
         s = sections.get(name)
@@ -253,9 +250,9 @@ def _completion_text(status: str, body: str) -> tuple[str | None, str]:
         return None, f"unreadable answer ({type(exc).__name__}): {body.strip()[:200]}"
 
 
-def probe_node(transport: Transport, inventory: Any, plan: ClusterPlan | None, facts: Facts, order: list[str],
+def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | None, facts: Facts, order: list[str],
                *, want_logs: bool = False, timeout: float = PROBE_TIMEOUT) -> NodeProbe:
-    nonce = new_nonce()
+    nonce = Framing().nonce
     script = probe_script(inventory, plan, facts, transport.node, order, nonce=nonce, want_logs=want_logs)
     try:
         result = transport.run(script, timeout=timeout)
@@ -267,7 +264,7 @@ def probe_node(transport: Transport, inventory: Any, plan: ClusterPlan | None, f
     return probe
 
 
-def run_probes(transports: dict[str, Transport], inventory: Any, plan: ClusterPlan | None,
+def run_probes(transports: dict[str, Transport], inventory: Inventory, plan: ClusterPlan | None,
                facts: dict[str, Facts], *, want_logs: bool = False, forks: int = 32) -> dict[str, NodeProbe]:
     order = [n.name for n in inventory.nodes if n.name in facts]
     names = [n for n in order if n in transports]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
 
 from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.fabric import select_ports
 
@@ -65,7 +65,7 @@ class NodeProbe:
 class Snapshot:
     """One look at the cluster: facts of each reachable node, the probes, and the plan built from them."""
 
-    inventory: Any
+    inventory: Inventory
     facts: dict[str, Facts]
     unreachable: dict[str, str] = field(default_factory=dict)
     probes: dict[str, NodeProbe] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class Snapshot:
     def probe(self, node: str) -> NodeProbe:
         return self.probes.get(node) or NodeProbe()
 
-    def node(self, name: str) -> Any:
+    def node(self, name: str) -> Node:
         return self.inventory.node(name)
 
     def path_broken(self, node: str, target: str) -> bool:
@@ -122,8 +122,12 @@ class Snapshot:
     def user_of(self, name: str) -> str:
         return self.node(name).user or self.inventory.user
 
+    def bootstrap(self, only: str) -> str:
+        """The command that repairs a finding: bootstrap limited to the tasks or phase that own it."""
+        return f"sparkctl cluster bootstrap {self.inventory.source or 'inventory.yaml'} --only {only}"
 
-def doctor_plan(inventory: Any, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:
+
+def doctor_plan(inventory: Inventory, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:
     """The desired state from the facts; a node whose facts allow no plan (no Up port) is planned from the
     inventory alone, so the others are still diagnosed against a plan. (plan, why a node could not be)."""
     usable = dict(facts)

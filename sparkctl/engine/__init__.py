@@ -1,11 +1,10 @@
-"""The task-graph engine: tasks, the graph, the runner, events and the run journal.
+"""The task-graph engine: tasks, the graph, the runner and events.
 
 It knows nothing about Sparks, click or rich; playbooks and the CLI build on it.
 """
 
-from sparkctl.engine.events import EVENT_KINDS, Event, EventBus, redacted
+from sparkctl.engine.events import EVENT_KINDS, Event, EventBus
 from sparkctl.engine.graph import Graph, GraphError, UnknownSelection
-from sparkctl.engine.journal import Journal, latest_runs, read_run, runs_dir
 from sparkctl.engine.runner import CLUSTER_ROW, NOT_SELECTED, Runner, RunResult, TaskOutcome
 from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
 
@@ -18,7 +17,6 @@ __all__ = [
     "EventBus",
     "Graph",
     "GraphError",
-    "Journal",
     "RunResult",
     "Runner",
     "Scope",
@@ -27,8 +25,4 @@ __all__ = [
     "TaskFailed",
     "TaskOutcome",
     "UnknownSelection",
-    "latest_runs",
-    "read_run",
-    "redacted",
-    "runs_dir",
 ]

@@ -117,30 +117,3 @@ class EventBus:
 
     def log(self, message: str, *, task: str | None = None, node: str | None = None) -> None:
         self.emit(Event("log", task=task, node=node, message=message))
-
-
-def _load_redactor() -> Callable[[str], str]:
-    # Looked up on every call, not cached: cheap once imported, and the module may arrive later.
-    try:
-        from sparkctl.secrets import redact_known
-    except ModuleNotFoundError as missing:
-        if missing.name not in ("sparkctl.secrets", "sparkctl"):
-            raise
-        return lambda text: text
-    return redact_known
-
-
-def redacted(value: Any) -> Any:
-    """Every string in `value` passed through `sparkctl.secrets.redact_known` (when that module exists)."""
-    redact = _load_redactor()
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, str):
-            return redact(v)
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    return walk(value)

@@ -11,10 +11,9 @@ from sparkctl.facts.model import (
     Interface,
     NetplanFile,
     RoceDevice,
-    spark_port_of,
 )
 
 __all__ = [
     "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "RoceDevice", "facts_from_output",
-    "gather_facts", "gather_local_controller_addrs", "spark_port_of",
+    "gather_facts", "gather_local_controller_addrs",
 ]

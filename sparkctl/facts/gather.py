@@ -8,8 +8,9 @@ from typing import Any
 
 from sparkctl.facts import parse
 from sparkctl.facts.model import ContainerInfo, Facts
-from sparkctl.facts.script import Section, new_nonce, render_script, split_sections
+from sparkctl.facts.script import render_script
 from sparkctl.transport.base import Transport
+from sparkctl.transport.framing import Framing, Section
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -23,7 +24,7 @@ def gather_facts(transport: Transport, node: str, *, container_names: Iterable[s
     interfaces holding them, and the one carrying the SSH session, are the node's management interfaces.
     """
     names, refs = list(container_names), list(image_refs)
-    nonce = new_nonce()
+    nonce = Framing().nonce
     script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache)
     result = transport.run(script, timeout=timeout)
     facts = facts_from_output(result.stdout, nonce, node, container_names=names, image_refs=refs,
@@ -37,7 +38,7 @@ def facts_from_output(stdout: str, nonce: str, node: str, *, container_names: It
                       image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
                       reach_addrs: Iterable[str] = ()) -> Facts:
     """Parse the gather script's stdout (split by the nonce it was rendered with) into Facts."""
-    sections = split_sections(stdout, nonce)
+    sections = Framing(nonce).split(stdout)
     facts = Facts(node=node, hf_cache=hf_cache)
     builder = _FactsBuilder(facts, sections)
     builder.fill(list(container_names), list(image_refs))

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass, field
 
-# Spark CX-7 netdev names: en[P<domain>]p<bus>s<slot>f<function>np<port>. Domain 2 is the second PCIe
-# half ("twin 2") of the same physical port; `np<N>` is the physical QSFP port.
-_SPARK_NETDEV = re.compile(r"^en(?:P(?P<domain>\d+))?p\d+s\d+f\d+np(?P<port>\d+)$")
+from sparkctl.knowledge.spark import spark_port_of
 
 
 @dataclass
@@ -81,14 +78,6 @@ class ContainerInfo:
     mounts: list[dict] = field(default_factory=list)
     restart_count: int = 0
     started_at: str | None = None
-
-
-def spark_port_of(netdev: str) -> tuple[int, int] | None:
-    """(physical port, PCIe domain) of a Spark-named fabric netdev, or None for any other name."""
-    m = _SPARK_NETDEV.match(netdev)
-    if not m:
-        return None
-    return int(m.group("port")), int(m.group("domain") or 0)
 
 
 @dataclass

@@ -8,10 +8,7 @@ import re
 import shlex
 
 from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice
-
-# Values of container env keys like these never leave the parser: facts end up in events and bundles.
-_SECRET_KEY = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|PRIVATE", re.I)
-REDACTED = "<redacted>"
+from sparkctl.secrets import mask_env
 
 
 def parse_key_values(text: str) -> dict[str, str]:
@@ -122,7 +119,9 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
     env: dict[str, str] = {}
     for entry in config.get("Env") or []:
         key, _, value = entry.partition("=")
-        env[key] = REDACTED if _SECRET_KEY.search(key) else value
+        env[key] = value
+    # secret-named values never leave the parser: facts end up in events and bundles
+    env = mask_env(env)
     return ContainerInfo(
         name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
         image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),

@@ -1,19 +1,13 @@
-"""The POSIX sh script that reads every fact in one round trip, and the splitter for its output.
-
-Each section prints between a begin and an end marker carrying a per-run nonce (so no file content or
-command output can forge a marker) and its exit status. A missing command only makes its section empty.
+"""The POSIX sh script that reads every fact in one round trip, one framed section per fact
+(sparkctl/transport/framing.py). A missing command only makes its section empty.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from sparkctl.transport.base import q
-
-MARKER = "@@sparkctl"
+from sparkctl.transport.framing import Framing
 
 # Run a command under `timeout` when the node has it, so a hung daemon (docker) cannot eat the round trip.
 _PRELUDE = r"""
@@ -123,51 +117,14 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
         if name in CONCURRENT:
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
                          f'echo $? >"$_D/{name}.rc"; }} & fi')
+    framing = Framing(nonce)
     for name, body in sections:
-        begin = f"printf '%s\\n' '{MARKER}:{nonce}:begin {name}@@'"
-        end = f"printf '\\n%s %s@@\\n' '{MARKER}:{nonce}:end {name}'"
         if name in CONCURRENT:
             # wait for every background job: sh has no portable wait-for-one-file; they run in parallel anyway
-            parts.append(f"{begin}\n"
+            parts.append(f"{framing.begin(name)}\n"
                          f'if [ -n "$_D" ]; then wait; cat "$_D/{name}"; _rc=1; read -r _rc <"$_D/{name}.rc"\n'
                          f"else {{\n{body}\n}}; _rc=$?; fi\n"
-                         f'{end} "$_rc"')
+                         f"{framing.end(name, '$_rc')}")
         else:
-            parts.append(f"{begin}\n{{\n{body}\n}}\n{end} \"$?\"")
+            parts.append(framing.section(name, body))
     return "\n".join(parts) + '\n[ -n "$_D" ] && rm -rf "$_D"\nexit 0\n'
-
-
-def new_nonce() -> str:
-    return secrets.token_hex(6)
-
-
-@dataclass
-class Section:
-    name: str
-    output: str
-    rc: int | None  # None: the end marker never came (the script was cut short)
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-
-def split_sections(stdout: str, nonce: str) -> dict[str, Section]:
-    begin = re.compile(rf"^{re.escape(MARKER)}:{nonce}:begin (?P<name>[\w-]+)@@\n", re.M)
-    end = re.compile(rf"\n{re.escape(MARKER)}:{nonce}:end (?P<name>[\w-]+) (?P<rc>\d+)@@$", re.M)
-    sections: dict[str, Section] = {}
-    pos = 0
-    while True:
-        b = begin.search(stdout, pos)
-        if not b:
-            return sections
-        name = b.group("name")
-        e = end.search(stdout, b.end())
-        nxt = begin.search(stdout, b.end())
-        if e and e.group("name") == name and (nxt is None or e.start() < nxt.start()):
-            sections[name] = Section(name, stdout[b.end():e.start()], int(e.group("rc")))
-            pos = e.end()
-        else:
-            stop = nxt.start() if nxt else len(stdout)
-            sections[name] = Section(name, stdout[b.end():stop], None)
-            pos = stop

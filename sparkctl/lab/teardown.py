@@ -14,13 +14,24 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sparkctl.lab import network, node, podman
-from sparkctl.lab.state import process_is_alive
+from sparkctl.lab.naming import LabNames
+from sparkctl.lab.state import LabState, process_is_alive
 
-if TYPE_CHECKING:
-    from sparkctl.lab.lab import Lab
+
+class Lab(Protocol):
+    """What teardown needs of a lab (sparkctl/lab/lab.py's Lab)."""
+
+    state: LabState
+    names: LabNames
+    cgroup_mounts: list
+
+    def paths(self, node_name_: str) -> node.NodePaths: ...
+
+    def exec(self, name: str, argv: list[str] | str, check: bool = False, input: str | None = None,
+             timeout: float | None = 120) -> subprocess.CompletedProcess: ...
 
 
 def teardown(lab: Lab, log) -> list[str]:

@@ -6,15 +6,21 @@ import hashlib
 import json
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any
 
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory, Node
 from sparkctl.plan.fabric import FabricPlan
-from sparkctl.resources import render
+from sparkctl.plan.paths import (
+    CONTAINER_HF_HOME,
+    CONTAINER_STATE,
+    ENTRYPOINT_PATH,
+    HOSTFILE_PATH,
+    expand_home,
+    node_home,
+    state_dir,
+)
+from sparkctl.plan.render import render
 
-HOSTFILE_PATH = "/etc/openmpi-hostfile"
-CONTAINER_HF_HOME = "/root/.cache/huggingface"
-CONTAINER_STATE = "/sparkctl"
-ENTRYPOINT_PATH = "/opt/sparkctl/entrypoint.sh"
 SPEC_LABEL = "sparkctl.spec"
 CLUSTER_LABEL = "sparkctl.cluster"
 
@@ -27,35 +33,6 @@ PER_NODE_SETTINGS = (
 FORWARDED_ENV = PER_NODE_SETTINGS + (
     "CPATH", "TRITON_PTXAS_PATH", "HF_HOME", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
-
-
-def node_home(inventory: Any, node: Any, facts: Any | None) -> str:
-    home = getattr(facts, "home", None) if facts is not None else None
-    if not home and facts is not None:
-        home = _home_from_hf_cache(inventory.container.hf_cache, getattr(facts, "hf_cache", "") or "")
-    return home or f"/home/{getattr(node, 'user', None) or inventory.user}"
-
-
-def _home_from_hf_cache(configured: str, expanded: str) -> str | None:
-    # The gather script expands `~` in the HF cache path on the node: that is the only $HOME facts carry.
-    if not configured.startswith("~") or not expanded.startswith("/"):
-        return None
-    rest = configured[1:]
-    if rest and not expanded.endswith(rest):
-        return None
-    home = expanded[: len(expanded) - len(rest)] if rest else expanded
-    return home.rstrip("/") or None
-
-
-def expand_home(path: str, home: str) -> str:
-    if path == "~" or path.startswith("~/"):
-        return posixpath.join(home, path[2:]) if len(path) > 1 else home
-    return path
-
-
-def state_dir(inventory: Any, home: str) -> str:
-    """sparkctl's state on a node: container keys, entrypoint, serve config and logs (mounted into the container)."""
-    return posixpath.join(home, ".local/state/sparkctl", inventory.cluster.name)
 
 
 def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
@@ -77,7 +54,7 @@ def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
     return next((i for i in fabric.ports[node].interfaces if i in fabric.addresses.get(node, {})), None)
 
 
-def container_env(inventory: Any, node: str, fabric: FabricPlan) -> dict[str, str]:
+def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
     ports = fabric.ports[node]
     env: dict[str, str] = {}
     if ports.interfaces:
@@ -126,7 +103,8 @@ class ContainerSpec:
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
     def run_argv(self) -> list[str]:
-        """`docker run` as the official procedure does it (REFERENCE.md §4), with sparkctl's deliberate changes."""
+        """`docker run` as NVIDIA's multi-node procedure does it (NVIDIA/dgx-spark-playbooks,
+        nvidia/trt-llm/README.md), with sparkctl's deliberate changes (tests/unit/test_plan_golden.py lists them)."""
         argv = [
             "docker", "run", "-d", "--name", self.name,
             "--gpus", '"device=all"', "--network", "host",
@@ -145,7 +123,7 @@ class ContainerSpec:
         return argv
 
 
-def container_spec(inventory: Any, node: Any, fabric: FabricPlan, facts: Any | None = None) -> ContainerSpec:
+def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: Facts | None = None) -> ContainerSpec:
     home = node_home(inventory, node, facts)
     state = state_dir(inventory, home)
     hf_cache = expand_home(inventory.container.hf_cache, home)
@@ -167,7 +145,7 @@ def container_spec(inventory: Any, node: Any, fabric: FabricPlan, facts: Any | N
     )
 
 
-def render_entrypoint(inventory: Any) -> str:
+def render_entrypoint(inventory: Inventory) -> str:
     return render(
         "container-entrypoint.sh.j2",
         cluster=inventory.cluster.name, container_name=inventory.container.name,
@@ -177,7 +155,7 @@ def render_entrypoint(inventory: Any) -> str:
     )
 
 
-def hostfile_addresses(inventory: Any, fabric: FabricPlan) -> list[str]:
+def hostfile_addresses(inventory: Inventory, fabric: FabricPlan) -> list[str]:
     """Head first, then inventory order: the address each node owns on its first included interface that the
     head can reach. In a ring that is the node's address on its one MPI interface (ring_mpi_interface), which
     the neighbour routes make reachable from the head whichever cable it is on."""
@@ -192,5 +170,5 @@ def hostfile_addresses(inventory: Any, fabric: FabricPlan) -> list[str]:
     return out
 
 
-def render_hostfile(inventory: Any, fabric: FabricPlan) -> str:
+def render_hostfile(inventory: Inventory, fabric: FabricPlan) -> str:
     return render("openmpi-hostfile.j2", addresses=hostfile_addresses(inventory, fabric))

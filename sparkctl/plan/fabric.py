@@ -7,21 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl.errors import SparkctlError
-from sparkctl.resources import render
-
-# Spark naming (REFERENCE.md §2): port p has twin 1 in PCIe domain 0000 and twin 2 in domain 0002.
-SPARK_TWINS: dict[int, tuple[str, str]] = {
-    0: ("enp1s0f0np0", "enP2p1s0f0np0"),
-    1: ("enp1s0f1np1", "enP2p1s0f1np1"),
-}
-SPARK_ROCE: dict[str, str] = {
-    "enp1s0f0np0": "rocep1s0f0",
-    "enP2p1s0f0np0": "roceP2p1s0f0",
-    "enp1s0f1np1": "rocep1s0f1",
-    "enP2p1s0f1np1": "roceP2p1s0f1",
-}
-DEFAULT_PORT = 1
-MANAGEMENT_NAMES = ("enP7s7", "wlP9s9")
+from sparkctl.knowledge.spark import DEFAULT_PORT, SPARK_ROCE, SPARK_TWINS
+from sparkctl.plan.render import render
 
 
 class PlanError(SparkctlError):

@@ -11,35 +11,32 @@ import copy
 import hashlib
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
-from sparkctl.plan.container import CONTAINER_HF_HOME, CONTAINER_STATE
-from sparkctl.trtllm_releases import Release, key_paths, keys_for, unknown_keys, why_unknown, without_keys
-
-CONFIG_PATH = f"{CONTAINER_STATE}/serve/extra-llm-api-config.yml"
-LOG_PATH = f"{CONTAINER_STATE}/serve/serve.log"
-PID_PATH = f"{CONTAINER_STATE}/serve/serve.pid"
-DECODING_TYPES = {"eagle3": "Eagle", "draft-target": "DraftTarget"}
-
-
-def draft_dir(repo: str) -> str:
-    """Where the draft lives inside the container: in the mounted HF cache, never /opt (lost with the container)."""
-    return f"{CONTAINER_HF_HOME}/sparkctl-models/{repo.replace('/', '--')}"
+from sparkctl.inventory import Inventory
+from sparkctl.inventory.presets import DECODING_TYPES
+from sparkctl.inventory.serve import deep_merge
+from sparkctl.knowledge.serve_client import endpoint_url
+from sparkctl.knowledge.trtllm_releases import Release, key_paths, keys_for, unknown_keys, why_unknown, without_keys
+from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_HF_HOME, draft_dir
 
 
-def deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
+def endpoint(inventory: Inventory) -> str:
+    """The endpoint as clients see it: http://<head's inventory host>:<port> (shown, and tried from here)."""
+    return endpoint_url(str(inventory.head.host), inventory.serve_spec().port)
+
+
+def wanted_repos(inventory: Inventory) -> list[tuple[str, str | None]]:
+    """(repo, local dir in the container or None for the hub cache): the model, then the draft."""
+    spec = inventory.serve_spec()
+    out: list[tuple[str, str | None]] = [(spec.model, None)]
+    if spec.draft and spec.decoding != "none":
+        out.append((spec.draft, draft_dir(spec.draft)))
     return out
 
 
-def serve_config(inventory: Any) -> dict:
+def serve_config(inventory: Inventory) -> dict:
     spec = inventory.serve_spec()
     config = copy.deepcopy(dict(spec.config or {}))
     config.setdefault("cuda_graph_config", {})["max_batch_size"] = spec.max_batch_size
@@ -55,11 +52,11 @@ def serve_config(inventory: Any) -> dict:
     return deep_merge(config, dict(inventory.serve.config or {}))
 
 
-def render_serve_config(inventory: Any) -> str:
+def render_serve_config(inventory: Inventory) -> str:
     return yaml.safe_dump(serve_config(inventory), sort_keys=False, default_flow_style=False)
 
 
-def launch_argv(inventory: Any) -> list[str]:
+def launch_argv(inventory: Inventory) -> list[str]:
     """mpirun from the head container; each rank takes its node's NCCL/UCX settings from its own container."""
     spec = inventory.serve_spec()
     return [
@@ -79,7 +76,7 @@ def launch_argv(inventory: Any) -> list[str]:
     ]
 
 
-def launch_command(inventory: Any) -> str:
+def launch_command(inventory: Inventory) -> str:
     return shlex.join(launch_argv(inventory))
 
 
@@ -96,7 +93,7 @@ class ReleaseConfig:
         return yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False)
 
 
-def release_config(inventory: Any, release: Release | None) -> ReleaseConfig:
+def release_config(inventory: Inventory, release: Release | None) -> ReleaseConfig:
     """serve_config for the image's release; with an unknown release, nothing is filtered."""
     config = serve_config(inventory)
     if release is None:

@@ -12,7 +12,9 @@ from typing import Any
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import Facts, gather_facts
+from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
+from sparkctl.plan.paths import node_home, state_dir
 from sparkctl.transport.base import CommandResult, Transport
 
 
@@ -26,8 +28,15 @@ class RunOptions:
     become_password: str | None = field(default=None, repr=False)
 
 
+def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) -> Facts:
+    """One round trip: everything sparkctl needs to know about one node of this inventory."""
+    return gather_facts(transport, node.name, container_names=(inventory.container.name,),
+                        image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
+                        reach_addrs=(str(node.host),))
+
+
 class NodeContext:
-    def __init__(self, cluster: ClusterContext, node: Any, transport: Transport):
+    def __init__(self, cluster: ClusterContext, node: Node, transport: Transport):
         self.cluster = cluster
         self.node = node
         self.name: str = node.name
@@ -37,8 +46,12 @@ class NodeContext:
         self.facts_round_trips = 0
 
     @property
-    def inventory(self) -> Any:
+    def inventory(self) -> Inventory:
         return self.cluster.inventory
+
+    @property
+    def user(self) -> str:
+        return self.node.user or self.inventory.user
 
     @property
     def options(self) -> RunOptions:
@@ -47,12 +60,7 @@ class NodeContext:
     def facts(self, refresh: bool = False) -> Facts:
         with self._lock:
             if self._facts is None or refresh:
-                inv = self.inventory
-                self._facts = gather_facts(
-                    self.transport, self.name,
-                    container_names=(inv.container.name,), image_refs=(inv.container.image,),
-                    hf_cache=inv.container.hf_cache, reach_addrs=(str(self.node.host),),
-                )
+                self._facts = gather_node_facts(self.transport, self.inventory, self.node)
                 self.facts_round_trips += 1
                 self.cluster.bump()
             return self._facts
@@ -65,6 +73,14 @@ class NodeContext:
 
     def plan(self) -> ClusterPlan:
         return self.cluster.plan()
+
+    def state_dir(self) -> str:
+        """sparkctl's state dir on this node (the path the container spec mounts)."""
+        return state_dir(self.inventory, node_home(self.inventory, self.node, self.facts()))
+
+    def hf_cache_dir(self) -> str:
+        """The node side of the container's HF cache mount."""
+        return self.plan().nodes[self.name].container.mounts[0][0].rstrip("/")
 
     def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult:
         result = self.transport.run(cmd, sudo=sudo, timeout=timeout, input=input)
@@ -92,7 +108,7 @@ class NodeContext:
 
 
 class ClusterContext:
-    def __init__(self, inventory: Any, options: RunOptions, emit: Callable[[Event], None],
+    def __init__(self, inventory: Inventory, options: RunOptions, emit: Callable[[Event], None],
                  new_transport: Callable[[str], Transport] | None = None):
         self.inventory = inventory
         self._new_transport = new_transport
@@ -130,6 +146,13 @@ class ClusterContext:
         with self._generation_lock:
             generation, value = self._handed_over.pop(key, (None, None))
             return value if generation == self._generation else None
+
+    def head(self) -> NodeContext:
+        """The head node's context; a run without it (--limit) cannot do what only the head does."""
+        head = self.inventory.head.name
+        if head not in self.nodes:
+            raise TaskFailed(f"the head node {head} is not part of this run", hint="do not --limit it away")
+        return self.nodes[head]
 
     def new_transport(self, node: str) -> Transport:
         """A FRESH connection to the node's management address (proves the path still works)."""

@@ -11,10 +11,10 @@ import pytest
 from sparkctl.engine.task import TaskFailed
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
-from sparkctl.playbooks import bootstrap_graph
-from sparkctl.session import RunRequest, node_specs, run_playbook
-from sparkctl.tasks import netplan_apply as safe
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, node_specs, run_playbook
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.tasks.network import safe_apply as safe
 from sparkctl.transport.connect import open_transport
 from tests.lab.conftest import poll, ssh
 from tests.lab.test_bootstrap_network_kit import (

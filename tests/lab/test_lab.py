@@ -211,22 +211,22 @@ def test_a_half_built_lab_is_torn_down_from_its_record(lab_factory, tmp_path, mo
 
 
 def test_cli_up_status_exec_down_on_a_single_spark(tmp_path):
-    from sparkctl.cli.lab_cmd import lab_group
+    from sparkctl.cli.main import cli
     from sparkctl.lab.lab import Lab
 
     runner = CliRunner()
     directory = str(tmp_path / "single")
-    assert runner.invoke(lab_group, ["up", "--topology", "pair", "--nodes", "3", "--dir", directory]).exit_code == 2
-    result = runner.invoke(lab_group, ["up", "--nodes", "1", "--topology", "single", "--dir", directory])
+    assert runner.invoke(cli, ["lab", "up", "--topology", "pair", "--nodes", "3", "--dir", directory]).exit_code == 2
+    result = runner.invoke(cli, ["lab", "up", "--nodes", "1", "--topology", "single", "--dir", directory])
     try:
         assert result.exit_code == 0, result.output
         assert "spark1" in result.output and (tmp_path / "single" / "inventory.yaml").is_file()
-        status = runner.invoke(lab_group, ["status", "--dir", directory])
+        status = runner.invoke(cli, ["lab", "status", "--dir", directory])
         assert status.exit_code == 0 and "running" in status.output
-        exec_ = subprocess.run(["python3", "-m", "sparkctl.cli.lab_cmd", "exec", "--dir", directory, "spark1",
+        exec_ = subprocess.run(["python3", "-m", "sparkctl.cli.main", "lab", "exec", "--dir", directory, "spark1",
                                 "--", "sh", "-c", "ibdev2netdev; exit 5"], capture_output=True, text=True)
         assert exec_.returncode == 5 and exec_.stdout.count("(Down)") == 4
     finally:
-        down = runner.invoke(lab_group, ["down", "--dir", directory])
+        down = runner.invoke(cli, ["lab", "down", "--dir", directory])
     assert down.exit_code == 0, down.output
     assert leftovers_of(Lab.load(directory)) == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.bench import level_stats, parse_concurrency, percentile
-from sparkctl.serve_client import Completion
+from sparkctl.knowledge.bench import level_stats, parse_concurrency, percentile
+from sparkctl.knowledge.serve_client import Completion
 
 
 def test_percentile_interpolates_like_numpy():

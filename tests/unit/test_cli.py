@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sparkctl import __version__
 from sparkctl.cli.main import cli
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.playbooks import playbooks_markdown
+from sparkctl.runs.playbooks import playbooks_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "inventories"

@@ -18,7 +18,7 @@ from sparkctl.doctor.bundle import scrub, write_bundle
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection, tasks_for
-from sparkctl.playbooks import bootstrap_graph
+from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.secrets import MASK, forget_secrets, register_secret
 from tests.unit.test_doctor_checks import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
 

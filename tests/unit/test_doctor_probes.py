@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from sparkctl.doctor.probes import parse_probe, probe_script
-from sparkctl.facts.script import MARKER
+from sparkctl.transport.framing import MARKER
 from tests.unit.test_doctor_checks import healthy_snapshot
 
 NONCE = "abc123"

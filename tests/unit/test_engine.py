@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
-import types
 
 import pytest
 
@@ -17,18 +15,17 @@ from sparkctl.engine import (
     EventBus,
     Graph,
     GraphError,
-    Journal,
     Runner,
     Scope,
     Status,
     Task,
     TaskFailed,
     UnknownSelection,
-    latest_runs,
-    read_run,
 )
 from sparkctl.errors import Unreachable
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.runs.journal import Journal, latest_runs, read_run
+from sparkctl.secrets import MASK, forget_secrets, register_secret
 
 NODES = ["spark1", "spark2", "spark3"]
 
@@ -351,14 +348,15 @@ def test_journal_records_a_whole_run_and_default_dir_follows_xdg(tmp_path, monke
     assert lines[-1]["exit_status"] == 4 and journal.latest_runs(5) == [journal.path]
 
 
-def test_journal_redacts_through_secrets_module_when_present(tmp_path, monkeypatch):
-    fake = types.ModuleType("sparkctl.secrets")
-    fake.redact_known = lambda text: text.replace("hf_SECRET", "***")
-    monkeypatch.setitem(sys.modules, "sparkctl.secrets", fake)
-    with Journal(tmp_path) as journal:
-        journal(Event("task_result", status="failed", message="bad token hf_SECRET", details=["hf_SECRET"]))
+def test_journal_redacts_registered_secrets(tmp_path):
+    register_secret("hf_SECRET")
+    try:
+        with Journal(tmp_path) as journal:
+            journal(Event("task_result", status="failed", message="bad token hf_SECRET", details=["hf_SECRET"]))
+    finally:
+        forget_secrets()
     text = journal.path.read_text()
-    assert "hf_SECRET" not in text and text.count("***") == 2
+    assert "hf_SECRET" not in text and text.count(MASK) == 2
 
 
 def test_a_broken_sink_stops_the_run_without_starting_more_nodes():

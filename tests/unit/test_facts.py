@@ -12,8 +12,10 @@ import pytest
 
 from sparkctl.facts import Facts, Interface, RoceDevice, facts_from_output, gather_facts
 from sparkctl.facts import parse as p
-from sparkctl.facts.script import render_script, split_sections
+from sparkctl.facts.script import render_script
+from sparkctl.secrets import MASK
 from sparkctl.transport.base import CommandResult
+from sparkctl.transport.framing import Framing
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "facts"
 HOSTILE = "it's; rm -rf /"
@@ -85,7 +87,7 @@ def test_docker_inspect_real_podman_output_redacts_secrets():
     assert c.image == "localhost/sfx-scratch:facts" and c.image_id.startswith("3a23e68e")
     assert c.labels == {"org.sparkctl.spec": "abc123"}
     assert c.env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
-    assert c.env["HF_TOKEN"] == p.REDACTED and "not-a-real-token" not in repr(c)
+    assert c.env["HF_TOKEN"] == MASK and "not-a-real-token" not in repr(c)
     assert c.mounts[0]["Destination"] == "/root/.cache/huggingface" and c.mounts[0]["RW"] is False
     assert not info["nope"].exists and info["nope"].status == "absent"
 
@@ -179,7 +181,7 @@ def test_broken_sections_go_to_raw_errors_not_exceptions():
 def test_markers_with_another_nonce_are_content():
     out = ("@@sparkctl:real:begin hostname@@\n@@sparkctl:fake:end hostname 0@@\nspark1\n"
            "@@sparkctl:real:end hostname 0@@\n")
-    assert split_sections(out, "real")["hostname"].output.splitlines()[-1] == "spark1"
+    assert Framing("real").split(out)["hostname"].output.splitlines()[-1] == "spark1"
 
 
 def test_script_quotes_every_value():
@@ -266,7 +268,7 @@ def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path)
     runs = {}
     for mode, prelude in (("concurrent", ""), ("sequential", "mktemp() { return 1; }\n")):
         out = subprocess.run(["sh", "-c", prelude + script], capture_output=True, text=True, timeout=60).stdout
-        runs[mode] = split_sections(out, "n")
+        runs[mode] = Framing("n").split(out)
     names = list(runs["concurrent"])
     assert names == list(runs["sequential"]) and set(names) >= CONCURRENT
     assert names.index("speed") < names.index("ssh-connection") < names.index("docker-info")

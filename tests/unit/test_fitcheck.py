@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sparkctl.fitcheck import fit_verdict, needed_per_node_gb
-from sparkctl.presets import get_preset
+from sparkctl.inventory.presets import get_preset
+from sparkctl.knowledge.fitcheck import fit_verdict, needed_per_node_gb
 
 SPARK_KB = 124_500_000  # MemTotal of a DGX Spark: ~119 GiB usable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from sparkctl.inventory import load_inventory
-from sparkctl.inventory_init import describe_cluster
+from sparkctl.runs.inventory_init import describe_cluster
 from tests.taskkit import spark_facts
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.engine.task import TaskFailed
-from sparkctl.tasks.model import ModelFetchTask, ModelTokenTask
-from sparkctl.tasks.model_copy import (
+from sparkctl.tasks.model.copy import (
     ModelCopyTask,
     RepoDir,
     copy_script,
@@ -19,7 +18,9 @@ from sparkctl.tasks.model_copy import (
     parse_manifests,
     snapshot_entries,
 )
-from sparkctl.tasks.model_progress import human_bytes
+from sparkctl.tasks.model.fetch import ModelFetchTask
+from sparkctl.tasks.model.progress import human_bytes
+from sparkctl.tasks.model.token import ModelTokenTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
 
 HF = "/home/nvidia/.cache/huggingface"

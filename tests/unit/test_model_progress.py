@@ -10,9 +10,9 @@ from rich.console import Console
 
 from sparkctl.cli.views import ConsoleView
 from sparkctl.engine.events import Event
-from sparkctl.tasks import model_progress
-from sparkctl.tasks.model import ModelFetchTask
-from sparkctl.tasks.model_progress import TransferProgress, human_bytes
+from sparkctl.tasks.model import progress as model_progress
+from sparkctl.tasks.model.fetch import ModelFetchTask
+from sparkctl.tasks.model.progress import TransferProgress, human_bytes
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
 
 PAIR = """

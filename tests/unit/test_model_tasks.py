@@ -8,7 +8,9 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.secrets import forget_secrets, redact_known
-from sparkctl.tasks.model import ModelFetchTask, ModelFitTask, ModelTokenTask
+from sparkctl.tasks.model.fetch import ModelFetchTask
+from sparkctl.tasks.model.fit import ModelFitTask
+from sparkctl.tasks.model.token import ModelTokenTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
 
 TOKEN = "hf_UnitTestToken0123456789abcdefXYZ"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.nccl import (
+from sparkctl.knowledge.nccl import (
     IbDevice,
     match_ib_hca,
     match_ifname,

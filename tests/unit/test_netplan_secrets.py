@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sparkctl.tasks.netplan_files import conflicting_stanzas, unified_diff, without_stanzas
+from sparkctl.engine.diff import unified_diff
+from sparkctl.rules.netplan import conflicting_stanzas, without_stanzas
+from sparkctl.secrets import MASK
 
 NM_FILE = """network:
   version: 2
@@ -32,5 +34,5 @@ def test_moving_a_stanza_out_shows_no_wifi_password():
     assert "correct-horse battery" in after  # the file itself keeps the Wi-Fi working
     diff = unified_diff("/etc/netplan/90-NM-home.yaml", NM_FILE, after)
     assert "-    enp1s0f1np1:" in diff
-    assert "correct-horse" not in diff and "<redacted>" in diff
+    assert "correct-horse" not in diff and MASK in diff
     assert "key-management: psk" in diff

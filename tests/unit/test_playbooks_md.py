@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
-from sparkctl.playbooks import PLAYBOOKS, playbooks_markdown
+from sparkctl.runs.playbooks import PLAYBOOKS, playbooks_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.presets import PRESETS, default_preset_name, get_preset, preset_names
+from sparkctl.inventory.presets import PRESETS, default_preset_name, get_preset, preset_names
 
 # REFERENCE.md §5, the two-Spark playbook's extra_llm_api_options without speculative_model_dir
 PLAYBOOK_CONFIG = {

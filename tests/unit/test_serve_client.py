@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from sparkctl.serve_client import (
+from sparkctl.knowledge.serve_client import (
     EndpointError,
     NodeFetch,
     ServeClient,
@@ -120,7 +120,7 @@ def test_node_http_output_parsing():
 
 
 def test_one_degenerate_rule_for_the_tasks_and_doctor():
-    from sparkctl.doctor import checks_serve
+    from sparkctl.doctor.checks import serve as checks_serve
 
     assert checks_serve.is_degenerate is is_degenerate
     assert is_degenerate("!!!!!!!!!!!!!!!!!!!!a")  # mostly one character

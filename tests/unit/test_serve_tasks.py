@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from sparkctl.engine.task import TaskFailed
+from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.serve import CONFIG_PATH
-from sparkctl.tasks.serve import ServeConfigTask
-from sparkctl.tasks.serve_launch import ServeLaunchTask, desired_launch
-from sparkctl.tasks.serve_logs import likely_cause
-from sparkctl.tasks.serve_smoke import SMOKE_PROMPT, ServeSmokeTask
+from sparkctl.tasks.serve.config import ServeConfigTask
+from sparkctl.tasks.serve.launch import ServeLaunchTask, desired_launch
+from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import Call, inventory_from_yaml, make_kit, spark_facts
 from tests.unit.fake_endpoint import FakeEndpoint

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from sparkctl.cli.status_view import read_container_hostfile, status_table
+from sparkctl.cli.status_view import status_table
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan import plan_cluster
+from sparkctl.runs.status import container_hostfile as read_container_hostfile
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import inventory_from_yaml, spark_facts
 

@@ -11,12 +11,15 @@ from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import Address, ContainerInfo, Facts, Interface, RoceDevice
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import SPEC_LABEL
-from sparkctl.tasks import container as container_tasks
-from sparkctl.tasks.container import ContainerImageTask, ContainerRunTask
-from sparkctl.tasks.container_ssh import ContainerSshTask, ContainerStateTask, desired_ssh_files
+from sparkctl.tasks.container import image as image_task
+from sparkctl.tasks.container.image import ContainerImageTask
+from sparkctl.tasks.container.run import ContainerRunTask
+from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files
+from sparkctl.tasks.container.state import ContainerStateTask
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
-from sparkctl.tasks.mpi import HostfileTask, tagged_output
+from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
 from sparkctl.transport.base import CommandResult
+from tests.taskkit import answer, framed
 
 HOSTILE = "a b'c\";$(touch /tmp/pwned)`x`"
 TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
@@ -38,9 +41,9 @@ class FakeTransport:
     def _answer(self, cmd: str) -> CommandResult:
         for pattern, result in self.rules:
             if re.search(pattern, cmd):
-                if callable(result):  # an answer that changes from call to call
-                    result = result()
-                return result if isinstance(result, CommandResult) else CommandResult(cmd, 0, result, "")
+                if not isinstance(result, CommandResult):
+                    result = CommandResult(cmd, 0, answer(result, cmd), "")
+                return result
         return CommandResult(cmd, 0, "", "")
 
     def run(self, cmd, *, sudo=False, timeout=60.0, input=None):
@@ -138,7 +141,7 @@ def test_absent_container_is_created_with_quoted_hostile_env():
     ctx, task = cctx.nodes["spark1"], ContainerRunTask()
     changes = task.check(ctx)
     assert [c.summary for c in changes] == ["create container trtllm-multinode"]
-    import sparkctl.tasks.container as mod
+    import sparkctl.tasks.container.run as mod
     mod.START_GRACE_S = 0
     task.apply(ctx, changes)
     run = next(c for c in ctx.transport.commands if c.startswith("docker run"))
@@ -176,7 +179,7 @@ def test_stopped_container_is_started():
     ctx = cctx.nodes["spark1"]
     changes = ContainerRunTask().check(ctx)
     assert changes[0].payload == "start"
-    import sparkctl.tasks.container as mod
+    import sparkctl.tasks.container.run as mod
     mod.START_GRACE_S = 0
     ContainerRunTask().apply(ctx, changes)
     assert "docker start trtllm-multinode" in ctx.transport.commands
@@ -208,7 +211,7 @@ def pulling(outputs: list[str]):
 
 
 def test_missing_image_pull_refused_gives_login_hint(monkeypatch):
-    monkeypatch.setattr(container_tasks, "PULL_POLL_S", 0)
+    monkeypatch.setattr(image_task, "PULL_POLL_S", 0)
     inv, facts = pair()
     facts["spark1"].images = {inv.container.image: None}
     denied = "Error response from daemon: unauthorized: authentication required\nsparkctl-pull-exit=1\n"
@@ -223,7 +226,7 @@ def test_missing_image_pull_refused_gives_login_hint(monkeypatch):
 
 
 def test_a_pull_reports_layers_while_it_runs(monkeypatch):
-    monkeypatch.setattr(container_tasks, "PULL_POLL_S", 0)
+    monkeypatch.setattr(image_task, "PULL_POLL_S", 0)
     inv, facts = pair()
     facts["spark1"].images = {inv.container.image: None}
     first = "1.3.0rc12: Pulling from nvidia/tensorrt-llm/release\naaaaaa1: Pulling fs layer\nbbbbbb2: Already exists\n"
@@ -238,7 +241,7 @@ def test_a_pull_reports_layers_while_it_runs(monkeypatch):
 
 
 def test_pull_progress_counts_layers():
-    assert container_tasks.pull_progress("x: Pulling fs layer\nabcdef: Pulling fs layer\nabcdef: Pull complete\n"
+    assert image_task.pull_progress("x: Pulling fs layer\nabcdef: Pulling fs layer\nabcdef: Pull complete\n"
                                           "123456: Already exists\n") == (2, 2)
 
 
@@ -260,9 +263,8 @@ def test_state_generates_keys_and_writes_entrypoint_on_the_node():
 
 def test_a_root_owned_hf_cache_fails_with_the_chown_line():
     inv, facts = pair()
-    section = "@@sparkctl-section@@have"
-    cctx, _ = cluster(inv, facts, rules={"spark1": [(r"hf_cache_not_writable", f"{section}\nhf_cache\n"
-                                                                                 "hf_cache_not_writable\n")]})
+    cctx, _ = cluster(inv, facts, rules={"spark1": [(r"hf_cache_not_writable",
+                                                     framed([("have", "hf_cache\nhf_cache_not_writable\n")]))]})
     with pytest.raises(TaskFailed) as err:
         ContainerStateTask().check(cctx.nodes["spark1"])
     assert "is not writable by nvidia" in err.value.message
@@ -288,14 +290,11 @@ def test_removed_peer_key_in_one_container_is_repaired_by_exec():
         cctx0, _ = cluster(inv, facts)
         want = desired_ssh_files(cctx0, pubs)
         auth = "ssh-ed25519 AAA1 c@spark1\n" if drop_peer else want["authorized_keys"]
-        return ("@@sparkctl-section@@sshd\nlistening\n@@sparkctl-section@@client\n" + pubs[node][0]
-                + "\n@@sparkctl-section@@host\n" + pubs[node][1]
-                + "\n@@sparkctl-section@@node authorized_keys\n" + want["authorized_keys"]
-                + "@@sparkctl-section@@node known_hosts\n" + want["known_hosts"]
-                + "@@sparkctl-section@@in authorized_keys\n" + auth
-                + "@@sparkctl-section@@in known_hosts\n" + want["known_hosts"])
+        return framed([("sshd", "listening\n"), ("client", pubs[node][0] + "\n"), ("host", pubs[node][1] + "\n"),
+                       ("node-authorized_keys", want["authorized_keys"]), ("node-known_hosts", want["known_hosts"]),
+                       ("in-authorized_keys", auth), ("in-known_hosts", want["known_hosts"])])
 
-    rules = {n: [(r"@@sparkctl-section@@client", listing(n, n == "spark2"))] for n in ("spark1", "spark2")}
+    rules = {n: [(r":begin client@@", listing(n, n == "spark2"))] for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)
     changes = ContainerSshTask().check(cctx)
     assert [c.summary for c in changes] == ["update spark2: /root/.ssh/authorized_keys in the container"]
@@ -309,8 +308,8 @@ def test_removed_peer_key_in_one_container_is_repaired_by_exec():
 def test_wrong_hostfile_in_one_container_is_rewritten():
     inv, facts = pair()
     good = "192.168.100.10\n192.168.100.11\n"
-    rules = {"spark1": [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n" + good)],
-             "spark2": [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n10.0.0.9\n")]}
+    rules = {"spark1": [(r"cat .*openmpi-hostfile", hostfiles(good, good))],
+             "spark2": [(r"cat .*openmpi-hostfile", hostfiles(good, "10.0.0.9\n"))]}
     cctx, _ = cluster(inv, facts, rules)
     assert cctx.plan().hostfile == good
     changes = HostfileTask().check(cctx)
@@ -324,7 +323,7 @@ def test_hostfile_verified_by_mpirun_hostnames_in_rank_order():
     inv, facts = pair()
     good = "192.168.100.10\n192.168.100.11\n"
     out = "[1,1]<stdout>:spark2\n[1,0]<stdout>:spark1\n"
-    rules = {n: [(r"cat .*openmpi-hostfile", good + "@@sparkctl-container@@\n" + good), (r"mpirun", out)]
+    rules = {n: [(r"cat .*openmpi-hostfile", hostfiles(good, good)), (r"mpirun", out)]
              for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)
     assert HostfileTask().check(cctx) == []
@@ -339,10 +338,9 @@ def test_hostfile_verified_by_mpirun_hostnames_in_rank_order():
 def test_hostfile_check_and_mpirun_share_one_round_trip_per_node():
     inv, facts = pair()
     good = "192.168.100.10\n192.168.100.11\n"
-    head_out = (good + "@@sparkctl-container@@\n" + good + "@@sparkctl-mpirun@@\n"
-                "[1,1]<stdout>:spark2\n[1,0]<stdout>:spark1\n@@sparkctl-mpirun@@ 0\n")
+    head_out = hostfiles(good, good, ("mpirun", "[1,1]<stdout>:spark2\n[1,0]<stdout>:spark1\n", 0))
     rules = {"spark1": [(r"openmpi-hostfile", head_out)],
-             "spark2": [(r"openmpi-hostfile", good + "@@sparkctl-container@@\n" + good)]}
+             "spark2": [(r"openmpi-hostfile", hostfiles(good, good))]}
     cctx, _ = cluster(inv, facts, rules)
     assert HostfileTask().check(cctx) == []
     for node in ("spark1", "spark2"):
@@ -351,24 +349,26 @@ def test_hostfile_check_and_mpirun_share_one_round_trip_per_node():
     # mpirun runs only when the head's hostfile already is the planned one, under a timeout
     assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 60" in head_cmd
     assert "mpirun" not in cctx.nodes["spark2"].transport.commands[0]
-    rules["spark1"] = [(r"openmpi-hostfile", head_out.replace("@@sparkctl-mpirun@@ 0", "@@sparkctl-mpirun@@ 1")
-                        .replace("[1,1]<stdout>:spark2\n", "ORTE was unable to reliably start\n"))]
+    rules["spark1"] = [(r"openmpi-hostfile", hostfiles(good, good, (
+        "mpirun", "ORTE was unable to reliably start\n[1,0]<stdout>:spark1\n", 1)))]
     cctx, _ = cluster(inv, facts, rules)
     with pytest.raises(TaskFailed) as err:
         HostfileTask().check(cctx)
     assert "ORTE was unable" in " ".join(err.value.details) and "['spark1']" in err.value.message
 
 
-def _ssh_listing(inv, facts, node, pubs, ssh_verdicts: str) -> str:
+def hostfiles(on_node: str, in_container: str, *more: tuple):
+    """What mpi.hostfile's reads print: the hostfile on the node and in the container (and mpirun's run)."""
+    return framed([("node-hostfile", on_node), ("container-hostfile", in_container), *more])
+
+
+def _ssh_listing(inv, facts, node, pubs, ssh_verdicts: str, more: tuple = ()):
     cctx0, _ = cluster(inv, facts)
     want = desired_ssh_files(cctx0, pubs)
-    return ("@@sparkctl-section@@sshd\nlistening\n@@sparkctl-section@@client\n" + pubs[node][0]
-            + "\n@@sparkctl-section@@host\n" + pubs[node][1]
-            + "\n@@sparkctl-section@@node authorized_keys\n" + want["authorized_keys"]
-            + "@@sparkctl-section@@node known_hosts\n" + want["known_hosts"]
-            + "@@sparkctl-section@@in authorized_keys\n" + want["authorized_keys"]
-            + "@@sparkctl-section@@in known_hosts\n" + want["known_hosts"]
-            + "@@sparkctl-section@@ssh\n" + ssh_verdicts)
+    return framed([("sshd", "listening\n"), ("client", pubs[node][0] + "\n"), ("host", pubs[node][1] + "\n"),
+                   ("node-authorized_keys", want["authorized_keys"]), ("node-known_hosts", want["known_hosts"]),
+                   ("in-authorized_keys", want["authorized_keys"]), ("in-known_hosts", want["known_hosts"]),
+                   *more, ("ssh", ssh_verdicts)])
 
 
 PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
@@ -377,9 +377,9 @@ PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
 
 def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_inside():
     inv, facts = pair()
-    rules = {"spark1": [(r"@@sparkctl-section@@client", _ssh_listing(
+    rules = {"spark1": [(r":begin client@@", _ssh_listing(
                  inv, facts, "spark1", PUBS, "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n"))],
-             "spark2": [(r"@@sparkctl-section@@client", _ssh_listing(
+             "spark2": [(r":begin client@@", _ssh_listing(
                  inv, facts, "spark2", PUBS, "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"))]}
     cctx, _ = cluster(inv, facts, rules)
     assert ContainerSshTask().check(cctx) == []
@@ -395,7 +395,7 @@ def test_container_ssh_failure_is_asked_again_before_it_is_believed():
              "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
     for retry, expect_fail in (("ok spark2 192.168.100.11\nok spark2 192.168.101.11\n", False),
                                ("fail spark2 192.168.100.11 Permission denied (publickey)\n", True)):
-        rules = {n: [(r"@@sparkctl-section@@client", _ssh_listing(inv, facts, n, PUBS, first[n])),
+        rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, first[n])),
                      (r"^docker exec", retry if n == "spark1" else first[n])] for n in ("spark1", "spark2")}
         cctx, _ = cluster(inv, facts, rules)
         if expect_fail:
@@ -411,12 +411,12 @@ def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_f
     """The ssh mesh check and `mpirun hostname` share a docker exec; mpi.hostfile then needs no round trip."""
     inv, facts = pair()
     good = "192.168.100.10\n192.168.100.11\n"
-    mpi = {"spark1": f"@@sparkctl-section@@mpi node\n{good}@@sparkctl-section@@mpi in\n{good}@@sparkctl-mpirun@@\n"
-                     "[1,0]<stdout>:spark1\n[1,1]<stdout>:spark2\n@@sparkctl-mpirun@@ 0\n",
-           "spark2": f"@@sparkctl-section@@mpi node\n{good}@@sparkctl-section@@mpi in\n{good}"}
+    mpi = {"spark1": (("node-hostfile", good), ("container-hostfile", good),
+                      ("mpirun", "[1,0]<stdout>:spark1\n[1,1]<stdout>:spark2\n", 0)),
+           "spark2": (("node-hostfile", good), ("container-hostfile", good))}
     verdicts = {"spark1": "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n",
                 "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
-    rules = {n: [(r"@@sparkctl-section@@client", _ssh_listing(inv, facts, n, PUBS, verdicts[n]) + mpi[n])]
+    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], mpi[n]))]
              for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)
     assert ContainerSshTask().check(cctx) == []

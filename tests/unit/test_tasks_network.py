@@ -18,9 +18,11 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import NetplanFile
-from sparkctl.tasks import netplan_apply
-from sparkctl.tasks.netplan_files import conflicting_stanzas, interfaces_in, without_stanzas
-from sparkctl.tasks.network import NetplanTask, NetworkVerify
+from sparkctl.plan import paths as plan_paths
+from sparkctl.rules.netplan import conflicting_stanzas, interfaces_in, without_stanzas
+from sparkctl.tasks.network import safe_apply as netplan_apply
+from sparkctl.tasks.network.netplan import NetplanTask
+from sparkctl.tasks.network.verify import NetworkVerify
 from tests.taskkit import (
     Call,
     install_effects,
@@ -194,7 +196,7 @@ def test_hostile_payload_does_not_execute(tmp_path, monkeypatch):
     """
     pwned = tmp_path / "pwned"  # the payload's `touch pwned` runs in the cwd: tmp_path
     state_root = tmp_path / "state"
-    monkeypatch.setattr(netplan_apply, "STATE_ROOT", str(state_root))
+    monkeypatch.setattr(plan_paths, "NETWORK_STATE_ROOT", str(state_root))
     kit = hostile_kit()
     inv = kit.cluster.inventory
     netplan_dir = tmp_path / "etc-netplan"
@@ -217,7 +219,7 @@ def test_hostile_payload_does_not_execute(tmp_path, monkeypatch):
                                 timeout=10)
         assert result.returncode == 0, f"{command}\n{result.stderr}"
     assert not pwned.exists(), "the payload ran: a value reached the shell unquoted"
-    network = Path(netplan_apply.state_dir(inv.cluster.name))
+    network = Path(plan_paths.network_state_dir(inv.cluster.name))
     assert network.is_relative_to(state_root)
     name = Path(inv.fabric.netplan_file).name
     assert (network / "original" / name).read_text() == "network: {version: 2}\n"

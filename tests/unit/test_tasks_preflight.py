@@ -10,7 +10,7 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
-from sparkctl.tasks.preflight import ClusterPreflight, NodePreflight
+from sparkctl.tasks.preflight.checks import ClusterPreflight, NodePreflight
 from tests.taskkit import inventory, kit_from_case, make_kit, spark_facts, task_cases
 
 NODE_CASES = task_cases("preflight.node")

@@ -16,7 +16,7 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
-from sparkctl.tasks.ssh_files import (
+from sparkctl.tasks.ssh.files import (
     block_markers,
     known_hosts_lines,
     merge_authorized_keys,
@@ -24,9 +24,12 @@ from sparkctl.tasks.ssh_files import (
     merge_known_hosts,
     remove_config_block,
 )
-from sparkctl.tasks.ssh_mesh import SshKeyTask, SshMeshTask, SshVerify, _split, read_ssh_files
+from sparkctl.tasks.ssh.keys import SshKeyTask
+from sparkctl.tasks.ssh.mesh import SshMeshTask, parse_ssh_files, read_ssh_files
+from sparkctl.tasks.ssh.verify import SshVerify
+from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
-from tests.taskkit import inventory, make_kit, spark_facts, ssh_read_output, task_cases
+from tests.taskkit import inventory, make_kit, nonce_of, spark_facts, ssh_read_output, task_cases
 
 CASES = task_cases("ssh.mesh")
 FABRIC = {"spark1": {"enp1s0f1np1": ["192.168.100.10/24"], "enP2p1s0f1np1": ["192.168.101.10/24"]},
@@ -42,7 +45,7 @@ def mesh_kit(files: dict[str, dict], options: RunOptions | None = None):
         transport = kit.transport(node)
         transport.on_put.append(lambda call, state=state: state.__setitem__(call.target.rsplit("/", 1)[1],
                                                                             call.content))
-        transport.respond("@@sparkctl-file@@", lambda state=state: ssh_read_output(state))
+        transport.respond(r":begin pub@@", ssh_read_output(state))
     return kit
 
 
@@ -127,7 +130,7 @@ def test_read_script_round_trip_in_a_temp_home(tmp_path):
     (ssh / "sparkctl-spark-pair_ed25519.pub").write_text("ssh-ed25519 AAAAC1ONE sparkctl-spark-pair@spark1\n")
     out = subprocess.run(["bash", "-c", script], env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
                          capture_output=True, text=True, timeout=10).stdout
-    files = _split(out)
+    files = parse_ssh_files(out, Framing(nonce_of(script)))
     assert files["authorized_keys"] == "ssh-ed25519 AAAAUSER me@laptop\n"
     assert files["known_hosts"] == "github.com ssh-ed25519 AAAAGITHUB\n"
     assert files["pub"] == "ssh-ed25519 AAAAC1ONE sparkctl-spark-pair@spark1\n"

@@ -9,9 +9,10 @@ from sparkctl.cli import cluster_cmd
 from sparkctl.cli.main import cli
 from sparkctl.engine.runner import RunResult, TaskOutcome
 from sparkctl.engine.task import Status
+from sparkctl.runs import bootstrap as runs_bootstrap
 from sparkctl.secrets import forget_secrets, redact_known
-from sparkctl.tasks import model
-from sparkctl.tasks.model import _download_failure, gated_repos_failed, hf_token
+from sparkctl.tasks.model.fetch import _download_failure, gated_repos_failed
+from sparkctl.tasks.model.token import hf_token
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import inventory_from_yaml
 
@@ -30,7 +31,7 @@ GATED_STDERR = ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\n\nCan
 def _clean(monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HF_TOKEN_FILE", raising=False)
-    monkeypatch.setattr(model, "_provided_tokens", {})
+    forget_secrets()
     yield
     forget_secrets()
 
@@ -40,6 +41,11 @@ def gated_result() -> RunResult:
     outcomes = [TaskOutcome("model.fetch", "model", node, Status.FAILED, message=failure.message, hint=failure.hint)
                 for node in ("spark1", "spark2")]
     return RunResult(nodes=["spark1", "spark2"], outcomes=outcomes, unreachable={}, check_mode=False, duration=1.0)
+
+
+def prompted(inventory, result) -> bool:
+    """The run's question, answered by the CLI's prompt."""
+    return runs_bootstrap.ask_for_gated_token(inventory, result, cluster_cmd.ask_for_gated_token)
 
 
 def ok_result() -> RunResult:
@@ -56,13 +62,13 @@ def test_a_terminal_is_asked_once_and_the_token_is_used_and_masked(tmp_path, mon
     monkeypatch.setattr(cluster_cmd, "stdin_is_terminal", lambda: True)
     monkeypatch.setattr(cluster_cmd.click, "prompt", lambda *a, **kw: TOKEN + "\n")
     assert hf_token(inventory) is None
-    assert cluster_cmd.ask_for_gated_token(inventory, gated_result())
+    assert prompted(inventory, gated_result())
     assert hf_token(inventory) == TOKEN
     assert redact_known(f"token {TOKEN}") == "token ********"
     import os
     assert TOKEN not in os.environ.values()  # local subprocesses never inherit it
     # now a token is there: no second prompt, even if the Hub still refuses
-    assert not cluster_cmd.ask_for_gated_token(inventory, gated_result())
+    assert not prompted(inventory, gated_result())
 
 
 def test_no_terminal_or_a_set_token_or_an_empty_answer_means_no_rerun(tmp_path, monkeypatch):
@@ -70,14 +76,14 @@ def test_no_terminal_or_a_set_token_or_an_empty_answer_means_no_rerun(tmp_path, 
     asked = []
     monkeypatch.setattr(cluster_cmd.click, "prompt", lambda *a, **kw: asked.append(a) or "")
     monkeypatch.setattr(cluster_cmd, "stdin_is_terminal", lambda: False)
-    assert not cluster_cmd.ask_for_gated_token(inventory, gated_result())
+    assert not prompted(inventory, gated_result())
     monkeypatch.setattr(cluster_cmd, "stdin_is_terminal", lambda: True)
-    assert not cluster_cmd.ask_for_gated_token(inventory, ok_result())
+    assert not prompted(inventory, ok_result())
     assert asked == []
-    assert not cluster_cmd.ask_for_gated_token(inventory, gated_result())  # asked, answered nothing
+    assert not prompted(inventory, gated_result())  # asked, answered nothing
     assert len(asked) == 1
     monkeypatch.setenv("HF_TOKEN", "hf_SetButNotAllowed0123456789abcdef")
-    assert not cluster_cmd.ask_for_gated_token(inventory, gated_result())
+    assert not prompted(inventory, gated_result())
     assert len(asked) == 1
 
 
@@ -90,7 +96,7 @@ def test_bootstrap_runs_again_after_the_prompt(tmp_path, monkeypatch):
         runs.append(hf_token(inventory))
         return gated_result() if len(runs) == 1 else ok_result()
 
-    monkeypatch.setattr(cluster_cmd, "run_playbook", fake_run)
+    monkeypatch.setattr(runs_bootstrap, "run_playbook", fake_run)
     monkeypatch.setattr(cluster_cmd, "stdin_is_terminal", lambda: True)
     env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
     result = CliRunner().invoke(cli, ["cluster", "bootstrap", str(path)], input=TOKEN + "\n", env=env)
@@ -100,7 +106,7 @@ def test_bootstrap_runs_again_after_the_prompt(tmp_path, monkeypatch):
     assert TOKEN not in result.output
 
     runs.clear()
-    monkeypatch.setattr(model, "_provided_tokens", {})
+    forget_secrets()
     monkeypatch.setattr(cluster_cmd, "stdin_is_terminal", lambda: False)
     result = CliRunner().invoke(cli, ["cluster", "bootstrap", str(path)], env=env)
     assert result.exit_code == 1 and runs == [None]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from sparkctl.knowledge.trtllm_releases import Release, keys_for, release_of, unknown_keys
 from sparkctl.plan.serve import release_config
-from sparkctl.trtllm_releases import Release, keys_for, release_of, unknown_keys
 from tests.taskkit import inventory_from_yaml
 
 R = Release.parse

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from sparkctl.engine.task import TaskFailed
-from sparkctl.tasks.verify import PROBE_MARKER, PROBE_SECTION, FabricVerify, nccl_log_findings, probe_mismatches
-from sparkctl.tasks.verify_checks import hostfile_mismatches, node_mismatches, subnet_mismatches
+from sparkctl.plan.mpi import PROBE_RESULT
+from sparkctl.rules.interface_settings import hostfile_mismatches, node_mismatches, subnet_mismatches
+from sparkctl.tasks.verify.fabric import FabricVerify, nccl_log_findings, probe_mismatches
+from tests.taskkit import framed
 from tests.unit.test_tasks_container import cluster, node_facts, pair, running_like_plan
 
 GOOD = {
@@ -110,7 +112,7 @@ def test_ring_peers_share_a_subnet_on_any_fabric_twin_not_only_the_mpi_one():
 def _probe_line(hostfile_env: dict) -> str:
     ranks = [{"rank": r, "hostname": f"spark{r + 1}", "env": hostfile_env, "sum_ok": True,
               "tx_bytes": {"enp1s0f1np1": 1 << 20}, "seconds": 0.01} for r in range(2)]
-    return PROBE_MARKER + json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
+    return PROBE_RESULT + json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
 
 
 def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
@@ -120,9 +122,9 @@ def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     hostfile = cctx.plan().hostfile
     env = cctx.plan().nodes["spark1"].container.env
-    rules = {"spark1": [(r"docker exec", hostfile + PROBE_SECTION + "\n" + _probe_line(env) + "\n"
-                         "@@sparkctl-nccl@@\n")],
-             "spark2": [(r"docker exec", hostfile + "@@sparkctl-nccl@@\n")]}
+    rules = {"spark1": [(r"docker exec", framed([("hostfile", hostfile), ("probe", _probe_line(env) + "\n"),
+                                                 ("nccl", "")]))],
+             "spark2": [(r"docker exec", framed([("hostfile", hostfile), ("nccl", "")]))]}
     cctx, events = cluster(inv, facts, rules)
     assert FabricVerify().check(cctx) == []
     for node in ("spark1", "spark2"):
@@ -139,7 +141,7 @@ def test_verify_does_not_probe_when_a_setting_is_already_wrong():
     for node in ("spark1", "spark2"):
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1,roceP2p1s0f9"
-    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", cctx.plan().hostfile + "@@sparkctl-nccl@@\n")]
+    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", framed([("hostfile", cctx.plan().hostfile), ("nccl", "")]))]
                                    for n in ("spark1", "spark2")})
     with pytest.raises(TaskFailed) as err:
         FabricVerify().check(cctx)

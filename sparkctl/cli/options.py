@@ -1,0 +1,96 @@
+"""Options shared by the commands that walk a playbook, and the plumbing from them to views and a run."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from sparkctl.cli.views import ConsoleView, JsonView
+from sparkctl.errors import BadInput
+from sparkctl.runs.session import RunRequest
+from sparkctl.secrets import register_secret
+
+BECOME_ENV = "SPARKCTL_BECOME_PASSWORD"
+
+
+def csv_set(value: str | None) -> set[str] | None:
+    return {v.strip() for v in value.split(",") if v.strip()} if value else None
+
+
+def run_options(func):
+    """--check --diff --limit --only --skip --forks -v --json --ask-become-pass --become-password-file."""
+    options = [
+        click.option("--check", is_flag=True, help="Change nothing: report what would change (exit 4 if anything)."),
+        click.option("--diff", is_flag=True, help="Show unified diffs of the files that change (or would)."),
+        click.option("--limit", metavar="NODE[,NODE]", help="Run on these nodes only."),
+        click.option("--only", metavar="PHASE|TASK[,...]", help="Run only these phases or tasks."),
+        click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks."),
+        click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True,
+                     help="How many nodes to work on at once."),
+        click.option("-v", "--verbose", count=True, help="-v: commands and timings; -vv: their output."),
+        click.option("--json", "as_json", is_flag=True, help="One JSON object per event on stdout."),
+        click.option("-K", "--ask-become-pass", is_flag=True,
+                     help=f"Prompt once for the sudo password (or set {BECOME_ENV})."),
+        click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
+                     help="Read the sudo password from this file (first line)."),
+        click.option("--revert-after", type=click.IntRange(10, 3600), default=60, show_default=True,
+                     metavar="SECONDS", help="A node reverts a netplan change by itself unless sparkctl reaches "
+                                             "it over a new connection within this time after the apply."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def become_password(ask: bool, path: str | None) -> str | None:
+    password = None
+    if path:
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"--become-password-file {path}: cannot read it ({exc.__class__.__name__})",
+                           hint="a text file whose first line is the sudo password") from None
+        password = text.splitlines()[0] if text else ""
+    elif os.environ.get(BECOME_ENV):
+        password = os.environ[BECOME_ENV]
+    elif ask:
+        if not sys.stdin.isatty():
+            raise BadInput("--ask-become-pass needs a terminal",
+                           hint=f"use --become-password-file or {BECOME_ENV} instead")
+        password = click.prompt("sudo password", hide_input=True, err=True)
+    register_secret(password)
+    return password
+
+
+def build_request(params: dict) -> RunRequest:
+    return RunRequest.of(check=params["check"], diff=params["diff"], verbosity=params["verbose"],
+                         revert_after=params["revert_after"],
+                         become_password=become_password(params["ask_become_pass"], params["become_password_file"]),
+                         limit=csv_set(params["limit"]), only=csv_set(params["only"]), skip=csv_set(params["skip"]),
+                         forks=params["forks"])
+
+
+@contextmanager
+def run_view(params: dict) -> Iterator[ConsoleView | JsonView]:
+    """The view of one run's events: JSON lines with --json, else the console."""
+    if params["as_json"]:
+        yield JsonView(sys.stdout)
+        return
+    view = ConsoleView(Console(stderr=False, highlight=False, soft_wrap=True), verbosity=params["verbose"],
+                       show_diff=params["diff"])
+    try:
+        yield view
+    finally:
+        view.close()

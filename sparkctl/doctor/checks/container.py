@@ -1,0 +1,153 @@
+"""PURE container checks: present, running, as planned, its port, its NCCL/UCX/Open MPI env, its ssh mesh.
+
+The env comparison is verify.fabric's own (sparkctl.rules.interface_settings), mapped to doctor's ids.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sparkctl.doctor.checks.ssh import blame
+from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.facts import ContainerInfo
+from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.rules.container import spec_differences
+from sparkctl.rules.interface_settings import Mismatch, node_mismatches
+
+PHASE = "container"
+SSHD_NAMES = ("sshd", "sshd-session")
+
+
+
+def running_container(s: Snapshot, node: str) -> ContainerInfo | None:
+    info = s.facts[node].containers.get(s.inventory.container.name)
+    return info if info is not None and info.exists and info.running and info.status != "restarting" else None
+
+
+def _logs(s: Snapshot, node: str) -> tuple[str, ...]:
+    return tuple(s.probe(node).container_logs.splitlines()[-10:])
+
+
+def _port_owner(s: Snapshot, node: str, port: int) -> str | None:
+    probe = s.probe(node)
+    if port in probe.port_owners:
+        return probe.port_owners[port]
+    if port in s.facts[node].listening_tcp:
+        return s.facts[node].listening_tcp[port] or "an unknown process"
+    return None
+
+
+def check_containers(s: Snapshot) -> list[Finding]:
+    out = []
+    name = s.inventory.container.name
+    port = int(s.inventory.container.ssh_port)
+    for node in s.order:
+        f = s.facts[node]
+        if not f.docker_access:
+            continue  # node.docker_group / node.docker_missing say why
+        info = f.containers.get(name)
+        owner = _port_owner(s, node, port)
+        # without sudo, ss names no process: a running container's port is then taken to be its own sshd
+        foreign = owner is not None and not owner.startswith(SSHD_NAMES) and not (
+            owner == "an unknown process" and info is not None and info.running)
+        if foreign or (owner is not None and (info is None or not info.running)):
+            out.append(Finding("port.taken", "error", node, f"port {port} (container ssh) is taken by {owner}",
+                               evidence=f"{owner} listens on {port}; the container's sshd must listen there, or the "
+                                        "container exits at once",
+                               fix=f"stop {owner} on {node} (sudo ss -ltnp 'sport = :{port}'), or set "
+                                   "container.ssh_port to a free port", phase=PHASE, details=_logs(s, node)))
+            continue
+        if info is None or not info.exists:
+            out.append(Finding("container.missing", "error", node, f"container {name} does not exist",
+                               evidence=f"`docker inspect {name}` finds nothing; expected it running",
+                               fix=s.bootstrap('container'), phase=PHASE))
+            continue
+        if info.status == "restarting" or (info.running and info.restart_count > 2):
+            out.append(Finding("container.restarting", "error", node, f"container {name} keeps restarting",
+                               evidence=f"status {info.status}, {info.restart_count} restarts",
+                               fix=f"docker logs {name} on {node}; then {s.bootstrap('container')}", phase=PHASE,
+                               details=_logs(s, node)))
+            continue
+        if not info.running:
+            out.append(Finding("container.exited", "error", node, f"container {name} is not running",
+                               evidence=f"status {info.status}; expected running",
+                               fix=f"{s.bootstrap('container')} (docker logs {name} shows why it stopped)", phase=PHASE,
+                               details=_logs(s, node)))
+        if s.plan is None:
+            continue
+        spec = s.plan.nodes[node].container
+        differences = spec_differences(spec, info)
+        # env settings that do not fit the node are reported as env.* findings, with the reason
+        explained = {m.setting for m in node_mismatches(node, info.env, f) if m.severity == "error"}
+        rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
+        if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
+            out.append(Finding("container.spec_drift", "error", node, f"container {name} differs from the plan",
+                               evidence="; ".join(rest) or "spec label differs (docker args or entrypoint)",
+                               fix=f"{s.bootstrap('container')} (recreates it; --check --diff shows what differs)",
+                               phase=PHASE))
+    return out
+
+
+def _env_id(m: Mismatch) -> str:
+    if m.setting == "NCCL_IB_HCA":
+        return "nccl.ib_hca_missing" if "does not exist" in m.has or m.names == "(unset)" else \
+            "nccl.ib_hca_partial" if "leaves out" in m.has else "env.iface_down"
+    if "management" in m.has:
+        return "env.management_iface"
+    if "is Down" in m.has or "which is Down" in m.has:
+        return "env.iface_down"
+    if m.names == "(unset)" or m.names == "all":
+        return "env.unset"
+    return "env.iface_absent"
+
+
+_DOWN = re.compile(r"(\S+) is Down|maps to (\S+), which is Down")
+
+
+def _port_explains(s: Snapshot, node: str, m: Mismatch) -> bool:
+    """A planned fabric twin that is Down: fabric.port_down reports the port, the env itself is right."""
+    hit = _DOWN.search(m.has)
+    if not hit or s.plan is None:
+        return False
+    return (hit.group(1) or hit.group(2)) in s.plan.fabric.ports[node].interfaces
+
+
+def check_env(s: Snapshot) -> list[Finding]:
+    out: list[Finding] = []
+    if s.inventory.topology == "single":
+        return out  # no fabric: NCCL and Open MPI stay on the node
+    for node in s.order:
+        info = running_container(s, node)
+        if info is None:
+            continue
+        for m in node_mismatches(node, info.env, s.facts[node]):
+            if _port_explains(s, node, m):
+                continue
+            out.append(Finding(_env_id(m), m.severity, node, f"container env {m.setting} does not fit {node}",
+                               evidence=f"{m.setting}={m.names}: {m.has}",
+                               fix=f"{m.fix}: {s.bootstrap('container')}", phase=PHASE))
+    return out
+
+
+def check_container_ssh(s: Snapshot) -> list[Finding]:
+    out = []
+    for node in s.order:
+        if running_container(s, node) is None:
+            continue
+        for probe in s.probe(node).container_ssh:
+            if probe.ok:
+                continue
+            if probe.peer not in s.facts or running_container(s, probe.peer) is None:
+                continue  # the peer's container is down: reported there
+            if s.link_broken(node, probe.peer, probe.target):
+                continue  # the address is not Up on the peer: the fabric findings say why
+            out.append(Finding("container.ssh_broken", "error", blame(node, probe),
+                               f"ssh from {node}'s container to {probe.peer}'s fails",
+                               evidence=f"in {node}'s container: ssh {probe.target} true: {probe.error or 'failed'}; "
+                                        "mpirun needs it",
+                               fix=s.bootstrap('container'), phase=PHASE))
+    return out
+
+
+CHECKS = [check_containers, check_env, check_container_ssh]

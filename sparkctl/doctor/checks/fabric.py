@@ -1,0 +1,246 @@
+"""PURE fabric checks: ports, speed, addresses, subnets, MTU, netplan files, and the jumbo pings across links."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from sparkctl.doctor.findings import CLUSTER, Finding
+from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.facts import Facts
+from sparkctl.knowledge.spark import PORT_SPEED_MBPS, spark_port_of
+from sparkctl.rules.fabric import InterfaceDrift, interface_drift, twins_sharing_subnet
+from sparkctl.rules.netplan import conflicting_stanzas
+
+PHASE = "network"
+
+
+
+def _admin_down(f: Facts, iface: str) -> bool:
+    nic = f.interfaces.get(iface)
+    return nic is not None and "UP" not in nic.flags and bool(nic.flags)
+
+
+def _planned(s: Snapshot, node: str) -> tuple[list[str], dict[str, ipaddress.IPv4Interface]]:
+    assert s.plan is not None
+    return list(s.plan.fabric.ports[node].interfaces), dict(s.plan.fabric.addresses.get(node, {}))
+
+
+def _peer_twins(s: Snapshot, node: str, iface: str) -> list[tuple[str, str]]:
+    """(peer, peer interface) on the same planned subnet as this interface."""
+    assert s.plan is not None
+    for link in s.plan.fabric.links(node):
+        if link.interface == iface:
+            return [(peer, pif) for peer, pif, _ in link.peers]
+    return []
+
+
+def check_ports(s: Snapshot) -> list[Finding]:
+    out = []
+    wanted_port = s.inventory.fabric.port
+    for node in s.order:
+        f = s.facts[node]
+        ifaces, _ = _planned(s, node)
+        up_ports = sorted(f.up_ports())
+        for iface in ifaces:
+            nic = f.interfaces.get(iface)
+            if nic is None:
+                out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} does not exist",
+                                   evidence=f"planned {iface}; the node has "
+                                            f"{', '.join(f.fabric_interfaces()) or 'none'}",
+                                   fix="check the CX-7 driver (`ibdev2netdev`), or pin fabric.interfaces for this node",
+                                   phase=PHASE))
+                continue
+            if f.interface_up(iface):
+                if nic.speed_mbps and nic.speed_mbps < PORT_SPEED_MBPS:
+                    out.append(Finding("fabric.speed_low", "warning", node, f"{iface} links below 200 Gb/s",
+                                       evidence=f"{nic.speed_mbps // 1000} Gb/s, expected 200 Gb/s",
+                                       fix="check the cable; a switch port may have negotiated 100G", phase=PHASE))
+                continue
+            if _admin_down(f, iface):
+                out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} is set down",
+                                   evidence=f"{iface}: state {nic.operstate}, administratively down",
+                                   fix=f"sudo ip link set {iface} up (or sudo netplan apply)", phase=PHASE))
+                continue
+            # no carrier: when the peer end is set down, that end is the finding
+            if any(_admin_down(s.facts[p], pif) for p, pif in _peer_twins(s, node, iface) if p in s.facts):
+                continue
+            port = spark_port_of(iface)
+            elsewhere = [p for p in up_ports if port is None or p != port[0]]
+            if isinstance(wanted_port, int) and elsewhere:
+                out.append(Finding("fabric.wrong_port", "error", node,
+                                   f"the cable is in port {elsewhere[0]}, the inventory plans port {wanted_port}",
+                                   evidence=f"{iface} has no carrier; Up: port(s) {', '.join(map(str, elsewhere))}",
+                                   fix=f"move the cable to port {wanted_port} on both nodes, or set fabric.port: auto",
+                                   phase=PHASE))
+                break
+            out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} has no carrier",
+                               evidence=f"{iface}: state {nic.operstate}, no carrier; Up ports: "
+                                        f"{', '.join(map(str, up_ports)) or 'none'}",
+                               fix=f"check the QSFP cable in port {port[0] if port else '?'} on {node} and its peer "
+                                   "(the same port on both nodes of a pair)", phase=PHASE))
+    if s.inventory.topology in ("pair", "switch") and s.plan is not None:
+        used = {n: s.plan.fabric.ports[n].ports for n in s.order}
+        if len(set(used.values())) > 1:
+            out.append(Finding("fabric.ports_differ", "info", CLUSTER, "the nodes use different QSFP ports",
+                               evidence=", ".join(f"{n}: port {'/'.join(map(str, p))}" for n, p in used.items()),
+                               fix="works (each node's settings use its own names); NVIDIA recommends the same port",
+                               phase=PHASE))
+    return out
+
+
+def _drift(s: Snapshot, node: str) -> list[InterfaceDrift]:
+    ifaces, planned = _planned(s, node)
+    return interface_drift(s.facts[node], ifaces, planned, s.inventory.fabric.mtu)
+
+
+def check_addresses(s: Snapshot) -> list[Finding]:
+    """The drift network.netplan would repair, as findings; a Down twin's lost address is the port's finding."""
+    out = []
+    fix = s.bootstrap("network")
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for node in s.order:
+        f = s.facts[node]
+        ifaces, planned = _planned(s, node)
+        planned_nets = {a.network for a in planned.values()}
+        for iface in ifaces:
+            for a in f.addresses_of(iface):
+                if a.family == "inet":
+                    owners.setdefault(a.ip, []).append((node, iface))
+        for d in _drift(s, node):
+            want = planned.get(d.interface, "no address")
+            if d.kind == "unplanned" and d.is_link_local:
+                out.append(Finding("fabric.link_local", "error", node, f"link-local address left on {d.interface}",
+                                   evidence=f"{d.have} on {d.interface}; the plan has {want} (link-local: [] in "
+                                            "netplan)",
+                                   fix=f"{fix} (removes it), or sudo ip addr del {d.have} dev {d.interface}",
+                                   phase=PHASE))
+            elif d.kind == "unplanned":
+                network = ipaddress.ip_interface(d.have).network
+                if d.interface in planned and network == planned[d.interface].network:
+                    out.append(Finding("fabric.address_extra", "error", node,
+                                       f"{d.interface} has a second address in its subnet",
+                                       evidence=f"{d.have} on {d.interface} besides the planned {want}",
+                                       fix=f"{fix} (removes unplanned addresses)", phase=PHASE))
+                elif network not in planned_nets:  # the other twin's subnet: twins_same_subnet below
+                    out.append(Finding("fabric.address_foreign", "error", node,
+                                       f"{d.interface} has an address outside its subnet",
+                                       evidence=f"{d.have} on {d.interface}; planned {want}",
+                                       fix=f"{fix} (removes unplanned addresses)", phase=PHASE))
+            elif d.kind == "missing" and f.interface_up(d.interface):
+                have = [str(a) for a in f.addresses_of(d.interface) if a.family == "inet"]
+                out.append(Finding("fabric.address_missing", "error", node, f"{d.interface} lacks its planned address",
+                                   evidence=f"{d.interface} has {', '.join(have) or 'no IPv4 address'}; "
+                                            f"planned {want}",
+                                   fix=fix, phase=PHASE))
+        for net, names in twins_sharing_subnet(f, ifaces).items():
+            out.append(Finding("fabric.twins_same_subnet", "error", node, "two fabric twins share one subnet",
+                               evidence=f"{' and '.join(sorted(names))} both in {net}; one subnet per twin is "
+                                        "planned (the legacy scheme causes ARP/route confusion and NCCL failures)",
+                               fix=fix, phase=PHASE))
+    for ip, where in owners.items():
+        nodes = sorted({n for n, _ in where})
+        if len(where) > 1 and not ipaddress.ip_address(ip).is_link_local:
+            for node in nodes:
+                out.append(Finding("fabric.address_duplicate", "error", node, f"address {ip} is used twice",
+                                   evidence="; ".join(f"{n} {i}" for n, i in where),
+                                   fix=fix, phase=PHASE))
+    return out
+
+
+def _mtu_problem(s: Snapshot, node: str, iface: str) -> bool:
+    nic = s.facts[node].interfaces.get(iface) if node in s.facts else None
+    return nic is not None and nic.mtu != s.inventory.fabric.mtu
+
+
+def check_mtu(s: Snapshot) -> list[Finding]:
+    out = []
+    mtu = s.inventory.fabric.mtu
+    for node in s.order:
+        for d in _drift(s, node):
+            if d.kind != "mtu":
+                continue
+            iface = d.interface
+            peers = ", ".join(f"{p} {pif}: {s.facts[p].interfaces[pif].mtu}" for p, pif in _peer_twins(s, node, iface)
+                              if p in s.facts and pif in s.facts[p].interfaces)
+            out.append(Finding("fabric.mtu_mismatch", "error", node, f"{iface} has MTU {d.have}, not {mtu}",
+                               evidence=f"MTU {d.have} on {iface}, planned {mtu}"
+                                        + (f"; peer {peers}" if peers else "")
+                                        + ("; MTU 1500 caps NCCL bandwidth" if d.have == "1500" else ""),
+                               fix=s.bootstrap('network'), phase=PHASE))
+    return out
+
+
+def check_netplan(s: Snapshot) -> list[Finding]:
+    out = []
+    path = s.inventory.fabric.netplan_file
+    for node in s.order:
+        f = s.facts[node]
+        ifaces, _ = _planned(s, node)
+        for other, keys in conflicting_stanzas(f.netplan_files, path, ifaces).items():
+            out.append(Finding("netplan.conflict", "error", node, f"{other} also configures the fabric",
+                               evidence=f"stanza(s) for {', '.join(keys)} in {other} besides {path}: netplan merges "
+                                        "them (addresses pile up)",
+                               fix=f"{s.bootstrap('network')} (moves them out, backed up)", phase=PHASE))
+        assert s.plan is not None
+        desired = s.plan.nodes[node].netplan
+        current = next((x for x in f.netplan_files if x.path == path), None)
+        if desired and (current is None or (current.content is not None and current.content != desired)):
+            state = "missing" if current is None else "changed"
+            out.append(Finding("netplan.drift", "error", node, f"{path} is {state}",
+                               evidence=f"{path}: {'absent' if current is None else 'differs from the plan'} "
+                                        "(`sparkctl cluster bootstrap --check --diff` shows how)",
+                               fix=s.bootstrap('network'), phase=PHASE))
+    return out
+
+
+def check_links(s: Snapshot) -> list[Finding]:
+    """Jumbo pings; a link whose ends already have a finding (MTU, address, port) is explained there."""
+    out = []
+    assert s.plan is not None
+    size = s.inventory.fabric.mtu - 28
+    for node in s.order:
+        for ping in s.probe(node).pings:
+            if ping.verdict == "ok":
+                continue
+            peer_if = next((pif for p, pif in _peer_twins(s, node, ping.interface) if p == ping.peer), None)
+            if _mtu_problem(s, node, ping.interface) or (peer_if and _mtu_problem(s, ping.peer, peer_if)):
+                continue
+            if _end_broken(s, node, ping.interface) or (peer_if and _end_broken(s, ping.peer, peer_if)):
+                continue
+            if ping.verdict == "mtu":
+                out.append(Finding("fabric.jumbo_ping", "error", node, f"jumbo frames do not cross {ping.interface}",
+                                   evidence=f"ping -M do -s {size} -I {ping.interface} {ping.peer_ip} ({ping.peer}) "
+                                            "fails, a small ping passes: an MTU below "
+                                            f"{s.inventory.fabric.mtu} on the path",
+                                   fix="set MTU 9216 on the switch ports (the nodes are at 9000)", phase=PHASE))
+            else:
+                out.append(Finding("fabric.link_dead", "error", node, f"no answer across {ping.interface}",
+                                   evidence=f"ping -I {ping.interface} {ping.peer_ip} ({ping.peer}) gets no reply",
+                                   fix=f"check the cable and {ping.peer}'s firewall; {s.bootstrap('network')}",
+                                   phase=PHASE))
+    return out
+
+
+def _end_broken(s: Snapshot, node: str, iface: str) -> bool:
+    if node not in s.facts or s.plan is None:
+        return True
+    f = s.facts[node]
+    planned = s.plan.fabric.addresses.get(node, {}).get(iface)
+    have = {str(a) for a in f.addresses_of(iface)}
+    return not f.interface_up(iface) or (planned is not None and str(planned) not in have)
+
+
+def fabric_checks(s: Snapshot) -> list[Finding]:
+    if s.inventory.topology == "single":
+        return []
+    if s.plan is None:
+        return [Finding("fabric.no_plan", "error", CLUSTER, "no fabric plan can be made",
+                        evidence=s.plan_error or "", fix="see the port findings; plug the cables", phase=PHASE)]
+    out = check_ports(s) + check_addresses(s) + check_mtu(s) + check_netplan(s) + check_links(s)
+    if s.plan_error:
+        out.append(Finding("fabric.no_plan", "info", CLUSTER, "a node was planned from the inventory alone",
+                           evidence=s.plan_error, phase=PHASE))
+    return out
+
+
+CHECKS = [fabric_checks]

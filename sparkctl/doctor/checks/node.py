@@ -1,0 +1,171 @@
+"""PURE node checks: reachability, user, sudo, docker, clocks, memory, disk, the image release."""
+
+from __future__ import annotations
+
+from sparkctl.doctor.findings import CLUSTER, Finding
+from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.inventory import ServeSpec
+from sparkctl.rules.serving import serving_enabled
+
+MAX_SKEW_S = 2.0
+LOW_MEMORY_FRACTION = 0.10
+PAGE_CACHE_FRACTION = 0.25
+HF_CACHE_MIN_FREE_GB = 20.0
+DROP_CACHES = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
+
+#: Releases with multi-node problems on Sparks: tag -> what goes wrong (the source is named in each).
+KNOWN_BAD_RELEASES = {
+    "1.3.0rc13": "two-node TP=2 segfaulted in a field report (the same setup worked on 1.2.0rc6)",
+    "1.3.0rc10": "NCCL_SYMMETRIC all-reduce segfaults or hangs on dual GB10 (TensorRT-LLM #12715, fixed by #12902)",
+}
+
+
+def _gb(value_bytes: float) -> str:
+    return f"{value_bytes / 1e9:.1f} GB"
+
+
+def check_reachability(s: Snapshot) -> list[Finding]:
+    out = []
+    for node, reason in s.unreachable.items():
+        target = s.inventory.ssh_target(node)
+        if "authentication failed" in reason:
+            out.append(Finding("node.ssh_auth", "error", node, "SSH login is refused (authentication failed)",
+                               evidence=f"{reason}; logging in as {target.user} to {target.host}",
+                               fix=f"ssh-copy-id -p {target.port} {target.user}@{target.host} (or set "
+                                   "ssh.identity_file in the inventory to the key the node accepts)"))
+        elif "host key CHANGED" in reason:
+            out.append(Finding("node.host_key_changed", "error", node, "the node's SSH host key changed",
+                               evidence=reason.split(";")[0],
+                               fix="if the node was reinstalled: the ssh-keygen -R line in the evidence, then rerun"))
+        else:
+            out.append(Finding("node.unreachable", "error", node, "the node cannot be reached over SSH",
+                               evidence=reason,
+                               fix=f"check that {target.host} is powered on and on the network "
+                                   f"(ping {target.host}; ssh -p {target.port} {target.user}@{target.host})"))
+    return out
+
+
+def check_access(s: Snapshot) -> list[Finding]:
+    out = []
+    for node in s.order:
+        f = s.facts[node]
+        want = s.user_of(node)
+        if f.user and f.user != want:
+            out.append(Finding("node.user_mismatch", "error", node, "logged in as another user than the inventory's",
+                               evidence=f"user {f.user!r}, the inventory says {want!r}",
+                               fix=f"use the same account on every node: set user: {f.user} in the inventory, or "
+                                   f"create {want} on {node}", phase="preflight"))
+        if not f.sudo_nopasswd and not s.become_password_given:
+            out.append(Finding("node.sudo_password", "error", node, "sudo asks for a password that was not given",
+                               evidence=f"`sudo -n true` fails for {f.user}",
+                               fix=f"rerun with --ask-become-pass, or allow passwordless sudo: "
+                                   f"echo '{f.user} ALL=(ALL) NOPASSWD: ALL' | sudo tee /etc/sudoers.d/{f.user}",
+                               phase="preflight"))
+        if not f.docker_cli:
+            out.append(Finding("node.docker_missing", "error", node, "docker is not installed",
+                               evidence="`command -v docker` finds nothing",
+                               fix="install docker and the NVIDIA container runtime (DGX OS ships both)",
+                               phase="preflight"))
+        elif not f.docker_access:
+            out.append(Finding("node.docker_group", "error", node, f"{f.user} cannot use docker",
+                               evidence=f"{f.docker_error or 'permission denied'}; groups: {' '.join(f.groups)}",
+                               fix=f"sudo usermod -aG docker {f.user} (then log in again: sessions keep old groups)",
+                               phase="preflight"))
+        if f.os_id and not f.is_dgx_spark:
+            out.append(Finding("node.not_spark", "info", node, "not recognised as a DGX Spark",
+                               evidence=f"/etc/dgx-release: {f.dgx_name or 'absent'}", phase="preflight"))
+        for problem in f.raw_errors:
+            out.append(Finding("node.facts_partial", "warning", node, "some facts could not be read",
+                               evidence=problem, phase="preflight"))
+    return out
+
+
+def check_clock_skew(s: Snapshot) -> list[Finding]:
+    times = {n: s.facts[n].time for n in s.order if s.facts[n].time}
+    if len(times) < (1 if s.controller_time else 2):
+        return []
+    ordered = sorted(times.values())
+    reference = s.controller_time or ordered[(len(ordered) - 1) // 2]
+    against = "this machine's clock" if s.controller_time else "the cluster's median"
+    out = []
+    for node, t in times.items():
+        if abs(t - reference) > MAX_SKEW_S + s.controller_time_slack:
+            out.append(Finding("node.clock_skew", "warning", node, "the clock is off from the other nodes",
+                               evidence=f"{t - reference:+.1f} s from {against} (allowed ±{MAX_SKEW_S:g} s)",
+                               fix="sudo timedatectl set-ntp true (and check `timedatectl status`)"))
+    return out
+
+
+def check_memory(s: Snapshot) -> list[Finding]:
+    out = []
+    for node in s.order:
+        f = s.facts[node]
+        if not f.mem_total_kb:
+            continue
+        total, avail, cached = f.mem_total_kb * 1024, f.mem_available_kb * 1024, f.page_cache_kb * 1024
+        if avail < total * LOW_MEMORY_FRACTION:
+            out.append(Finding("node.low_memory", "warning", node, "little memory is free",
+                               evidence=f"{_gb(avail)} available of {_gb(total)} (under "
+                                        f"{LOW_MEMORY_FRACTION:.0%})",
+                               fix="stop what else runs on the node (`ps aux --sort=-rss | head`); "
+                                   f"the page cache can be dropped: {DROP_CACHES}"))
+        elif cached > total * PAGE_CACHE_FRACTION:
+            out.append(Finding("node.page_cache", "warning", node,
+                               "a large page cache competes with the GPU for unified memory",
+                               evidence=f"{_gb(cached)} page cache of {_gb(total)} (over {PAGE_CACHE_FRACTION:.0%}); "
+                                        "CUDA out of memory with a model that should fit",
+                               fix=DROP_CACHES))
+    return out
+
+
+def check_hf_cache_disk(s: Snapshot) -> list[Finding]:
+    spec = _serve_spec(s) if serving_enabled(s.inventory) else None
+    need_gb = ((spec.weights_gb or 0) + (spec.draft_gb or 0)) if spec else 0
+    out = []
+    for node in s.order:
+        f = s.facts[node]
+        if f.hf_cache_free_bytes is None:
+            continue
+        missing = [m for m in s.probe(node).models if m.state != "complete"]
+        floor = max(HF_CACHE_MIN_FREE_GB, need_gb * 1.05 if missing else 0) * 1e9
+        if f.hf_cache_free_bytes < floor:
+            # an error once a download is under way (or the server needs it); before that, a heads-up
+            started = any(m.state == "incomplete" for m in missing) or s.probe(s.inventory.head.name).serve_log_exists
+            severity = "error" if missing and started and f.hf_cache_free_bytes < need_gb * 1e9 else "warning"
+            out.append(Finding("disk.hf_cache_low", severity, node, "little disk space left in the HF cache",
+                               evidence=f"{_gb(f.hf_cache_free_bytes)} free in {f.hf_cache}, want at least "
+                                        f"{_gb(floor)}" + (f" ({len(missing)} checkpoint(s) still to download)"
+                                                           if missing else ""),
+                               fix=f"free space (`du -sh {f.hf_cache}/hub/*`, `hf cache scan`), or point "
+                                   "container.hf_cache at a bigger disk", phase="model"))
+    return out
+
+
+def _serve_spec(s: Snapshot) -> ServeSpec | None:
+    try:
+        return s.inventory.serve_spec()
+    except Exception:  # noqa: BLE001 - no servable model configured
+        return None
+
+
+def check_image_release(s: Snapshot) -> list[Finding]:
+    if len(s.inventory.nodes) < 2:
+        return []
+    out = []
+    images = {CLUSTER: s.inventory.container.image}
+    for node in s.order:
+        info = s.facts[node].containers.get(s.inventory.container.name)
+        if info is not None and info.exists and info.image and info.image != s.inventory.container.image:
+            images[node] = info.image
+    for where, image in images.items():
+        tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+        if tag in KNOWN_BAD_RELEASES:
+            out.append(Finding("image.known_bad_release", "warning", where,
+                               f"image release {tag} has known multi-node problems",
+                               evidence=f"{image}: {KNOWN_BAD_RELEASES[tag]}",
+                               fix="set container.image to nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12 (the "
+                                   "two-Spark playbook's), then sparkctl cluster bootstrap", phase="container"))
+    return out
+
+
+CHECKS = [check_reachability, check_access, check_clock_skew, check_memory, check_hf_cache_disk, check_image_release]

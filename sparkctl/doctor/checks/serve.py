@@ -1,0 +1,117 @@
+"""PURE serve checks: HF token and checkpoints in each node's cache, the server's port, /health, a completion
+that is not degenerate, and what NCCL really used according to the serve log."""
+
+from __future__ import annotations
+
+from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.knowledge.nccl import parse_nccl_log
+from sparkctl.knowledge.serve_client import is_degenerate
+from sparkctl.rules.serving import serving_enabled
+
+GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
+SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-launch")
+
+
+
+def serving_expected(s: Snapshot) -> bool:
+    """sparkctl launched a server here before (its log exists on the head)."""
+    return s.probe(s.inventory.head.name).serve_log_exists
+
+
+def is_gated(repo: str) -> bool:
+    return any(h in repo for h in GATED_HINTS)
+
+
+def check_models(s: Snapshot) -> list[Finding]:
+    out = []
+    if not serving_enabled(s.inventory):
+        return out
+    token_env = s.inventory.serve.hf_token_env
+    for node in s.order:
+        probe = s.probe(node)
+        pending = [m for m in probe.models if m.state != "complete"]
+        for m in pending:
+            if m.state == "incomplete":
+                out.append(Finding("model.incomplete", "error", node, f"{m.repo} is only partly downloaded",
+                                   evidence=f"{m.detail or 'partial download'}; expected a complete checkpoint",
+                                   fix=s.bootstrap('model'), phase="model"))
+            else:
+                out.append(Finding("model.absent", "error" if serving_expected(s) else "info", node,
+                                   f"{m.repo} is not in the HF cache", evidence=f"not under {s.facts[node].hf_cache}",
+                                   fix=s.bootstrap('model'), phase="model"))
+        if pending and probe.hf_token_file is False:
+            gated = [m.repo for m in pending if is_gated(m.repo)]
+            out.append(Finding("hf.token_missing", "error" if gated else "warning", node,
+                               "no Hugging Face token on the node" + (" for a gated repo" if gated else ""),
+                               evidence=f"no {s.facts[node].hf_cache}/token; still to download: "
+                                        f"{', '.join(m.repo for m in pending)}",
+                               fix=f"export {token_env}=hf_... then {s.bootstrap('model')} (writes the token "
+                                   "file, mode 600)", phase="model"))
+    return out
+
+
+def check_server(s: Snapshot) -> list[Finding]:
+    head = s.inventory.head.name
+    if head not in s.facts or not serving_enabled(s.inventory):
+        return []
+    probe = s.probe(head)
+    if probe.health_status is None:
+        return []
+    port = int(s.inventory.serve_spec().port)
+    owner = probe.port_owners.get(port) or (s.facts[head].listening_tcp.get(port) or "an unknown process"
+                                            if port in s.facts[head].listening_tcp else None)
+    expected = serving_expected(s)
+    tail = tuple(probe.serve_log_tail.splitlines()[-10:])
+    if probe.health_status == 200:
+        if probe.completion is not None and (not probe.completion.strip() or is_degenerate(probe.completion)):
+            return [Finding("serve.degenerate", "error", head, "the server answers with degenerate output",
+                            evidence=f"completion: {probe.completion[:80]!r}; expected text",
+                            fix="use a release with the Eagle3 SM12x fix (TensorRT-LLM #8615), or serve without "
+                                "the draft (serve.decoding: none)", phase="serve")]
+        if probe.completion is None and probe.completion_error:
+            return [Finding("serve.health", "error", head, "/health answers but a completion fails",
+                            evidence=probe.completion_error, fix=s.bootstrap('serve'), phase="serve", details=tail)]
+        return []
+    if owner is not None and not owner.startswith(SERVER_NAMES):
+        return [Finding("port.taken", "error", head, f"the serve port {port} is taken by {owner}",
+                        evidence=f"{owner} listens on {port}; /health answers {probe.health_status or 'nothing'}",
+                        fix=f"stop {owner} on {head}, or set serve.port to a free port", phase="serve")]
+    if owner is None:
+        return [Finding("serve.down", "error" if expected else "info", head, f"nothing serves on port {port}",
+                        evidence="no process listens there" + ("; the server ran before (serve log)" if expected
+                                                               else "; not started yet"),
+                        fix=s.bootstrap('serve'), phase="serve", details=tail)]
+    return [Finding("serve.health", "error", head, f"/health on port {port} does not answer 200",
+                    evidence=f"HTTP {probe.health_status or 'no answer'} from {owner}; ready means 200 (log: "
+                             "`Application startup complete.`)",
+                    fix=f"see the serve log; {s.bootstrap('serve')}", phase="serve", details=tail)]
+
+
+def check_nccl(s: Snapshot) -> list[Finding]:
+    out = []
+    for node in s.order:
+        text = s.probe(node).nccl_log
+        if not text.strip():
+            continue
+        report = parse_nccl_log(text)
+        f = s.facts[node]
+        rdma_up = [d.device for d in f.roce if f.interface_up(d.netdev)]
+        ib_disabled = report.env.get("NCCL_IB_DISABLE") == "1"
+        if report.silent_tcp_fallback or (report.network == "Socket" and rdma_up and not ib_disabled):
+            out.append(Finding("nccl.socket_fallback", "error", node, "NCCL ran over TCP sockets, not RDMA",
+                               evidence=f"`Using network Socket` with NCCL_IB_HCA={report.env.get('NCCL_IB_HCA', '')}"
+                                        f"{' (NET/IB : No device found)' if report.ib_no_device else ''}; Up RoCE "
+                                        f"devices: {', '.join(rdma_up) or 'none'}",
+                               fix=f"set NCCL_IB_HCA to the Up twins' devices: {s.bootstrap('container')}, then "
+                                   "restart the server", phase="verify"))
+        for warning in report.warnings:
+            bootstrap = warning.startswith("Bootstrap :")
+            out.append(Finding("nccl.warn", "error" if bootstrap else "warning", node, "NCCL warned in the serve log",
+                               evidence=f"NCCL WARN {warning}",
+                               fix="NCCL_SOCKET_IFNAME must name the node's Up fabric twins" if bootstrap else
+                                   "see the serve log around this line", phase="verify"))
+    return out
+
+
+CHECKS = [check_models, check_server, check_nccl]

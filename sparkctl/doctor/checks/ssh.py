@@ -1,0 +1,32 @@
+"""PURE ssh checks: the host ssh mesh, both directions, from the probes' BatchMode logins."""
+
+from __future__ import annotations
+
+from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.snapshot import Snapshot, SshProbe
+
+# These errors come from the far end refusing us; the others (host key, timeouts) are the near end's or the path's.
+_REFUSED_BY_PEER = ("Permission denied", "Too many authentication failures")
+
+
+def blame(source: str, probe: SshProbe) -> str:
+    """The node a failed login points at: the target when it refused the key, else the node that tried."""
+    return probe.peer if any(e in probe.error for e in _REFUSED_BY_PEER) else source
+
+
+def check_host_mesh(s: Snapshot) -> list[Finding]:
+    out = []
+    fix = s.bootstrap('ssh')
+    for node in s.order:
+        for probe in s.probe(node).ssh:
+            if probe.ok or s.link_broken(node, probe.peer, probe.target):
+                continue
+            where = blame(node, probe)
+            out.append(Finding("ssh.mesh_broken", "error", where, f"ssh {node} -> {probe.peer} fails",
+                               evidence=f"on {node}: ssh -o BatchMode=yes {probe.target} true: "
+                                        f"{probe.error or 'failed'}; expected a passwordless login",
+                               fix=fix, phase="ssh"))
+    return out
+
+
+CHECKS = [check_host_mesh]

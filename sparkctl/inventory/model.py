@@ -1,0 +1,151 @@
+"""The inventory: which Sparks, how to reach them, how they are cabled, what to serve.
+
+Defaults that depend on other fields (topology, fabric subnets, the preset, tp_size) are resolved by methods,
+never written back, so `dump_inventory` gives back what the user wrote. `load_inventory`
+(sparkctl/inventory/loader.py) reports every problem at once as `file:line: field: what (fix)`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
+from sparkctl.inventory.sections import (
+    ClusterSettings,
+    ContainerSettings,
+    FabricSettings,
+    Node,
+    ServeSettings,
+    SshSettings,
+    _login_word,
+    _Section,
+    default_subnets,
+    resolve_topology,
+)
+from sparkctl.inventory.serve import ServeSpec, resolve_serve
+from sparkctl.secrets import mask_credentials
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to open the management SSH session to one node (per-node overrides applied)."""
+
+    name: str
+    host: str
+    user: str
+    port: int
+    identity_file: str | None
+    known_hosts: str
+    use_ssh_config: bool
+    connect_timeout: float
+    local: bool
+
+
+class Inventory(_Section):
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    user: str = Field(description="the SSH user, the same on every node")
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    nodes: list[Node] = Field(min_length=1, description="the Sparks, head first")
+    fabric: FabricSettings = Field(default_factory=FabricSettings)
+    container: ContainerSettings = Field(default_factory=ContainerSettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
+
+    _source: Path | None = PrivateAttr(default=None)
+    _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        return _login_word(value)
+
+    @model_validator(mode="after")
+    def _cross_checks(self, info: ValidationInfo) -> Inventory:
+        if info.context and info.context.get(SKIP_CROSS_CHECKS):
+            return self
+        problems = cross_check_problems(self.parts())
+        if problems:
+            raise ValueError(mask_credentials("; ".join(f"{field_path(loc)}: {message}" for loc, message in problems)))
+        return self
+
+    def parts(self) -> InventoryParts:
+        return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container)
+
+    # -- resolved views ------------------------------------------------------------------------------------
+    @property
+    def head(self) -> Node:
+        """MPI rank 0, the node that serves HTTP."""
+        return self.nodes[0]
+
+    @property
+    def topology(self) -> str:
+        return resolve_topology(self.fabric.topology, len(self.nodes)) or "switch"
+
+    def fabric_subnets(self) -> list[ipaddress.IPv4Network]:
+        """One subnet per twin. pair/switch: [twin 1, twin 2]; ring: cable i uses [2i] and [2i+1]."""
+        if self.fabric.subnets is not None:
+            return [ipaddress.IPv4Network(s) for s in self.fabric.subnets]
+        return default_subnets(self.topology, len(self.nodes))
+
+    @property
+    def tp_size(self) -> int:
+        return self.serve_spec().tp_size
+
+    def serve_spec(self) -> ServeSpec:
+        return resolve_serve(self.serve, len(self.nodes))
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no node named {name!r} in the inventory")
+
+    def ssh_target(self, node: Node | str) -> SshTarget:
+        node = self.node(node) if isinstance(node, str) else node
+        return SshTarget(
+            name=node.name,
+            host=node.host,
+            user=node.user or self.user,
+            port=node.port or self.ssh.port,
+            identity_file=node.identity_file or self.ssh.identity_file,
+            known_hosts=self.ssh.known_hosts,
+            use_ssh_config=self.ssh.use_ssh_config,
+            connect_timeout=self.ssh.connect_timeout,
+            local=node.local,
+        )
+
+    # -- where things were written ---------------------------------------------------------------------------
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    def line_of(self, *loc: str | int, nearest: bool = False) -> int | None:
+        """The line of a field, e.g. line_of("nodes", 1, "host"); with nearest, else its written parent's."""
+        loc_t = tuple(loc)
+        while True:
+            if loc_t in self._lines:
+                return self._lines[loc_t]
+            if not nearest or not loc_t:
+                return None
+            loc_t = loc_t[:-1]
+
+    def where(self, *loc: str | int) -> str:
+        """`file:line` of a field (its closest written parent if it was defaulted), for messages."""
+        name = str(self._source) if self._source else "<inventory>"
+        line = self.line_of(*loc, nearest=True)
+        return f"{name}:{line}" if line else name
+
+
+def inventory_json_schema() -> dict[str, Any]:
+    return Inventory.model_json_schema()
+
+
+def dump_inventory(inventory: Inventory) -> str:
+    """YAML for the inventory as written: fields never given are left out (and keep resolving as defaults)."""
+    data = inventory.model_dump(mode="json", exclude_unset=True)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)

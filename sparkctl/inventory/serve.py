@@ -1,0 +1,98 @@
+"""What an inventory's `serve:` section means once its preset and overrides are resolved."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.inventory.presets import DECODING_TYPES, default_preset_name, get_preset, thaw
+from sparkctl.inventory.sections import ServeSettings
+
+DEFAULT_MAX_DRAFT_LEN = {"eagle3": 3, "draft-target": 4}
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What to serve, with the preset and the inventory's overrides resolved."""
+
+    preset: str | None
+    model: str
+    draft: str | None
+    decoding: str
+    max_draft_len: int | None
+    tp_size: int
+    port: int
+    max_num_tokens: int
+    max_batch_size: int
+    # extra_llm_api_options without speculative_model_dir (the plan knows where the draft lives)
+    config: dict[str, Any] = field(compare=False)
+    hf_token_env: str = "HF_TOKEN"
+    weights_gb: float | None = None  # known only when the model is the preset's
+    draft_gb: float | None = None
+
+
+
+def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
+    """The preset (named, or the default for the node count when no model is given) under the overrides.
+
+    speculative_config.decoding_type and max_draft_len always follow the resolved decoding and
+    max_draft_len; decoding none drops speculative_config. serve.config is merged over the preset's config.
+    """
+    preset = None
+    if serve.preset:
+        preset = get_preset(serve.preset)
+    elif serve.model is None:
+        preset = get_preset(default_preset_name(node_count))
+
+    model = serve.model or preset.model
+    decoding = serve.decoding or (preset.decoding if preset else ("eagle3" if serve.draft else "none"))
+    draft = max_draft_len = None
+    if decoding != "none":
+        draft = serve.draft or (preset.draft if preset else None)
+        max_draft_len = serve.max_draft_len
+        if max_draft_len is None:
+            same = preset is not None and preset.decoding == decoding
+            max_draft_len = preset.max_draft_len if same else DEFAULT_MAX_DRAFT_LEN[decoding]
+
+    config = deep_merge(preset.config_dict() if preset else {}, thaw(serve.config))
+    if decoding == "none":
+        config.pop("speculative_config", None)
+    else:
+        speculative = config.setdefault("speculative_config", {})
+        if _decoding_of(speculative.get("decoding_type")) != decoding:
+            speculative["decoding_type"] = DECODING_TYPES[decoding]
+        speculative["max_draft_len"] = max_draft_len
+
+    own_model = preset is not None and model == preset.model
+    return ServeSpec(
+        preset=preset.name if preset else None,
+        model=model,
+        draft=draft,
+        decoding=decoding,
+        max_draft_len=max_draft_len,
+        tp_size=serve.tp_size or (preset.tp_size if preset else node_count),
+        port=serve.port if "port" in serve.model_fields_set or not preset else preset.port,
+        max_num_tokens=serve.max_num_tokens,
+        max_batch_size=serve.max_batch_size,
+        config=config,
+        hf_token_env=serve.hf_token_env,
+        weights_gb=preset.weights_gb if own_model else None,
+        draft_gb=preset.draft_gb if own_model and draft == preset.draft else None,
+    )
+
+
+def _decoding_of(decoding_type: Any) -> str | None:
+    return {"eagle": "eagle3", "eagle3": "eagle3", "drafttarget": "draft-target"}.get(
+        str(decoding_type).lower().replace("_", ""))
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into a copy of `base`, mapping by mapping."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

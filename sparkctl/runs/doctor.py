@@ -1,0 +1,129 @@
+"""`sparkctl doctor` end to end: connect, read facts once per node, plan, probe (one round trip per node), check;
+with --fix, run the bootstrap tasks that own the errors and look again; with --bundle, write the support bundle.
+Everything it finds is journaled."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sparkctl.doctor.bundle import write_bundle
+from sparkctl.doctor.diagnose import run_checks
+from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
+from sparkctl.doctor.fix import repair_selection
+from sparkctl.doctor.probes import run_probes
+from sparkctl.doctor.snapshot import Snapshot, doctor_plan
+from sparkctl.engine import Event, RunResult
+from sparkctl.errors import SparkctlError
+from sparkctl.inventory import Inventory
+from sparkctl.runs.journal import Journal, latest_runs
+from sparkctl.runs.outputs import check_writable
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, Session, run_playbook
+from sparkctl.secrets import SecretUnreadable, secret_from_env
+from sparkctl.tasks.context import RunOptions
+
+#: Run journals a support bundle carries, newest first.
+BUNDLE_JOURNALS = 5
+
+
+@dataclass
+class DoctorRequest:
+    limit: set[str] | None = None
+    forks: int = 32
+    become_password: str | None = None
+    #: run the owning bootstrap tasks for the errors found, then look again
+    fix: bool = False
+    #: write a support bundle here (the containers' logs are read for it too)
+    bundle: str | None = None
+
+
+@dataclass
+class Repair:
+    ran: set[str]
+    result: RunResult | None
+    needs_you: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class DoctorOutcome:
+    diagnosis: Diagnosis
+    snapshot: Snapshot
+    repair: Repair | None = None
+    bundle_sha256: str | None = None
+
+
+def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
+    """One look at the cluster: facts, plan and probes of every reachable node."""
+    with Session(inventory, limit=request.limit, forks=request.forks,
+                 become_password=request.become_password) as session:
+        before = time.time()
+        facts = session.gather()
+        after = time.time()
+        plan, plan_error = doctor_plan(inventory, facts)
+        probes = run_probes({n: t for n, t in session.transports.items() if n in facts}, inventory, plan, facts,
+                            want_logs=bool(request.bundle), forks=request.forks)
+        unreachable = dict(session.unreachable)
+    for node, probe in probes.items():
+        if probe.error and "connection lost" in probe.error:
+            unreachable[node] = probe.error  # powered off between the facts and the probes
+            facts.pop(node, None)
+    order = [n.name for n in inventory.nodes]
+    return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
+                    {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
+                    become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
+                    controller_time_slack=(after - before) / 2)
+
+
+def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:
+    snapshot = take_snapshot(inventory, request or DoctorRequest())
+    return run_checks(snapshot), snapshot
+
+
+def repair(inventory: Inventory, diagnosis: Diagnosis, request: DoctorRequest, emit: Callable[[Event], None]) -> Repair:
+    """Run the bootstrap tasks owning the errors (the same idempotent tasks as bootstrap)."""
+    graph = bootstrap_graph()
+    only, manual = repair_selection(diagnosis, graph)
+    if not only:
+        return Repair(only, None, manual)
+    run = RunRequest(options=RunOptions(become_password=request.become_password), limit=request.limit, only=only,
+                     forks=request.forks)
+    return Repair(only, run_playbook(inventory, graph, run, emit), manual)
+
+
+def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: Callable[[Diagnosis], None],
+               repair_emit: Callable[[Event], None]) -> DoctorOutcome:
+    """The whole command. `before_repair` shows the first diagnosis when a repair follows; `repair_emit` gets
+    the repair run's events (the journal gets them too)."""
+    if request.bundle:
+        check_writable(request.bundle, "--bundle")
+    # the token is read only so that redaction knows it (bundle, journal, output); an unreadable token file is
+    # a finding of the nodes' (no token there), not a reason to stop
+    with contextlib.suppress(SecretUnreadable):
+        secret_from_env(inventory.serve.hf_token_env)
+    with Journal(command="doctor") as journal:
+        diagnosis, snapshot = diagnose(inventory, request)
+        _journal(diagnosis, journal, "first")
+        outcome = DoctorOutcome(diagnosis, snapshot)
+        if request.fix and not diagnosis.healthy:
+            before_repair(diagnosis)
+            outcome.repair = repair(inventory, diagnosis, request,
+                                    lambda event: (journal(event), repair_emit(event)))
+            outcome.diagnosis, outcome.snapshot = diagnose(inventory, request)
+            _journal(outcome.diagnosis, journal, "after-fix")
+    if request.bundle:
+        try:
+            outcome.bundle_sha256 = write_bundle(request.bundle, outcome.diagnosis, outcome.snapshot,
+                                                 latest_runs(BUNDLE_JOURNALS))
+        except OSError as exc:
+            raise SparkctlError(f"cannot write the bundle {request.bundle}: {exc.strerror or exc}") from exc
+    return outcome
+
+
+def _journal(diagnosis: Diagnosis, journal: Journal, label: str) -> None:
+    for f in diagnosis.findings:
+        journal(Event("finding", node=None if f.node == CLUSTER else f.node, phase=f.phase, status=f.severity,
+                      message=f"{f.id}: {f.summary}", hint=f.fix, details=[f.evidence] if f.evidence else [],
+                      data={"severity": f.severity, "code": f.id, "pass": label}))

@@ -1,0 +1,109 @@
+"""`sparkctl inventory init`: reach the given hosts, read their facts, and write a commented inventory from what
+the nodes say about themselves.
+
+Never guesses silently: every assumption is returned (and written as a comment) so the CLI can show it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from sparkctl.errors import SparkctlError, Unreachable
+from sparkctl.facts import Facts, gather_facts, gather_local_controller_addrs
+from sparkctl.transport.connect import NodeAddress, connect_all
+
+
+@dataclass
+class InitResult:
+    text: str
+    assumptions: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _node_name(hostname: str, used: set[str], index: int) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", hostname.split(".")[0].lower()).strip("-")[:63] or f"spark{index + 1}"
+    base, n = name, 2
+    while name in used:
+        name, n = f"{base}-{n}", n + 1
+    used.add(name)
+    return name
+
+
+def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sparks",
+                     controller_addrs: frozenset[str] = frozenset()) -> InitResult:
+    """hosts[i] was reached as facts[i]; returns the inventory text, what was assumed, and what is wrong."""
+    assumptions: list[str] = []
+    problems: list[str] = []
+    users = {f.user for f in facts}
+    if len(users) > 1:
+        problems.append("the username differs between nodes (" + ", ".join(
+            f"{h}: {f.user}" for h, f in zip(hosts, facts, strict=True)) + "); use one user everywhere")
+    up = [f.up_ports() for f in facts]
+    count = len(hosts)
+    if count == 1:
+        topology, port = "single", "auto"
+    elif all(set(u) == {0, 1} for u in up) and count >= 3:
+        topology, port = "ring", "auto"
+        assumptions.append("both QSFP ports are Up on every node: assumed a ring (port 0 to the next node's port 1)")
+    else:
+        topology = "pair" if count == 2 else "switch"
+        if count > 2:
+            assumptions.append(f"{count} nodes with one port Up each: assumed they meet at a switch")
+        ports = {p for u in up for p in u}
+        if any(not u for u in up):
+            problems.append("no QSFP port is Up on " + ", ".join(
+                h for h, u in zip(hosts, up, strict=True) if not u) + ": plug the cable and run init again")
+            port = "auto"
+        elif len(ports) == 1:
+            port = next(iter(ports))
+        else:
+            port = "auto"
+            assumptions.append("the nodes use different Up ports: fabric.port is auto and each node uses its own "
+                               "interface names")
+    used: set[str] = set()
+    nodes = [{"name": _node_name(f.hostname or h, used, i), "host": h}
+             for i, (h, f) in enumerate(zip(hosts, facts, strict=True))]
+    for node in nodes:
+        if node["host"] in controller_addrs:
+            node["local"] = True  # sparkctl runs on this node: commands run there without ssh
+            assumptions.append(f"{node['host']} is this machine: marked local (commands run without ssh)")
+    not_spark = [h for h, f in zip(hosts, facts, strict=True) if not f.is_dgx_spark]
+    if not_spark:
+        assumptions.append(f"not recognised as DGX Spark: {', '.join(not_spark)} (kept; check /etc/dgx-release)")
+    doc = {
+        "cluster": {"name": cluster},
+        "user": next(iter(users)) if users else "nvidia",
+        "nodes": nodes,
+        "fabric": {"topology": topology, "port": port, "mtu": 9000},
+    }
+    header = ["# Written by `sparkctl inventory init` from what the nodes reported.",
+              f"# The first node ({nodes[0]['name']}) is the head: MPI rank 0, serves HTTP.",
+              "# Subnets default to one /24 per twin (192.168.100.0/24 + 192.168.101.0/24 for a pair or switch).",
+              "# serve: defaults to the preset for this node count; set serve.preset or serve.model to change it."]
+    header += [f"# assumed: {a}" for a in assumptions]
+    text = "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return InitResult(text=text, assumptions=assumptions, problems=problems)
+
+
+def draft_inventory(hosts: list[str], *, user: str | None, identity_file: str | None, known_hosts: str,
+                    cluster: str) -> InitResult:
+    """The inventory text for `hosts` (head first), with what had to be assumed; raises when a host cannot be
+    reached or the hosts do not make a cluster."""
+    specs = [NodeAddress(node=h, host=h, user=user, identity_file=identity_file) for h in hosts]
+    transports, unreachable = connect_all(specs, known_hosts_path=known_hosts)
+    try:
+        if unreachable:
+            first = next(iter(unreachable.values()))
+            raise Unreachable(f"{len(unreachable)} host(s) unreachable: {first}", hint=first.hint)
+        facts = [gather_facts(transports[h], h) for h in hosts]
+    finally:
+        for t in transports.values():
+            t.close()
+    result = describe_cluster(list(hosts), facts, cluster=cluster,
+                              controller_addrs=frozenset(gather_local_controller_addrs(include_loopback=False)))
+    if result.problems:
+        raise SparkctlError("; ".join(result.problems))
+    return result

@@ -1,0 +1,208 @@
+"""What `sparkctl serve status|logs|chat|bench|stop` do on the cluster, apart from the CLI that shows it.
+
+The endpoint is asked on the head (inside its container, over SSH) first: the inventory host may be an
+ssh_config alias or behind a jump host the controller cannot route HTTP through. Straight HTTP from this
+machine is used where it must be (streaming chat, bench timings) and reported otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sparkctl.errors import BadInput, SparkctlError
+from sparkctl.inventory import Inventory
+from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
+from sparkctl.plan.paths import state_dir
+from sparkctl.plan.serve import endpoint
+from sparkctl.runs.session import Session
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.tasks.serve.launch import kill_leftover_ranks
+from sparkctl.tasks.serve.server import ServerHandle, head_client
+from sparkctl.transport.base import Transport, q
+
+#: How long this machine waits for the endpoint before it goes through the head instead.
+DIRECT_TIMEOUT = 3.0
+
+
+@contextmanager
+def connected(inventory: Inventory, node_name: str) -> Iterator[Transport]:
+    """One SSH (or local) connection to a node of the inventory, closed on the way out."""
+    if node_name not in {n.name for n in inventory.nodes}:
+        raise BadInput(f"no node named {node_name} in the inventory",
+                       hint="nodes: " + ", ".join(n.name for n in inventory.nodes))
+    transport = Session(inventory).open(node_name)
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def server_handle(inventory: Inventory, transport: Transport) -> ServerHandle:
+    home = transport.run('printf %s "$HOME"', timeout=15).stdout.strip() or f"/home/{inventory.user}"
+    return ServerHandle(transport.run, transport.put, inventory.container.name, state_dir(inventory, home))
+
+
+# --- status -------------------------------------------------------------------------------------------------
+
+@dataclass
+class ServeStatus:
+    rows: list[tuple[str, str]] = field(default_factory=list)
+    healthy: bool = False
+
+
+def serve_status(inventory: Inventory) -> ServeStatus:
+    """Endpoint, health (asked on the head), whether this machine reaches it, models, version, the running
+    server's record and the acceptance length since the last read."""
+    url = endpoint(inventory)
+    direct = ServeClient(url, timeout=10)
+    reach, reach_why = direct.health_detail(timeout=DIRECT_TIMEOUT)
+    out = ServeStatus([("endpoint", url)])
+    try:
+        with connected(inventory, inventory.head.name) as transport:
+            client = head_client(transport, inventory, timeout=10)
+            health, why = client.health_detail()
+            out.rows.append(("health", _health_text(health, why) + f" (asked on {inventory.head.name})"))
+            _endpoint_rows(out, client, health)
+            handle = server_handle(inventory, transport)
+            record = handle.read_record()
+            alive = bool(record) and handle.alive(record.get("pid"))
+    except SparkctlError as exc:
+        health, record, alive = reach, None, False
+        out.rows.append(("head", f"not reachable over ssh: {exc.message}"))
+        out.rows.append(("health", _health_text(reach, reach_why) + " (asked from here)"))
+        _endpoint_rows(out, direct, reach)
+    out.rows.append(("from here", "reachable" if reach == 200 else
+                     f"not reachable ({reach or reach_why}); `serve chat` goes through the head, `serve bench` "
+                     "needs a route"))
+    if record:
+        uptime = time.time() - float(record.get("started") or time.time())
+        out.rows += [("server", f"pid {record.get('pid')} in {inventory.container.name}"
+                                f" ({'running' if alive else 'gone'})"),
+                     ("uptime", _duration(uptime) if alive else "-"), ("config", record.get("fingerprint", "-"))]
+    out.healthy = health == 200
+    return out
+
+
+def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int) -> None:
+    try:
+        out.rows.append(("models", ", ".join(client.models()) or "-"))
+    except EndpointError:
+        out.rows.append(("models", "-"))
+    out.rows.append(("version", client.version() or "-"))
+    try:
+        acceptance = acceptance_from_metrics(client.metrics()) if health == 200 else None
+    except EndpointError:
+        acceptance = None
+    out.rows.append(("acceptance length",
+                     f"{acceptance:.2f}" if acceptance else "- (no requests since the last read)"))
+
+
+def _health_text(status: int, why: str) -> str:
+    return "200 OK" if status == 200 else str(status) if status else f"no answer: {why}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+# --- logs ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class LogRead:
+    text: str
+    #: serve.log on the head; None for another node (its container's log)
+    path: str | None
+    #: bytes of serve.log already read (where following goes on)
+    offset: int = 0
+    missing: bool = False
+
+
+def read_log(inventory: Inventory, transport: Transport, node: str, lines: int) -> LogRead:
+    """The last `lines` of serve.log on the head, or of the container's log on another node."""
+    if node != inventory.head.name:
+        result = transport.run(f"docker logs --tail {int(lines)} {q(inventory.container.name)} 2>&1", timeout=60)
+        return LogRead(result.stdout, None)
+    path = server_handle(inventory, transport).log_path
+    result = transport.run(f"tail -n {int(lines)} {q(path)} 2>/dev/null; wc -c < {q(path)} 2>/dev/null", timeout=60)
+    *text, size = result.stdout.splitlines() or ["0"]
+    size = size.strip()
+    offset = int(size) if size.isdigit() else 0
+    return LogRead("\n".join(text) + "\n" if text else "", path, offset, missing=not text and offset == 0)
+
+
+def follow_log(transport: Transport, container: str, log: LogRead, every: float = 1.0) -> Iterator[str]:
+    """New log text as it comes (until the caller stops iterating)."""
+    since, offset = int(time.time()), log.offset
+    while True:
+        time.sleep(every)
+        if log.path is None:
+            now = int(time.time())
+            out = transport.run(f"docker logs --since {since} --until {now} {q(container)} 2>&1", timeout=30)
+            since = now
+        else:
+            out = transport.run(f"tail -c +{offset + 1} {q(log.path)} 2>/dev/null", timeout=30)
+            offset += len(out.stdout.encode())
+        if out.stdout:
+            yield out.stdout
+
+
+# --- chat and bench -----------------------------------------------------------------------------------------
+
+@contextmanager
+def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool = False) -> Iterator[ServeClient]:
+    """A client from this machine when the endpoint answers here; else one through the head (over SSH,
+    no streaming). `direct_only`: refuse instead (a benchmark through SSH would measure SSH)."""
+    url = endpoint(inventory)
+    model = inventory.serve_spec().model
+    direct = ServeClient(url, timeout=timeout, model=model)
+    status, why = direct.health_detail(timeout=DIRECT_TIMEOUT)
+    if status == 200:
+        yield direct
+        return
+    port = inventory.serve_spec().port
+    tunnel = (f"open a route, e.g. `ssh -N -L {port}:127.0.0.1:{port} {inventory.head.host}` and point at it, "
+              "or see `sparkctl serve status`")
+    if direct_only:
+        raise SparkctlError(f"{url} does not answer from this machine ({status or why})", hint=tunnel)
+    with connected(inventory, inventory.head.name) as transport:
+        client = head_client(transport, inventory, timeout=timeout)
+        health, head_why = client.health_detail()
+        if health != 200:
+            raise SparkctlError(f"{client.base_url}/health answers {health or 'nothing'}"
+                                + (f": {head_why}" if head_why else ""),
+                                hint="`sparkctl serve status` and `sparkctl serve logs`")
+        yield client
+
+
+# --- stop ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class StopResult:
+    pid: int | None = None
+    leftovers: list[str] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+
+def stop_server(inventory: Inventory, forks: int = 32) -> StopResult:
+    """TERM mpirun on the head (it takes its ranks down), then kill leftover ranks on every node with the
+    serve.launch task's own code."""
+    head = inventory.head.name
+    with Session(inventory, forks=forks) as session:
+        if head not in session.transports:
+            raise SparkctlError(f"cannot stop the server: {session.unreachable.get(head, f'{head} is not reachable')}")
+        result = StopResult(unreachable=dict(session.unreachable))
+        handle = server_handle(inventory, session.transports[head])
+        pid = (handle.read_record() or {}).get("pid")
+        if handle.stop(pid):
+            result.pid = pid
+        cluster = ClusterContext(inventory, RunOptions(), emit=lambda _event: None)
+        for node in inventory.nodes:
+            if node.name in session.transports:
+                cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+        result.leftovers = kill_leftover_ranks(cluster)
+        return result

@@ -1,0 +1,126 @@
+"""A session: one connection per node of an inventory, opened in parallel, closed on the way out; and a run of
+a task graph over it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sparkctl.engine import Event, Graph, Runner, RunResult
+from sparkctl.errors import BadInput
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
+from sparkctl.transport.base import Transport
+from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
+
+
+@dataclass
+class RunRequest:
+    options: RunOptions = field(default_factory=RunOptions)
+    limit: set[str] | None = None
+    only: set[str] | None = None
+    skip: set[str] | None = None
+    forks: int = 32
+
+    @classmethod
+    def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
+           become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
+           skip: set[str] | None = None, forks: int = 32) -> RunRequest:
+        options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
+                             become_password=become_password)
+        return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
+
+
+def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
+    known = {n.name for n in inventory.nodes}
+    unknown = sorted((limit or set()) - known)
+    if unknown:
+        raise BadInput(f"--limit: no node named {', '.join(unknown)} in the inventory",
+                       hint=f"nodes: {', '.join(sorted(known))}")
+
+
+class Session:
+    """Connections to the inventory's nodes (those of `limit`), each opened once and reused.
+
+    `transports` holds the nodes reached, `unreachable` why each other one was not.
+    """
+
+    def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = 32,
+                 become_password: str | None = None):
+        check_limit(inventory, limit)
+        self.inventory = inventory
+        self.forks = forks
+        self._options = {"known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
+                         "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
+        self.names = [n.name for n in inventory.nodes if not limit or n.name in limit]
+        self.transports: dict[str, Transport] = {}
+        self.unreachable: dict[str, str] = {}
+
+    def __enter__(self) -> Session:
+        addresses = [self.address(name) for name in self.names]
+        transports, unreachable = connect_all(addresses, forks=self.forks, **self._options)
+        self.transports = {n: transports[n] for n in self.names if n in transports}
+        self.unreachable = {n: str(unreachable[n]) for n in self.names if n in unreachable}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for transport in self.transports.values():
+            transport.close()
+
+    def address(self, name: str) -> NodeAddress:
+        target = self.inventory.ssh_target(name)
+        return NodeAddress(node=target.name, host=target.host, user=target.user, port=target.port,
+                           identity_file=target.identity_file, local=target.local)
+
+    def open(self, name: str) -> Transport:
+        """A NEW connection to the node's management address (proves the path still works); raises Unreachable."""
+        return open_transport(self.address(name), **self._options)
+
+    def gather(self, also: Callable[[Transport, Facts], object] | None = None) -> dict[str, Facts]:
+        """Every reached node's facts, in parallel (one round trip each); a node lost while its facts are read
+        moves to `unreachable`. `also(transport, facts)` runs on the same connection right after."""
+        def one(name: str) -> tuple[str, Facts | None, object, str]:
+            try:
+                facts = gather_node_facts(self.transports[name], self.inventory, self.inventory.node(name))
+                extra = also(self.transports[name], facts) if also is not None else None
+            except Exception as exc:  # noqa: BLE001 - a node lost while gathering is unreachable, the rest go on
+                return name, None, None, str(exc) or type(exc).__name__
+            if not facts.user and not facts.hostname:
+                return name, None, None, f"{name}: the node stopped answering while its facts were read"
+            return name, facts, extra, ""
+
+        out: dict[str, Facts] = {}
+        if not self.transports:
+            return out
+        with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.transports)))) as pool:
+            for name, facts, extra, error in pool.map(one, list(self.transports)):
+                if facts is None:
+                    self.unreachable[name] = error
+                else:
+                    facts.extra = extra
+                    out[name] = facts
+        return out
+
+
+def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None]) -> RunResult:
+    """Walk `graph` over the inventory's nodes (those of --limit), reporting through `emit`."""
+    check_limit(inventory, request.limit)
+    try:
+        graph = graph.select(request.only, request.skip)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+    options = request.options
+    with Session(inventory, limit=request.limit, forks=request.forks,
+                 become_password=options.become_password) as session:
+        cluster = ClusterContext(inventory, options, emit, new_transport=session.open)
+        for node in inventory.nodes:
+            if node.name in session.transports:
+                cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+        runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
+                        unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
+                        emit=emit)
+        result = runner.run()
+        result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
+    return result

@@ -1,0 +1,89 @@
+"""container.state: the files the container mounts, on every node: its entrypoint, its ssh keys (made on the
+node: private keys never leave it), the run dir and the MPI probe."""
+
+from __future__ import annotations
+
+import posixpath
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Task, TaskFailed
+from sparkctl.plan.mpi import MPI_PROBE, probe_source
+from sparkctl.tasks.context import NodeContext
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+CLIENT_KEY = "id_ed25519"
+HOST_KEY = "ssh_host_ed25519_key"
+
+
+class ContainerStateTask(Task):
+    name = "container.state"
+    phase = "container"
+    needs = ("preflight.node",)
+    description = "write the files the container mounts: entrypoint, container keys, run dir, MPI probe"
+    checks = ("in ~/.local/state/sparkctl/<cluster>/: entrypoint.sh and run/mpi_probe.py match sparkctl's "
+              "versions; container-ssh/ (mode 700) holds the container's client key and host key")
+    changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
+               "with ssh-keygen on the node (private keys never leave it)")
+
+    def _files(self, ctx: NodeContext) -> dict[str, str]:
+        return {"entrypoint.sh": ctx.plan().entrypoint, f"run/{MPI_PROBE}": probe_source()}
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        base = ctx.state_dir()
+        keys = posixpath.join(base, "container-ssh")
+        hf_cache = ctx.hf_cache_dir()
+        framing = Framing()
+        lines = [f"S={q(base)}"]
+        lines += [framing.section(f"file:{rel}", f'cat "$S"/{q(rel)} 2>/dev/null') for rel in self._files(ctx)]
+        lines.append(framing.section("have", "\n".join([
+            f'[ -d {q(hf_cache)} ] && echo hf_cache',
+            f'[ -d {q(hf_cache)} ] && [ ! -w {q(hf_cache)} ] && echo hf_cache_not_writable',
+            '[ -d "$S"/run ] && echo run',
+            '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
+            f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
+            f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey', "true"])))
+        sections = framing.texts(ctx.must("\n".join(lines), "reading sparkctl's state dir").stdout)
+        have = set(sections.get("have", "").split())
+        if "hf_cache_not_writable" in have:
+            # typically made by an earlier `docker run -v` (NVIDIA's procedure): docker creates it owned by root
+            raise TaskFailed(f"the HF cache {hf_cache} on {ctx.name} is not writable by {ctx.user}",
+                             hint=f"sudo chown -R {ctx.user}: {hf_cache}")
+        changes = []
+        for rel, content in self._files(ctx).items():
+            current = sections.get(f"file:{rel}", "")
+            if current != content:
+                path = posixpath.join(base, rel)
+                changes.append(Change(f"{'update' if current else 'write'} {path}",
+                                      diff=unified_diff(path, current or None, content),
+                                      payload=("file", path, content)))
+        if "run" not in have or "keydir" not in have:
+            changes.append(Change(f"create {base}/run and {base}/container-ssh (mode 700)", payload=("dirs",)))
+        if "hf_cache" not in have:
+            changes.append(Change(f"create the HF cache {hf_cache} (docker would create it owned by root)",
+                                  payload=("dirs",)))
+        if "client" not in have:
+            changes.append(Change("generate the container's client key container-ssh/id_ed25519",
+                                  payload=("key", CLIENT_KEY)))
+        if "hostkey" not in have:
+            changes.append(Change("generate the container's ssh host key container-ssh/ssh_host_ed25519_key",
+                                  payload=("key", HOST_KEY)))
+        return changes
+
+    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+        base = ctx.state_dir()
+        keys = posixpath.join(base, "container-ssh")
+        cluster = ctx.inventory.cluster.name
+        lines = [f"mkdir -p {q(ctx.hf_cache_dir())}",
+                 f"install -d -m 700 {q(base)} {q(keys)}", f"install -d -m 755 {q(base + '/run')}",
+                 f"chmod 700 {q(keys)}"]
+        for change in changes:
+            if change.payload[0] == "key":
+                key = posixpath.join(keys, change.payload[1])
+                comment = f"sparkctl-container-{cluster}@{ctx.name}"
+                lines.append(f"rm -f {q(key)} {q(key + '.pub')} && "
+                             f"ssh-keygen -q -t ed25519 -N '' -C {q(comment)} -f {q(key)}")
+        ctx.must(" && ".join(lines), "preparing sparkctl's state dir")
+        for change in changes:
+            if change.payload[0] == "file":
+                ctx.transport.put(change.payload[1], change.payload[2], mode=0o644)

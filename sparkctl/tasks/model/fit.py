@@ -1,0 +1,44 @@
+"""model.fit: refuse a model that cannot fit the nodes before anything is downloaded."""
+
+from __future__ import annotations
+
+from sparkctl.engine.events import Event
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.knowledge.fitcheck import fit_verdict, refusal_hint
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.tasks.context import ClusterContext
+
+
+class ModelFitTask(Task):
+    name = "model.fit"
+    phase = "model"
+    scope = Scope.CLUSTER
+    needs = ("preflight.node",)
+    description = "refuse a model that cannot fit before anything is downloaded"
+    checks = ("per node: the target's weights / tp_size + the draft + a KV-cache reserve against the node's "
+              "MemTotal; refused when larger, a warning above 90%")
+    changes = "nothing (read-only)"
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        inv = ctx.inventory
+        if not serving_enabled(inv):
+            return []
+        spec = inv.serve_spec()
+        ranks = min(spec.tp_size, len(inv.nodes))
+        refused = []
+        for name, nctx in ctx.nodes.items():
+            verdict = fit_verdict(name, spec.model, spec.weights_gb, ranks, spec.draft_gb,
+                                  nctx.facts().mem_total_kb)
+            if verdict.refused:
+                refused.append(verdict.line)
+            elif verdict.verdict in ("tight", "unknown"):
+                ctx.warn(verdict.line, task=self.name)
+            else:
+                ctx.emit(Event(event="log", task=self.name, node=name, message=verdict.line))
+        if not refused:
+            return []
+        hint = refusal_hint(spec.tp_size, len(inv.nodes))
+        if inv.serve.fit_check == "warn":
+            ctx.warn(f"{refused[0]} (going on: serve.fit_check is warn)", task=self.name)
+            return []
+        raise TaskFailed(refused[0], hint=f"{hint}; serve.fit_check: warn to try anyway", details=refused[1:])

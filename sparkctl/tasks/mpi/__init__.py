@@ -1,0 +1,5 @@
+"""Phase mpi: the Open MPI hostfile in every container, proven by mpirun from the head."""
+
+from sparkctl.tasks.mpi.hostfile import HostfileTask
+
+TASKS = [HostfileTask()]

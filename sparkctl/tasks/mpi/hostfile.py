@@ -1,0 +1,109 @@
+"""mpi.hostfile: the Open MPI hostfile in every container, proven by `mpirun hostname` from the head."""
+
+from __future__ import annotations
+
+import re
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.plan.mpi import MPIRUN_TIMEOUT, mpirun_line
+from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing, Section
+
+_TAGGED = re.compile(r"^\[\d+,(?P<rank>\d+)\]<stdout>:(?P<text>.*)$")
+
+
+def tagged_output(stdout: str) -> dict[int, list[str]]:
+    """`--tag-output` lines by rank (mpirun interleaves ranks' output in any order)."""
+    out: dict[int, list[str]] = {}
+    for line in stdout.splitlines():
+        m = _TAGGED.match(line)
+        if m:
+            out.setdefault(int(m["rank"]), []).append(m["text"])
+    return out
+
+
+class HostfileTask(Task):
+    name = HOSTFILE_TASK
+    phase = "mpi"
+    scope = Scope.CLUSTER
+    needs = ("container.ssh",)
+    description = "put the Open MPI hostfile in every container and prove mpirun reaches every node"
+    checks = (f"{HOSTFILE_PATH} in every container (and run/openmpi-hostfile on every node) is the planned one: "
+              "head first, then inventory order, one fabric address per line; then `mpirun -np N hostname` "
+              "from the head container returns every node's hostname in order")
+    changes = "writes the hostfile on the node and into each container (docker exec, atomic rename)"
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        want = ctx.plan().hostfile
+        head = ctx.inventory.head.name
+        # container.ssh's round trip usually carried these reads already (hostfile_reads)
+        sections = ctx.take_over(self.name)
+        if sections is None or set(sections) != set(ctx.nodes):
+            container = ctx.inventory.container.name
+            framing = Framing()
+            scripts = {n: f"{on_node}\ndocker exec {q(container)} sh -c {q(inside)} 2>/dev/null || true"
+                       for n, (on_node, inside) in hostfile_reads(ctx, framing).items()}
+            sections = {n: framing.split(r.stdout)
+                        for n, r in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items()}
+        changes, mpirun = [], None
+        for node, found in sections.items():
+            if node == head:
+                mpirun = found.get("mpirun")
+            for where in ("node", "container"):
+                section = found.get(f"{where}-hostfile")
+                have = section.output if section is not None else ""
+                if have.strip() != want.strip():
+                    label = f"{node}: {HOSTFILE_PATH} in the container" if where == "container" else \
+                        f"{node}: {host_hostfile_path(ctx.nodes[node])}"
+                    changes.append(Change(f"update {label}", diff=unified_diff(label, have or None, want),
+                                          payload=(node, where)))
+        if changes:
+            return changes
+        self._verify(ctx, mpirun)
+        return []
+
+    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+        want = ctx.plan().hostfile
+        container = ctx.inventory.container.name
+        for node, where in (c.payload for c in changes):
+            nctx = ctx.nodes[node]
+            if where == "node":
+                nctx.transport.put(host_hostfile_path(nctx), want, mode=0o644)
+                continue
+            tmp = HOSTFILE_PATH + ".sparkctl"
+            result = nctx.transport.exec_in(container, f"cat > {tmp} && chmod 644 {tmp} && mv -f {tmp} "
+                                            f"{HOSTFILE_PATH}", input=want, timeout=30)
+            if not result.ok:
+                raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
+                                 details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+
+    def _verify(self, ctx: ClusterContext, mpirun: Section | None = None) -> None:
+        """`mpirun hostname` from the head returns every node's hostname in rank order. mpirun: what check()
+        already got from the head; None runs mpirun here."""
+        inv = ctx.inventory
+        head = inv.head.name
+        if head not in ctx.nodes:
+            return
+        expected = [ctx.nodes[n.name].facts().hostname for n in inv.nodes]
+        if mpirun is None or mpirun.rc is None:
+            result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
+                                                       timeout=MPIRUN_TIMEOUT)
+            ok, stdout, stderr = result.ok, result.stdout, result.stderr
+        else:
+            ok, stdout = mpirun.ok, mpirun.output
+            stderr = "\n".join(ln for ln in stdout.splitlines() if not _TAGGED.match(ln))
+        got = [lines[0] if lines else "" for _, lines in sorted(tagged_output(stdout).items())]
+        if ok and got == expected:
+            return
+        tail = (stderr or stdout).strip().splitlines()[-4:]
+        raise TaskFailed(
+            f"mpirun -np {len(expected)} hostname from the head container returned {got or 'nothing'}, "
+            f"expected {expected}",
+            hint="`Connection refused`: a peer's container sshd is not up; a hang: the hostfile addresses are "
+                 "not on the interfaces in OMPI_MCA_btl_tcp_if_include (see verify.fabric)",
+            details=tail)
+

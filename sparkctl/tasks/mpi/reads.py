@@ -1,0 +1,37 @@
+"""What mpi.hostfile reads on every node, as framed shell: container.ssh's round trip carries it along (one
+round trip and one docker exec per node saved) and hands the answers over."""
+
+from __future__ import annotations
+
+import posixpath
+
+from sparkctl.plan.mpi import mpirun_line, timed
+from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+#: The task the reads are handed over to (ClusterContext.hand_over).
+HOSTFILE_TASK = "mpi.hostfile"
+
+
+def host_hostfile_path(ctx: NodeContext) -> str:
+    """The hostfile kept on the node, next to what the container mounts."""
+    return posixpath.join(ctx.state_dir(), "run", "openmpi-hostfile")
+
+
+def hostfile_reads(ctx: ClusterContext, framing: Framing) -> dict[str, tuple[str, str]]:
+    """Per node, (shell on the node, shell in the container): sections `node-hostfile`, `container-hostfile`
+    and, on the head, `mpirun` (`mpirun hostname`, its exit status as the section's), run only when the head's
+    hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours)."""
+    want = ctx.plan().hostfile
+    head = ctx.inventory.head.name
+    out = {}
+    for n, node in ctx.nodes.items():
+        inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
+        if n == head:
+            mpirun = timed(mpirun_line(len(ctx.inventory.nodes), "hostname"))
+            inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
+                       + framing.section("mpirun", f"{mpirun} 2>&1") + "\nfi")
+        out[n] = (framing.section("node-hostfile", f"cat {q(host_hostfile_path(node))} 2>/dev/null"), inside)
+    return out

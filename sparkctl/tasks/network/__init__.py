@@ -1,0 +1,8 @@
+"""Phase network: netplan addresses on the fabric twins, applied safely, proven by jumbo pings; and its undo."""
+
+from sparkctl.tasks.network.down import NetworkDown
+from sparkctl.tasks.network.netplan import NetplanTask
+from sparkctl.tasks.network.verify import NetworkVerify
+
+TASKS = [NetplanTask(), NetworkVerify()]
+DOWN_TASKS = [NetworkDown()]

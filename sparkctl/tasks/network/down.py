@@ -1,0 +1,78 @@
+"""down.network (`cluster down --network`): undo exactly what sparkctl did to a node's network."""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+
+from sparkctl.engine.task import Change, Task
+from sparkctl.plan.paths import network_state_dir
+from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.network import safe_apply as safe
+from sparkctl.transport.base import q
+
+
+def _read_originals(ctx: NodeContext) -> dict[str, str] | None:
+    """The recorded files, one line each: `<base64 of the name> <base64 of the content>`."""
+    base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original")
+    script = (f"[ -d {q(base)} ] || exit 0; cd {q(base)} && for f in *; do [ -f \"$f\" ] || continue; "
+              f"printf '%s %s\\n' \"$(printf '%s' \"$f\" | base64 -w0)\" \"$(base64 -w0 < \"$f\")\"; done")
+    result = ctx.must(script, "reading the recorded original network state", sudo=True)
+    files: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        name, _, content = line.partition(" ")
+        if name:
+            files[base64.b64decode(name).decode()] = base64.b64decode(content).decode()
+    return files or None
+
+
+class NetworkDown(Task):
+    name = "down.network"
+    phase = "network"
+    description = "restore the netplan files, fabric addresses and MTUs recorded before sparkctl's first change"
+    checks = "the record under /var/lib/sparkctl/<cluster>/network/original against the node's files and addresses"
+    changes = ("restores or removes each netplan file sparkctl changed, re-applies netplan (with the node-side "
+               "revert guard), removes the fabric addresses and MTUs sparkctl set, then deletes the record")
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        originals = _read_originals(ctx)
+        if originals is None:
+            return []
+        return [Change("restore the network as it was before bootstrap: " + ", ".join(
+            f"remove /etc/netplan/{n[:-7]}" if n.endswith(".absent") else f"restore /etc/netplan/{n}"
+            for n in sorted(originals) if n != "interfaces.json"), payload=originals)]
+
+    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+        originals = changes[0].payload
+        interfaces = json.loads(originals.get("interfaces.json") or "{}")
+        paths = [f"/etc/netplan/{n[:-7] if n.endswith('.absent') else n}" for n in originals if n != "interfaces.json"]
+        try:
+            run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
+            for name, content in originals.items():
+                if name == "interfaces.json":
+                    continue
+                if name.endswith(".absent"):
+                    ctx.must(f"rm -f {q('/etc/netplan/' + name[:-7])}", "removing the netplan file", sudo=True)
+                else:
+                    ctx.transport.put(f"/etc/netplan/{name}", content, mode=0o600, owner="root:root", sudo=True)
+            safe.netplan_apply(ctx, run_id)
+            safe.confirm(ctx, run_id)
+            facts = ctx.facts(refresh=True)
+            cmds = []
+            for iface, was in interfaces.items():
+                nic = facts.interfaces.get(iface)
+                if nic is None:
+                    continue
+                for addr in nic.ipv4():
+                    if str(addr) not in was["addresses"]:
+                        cmds.append(f"ip addr del {q(str(addr))} dev {q(iface)}")
+                for addr in was["addresses"]:
+                    if addr not in {str(a) for a in nic.ipv4()}:
+                        cmds.append(f"ip addr add {q(addr)} dev {q(iface)}")
+                if nic.mtu != was["mtu"]:
+                    cmds.append(f"ip link set dev {q(iface)} mtu {int(was['mtu'])}")
+            cmds.append(f"rm -rf {q(network_state_dir(ctx.inventory.cluster.name))}")
+            ctx.must("\n".join(cmds), "restoring the fabric addresses", sudo=True)
+        finally:
+            ctx.invalidate()

@@ -1,0 +1,145 @@
+"""network.netplan: one subnet per fabric twin, MTU 9000, through netplan, applied safely."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Task, TaskFailed
+from sparkctl.facts import NetplanFile
+from sparkctl.rules.fabric import interface_drift, management_names, twins_sharing_subnet
+from sparkctl.rules.netplan import conflicting_stanzas, without_stanzas
+from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.network import safe_apply as safe
+from sparkctl.transport.base import q
+
+
+def _planned(ctx: NodeContext) -> tuple[list[str], dict[str, str]]:
+    plan = ctx.plan()
+    ifaces = list(plan.fabric.ports[ctx.name].interfaces)
+    return ifaces, {i: str(a) for i, a in plan.fabric.addresses.get(ctx.name, {}).items()}
+
+
+def _guard_management(ctx: NodeContext, ifaces: list[str]) -> None:
+    touched = sorted(set(ifaces) & management_names(ctx.facts(), hosts=[ctx.node.host]))
+    if touched:
+        raise TaskFailed(
+            f"refusing to configure {', '.join(touched)} on {ctx.name}: it carries the management connection",
+            hint="pin other fabric.interfaces for this node, or reach it by its management port (enP7s7)",
+        )
+
+
+def _live_drift(ctx: NodeContext, ifaces: list[str]) -> list[str]:
+    """What `netplan apply` (and the removal of unplanned addresses) must still change, in words."""
+    plan = ctx.plan()
+    drift = []
+    unplanned: dict[str, list[str]] = {}
+    for d in interface_drift(ctx.facts(), ifaces, plan.fabric.addresses.get(ctx.name, {}), ctx.inventory.fabric.mtu):
+        if d.kind == "unplanned":
+            if d.interface not in unplanned:
+                unplanned[d.interface] = []
+                drift.append(d)
+            unplanned[d.interface].append(d.have)
+        else:
+            drift.append(d)
+    words = {"absent": "{i} is absent", "missing": "{i} lacks {want}", "mtu": "{i} mtu {have}, want {want}"}
+    out = [f"{d.interface} has unplanned {', '.join(unplanned[d.interface])}" if d.kind == "unplanned"
+           else words[d.kind].format(i=d.interface, have=d.have, want=d.want) for d in drift]
+    nets = [a.network for a in plan.fabric.addresses.get(ctx.name, {}).values()]
+    if len(nets) != len(set(nets)):
+        out.append("two twins share a subnet")
+    legacy = twins_sharing_subnet(ctx.facts(), ifaces)
+    if legacy:
+        net, names = next(iter(legacy.items()))
+        out.append(f"both twins in one subnet ({names[0]} and {names[1]} in {net}): the legacy scheme causes "
+                   "ARP/route confusion and NCCL failures; renumbering to one subnet per twin")
+    return out
+
+
+def readable_netplan_files(ctx: NodeContext) -> list[NetplanFile]:
+    """The netplan files from the facts, with the ones facts could not read (0600 root, and sudo needs the
+    password the fact script never has) read again through the transport's sudo, in one round trip."""
+    files = ctx.facts().netplan_files
+    unreadable = [f.path for f in files if f.content is None]
+    if not unreadable:
+        return files
+    script = "\n".join(f"printf '%s ' {q(p)}; base64 -w0 < {q(p)}; echo" for p in unreadable)
+    result = ctx.must(script, "reading the netplan files", sudo=True)
+    contents = {}
+    for line in result.stdout.splitlines():
+        name, _, encoded = line.rpartition(" ")
+        contents[name] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return [replace(f, content=contents.get(f.path, f.content)) for f in files]
+
+
+class NetplanTask(Task):
+    name = "network.netplan"
+    phase = "network"
+    needs = ("preflight.node", "preflight.cluster")
+    description = "address each fabric twin in its own subnet with MTU 9000, through netplan, safely"
+    checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, and the live "
+              "addresses and MTU of the fabric interfaces")
+    changes = ("writes the netplan file (mode 600, atomic), moves conflicting stanzas out (backed up), arms a "
+               "node-side revert, runs `netplan apply`, confirms over a new management connection, removes "
+               "unplanned addresses from the fabric twins, waits for the planned addresses")
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        plan = ctx.plan()
+        desired = plan.nodes[ctx.name].netplan
+        if desired is None:
+            return []
+        ifaces, _ = _planned(ctx)
+        _guard_management(ctx, ifaces)
+        files = readable_netplan_files(ctx)
+        path = ctx.inventory.fabric.netplan_file
+        current = next((f for f in files if f.path == path), None)
+        changes = []
+        if current is None or current.content != desired or current.mode not in (0o600, None):
+            why = "create" if current is None else ("update" if current.content != desired else "chmod 600")
+            changes.append(Change(f"{why} {path}", diff=unified_diff(path, current and current.content, desired),
+                                  payload=("file", path, desired)))
+        for other, keys in conflicting_stanzas(files, path, ifaces).items():
+            content = next(f.content for f in files if f.path == other)
+            after = without_stanzas(content, keys)
+            changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
+                                  "their addresses; the file is backed up)",
+                                  diff=unified_diff(other, content, after), payload=("move", other, after)))
+        drift = _live_drift(ctx, ifaces)
+        if drift:
+            changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
+        return changes
+
+    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+        files = {c.payload[1]: c.payload[2] for c in changes if c.payload[0] in ("file", "move")}
+        ifaces, wanted = _planned(ctx)
+        try:
+            if files:
+                paths = sorted(files)
+                safe.record_originals(ctx, paths, ifaces)
+                run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
+                for path, content in files.items():
+                    ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)
+                safe.netplan_apply(ctx, run_id)
+                safe.confirm(ctx, run_id)
+            else:
+                safe.netplan_apply(ctx)
+            _remove_unplanned(ctx, ifaces, wanted)
+            missing = safe.wait_for_addresses(ctx, wanted, ctx.inventory.fabric.mtu)
+            if missing:
+                raise TaskFailed(f"after netplan apply, {ctx.name} still lacks the planned fabric settings",
+                                 hint="see `journalctl -u systemd-networkd` on the node",
+                                 details=[f"{i}: {m}" for i, m in missing.items()])
+        finally:
+            ctx.invalidate()
+
+
+def _remove_unplanned(ctx: NodeContext, ifaces: list[str], wanted: dict[str, str]) -> None:
+    facts = ctx.facts(refresh=True)
+    cmds = []
+    for iface in ifaces:
+        for a in facts.addresses_of(iface):
+            if a.family == "inet" and str(a) != wanted.get(iface):
+                cmds.append(f"ip addr del {q(str(a))} dev {q(iface)}")
+    if cmds:
+        ctx.must("\n".join(cmds), "removing unplanned fabric addresses", sudo=True)

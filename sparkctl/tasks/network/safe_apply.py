@@ -1,0 +1,142 @@
+"""Applying netplan safely: record originals, arm a node-side revert, apply, confirm over a NEW connection.
+
+The revert runs on the node by itself (like `netplan try`): if sparkctl cannot reach the node over a fresh
+management connection after `netplan apply`, the node restores the previous files and applies them again.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+
+from sparkctl.engine.task import TaskFailed
+from sparkctl.plan.paths import network_state_dir
+from sparkctl.tasks.context import NodeContext
+from sparkctl.transport.base import q
+
+REVERT_SCRIPT = """#!/bin/sh
+# sparkctl netplan revert guard (like `netplan try`): once the apply is done, restores {backup} unless
+# {confirmed} appears within {timeout}s. Waits for the apply at most {wait_apply}s (a session cut mid-apply).
+echo $$ > {pidfile}
+i=0
+while [ ! -e {applied} ] && [ "$i" -lt {wait_apply} ]; do sleep 1; i=$((i+1)); done
+sleep {timeout}
+[ -e {confirmed} ] && exit 0
+[ -d {backup} ] || exit 0
+for f in {backup}/*.yaml; do [ -e "$f" ] && cp -p "$f" /etc/netplan/; done
+if [ -f {backup}/absent ]; then while read -r f; do rm -f "$f"; done < {backup}/absent; fi
+netplan apply
+date +%s > {reverted}
+"""
+#: how long `netplan apply` may take before the guard starts its confirm window anyway
+APPLY_TIMEOUT = 120
+
+
+def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) -> None:
+    """Keep the pre-sparkctl version of each file, and the fabric addresses and MTUs, once (for `cluster down
+    --network`); never overwrite them."""
+    base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original")
+    facts = ctx.facts()
+    live = {i: {"mtu": facts.interfaces[i].mtu, "addresses": [str(a) for a in facts.interfaces[i].ipv4()]}
+            for i in interfaces if i in facts.interfaces}
+    lines = [f"install -d -m 700 {q(base)}",
+             f"[ -e {q(base)}/interfaces.json ] || printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
+             f"> {q(base)}/interfaces.json"]
+    for path in paths:
+        name = posixpath.basename(path)
+        lines.append(
+            f"if [ ! -e {q(base)}/{q(name)} ] && [ ! -e {q(base)}/{q(name + '.absent')} ]; then "
+            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q(name)}; "
+            f"else touch {q(base)}/{q(name + '.absent')}; fi; fi"
+        )
+    ctx.must("\n".join(lines), "recording the original netplan files", sudo=True)
+
+
+def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
+    """Back up the current files and start the node-side timer. Returns the id to confirm with."""
+    run_id = f"{int(time.time() * 1000)}"
+    base = network_state_dir(ctx.inventory.cluster.name)
+    backup = posixpath.join(base, f"revert-{run_id}")
+    script = posixpath.join(base, f"revert-{run_id}.sh")
+    body = REVERT_SCRIPT.format(
+        backup=q(backup), confirmed=q(_marker(base, "confirmed", run_id)),
+        reverted=q(_marker(base, "reverted", run_id)), applied=q(_marker(base, "applied", run_id)),
+        pidfile=q(_marker(base, "guard", run_id) + ".pid"), timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30,
+    )
+    lines = [f"install -d -m 700 {q(backup)}"]
+    for path in paths:
+        lines.append(f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(backup)}/; "
+                     f"else echo {q(path)} >> {q(backup)}/absent; fi")
+    lines.append(f"cat > {q(script)} <<'SPARKCTL_EOF'\n{body}SPARKCTL_EOF")
+    # A new session, detached from ours: it must survive the very connection loss it guards against.
+    lines.append(f"setsid nohup /bin/sh {q(script)} >/dev/null 2>&1 < /dev/null &")
+    ctx.must("\n".join(lines), "arming the netplan revert", sudo=True)
+    return run_id
+
+
+def _marker(base: str, what: str, run_id: str) -> str:
+    return posixpath.join(base, f"{what}-{run_id}")
+
+
+def confirm(ctx: NodeContext, run_id: str) -> None:
+    """Prove the management path over a NEW connection, then disarm the revert (and stop its guard)."""
+    base = network_state_dir(ctx.inventory.cluster.name)
+    reverted, confirmed = _marker(base, "reverted", run_id), _marker(base, "confirmed", run_id)
+    pidfile = _marker(base, "guard", run_id) + ".pid"
+    script = (f"if [ -e {q(reverted)} ]; then echo reverted; exit 3; fi; touch {q(confirmed)} || exit 4; "
+              f"kill \"$(cat {q(pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
+    try:
+        fresh = ctx.cluster.new_transport(ctx.name)
+        try:
+            result = fresh.run(script, sudo=True, timeout=15)
+        finally:
+            fresh.close()
+    except Exception as exc:  # any failure to reach the node means: do not confirm
+        result, detail = None, str(exc)
+    else:
+        detail = (result.stderr or "").strip()
+    if result is not None and result.ok and "confirmed" in result.stdout:
+        return
+    window = int(ctx.options.netplan_confirm_timeout)
+    if result is not None and "reverted" in result.stdout:
+        raise TaskFailed(f"{ctx.name} already reverted the netplan change: the {window} s confirm window passed",
+                         hint="rerun; on a slow node raise --revert-after")
+    if result is not None and result.exit_code != 255:
+        raise TaskFailed(f"could not disarm the netplan revert on {ctx.name}; it reverts within {window} s",
+                         details=[detail] if detail else [])
+    raise TaskFailed(
+        f"after netplan apply, {ctx.name} could not be reached over a new management connection",
+        hint=f"the node restores its previous netplan files by itself within {window} s; check that the "
+             "fabric subnets do not overlap the management network or the controller's address",
+        details=[detail] if detail else [],
+    )
+
+
+def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> None:
+    """`netplan apply`; with a run id, tell the guard the apply is done (its confirm window starts then)."""
+    command = "netplan apply"
+    if run_id is not None:
+        applied = _marker(network_state_dir(ctx.inventory.cluster.name), "applied", run_id)
+        command = f"netplan apply; rc=$?; touch {q(applied)}; exit $rc"
+    ctx.must(command, "netplan apply", sudo=True, timeout=APPLY_TIMEOUT,
+             hint="run `sudo netplan generate` on the node to see the error")
+
+
+def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeout: float = 20.0) -> dict[str, str]:
+    """Poll until every planned address is present with the MTU (they appear a moment after apply)."""
+    deadline = time.monotonic() + timeout
+    missing: dict[str, str] = {}
+    while True:
+        facts = ctx.facts(refresh=True)
+        missing = {}
+        for iface, addr in wanted.items():
+            nic = facts.interfaces.get(iface)
+            have = {str(a) for a in nic.addresses} if nic else set()
+            if addr not in have:
+                missing[iface] = f"{addr} absent"
+            elif nic.mtu != mtu:
+                missing[iface] = f"mtu {nic.mtu}"
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.3)

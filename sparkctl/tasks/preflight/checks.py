@@ -1,0 +1,121 @@
+"""Preflight: read-only checks that stop the run before anything changes."""
+
+from __future__ import annotations
+
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.facts import Facts
+from sparkctl.knowledge.spark import PORT_SPEED_MBPS
+from sparkctl.rules.fabric import management_names
+from sparkctl.tasks.context import ClusterContext, NodeContext
+
+MAX_SKEW_S = 2.0
+
+
+class NodePreflight(Task):
+    name = "preflight.node"
+    phase = "preflight"
+    description = "read the node's facts; check user, sudo, docker access and the cabled fabric port"
+    checks = ("the user, passwordless sudo (or --ask-become-pass), DGX Spark identity, docker group, which "
+              "QSFP port has both twins Up, link speed, an active firewall")
+    changes = "nothing (read-only); a problem stops the run on that node before anything changes"
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        facts = ctx.facts(refresh=True)
+        inv = ctx.inventory
+        user = ctx.user
+        problems: list[str] = []
+        if facts.user != user:
+            problems.append(f"logged in as {facts.user!r}, the inventory says user {user!r}")
+        if not facts.sudo_nopasswd and not ctx.options.become_password:
+            problems.append(f"sudo needs a password for {facts.user} (rerun with --ask-become-pass, or allow "
+                            f"passwordless sudo: '{facts.user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/)")
+        if not facts.is_dgx_spark:
+            ctx.warn(f"not recognised as a DGX Spark (/etc/dgx-release: {facts.dgx_name or 'absent'}); "
+                     "going on", task=self.name)
+        if not facts.docker_cli:
+            problems.append("docker is not installed (DGX OS ships it; install docker and the NVIDIA runtime)")
+        elif not facts.docker_access:
+            problems.append(f"{facts.user} cannot run docker ({facts.docker_error or 'permission denied'}): "
+                            f"sudo usermod -aG docker {facts.user}, then log in again")
+        problems += _fabric_problems(ctx, facts)
+        if facts.firewall:
+            ports = f"22, {inv.container.ssh_port} (container ssh), {inv.serve.port} (serve)"
+            ctx.warn(f"a firewall is active ({facts.firewall}); these TCP ports must be open between the "
+                     f"nodes: {ports}, and NCCL's ports on the fabric", task=self.name)
+        if problems:
+            raise TaskFailed(f"{len(problems)} preflight problem(s) on {ctx.name}", details=problems)
+        return []
+
+
+def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
+    inv = ctx.inventory
+    if inv.topology == "single":
+        return []
+    pinned = ctx.node.fabric.interfaces
+    if pinned:
+        bad = [n for n in pinned if not facts.interface_up(n)]
+        return [f"pinned fabric interface {n} is {'absent' if n not in facts.interfaces else 'Down'}"
+                for n in bad]
+    up = facts.up_ports()
+    ports = facts.ports()
+    if not ports:
+        return ["no CX-7 fabric interface found (ibdev2netdev / /sys/class/infiniband show none)"]
+    problems = []
+    wanted = [0, 1] if inv.topology == "ring" else ([inv.fabric.port] if inv.fabric.port in (0, 1) else [])
+    for port in wanted:
+        if port not in up:
+            down = [t for t in ports.get(port, []) if not facts.interface_up(t)]
+            problems.append(f"QSFP port {port} is not Up (Down: {', '.join(down) or 'absent'}); "
+                            f"check the cable in port {port}" + (" (a ring cables port 0 to the next node's "
+                                                                 "port 1)" if inv.topology == "ring" else ""))
+    if not wanted and not up:
+        problems.append("no QSFP port has both twins Up: plug the cable (same port on both nodes) and check "
+                        "`ibdev2netdev`")
+    for port in (wanted or up):
+        for twin in ports.get(port, []):
+            speed = facts.interfaces.get(twin).speed_mbps if twin in facts.interfaces else None
+            if speed and speed < PORT_SPEED_MBPS:
+                ctx.warn(f"{twin} links at {speed // 1000} Gb/s, below 200 Gb/s (a switch may have negotiated "
+                         "100G; check the cable and the switch port)", task=NodePreflight.name)
+    mgmt = management_names(facts)
+    used = {t for p in (wanted or up) for t in ports.get(p, [])}
+    if used & set(facts.management_interfaces):
+        problems.append(f"the management session runs over {', '.join(sorted(used & mgmt))}: sparkctl never "
+                        "reconfigures that interface; reach the node by its management port (enP7s7)")
+    return problems
+
+
+class ClusterPreflight(Task):
+    name = "preflight.cluster"
+    phase = "preflight"
+    scope = Scope.CLUSTER
+    needs = ("preflight.node",)
+    description = "check that the nodes fit together: one user, clocks in step, cabling fits the topology"
+    checks = "the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers'"
+    changes = "nothing (read-only)"
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        facts = ctx.facts_by_node()
+        problems: list[str] = []
+        users = {f.user for f in facts.values()}
+        if len(users) > 1:
+            problems.append("the username differs between nodes (" + ", ".join(
+                f"{n}: {f.user}" for n, f in facts.items()) + "); NVIDIA's procedure needs one user everywhere")
+        times = {n: f.time for n, f in facts.items() if f.time}
+        if len(times) > 1:
+            skew = max(times.values()) - min(times.values())
+            if skew > MAX_SKEW_S:
+                ctx.warn(f"clocks differ by {skew:.1f} s between nodes (enable NTP: timedatectl "
+                                 "set-ntp true)", task=self.name)
+        if ctx.inventory.topology in ("pair", "switch"):
+            plan = ctx.plan()
+            used = {n: plan.fabric.ports[n].ports for n in facts}
+            if len({p for p in used.values()}) > 1:
+                ctx.warn("the nodes use different QSFP ports (" + ", ".join(
+                    f"{n}: port {'/'.join(str(x) for x in p)}" for n, p in used.items())
+                    + "); accepted: every per-node setting uses that node's own interface names",
+                    task=self.name)
+        if problems:
+            raise TaskFailed(f"{len(problems)} preflight problem(s) across the cluster", details=problems)
+        return []
+

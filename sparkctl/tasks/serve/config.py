@@ -1,0 +1,73 @@
+"""serve.config: the TensorRT-LLM config (extra_llm_api_options) for the image's release, on every node.
+
+Every rank reads the file at start, so each node gets it, in the mounted state dir (/sparkctl/serve inside
+the container). Keys the release does not have are never written; an override the release would reject is
+refused here, before anything is launched.
+"""
+
+from __future__ import annotations
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Task, TaskFailed
+from sparkctl.knowledge.trtllm_releases import Release, release_of
+from sparkctl.plan.serve import ReleaseConfig, release_config
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.serve.server import ServerHandle
+from sparkctl.transport.base import q
+
+
+def image_release(ctx: NodeContext) -> Release | None:
+    """The release of the image the node's container runs (its version label), else of the inventory's tag."""
+    inv = ctx.inventory
+    info = ctx.facts().containers.get(inv.container.name)
+    labels = info.labels if info is not None and info.exists else {}
+    return release_of(inv.container.image, labels)
+
+
+def desired_config(ctx: NodeContext) -> ReleaseConfig:
+    return release_config(ctx.inventory, image_release(ctx))
+
+
+def refuse_rejected(rc: ReleaseConfig) -> None:
+    if rc.refused:
+        raise TaskFailed(
+            f"serve.config has {len(rc.refused)} key(s) TensorRT-LLM {rc.release} would reject: "
+            + "; ".join(rc.refused),
+            hint="remove them from serve.config in the inventory (the args model forbids unknown keys, so the "
+                 "server would fail at start)")
+
+
+class ServeConfigTask(Task):
+    name = "serve.config"
+    phase = "serve"
+    needs = ("container.run", "model.fit")
+    description = "write the TensorRT-LLM config for the image's release on every node"
+    checks = ("<state>/run/serve/extra-llm-api-config.yml is the preset's config with serve.config merged "
+              "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "
+              "the image's com.nvidia.tensorrt-llm.version label, else its tag); an override key the release "
+              "would reject fails here, naming the key and the release")
+    changes = "writes the config file (atomic); `--diff` shows what changes"
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        if not serving_enabled(ctx.inventory):
+            return []
+        rc = desired_config(ctx)
+        refuse_rejected(rc)
+        if rc.release is None:
+            ctx.warn(f"cannot tell the TensorRT-LLM release of {ctx.inventory.container.image}: config keys not "
+                     "checked against it", task=self.name)
+        if rc.dropped:
+            ctx.log(f"left out of the config, TensorRT-LLM {rc.release} does not have: {', '.join(rc.dropped)}")
+        path = ServerHandle.of(ctx).config_path
+        current = ctx.transport.read(path)
+        want = rc.text()
+        if current == want:
+            return []
+        return [Change(f"{'update' if current is not None else 'create'} {path}",
+                       diff=unified_diff(path, current, want), payload=want)]
+
+    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+        handle = ServerHandle.of(ctx)
+        ctx.must(f"mkdir -p {q(handle.dir)}", "creating the serve dir")
+        ctx.transport.put(handle.config_path, changes[0].payload, mode=0o644)

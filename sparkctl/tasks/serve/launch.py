@@ -1,0 +1,150 @@
+"""serve.launch: mpirun from the head container, detached, until /health answers 200.
+
+/health is asked on the head itself (inside its container, over the SSH connection already open): the
+inventory host may be an ssh_config alias or behind a jump host or a firewall the controller cannot pass.
+
+Idempotent: the same config already serving and healthy is ok (same PID); a changed config or model
+restarts it (the config diff shows in `--diff`); a dead or unhealthy server is restarted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.events import Event
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.knowledge.serve_failures import likely_cause
+from sparkctl.plan.serve import endpoint, launch_command, launch_fingerprint
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.tasks.container.run import port_owner
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.serve.config import desired_config, refuse_rejected
+from sparkctl.tasks.serve.server import ServerHandle, head_client, leftover_ranks_script
+from sparkctl.transport.base import q
+
+#: Loading a 235B checkpoint from the page cache takes minutes; from disk longer.
+PROGRESS_EVERY_S = 10.0
+POLL_S = 1.0
+
+
+def desired_launch(head: NodeContext) -> tuple[str, str, str]:
+    """(config text, launch command, fingerprint) the head should be serving with."""
+    rc = desired_config(head)
+    refuse_rejected(rc)
+    text, command = rc.text(), launch_command(head.inventory)
+    return text, command, launch_fingerprint(text, command)
+
+
+class ServeLaunchTask(Task):
+    name = "serve.launch"
+    phase = "serve"
+    scope = Scope.CLUSTER
+    needs = ("serve.config", "model.fetch", "model.copy", "mpi.hostfile")
+    description = "start trtllm-serve with mpirun from the head container and wait for /health"
+    checks = ("<state>/run/serve/launch.json on the head names a live mpirun (PID in the container) started "
+              "with the planned config and launch line, and /health answers 200 on the head (asked inside its "
+              "container, over the SSH connection: the controller's route to the endpoint does not matter)")
+    changes = ("stops a stale server (mpirun TERM, leftover ranks on every node), then `docker exec -d` "
+               "mpirun ... trtllm-llmapi-launch trtllm-serve ..., logging to run/serve/serve.log; waits for "
+               "/health 200 with progress, or fails with the log's last lines and the likely cause")
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        if not serving_enabled(ctx.inventory):
+            return []
+        head = ctx.head()
+        text, command, fingerprint = desired_launch(head)
+        handle = ServerHandle.of(head)
+        record = handle.read_record()
+        if record is None:
+            return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}")]
+        pid = record.get("pid")
+        if not handle.alive(pid):
+            return [Change(f"restart the server on {head.name}: mpirun (pid {pid}) is gone "
+                           "(its log: run/serve/serve.log)")]
+        if record.get("fingerprint") != fingerprint:
+            diff = unified_diff("running config", record.get("config"), text) or ""
+            if record.get("command") != command:
+                diff += unified_diff("launch line", (record.get("command") or "") + "\n", command + "\n") or ""
+            return [Change(f"restart the server on {head.name}: the config or launch line changed",
+                           diff=diff or None)]
+        status, why = head_client(head.transport, ctx.inventory).health_detail()
+        if status != 200:
+            return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
+                           f"{status or 'nothing'}" + (f" ({why})" if why else ""))]
+        return []
+
+    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+        inv = ctx.inventory
+        head = ctx.head()
+        text, command, fingerprint = desired_launch(head)
+        handle = ServerHandle.of(head)
+        record = handle.read_record() or {}
+        if handle.stop(record.get("pid")):
+            ctx.emit(Event(event="log", task=self.name, node=head.name,
+                           message=f"stopped the server (pid {record.get('pid')})"))
+        kill_leftover_ranks(ctx)
+        port = inv.serve_spec().port
+        self._wait_port_free(head, port)
+        try:
+            pid = handle.launch(command, fingerprint)
+        except RuntimeError as exc:
+            raise TaskFailed(f"starting the server on {head.name} failed: {exc}") from exc
+        handle.write_record({"pid": pid, "fingerprint": fingerprint, "model": inv.serve_spec().model,
+                             "config": text, "command": command, "started": time.time(),
+                             "endpoint": endpoint(inv)})
+        self._wait_healthy(ctx, head, handle, pid)
+
+    def _wait_port_free(self, head: NodeContext, port: int) -> None:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if not head.run(f"ss -ltnH 'sport = :{int(port)}'", timeout=15).stdout.strip():
+                return
+            time.sleep(0.5)
+        head.invalidate()
+        owner = port_owner(head, port) or "another process"
+        raise TaskFailed(f"port {port} on {head.name} is taken by {owner}: the server cannot listen there",
+                         hint="stop that process, or set serve.port in the inventory")
+
+    def _wait_healthy(self, ctx: ClusterContext, head: NodeContext, handle: ServerHandle, pid: int) -> None:
+        client = head_client(head.transport, ctx.inventory)
+        url = client.base_url
+        started = time.monotonic()
+        next_note = started + PROGRESS_EVERY_S / 2
+        why = ""
+        while True:
+            status, why = client.health_detail()
+            if status == 200:
+                ctx.emit(Event(event="log", task=self.name, node=head.name,
+                               message=f"{url} is healthy after {time.monotonic() - started:.0f}s (pid {pid})"))
+                return
+            now = time.monotonic()
+            if not handle.alive(pid):
+                self._fail(head, handle, f"the server exited during start-up on {head.name}")
+            if now - started > ctx.inventory.serve.ready_timeout:
+                self._fail(head, handle, f"{url}/health did not answer 200 within {ctx.inventory.serve.ready_timeout}s "
+                                         f"(last: {status or why or 'no answer'}; the server is left running; a "
+                                         "rerun restarts it)")
+            if now >= next_note:
+                last = (handle.tail(1) or ["(no log line yet)"])[-1][:160]
+                ctx.emit(Event(event="log", task=self.name, node=head.name,
+                               message=f"waiting for {url}/health: {now - started:.0f}s; log: {last}"))
+                next_note = now + PROGRESS_EVERY_S
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _fail(head: NodeContext, handle: ServerHandle, message: str) -> None:
+        lines = handle.tail(40)
+        cause = likely_cause(lines)
+        hint = f"likely cause: {cause[0]}: {cause[1]}" if cause else f"see {handle.log_path} on {head.name}"
+        raise TaskFailed(message, hint=hint, details=lines[-12:])
+
+
+def kill_leftover_ranks(ctx: ClusterContext) -> list[str]:
+    """Ranks of our server that outlived their mpirun, on any node (they would hold GPU memory), killed.
+
+    `ctx`: a ClusterContext (the task's, or `sparkctl serve stop`'s); returns `node: pid` per rank."""
+    container = ctx.inventory.container.name
+    line = f"docker exec {q(container)} sh -c {q(leftover_ranks_script())} 2>/dev/null; true"
+    results = ctx.run_on_all({n: line for n in ctx.nodes}, timeout=30)
+    return [f"{n}: {p}" for n, r in results.items() for p in r.stdout.split()]

@@ -1,0 +1,82 @@
+"""serve.smoke: the endpoint answers a chat completion with real text (read-only).
+
+Asked on the head (inside its container, over the SSH connection): the answer proves the server, not the
+controller's route to it. Whether this machine reaches the endpoint too is only reported (`serve chat`
+and `serve bench` need it; the head does not).
+"""
+
+from __future__ import annotations
+
+from sparkctl.engine.events import Event
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics, is_degenerate
+from sparkctl.plan.serve import endpoint
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.serve.server import head_client
+
+SMOKE_PROMPT = "In one short sentence: what does a cluster of two computers do?"
+SMOKE_TOKENS = 32
+#: How long the controller waits for the endpoint before it says "not reachable from here".
+REACH_TIMEOUT = 3.0
+DEGENERATE_HINT = ("Eagle3 output that degenerates into one repeated character is a known TensorRT-LLM bug on "
+                   "SM12x (GB10), TensorRT-LLM #8615: use an image with the fix, or serve without the draft "
+                   "(serve.decoding: none) to confirm")
+
+
+class ServeSmokeTask(Task):
+    name = "serve.smoke"
+    phase = "serve"
+    scope = Scope.CLUSTER
+    needs = ("serve.launch",)
+    description = "prove the endpoint answers a chat completion with text"
+    checks = ("POST /v1/chat/completions on the head (from inside its container, over SSH) returns text that is "
+              "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
+              "length when the server gives it, and whether this machine reaches the endpoint too")
+    changes = "nothing (read-only)"
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        inv = ctx.inventory
+        if not serving_enabled(inv):
+            return []
+        head = ctx.head()
+        client = head_client(head.transport, inv, timeout=300)
+        where = client.base_url
+        status, why = client.health_detail()
+        if status != 200:
+            if ctx.options.check:
+                ctx.emit(Event(event="log", task=self.name, message=f"{where} is not serving yet: not tried"))
+                return []
+            raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
+                             hint="see `sparkctl serve logs` for the server's log")
+        try:
+            client.metrics()  # drain: the acceptance length below is this request's
+            reply = client.chat(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
+        except EndpointError as exc:
+            raise TaskFailed(f"a chat completion from {where} failed: {exc}") from exc
+        if not reply.text.strip():
+            raise TaskFailed(f"{where} answered a chat completion with no text",
+                             hint="see `sparkctl serve logs` for the server's log")
+        if is_degenerate(reply.text):
+            raise TaskFailed(f"{where} answered with one repeated character: {reply.text[:40]!r}",
+                             hint=DEGENERATE_HINT)
+        acceptance = reply.acceptance_length
+        if acceptance is None:
+            try:
+                acceptance = acceptance_from_metrics(client.metrics())
+            except EndpointError:
+                acceptance = None
+        shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
+        url = endpoint(inv)
+        reach, reach_why = ServeClient(url).health_detail(timeout=REACH_TIMEOUT)
+        ctx.emit(Event(event="log", task=self.name,
+                       message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
+                       data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
+                                       "acceptance_length": acceptance, "reachable_from_here": reach == 200}}))
+        if reach != 200:
+            port = inv.serve_spec().port
+            ctx.emit(Event(event="log", task=self.name,
+                           message=f"{url} does not answer from this machine ({reach or reach_why}); the server "
+                                   f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
+                                   f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
+        return []

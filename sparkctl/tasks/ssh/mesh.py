@@ -1,0 +1,128 @@
+"""ssh.mesh: every node's cluster key authorized on every other node, their real host keys pinned, and an ssh
+config block that makes `ssh <peer fabric address>` use them."""
+
+from __future__ import annotations
+
+import posixpath
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.plan.paths import cluster_key_name
+from sparkctl.plan.ssh import ssh_config_block
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.ssh.files import known_hosts_lines, merge_authorized_keys, merge_config_block, merge_known_hosts
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+from sparkctl.transport.hostkeys import host_key_name
+
+#: The files the mesh is made of, and where each is on a node.
+FILES = {
+    "pub": None,  # the cluster key's public half: its name depends on the cluster
+    "hostkey": "/etc/ssh/ssh_host_ed25519_key.pub",
+    "authorized_keys": '"$HOME"/.ssh/authorized_keys',
+    "known_hosts": '"$HOME"/.ssh/known_hosts',
+    "config": '"$HOME"/.ssh/config',
+}
+
+
+def ssh_files_script(cluster: str, framing: Framing) -> str:
+    """One section per file (absent: the section fails) and one with $HOME."""
+    paths = dict(FILES, pub=f'"$HOME"/.ssh/{q(cluster_key_name(cluster) + ".pub")}')
+    # `awk 1`, not cat: a file without a final newline gets one, so its text is exactly what the node holds
+    parts = [framing.section(name, f"awk 1 {path} 2>/dev/null") for name, path in paths.items()]
+    parts.append(framing.section("home", 'printf "%s" "$HOME"'))
+    return "\n".join(parts)
+
+
+def parse_ssh_files(stdout: str, framing: Framing) -> dict[str, str | None]:
+    sections = framing.split(stdout)
+    files: dict[str, str | None] = {name: (s.output if s.ok else None) for name, s in sections.items()}
+    return files
+
+
+def read_ssh_files(ctx: ClusterContext) -> dict[str, dict[str, str | None]]:
+    """One round trip per node (in parallel): the files the mesh is made of."""
+    framing = Framing()
+    script = ssh_files_script(ctx.inventory.cluster.name, framing)
+    results = ctx.run_on_all({n: script for n in ctx.nodes})
+    out = {}
+    for node, result in results.items():
+        if not result.ok:
+            raise TaskFailed(f"reading ~/.ssh on {node} failed", details=[result.stderr.strip()])
+        out[node] = parse_ssh_files(result.stdout, framing)
+    return out
+
+
+class SshMeshTask(Task):
+    name = "ssh.mesh"
+    phase = "ssh"
+    scope = Scope.CLUSTER
+    needs = ("ssh.keys", "network.netplan")
+    description = "authorize every node's cluster key on every other node and pin their real host keys"
+    checks = ("each node's authorized_keys holds every peer's cluster key exactly once; known_hosts holds each "
+              "peer's host key (read from the peer) for its management and fabric addresses; ~/.ssh/config "
+              "makes `ssh <peer fabric ip>` use the cluster key")
+    changes = "rewrites those three files atomically (mode 600), touching only sparkctl's own lines and stale entries"
+
+    def desired(self, ctx: ClusterContext, files: dict[str, dict[str, str | None]]) -> dict[str, dict[str, str]]:
+        inv = ctx.inventory
+        cluster = inv.cluster.name
+        plan = ctx.plan()
+        pubs, hostkeys, names = {}, {}, {}
+        for node in inv.nodes:
+            f = files.get(node.name)
+            if f is None:
+                continue
+            pub = f.get("pub")
+            if not pub and ctx.options.check:
+                # --check: ssh.keys has not generated it; show where its line goes
+                pub = f"ssh-ed25519 <new-cluster-key-of-{node.name}> sparkctl-{cluster}@{node.name}"
+            if not pub or not f.get("hostkey"):
+                raise TaskFailed(f"{node.name}: cluster key or ssh host key missing",
+                                 hint="rerun bootstrap; check /etc/ssh/ssh_host_ed25519_key.pub on the node")
+            pubs[node.name] = pub.strip()
+            hostkeys[node.name] = " ".join(f["hostkey"].split()[:2])
+            fabric = [str(a.ip) for a in plan.fabric.addresses.get(node.name, {}).values()]
+            names[node.name] = [host_key_name(str(node.host), node.port or inv.ssh.port or 22)] + fabric
+        wanted: dict[str, dict[str, str]] = {}
+        for node in files:
+            peers = [p for p in pubs if p != node]
+            auth = merge_authorized_keys(files[node].get("authorized_keys") or "", [pubs[p] for p in peers], cluster)
+            entries = [(names[p], hostkeys[p]) for p in peers]
+            known = merge_known_hosts(files[node].get("known_hosts") or "", known_hosts_lines(entries, cluster),
+                                      {n for p in peers for n in names[p]}, cluster)
+            home = files[node].get("home")
+            if not home:  # SFTP does not expand `~`: never write to a guessed path
+                raise TaskFailed(f"{node}: $HOME is not set for {inv.user}")
+            block = ssh_config_block(inv, [n for p in peers for n in names[p][1:]], home)
+            config = merge_config_block(files[node].get("config") or "", block, cluster)
+            wanted[node] = {"authorized_keys": auth, "known_hosts": known, "config": config}
+        return wanted
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        files = read_ssh_files(ctx)
+        changes = []
+        for node, want in self.desired(ctx, files).items():
+            for name, content in want.items():
+                have = files[node].get(name)
+                if have != content:
+                    path = f"~/.ssh/{name}"
+                    changes.append(Change(f"{node}: update {path}", diff=unified_diff(f"{node}:{path}", have, content),
+                                          payload=(node, name, content, files[node].get("home"))))
+        return changes
+
+    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+        for change in changes:
+            node, name, content, home = change.payload
+            path = posixpath.join(home, ".ssh", name)
+            ctx.nodes[node].transport.put(path, content, mode=kept_mode(ctx.nodes[node], path))
+
+
+def kept_mode(node_ctx: NodeContext, path: str) -> int:
+    """The file's mode as the user left it (never group/world-writable: sshd would refuse it); 600 if new.
+
+    Also makes sure ~/.ssh exists.
+    """
+    result = node_ctx.run(f'install -d -m 700 "$HOME"/.ssh && stat -c %a {q(path)} 2>/dev/null || true')
+    found = result.stdout.strip()
+    return int(found, 8) & 0o644 if found.isdigit() else 0o600

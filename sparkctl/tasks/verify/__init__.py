@@ -1,0 +1,5 @@
+"""Phase verify: each container's real settings against its node's real interfaces, and an MPI probe."""
+
+from sparkctl.tasks.verify.fabric import FabricVerify
+
+TASKS = [FabricVerify()]
