@@ -11,9 +11,10 @@ import statistics
 import tempfile
 import time
 
-from sparkctl.doctor.diagnose import DoctorRequest, run_checks, take_snapshot
+from sparkctl.doctor.diagnose import run_checks
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.lab import Lab
+from sparkctl.runs.doctor import DoctorRequest, take_snapshot
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.transport import connect
@@ -36,9 +37,9 @@ def count_round_trips() -> list[int]:
             t.close = closing
         return transports, unreachable
 
-    import sparkctl.doctor.diagnose as diagnose_module
+    import sparkctl.runs.session as session_module
 
-    diagnose_module.connect_all = counting
+    session_module.connect_all = counting
     return totals
 
 

@@ -1,4 +1,4 @@
-"""The one list of exit codes (ARCHITECTURE.md, Contracts)."""
+"""The one list of exit codes (docs/architecture.md; the README lists them for users)."""
 
 from enum import IntEnum
 

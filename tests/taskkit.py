@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 FACT_CAPTURES = REPO / "tests" / "fixtures" / "facts"
 TASK_FIXTURES = REPO / "tests" / "fixtures" / "tasks"
 
-# REFERENCE.md §2: the four CX-7 twins of a Spark and their RoCE devices, by physical port.
+# nvidia/connect-two-sparks/README.md, Step 2: the four CX-7 twins of a Spark and their RoCE devices, by port.
 SPARK_PORTS: dict[int, tuple[tuple[str, str], tuple[str, str]]] = {
     0: (("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")),
     1: (("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1")),

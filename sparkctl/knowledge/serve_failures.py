@@ -1,4 +1,6 @@
-"""PURE: the likely cause of a failed server start, from known signatures in its log (REFERENCE.md §7)."""
+"""PURE: the likely cause of a failed server start, from known signatures in its log (the troubleshooting tables
+of NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md and nvidia/speculative-decoding/README.md, and
+TensorRT-LLM's own error messages)."""
 
 from __future__ import annotations
 

@@ -197,3 +197,11 @@ def without_keys(config: dict, paths: list[str]) -> dict:
         elif not sub:
             out.pop(head, None)
     return out
+
+
+#: Image tags with multi-node problems on Sparks: tag -> what goes wrong (from users' field reports; the TensorRT-LLM
+#: issue and pull request numbers where there are some).
+KNOWN_BAD_RELEASES = {
+    "1.3.0rc13": "two-node TP=2 segfaulted in a field report (the same setup worked on 1.2.0rc6)",
+    "1.3.0rc10": "NCCL_SYMMETRIC all-reduce segfaults or hangs on dual GB10 (TensorRT-LLM #12715, fixed by #12902)",
+}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory
 from sparkctl.plan.container import (
     ContainerSpec,
     container_spec,
@@ -35,7 +36,7 @@ class ClusterPlan:
     launch_command: str
 
 
-def plan_cluster(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> ClusterPlan:
+def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
     facts_by_node = facts_by_node or {}
     fabric = plan_fabric(inventory, facts_by_node)
     nodes = {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
 
 from sparkctl.errors import SparkctlError
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory, Node
 from sparkctl.knowledge.spark import DEFAULT_PORT, SPARK_ROCE, SPARK_TWINS
 from sparkctl.plan.render import render
 
@@ -75,25 +76,24 @@ class FabricPlan:
         return None
 
 
-def _roce_for(netdev: str, facts: Any | None) -> str:
+def _roce_for(netdev: str, facts: Facts | None) -> str:
     if facts is not None:
-        for dev in getattr(facts, "roce", []) or []:
+        for dev in facts.roce:
             if dev.netdev == netdev:
                 return dev.device
     return SPARK_ROCE.get(netdev, "")
 
 
-def _up_ports(facts: Any) -> dict[int, list[str]]:
-    up = facts.up_ports() if hasattr(facts, "up_ports") else {}
-    return {int(p): list(twins) for p, twins in up.items()}
+def _up_ports(facts: Facts) -> dict[int, list[str]]:
+    return {int(p): list(twins) for p, twins in facts.up_ports().items()}
 
 
-def select_ports(inventory: Any, node: Any, facts: Any | None) -> NodePorts:
+def select_ports(inventory: Inventory, node: Node, facts: Facts | None) -> NodePorts:
     """The twins a node uses: pinned names, else what is cabled (facts), else the inventory port, else port 1."""
     topology = inventory.topology
     if topology == "single":
         return NodePorts(node.name, (), (), (), "inventory")
-    pinned = getattr(getattr(node, "fabric", None), "interfaces", None)
+    pinned = node.fabric.interfaces
     if pinned:
         names = tuple(pinned)
         return NodePorts(node.name, (None,), names, tuple(_roce_for(n, facts) for n in names), "pinned")
@@ -126,7 +126,7 @@ def select_ports(inventory: Any, node: Any, facts: Any | None) -> NodePorts:
     return NodePorts(node.name, ports, names, tuple(_roce_for(n, facts) for n in names), source)
 
 
-def _existing(facts: Any | None, iface: str, subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Interface | None:
+def _existing(facts: Facts | None, iface: str, subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Interface | None:
     if facts is None:
         return None
     nic = facts.interfaces.get(iface)
@@ -140,7 +140,7 @@ def _existing(facts: Any | None, iface: str, subnet: ipaddress.IPv4Network) -> i
     return None
 
 
-def _slots(inventory: Any, ports: dict[str, NodePorts]) -> list[tuple[str, str, ipaddress.IPv4Network, int]]:
+def _slots(inventory: Inventory, ports: dict[str, NodePorts]) -> list[tuple[str, str, ipaddress.IPv4Network, int]]:
     """(node, interface, subnet, default host number) for every fabric interface that gets an address."""
     subnets = [ipaddress.IPv4Network(str(s)) for s in inventory.fabric_subnets()]
     names = [n.name for n in inventory.nodes]
@@ -167,7 +167,7 @@ def _twin_on(ports: NodePorts, port: int, twin: int) -> str:
     return SPARK_TWINS[port][twin]
 
 
-def plan_fabric(inventory: Any, facts_by_node: dict[str, Any] | None = None) -> FabricPlan:
+def plan_fabric(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> FabricPlan:
     """Addresses for every fabric twin. Addresses that already satisfy the inventory are kept (never renumber)."""
     facts_by_node = facts_by_node or {}
     ports = {n.name: select_ports(inventory, n, facts_by_node.get(n.name)) for n in inventory.nodes}
@@ -220,7 +220,7 @@ def neighbour_routes(plan: FabricPlan, node: str) -> dict[str, list[tuple[str, s
     return routes
 
 
-def render_netplan(inventory: Any, node: str, plan: FabricPlan) -> str:
+def render_netplan(inventory: Inventory, node: str, plan: FabricPlan) -> str:
     addrs = plan.addresses.get(node, {})
     routes = neighbour_routes(plan, node) if inventory.topology == "ring" else {}
     interfaces = [

@@ -11,7 +11,7 @@ import pytest
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from tests.lab.conftest import poll
-from tests.lab.test_bootstrap_network_kit import bootstrap, fabric_of, snapshot
+from tests.lab.network_kit import bootstrap, fabric_of, snapshot
 
 pytestmark = pytest.mark.lab
 
@@ -72,7 +72,7 @@ def test_nodes_have_the_planned_addresses_and_mtu_9000(converged, key):
             subnets_in_use.setdefault(net, set()).add(n.name)
     # every subnet links the two ends of a cable (or all switch ports), never a node alone
     assert all(len(nodes) >= 2 for nodes in subnets_in_use.values()), subnets_in_use
-    if key == "pair":  # the playbook's own numbers (REFERENCE.md §2, current scheme)
+    if key == "pair":  # the playbook's own numbers (nvidia/connect-two-sparks/README.md, Step 3)
         assert planned["spark1"] == {"enp1s0f1np1": "192.168.100.10/24", "enP2p1s0f1np1": "192.168.101.10/24"}
         assert planned["spark2"] == {"enp1s0f1np1": "192.168.100.11/24", "enP2p1s0f1np1": "192.168.101.11/24"}
     if key == "ring3":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.inventory import load_inventory
-from tests.lab.test_bootstrap_network_kit import bootstrap, snapshot, sparkctl
+from tests.lab.network_kit import bootstrap, snapshot, sparkctl
 
 pytestmark = pytest.mark.lab
 

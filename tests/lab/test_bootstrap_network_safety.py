@@ -11,13 +11,14 @@ import pytest
 from sparkctl.engine.task import TaskFailed
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
+from sparkctl.plan.paths import network_state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
-from sparkctl.runs.session import RunRequest, node_specs, run_playbook
+from sparkctl.runs.session import RunRequest, Session, run_playbook
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.network import safe_apply as safe
 from sparkctl.transport.connect import open_transport
 from tests.lab.conftest import poll, ssh
-from tests.lab.test_bootstrap_network_kit import (
+from tests.lab.network_kit import (
     bootstrap,
     fabric_of,
     snapshot,
@@ -49,7 +50,7 @@ def revert_lab(lab_factory):
 def node_context(lab, node: str, confirm_timeout: float, connect_timeout: float = 5) -> NodeContext:
     """A task's view of one lab node, as a run builds it: a session, and a way to open a NEW connection."""
     inventory = load_inventory(lab.inventory_path)
-    specs = {s.node: s for s in node_specs(inventory)}
+    specs = {n.name: Session(inventory).address(n.name) for n in inventory.nodes}
     options = dict(known_hosts_path=inventory.ssh.known_hosts, use_ssh_config=False, connect_timeout=connect_timeout)
     cluster = ClusterContext(inventory, RunOptions(netplan_confirm_timeout=confirm_timeout), emit=lambda _e: None,
                              new_transport=lambda name: open_transport(specs[name], **options))
@@ -60,7 +61,7 @@ def node_context(lab, node: str, confirm_timeout: float, connect_timeout: float 
 
 
 def state_files(lab, node: str, cluster: str) -> list[str]:
-    return lab.exec(node, ["ls", safe.state_dir(cluster)]).stdout.split()
+    return lab.exec(node, ["ls", network_state_dir(cluster)]).stdout.split()
 
 
 def port_open(host: str, port: int = 22) -> bool:
@@ -94,7 +95,7 @@ def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_la
     # applied from inside: the session's own connection is what this change cuts
     assert lab.exec(node, ["netplan", "apply"]).returncode == 0
     # what safe.netplan_apply does after the apply: the guard's confirm window starts now
-    lab.exec(node, ["touch", f"{safe.state_dir(lab.names.cluster_name)}/applied-{run_id}"], check=True)
+    lab.exec(node, ["touch", f"{network_state_dir(lab.names.cluster_name)}/applied-{run_id}"], check=True)
     assert poll(lambda: mgmt_addresses(lab, node) == [f"{moved}/24"], timeout=5), mgmt_addresses(lab, node)
     assert not port_open(mgmt_ip)
     with pytest.raises(TaskFailed, match="could not be reached over a new management connection"):
@@ -204,7 +205,7 @@ def test_a_node_lost_before_the_ssh_phase_is_unreachable_and_a_rerun_converges(l
 
     try:
         result = run_playbook(inventory, bootstrap_graph(), RunRequest(only={"preflight", "network", "ssh"}), emit)
-        assert result.exit_status() == ExitStatus.UNREACHABLE, [(o.task, o.node, o.status, o.message)
+        assert result.exit_status() == ExitStatus.UNREACHABLE, [(o.task, o.node, o.status, o.message, o.details)
                                                                 for o in result.outcomes]
         recap = events[-1]
         assert recap.event == "recap" and recap.exit_status == 3

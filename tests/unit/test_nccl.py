@@ -1,4 +1,5 @@
-"""The NCCL log parser on real NCCL 2.28.9 logs, plus IB lines in the form REFERENCE.md quotes."""
+"""The NCCL log parser on real NCCL 2.28.9 logs, plus IB lines in the form NCCL's
+documentation quotes (docs.nvidia.com/deeplearning/nccl, Environment Variables and Troubleshooting)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The two-Spark inventory against golden files, and against NVIDIA's official procedure (REFERENCE.md §4-5).
+"""The two-Spark inventory against golden files, and against NVIDIA's official procedure (NVIDIA/dgx-spark-playbooks,
+nvidia/speculative-decoding/README.md and nvidia/trt-llm/README.md).
 
 Every difference from the official procedure must be one of DELIBERATE_IMPROVEMENTS, with its reason; any other
 difference fails, and so does an improvement that no longer appears (the list stays true).
@@ -27,7 +28,7 @@ INVENTORY = REPO / "inventories" / "two-sparks.yaml"
 HOME = "/home/nvidia"  # the inventory's user; offline, the plan assumes /home/<user>
 
 # --- the official procedure, as data ------------------------------------------------------------------------
-# The speculative-decoding two-Spark playbook: interfaces of port 1, image 1.3.0rc12 (REFERENCE.md §4).
+# The speculative-decoding two-Spark playbook: interfaces of port 1, image 1.3.0rc12 (nvidia/speculative-decoding).
 OFFICIAL_IFACES = "enp1s0f1np1,enP2p1s0f1np1"
 OFFICIAL_DOCKER_RUN = f"""
 docker run -d --rm --name trtllm-multinode --gpus '"device=all"' --network host
@@ -61,7 +62,7 @@ mpirun -x CPATH=/usr/local/cuda/include -x TRITON_PTXAS_PATH=/usr/local/cuda/bin
   trtllm-llmapi-launch trtllm-serve $MODEL --backend pytorch --tp_size 2 --max_num_tokens 1024
   --extra_llm_api_options /tmp/extra-llm-api-config.yml --port 8355 --host 0.0.0.0
 """
-# NVIDIA's entrypoint (fetched with curl): sshd and the client config it writes (REFERENCE.md §4).
+# NVIDIA's entrypoint (fetched with curl): sshd and the client config it writes (nvidia/trt-llm/README.md).
 OFFICIAL_SSHD = {"Port": "2233", "PermitRootLogin": "yes", "PubkeyAuthentication": "yes"}
 OFFICIAL_SSH_CLIENT = {"Port": "2233", "StrictHostKeyChecking": "no", "UserKnownHostsFile": "/dev/null"}
 

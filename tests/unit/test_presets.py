@@ -4,7 +4,8 @@ import pytest
 
 from sparkctl.inventory.presets import PRESETS, default_preset_name, get_preset, preset_names
 
-# REFERENCE.md §5, the two-Spark playbook's extra_llm_api_options without speculative_model_dir
+# nvidia/speculative-decoding/README.md, the two-Spark playbook's extra_llm_api_options without
+# speculative_model_dir
 PLAYBOOK_CONFIG = {
     "enable_attention_dp": False,
     "disable_overlap_scheduler": False,

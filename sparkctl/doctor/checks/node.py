@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkctl.doctor.findings import CLUSTER, Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
+from sparkctl.knowledge.trtllm_releases import KNOWN_BAD_RELEASES
 from sparkctl.rules.serving import serving_enabled
 
 MAX_SKEW_S = 2.0
@@ -13,11 +14,6 @@ PAGE_CACHE_FRACTION = 0.25
 HF_CACHE_MIN_FREE_GB = 20.0
 DROP_CACHES = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
 
-#: Releases with multi-node problems on Sparks: tag -> what goes wrong (the source is named in each).
-KNOWN_BAD_RELEASES = {
-    "1.3.0rc13": "two-node TP=2 segfaulted in a field report (the same setup worked on 1.2.0rc6)",
-    "1.3.0rc10": "NCCL_SYMMETRIC all-reduce segfaults or hangs on dual GB10 (TensorRT-LLM #12715, fixed by #12902)",
-}
 
 
 def _gb(value_bytes: float) -> str:

@@ -1,6 +1,6 @@
 """Shared by the bootstrap-network lab modules: run a bootstrap in-process, snapshot what it may touch.
 
-No tests here; the name keeps it with its modules (pytest collects it and finds nothing).
+No tests here (not named test_*, so pytest does not collect it).
 """
 
 from __future__ import annotations
