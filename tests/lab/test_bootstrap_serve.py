@@ -15,6 +15,8 @@ import urllib.request
 import pytest
 import yaml
 
+from sparkctl.secrets import MASK
+
 pytestmark = pytest.mark.lab
 
 TOKEN = "hf_LabServeToken4f9c2a7d1e8b3c6a5f0d"
@@ -173,6 +175,17 @@ def test_gated_draft_without_token_fails_with_the_hint(lab_pair, served, env):
     code, _events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
     served["outputs"].append(output)
     assert code == 0, output[-3000:]
+
+
+def test_a_short_lab_token_masks_no_path(lab_pair, served, env):
+    """HF_TOKEN=lab, as the README's lab line has it: the lab's paths (cluster lab-<id>) print whole; a real token
+    is masked everywhere (the next test)."""
+    code, _events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--check", "-v"],
+                                     {**env, "HF_TOKEN": "lab"})
+    assert code == 4, output[-3000:]  # the token file would change: it holds the real one
+    cluster = yaml.safe_load(lab_pair.inventory_path.read_text())["cluster"]["name"]
+    assert cluster.startswith("lab-") and f"/sparkctl/{cluster}/" in output, output[-3000:]
+    assert f"{MASK}-" not in output and f"-{MASK}" not in output
 
 
 def test_the_token_never_appears_in_logs_events_journal_argv_or_processes(lab_pair, served, env):
