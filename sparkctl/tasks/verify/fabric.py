@@ -175,7 +175,8 @@ class FabricVerify(Task):
                          "probe": found.get("probe", "")}
         return out
 
-    def _probe(self, ctx: ClusterContext, order, hostnames, envs, facts, output: str = "") -> list[Mismatch]:
+    def _probe(self, ctx: ClusterContext, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
+               facts: dict[str, Facts], output: str = "") -> list[Mismatch]:
         inv = ctx.inventory
         head = order[0]
         if not output.strip():
