@@ -2,7 +2,7 @@
 
 Secrets (the Hugging Face token, the sudo password) are read from the environment, a file or a prompt, and
 registered here; every surface that prints or writes (console, JSON lines, the run journal, the support bundle,
-diffs, logs) passes its text through this module. Imports nothing of sparkctl, so anything may import it.
+diffs, logs) passes its text through this module. Imports nothing of sparkctl but userfiles, so anything may import it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import os
 import re
 import threading
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sparkctl.userfiles import UnreadableFile, read_limited
 
 MASK = "********"
 #: A secret at least this long is masked wherever it appears; a shorter one only where it stands as a whole
@@ -30,11 +31,20 @@ _SECRET_WORDS = (r"token|password|passwd|passphrase|secret|api[_-]?key|access[_-
                  r"psk|wep-key")
 _SECRET_NAME = re.compile(rf"(?i)^[\w.-]*(?:{_SECRET_WORDS})[\w.-]*$")
 _SECRET_KEY = rf"[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*"
-#: Shapes of credentials, masked even when nobody registered them: Hugging Face, NGC, GitHub, a bearer header.
+#: Shapes of credentials, masked and refused even when nobody registered them: Hugging Face, NGC, GitHub, GitLab,
+#: AWS access key ids, OpenAI/Anthropic keys, Slack, Google API keys, PEM private keys, a bearer header (each
+#: service documents its prefix).
 CREDENTIAL_SHAPES = (
     re.compile(r"\bhf_[A-Za-z0-9]{16,}"),
     re.compile(r"\bnvapi-[A-Za-z0-9_-]{16,}"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/-]{16,}=*"),
 )
 # The value of any key whose name says it is secret: quoted ("x", 'x', JSON's \"x\") or bare (a JSON key's bare
@@ -64,6 +74,23 @@ def looks_like_credential(value: str) -> bool:
     return any(p.search(value) for p in CREDENTIAL_SHAPES) or any(p.search(value) for p in _ASSIGNMENTS)
 
 
+#: Well-known variables of other services' credentials: one named as the HF token's variable is a mistake that
+#: would copy that credential to every node.
+OTHER_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AWS", "AWS_SECRET_ACCESS_KEY": "AWS", "AWS_SESSION_TOKEN": "AWS",
+    "GITHUB_TOKEN": "GitHub", "GH_TOKEN": "GitHub", "GITLAB_TOKEN": "GitLab", "OPENAI_API_KEY": "OpenAI",
+    "ANTHROPIC_API_KEY": "Anthropic", "NGC_API_KEY": "NVIDIA NGC", "NVIDIA_API_KEY": "NVIDIA",
+    "GOOGLE_API_KEY": "Google", "GOOGLE_APPLICATION_CREDENTIALS": "Google", "AZURE_OPENAI_API_KEY": "Azure",
+    "AZURE_CLIENT_SECRET": "Azure", "SLACK_TOKEN": "Slack", "DOCKER_PASSWORD": "Docker", "NPM_TOKEN": "npm",
+    "PYPI_TOKEN": "PyPI", "WANDB_API_KEY": "Weights & Biases", "DATABASE_URL": "a database",
+}
+
+
+def credential_service(env_name: str) -> str | None:
+    """The service whose credential a well-known variable name holds (None: not one of them)."""
+    return OTHER_CREDENTIALS.get(env_name.upper())
+
+
 # --- masking ---------------------------------------------------------------------------------------------------
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -85,9 +112,10 @@ def redact_known(text: str) -> str:
 
 
 def redacted(value: Any) -> Any:
-    """Every string in `value` (nested in dicts and lists) passed through redact_known."""
+    """Every string in `value` (nested in dicts and lists) with registered secrets and credential shapes masked:
+    the one redaction of everything sparkctl prints or writes (views, JSON, journal, doctor, status, plan)."""
     if isinstance(value, str):
-        return redact_known(value)
+        return mask_credentials(redact_known(value))
     if isinstance(value, dict):
         return {k: redacted(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -169,6 +197,10 @@ def _json_quoted(value: str) -> str:
 
 # --- sources ---------------------------------------------------------------------------------------------------
 
+#: A token or password file holds one line.
+SECRET_FILE_LIMIT = 4096
+
+
 class SecretUnreadable(OSError):
     """A file named as the source of a secret cannot be read."""
 
@@ -199,9 +231,9 @@ def secret_from_env(env_name: str) -> str | None:
     file_name = os.environ.get(f"{env_name}_FILE")
     if not value and file_name:
         try:
-            value = Path(file_name).read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            value = read_limited(file_name, SECRET_FILE_LIMIT).decode().strip()
+        except (UnreadableFile, UnicodeDecodeError) as exc:
+            reason = exc.reason if isinstance(exc, UnreadableFile) else "not UTF-8 text"
             raise SecretUnreadable(f"cannot read the file named by {env_name}_FILE: {reason}") from None
     with _lock:
         value = value or _provided.get(env_name, "")

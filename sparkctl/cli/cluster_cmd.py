@@ -7,15 +7,15 @@ import sys
 import click
 from rich.console import Console
 
-from sparkctl.cli.options import build_request, csv_set, run_options, run_view
+from sparkctl.cli.options import build_request, csv_set, load, run_options, run_view
 from sparkctl.cli.plan_view import render_plan_text
 from sparkctl.cli.status_view import status_table
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.runs.bootstrap import bootstrap, journaled_run
 from sparkctl.runs.playbooks import bootstrap_graph, down_graph
 from sparkctl.runs.status import cluster_status
+from sparkctl.secrets import redacted
 
 
 @click.group("cluster")
@@ -24,7 +24,7 @@ def cluster_group() -> None:
 
 
 @cluster_group.command("plan")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 def plan(file: str) -> None:
     """Show what bootstrap would set up, offline (no connection): phases, tasks, and per node the rendered
     netplan file, container command and env, hostfile, TensorRT-LLM config and launch line.
@@ -32,16 +32,16 @@ def plan(file: str) -> None:
     Interfaces are those pinned in the inventory, else the inventory's fabric.port, else port 1's twins;
     bootstrap itself reads the cabled port from each node.
     """
-    inventory = load_inventory(file)
-    click.echo(render_plan_text(inventory, plan_cluster(inventory), bootstrap_graph()), nl=False)
+    inventory = load(file)
+    click.echo(redacted(render_plan_text(inventory, plan_cluster(inventory), bootstrap_graph())), nl=False)
 
 
 @cluster_group.command("bootstrap")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @run_options
 def bootstrap_command(file: str, **params) -> None:
     """Set up the cluster, or repair it: rerunning changes only what drifted (a second run changes nothing)."""
-    inventory = load_inventory(file)
+    inventory = load(file)
     result = bootstrap(inventory, build_request(params), lambda: run_view(params), ask_for_gated_token)
     sys.exit(int(result.exit_status()))
 
@@ -65,12 +65,12 @@ def ask_for_gated_token(repos: list[str], env: str) -> str | None:
 
 
 @cluster_group.command("status")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--limit", metavar="NODE[,NODE]", help="These nodes only.")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
 def status(file: str, limit: str | None, forks: int) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
-    inventory = load_inventory(file)
+    inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)
     # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
     Console(width=None if sys.stdout.isatty() else 180).print(
@@ -79,12 +79,12 @@ def status(file: str, limit: str | None, forks: int) -> None:
 
 
 @cluster_group.command("down")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--network", is_flag=True, help="Also undo the netplan changes and the ssh keys sparkctl made.")
 @run_options
 def down(file: str, network: bool, **params) -> None:
     """Stop and remove the containers (and with --network, restore the network and keys as they were)."""
-    inventory = load_inventory(file)
+    inventory = load(file)
     request = build_request(params)
     with run_view(params) as view:
         result = journaled_run("down", inventory, down_graph(network), request, view)

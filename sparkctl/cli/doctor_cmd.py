@@ -9,14 +9,20 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from sparkctl.cli.options import become_password, csv_set
+from sparkctl.cli.options import become_password, csv_set, load
 from sparkctl.cli.views import ConsoleView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.inventory import load_inventory
 from sparkctl.runs.doctor import DoctorRequest, Repair, run_doctor
+from sparkctl.secrets import redacted
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
+
+
+def _shown(f: Finding) -> Finding:
+    """The finding as it may be printed: the one redaction over every text of it."""
+    shown = redacted({**f.to_dict(), "details": list(f.details)})
+    return Finding(**{**shown, "details": tuple(shown["details"])})
 
 
 def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = False) -> None:
@@ -25,7 +31,7 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
     for f in diagnosis.findings:
         by_node.setdefault(f.node, []).append(f)
     for node in [*diagnosis.nodes, CLUSTER]:
-        findings = by_node.pop(node, [])
+        findings = [_shown(f) for f in by_node.pop(node, [])]
         if node == CLUSTER and not findings:
             continue
         console.print(Text(node, style="bold"))
@@ -55,7 +61,7 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
 
 
 @click.command("doctor")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help='Print {"healthy": bool, "findings": [...]} as JSON.')
 @click.option("--fix", is_flag=True, help="Run the bootstrap tasks that own the errors found, then check again.")
 @click.option("--bundle", "bundle_path", type=click.Path(dir_okay=False),
@@ -72,7 +78,7 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
 
     Exit 0 when no errors are found, 1 otherwise.
     """
-    inventory = load_inventory(file)
+    inventory = load(file)
     request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
                             become_password=become_password(ask_become_pass, become_password_file))
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
@@ -98,7 +104,7 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
     if outcome.bundle_sha256:
         out["bundle"] = {"path": bundle_path, "sha256": outcome.bundle_sha256}
     if as_json:
-        click.echo(json.dumps({**diagnosis.to_dict(), **out}, indent=2))
+        click.echo(json.dumps(redacted({**diagnosis.to_dict(), **out}), indent=2))
     else:
         render_diagnosis(console, diagnosis, verbose=verbose)
         if bundle_path:

@@ -7,8 +7,9 @@ import os
 
 import click
 
+from sparkctl.cli.options import load
 from sparkctl.errors import BadInput
-from sparkctl.inventory import inventory_json_schema, load_inventory
+from sparkctl.inventory import inventory_json_schema
 from sparkctl.runs.inventory_init import draft_inventory
 
 
@@ -18,10 +19,10 @@ def inventory_group() -> None:
 
 
 @inventory_group.command("validate")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 def validate(file: str) -> None:
     """Check FILE and report every problem at once (file:line: field: what, and what to do)."""
-    inv = load_inventory(file)
+    inv = load(file)
     click.echo(
         f"{file}: ok — cluster {inv.cluster.name}, {len(inv.nodes)} node(s), topology {inv.topology}, "
         f"head {inv.head.name}, tp_size {inv.tp_size}"

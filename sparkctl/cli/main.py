@@ -12,20 +12,30 @@ import click
 from sparkctl import __version__
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.secrets import redacting_handler
+from sparkctl.secrets import redact_known, redacting_handler
 
 
 class SparkctlGroup(click.Group):
-    """Turns expected errors into `sparkctl: error: ...` lines; the traceback only with --debug."""
+    """Turns expected errors into `sparkctl: error: ...` lines, and any other into one `internal error` line; the
+    traceback only with --debug."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except SparkctlError as exc:
             if ctx.find_root().params.get("debug"):
                 traceback.print_exc()
             _print_error(exc)
             sys.exit(int(exc.exit_status))
+        except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+            if ctx.find_root().params.get("debug"):
+                traceback.print_exc()
+            click.echo(redact_known(f"sparkctl: internal error: {type(exc).__name__}: {exc}"), err=True)
+            click.echo("  hint: this is a bug in sparkctl: run again with --debug for the traceback and report it",
+                       err=True)
+            sys.exit(int(ExitStatus.TASK_FAILED))
 
 
 def _print_error(exc: SparkctlError) -> None:

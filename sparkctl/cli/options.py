@@ -7,15 +7,19 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 from rich.console import Console
 
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.errors import BadInput
+from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.runs.session import RunRequest
 from sparkctl.secrets import register_secret
+from sparkctl.userfiles import UnreadableFile, read_limited
+
+#: A password file holds one line.
+PASSWORD_FILE_LIMIT = 4096
 
 BECOME_ENV = "SPARKCTL_BECOME_PASSWORD"
 
@@ -54,13 +58,22 @@ def run_options(func):
     return wrapper
 
 
+def load(file: str) -> Inventory:
+    """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr."""
+    inventory = load_inventory(file)
+    for line in inventory.warnings:
+        click.echo(f"sparkctl: warning: {line}", err=True)
+    return inventory
+
+
 def become_password(ask: bool, path: str | None) -> str | None:
     password = None
     if path:
         try:
-            text = Path(path).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"--become-password-file {path}: cannot read it ({exc.__class__.__name__})",
+            text = read_limited(path, PASSWORD_FILE_LIMIT).decode()
+        except (UnreadableFile, UnicodeDecodeError) as exc:
+            reason = exc.reason if isinstance(exc, UnreadableFile) else "not UTF-8 text"
+            raise BadInput(f"--become-password-file {path}: cannot read it: {reason}",
                            hint="a text file whose first line is the sudo password") from None
         password = text.splitlines()[0] if text else ""
     elif os.environ.get(BECOME_ENV):

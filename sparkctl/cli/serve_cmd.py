@@ -9,14 +9,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sparkctl.cli.options import load
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.inventory import load_inventory
 from sparkctl.inventory.presets import PRESETS
 from sparkctl.knowledge.serve_client import EndpointError
 from sparkctl.secrets import redact_known
 
-FILE = click.argument("file", type=click.Path(dir_okay=False))
+FILE = click.argument("file", type=click.Path())
 
 
 @click.group("serve")
@@ -44,7 +44,7 @@ def status(file: str) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
-    report = serve_status(load_inventory(file))
+    report = serve_status(load(file))
     width = max(len(k) for k, _ in report.rows)
     for key, value in report.rows:
         click.echo(f"{key:<{width}}  {redact_known(str(value))}")
@@ -60,7 +60,7 @@ def logs(file: str, follow: bool, node: str | None, lines: int) -> None:
     """The server's log (run/serve/serve.log on the head); on another node, its container's log."""
     from sparkctl.runs.serve_ops import connected, follow_log, read_log
 
-    inventory = load_inventory(file)
+    inventory = load(file)
     name = node or inventory.head.name
     with connected(inventory, name) as transport:
         log = read_log(inventory, transport, name, lines)
@@ -85,7 +85,7 @@ def chat(file: str, prompt: str, max_tokens: int) -> None:
     """One chat completion, streamed as it is generated."""
     from sparkctl.runs.serve_ops import endpoint_client
 
-    inventory = load_inventory(file)
+    inventory = load(file)
     with endpoint_client(inventory, timeout=600) as client:
         if not client.streams:
             click.echo(f"(not reachable from here: asking {client.base_url}, not streamed)", err=True)
@@ -125,7 +125,7 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
     except ValueError as exc:
         raise BadInput(f"--concurrency: {exc}") from exc
     check_writable(output, "--output")
-    inventory = load_inventory(file)
+    inventory = load(file)
     console = Console(highlight=False)
     with endpoint_client(inventory, timeout=600, direct_only=True) as client:
         url = client.base_url
@@ -162,7 +162,7 @@ def stop(file: str) -> None:
     """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
     from sparkctl.runs.serve_ops import stop_server
 
-    inventory = load_inventory(file)
+    inventory = load(file)
     result = stop_server(inventory)
     if result.pid is not None:
         click.echo(f"stopped the server (pid {result.pid}) on {inventory.head.name}")

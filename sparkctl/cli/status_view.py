@@ -7,6 +7,7 @@ from rich.table import Table
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.secrets import redacted
 
 
 def _hostfile(facts: Facts, wanted: str | None) -> str:
@@ -55,14 +56,14 @@ def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dic
     ssh_port, serve_port = inventory.container.ssh_port, inventory.serve.port
     for node in inventory.nodes:
         if node.name in unreachable:
-            table.add_row(node.name, f"[red]no[/] {unreachable[node.name]}", "", "", "", "", "", "")
+            table.add_row(node.name, redacted(f"[red]no[/] {unreachable[node.name]}"), "", "", "", "", "", "")
             continue
         f = facts.get(node.name)
         if f is None:
             continue
         os_text = f"{f.os_id} {f.os_version}" + (" (DGX Spark)" if f.is_dgx_spark else "")
         listening = [f"{p}:{f.listening_tcp[p] or '?'}" for p in (ssh_port, serve_port) if p in f.listening_tcp]
-        table.add_row(node.name, "[green]yes[/]", os_text, _ports(f), _addresses(f),
-                      _container(f, inventory.container.name, spec_hashes.get(node.name)),
-                      _hostfile(f, hostfile), " ".join(listening) or "-")
+        table.add_row(*redacted([node.name, "[green]yes[/]", os_text, _ports(f), _addresses(f),
+                                 _container(f, inventory.container.name, spec_hashes.get(node.name)),
+                                 _hostfile(f, hostfile), " ".join(listening) or "-"]))
     return table

@@ -19,6 +19,7 @@ FIX_TASKS: dict[str, tuple[str, ...]] = {
     "container.restarting": ("container", "mpi"),
     "container.spec_drift": ("container", "mpi"),
     "container.ssh_broken": ("container.state", "container.ssh"),
+    "container.ssh_exposed": ("container", "mpi"),
     "env.": ("container", "mpi"),
     "nccl.ib_hca_missing": ("container", "mpi"),
     "nccl.socket_fallback": ("container", "mpi"),

@@ -19,6 +19,7 @@ from sparkctl.inventory import Inventory, Node
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
+from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing
@@ -150,6 +151,8 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
         sections.append(("ping", "\n".join(_ping_lines(plan, node, inventory.fabric.mtu)) or "true"))
         ssh = [_ssh_line("", peer, q(target)) for peer, target in _peer_targets(inventory, plan, node, order)]
         sections.append(("ssh", "\n".join([*ssh, "wait"]) if ssh else "true"))
+    if info is not None and info.running:
+        sections.append(("exposure", exposure_script(management_addresses(facts), int(inventory.container.ssh_port))))
     if info is not None and info.exists and (not info.running or info.status == "restarting" or want_logs):
         sections.append(("c-logs", f"docker logs --tail {LOG_LINES} {q(container)} 2>&1"))
     hf = facts.hf_cache or inventory.container.hf_cache
@@ -204,6 +207,7 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
         probe.container_authorized_keys = text("c-authkeys") if sections.get("c-authkeys") and \
             sections["c-authkeys"].ok else ""
     probe.container_logs = text("c-logs").strip()
+    probe.exposed = exposed(text("exposure"))
     token = text("hf-token").strip()
     probe.hf_token_file = {"yes": True, "no": False}.get(token)
     for line in text("models").splitlines():

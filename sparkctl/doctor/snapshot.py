@@ -49,6 +49,8 @@ class NodeProbe:
     container_hostfile: str | None = None
     container_authorized_keys: str | None = None
     container_logs: str = ""
+    #: management addresses on which the container's sshd answered (it must not)
+    exposed: list[str] = field(default_factory=list)
     port_owners: dict[int, str] = field(default_factory=dict)
     hf_token_file: bool | None = None
     models: list[ModelCache] = field(default_factory=list)

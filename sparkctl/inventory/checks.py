@@ -8,9 +8,13 @@ pydantic-style tuple such as ("nodes", 1, "host"), turned into file:line by the 
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from sparkctl.inventory.presets import get_preset
 from sparkctl.inventory.sections import (
     ENV_NAME_RE,
     FIRST_HOST_NUMBER,
@@ -18,15 +22,17 @@ from sparkctl.inventory.sections import (
     FabricSettings,
     Node,
     ServeSettings,
+    SshSettings,
     default_subnets,
     resolve_topology,
     subnet_count,
 )
 from sparkctl.inventory.serve import resolve_serve
-from sparkctl.secrets import is_secret_name, looks_like_credential
+from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
 
 Loc = tuple
 Problem = tuple[Loc, str]
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 # The validation context key that makes the model skip cross-field checks (the loader runs them itself,
 # with locations, on whatever parts did validate).
 SKIP_CROSS_CHECKS = "sparkctl_skip_cross_checks"
@@ -37,6 +43,9 @@ TOPOLOGY_FIT = {
     "ring": (lambda n: n >= 3, "3 or more nodes", "single for 1 node, pair for 2"),
     "switch": (lambda n: n >= 2, "2 or more nodes", "single for 1 node"),
 }
+#: serve.config sections that are mappings in every TensorRT-LLM release (llm_args.py): never a plain value.
+MAPPING_SECTIONS = frozenset({"speculative_config", "kv_cache_config", "cuda_graph_config", "scheduler_config",
+                              "moe_config", "attention_dp_config"})
 SECRET_HINT = ("secrets are never stored in the inventory: export it in your shell; for the Hugging Face "
                "token serve.hf_token_env names the variable")
 
@@ -50,19 +59,63 @@ class InventoryParts:
     fabric: FabricSettings | None
     serve: ServeSettings | None
     container: ContainerSettings | None
+    ssh: SshSettings | None = None
 
 
 def field_path(loc: Loc) -> str:
-    """("nodes", 1, "host") -> "nodes[1].host"."""
+    """("nodes", 1, "host") -> "nodes[1].host"; a key that is not a plain word is shown quoted and escaped, so a
+    message stays one line whatever the file's keys hold."""
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.match(str(part)):
+            text += f".{part}" if text else str(part)
+        else:
+            text += f"[{json.dumps(str(part)[:40])}]"
     return text or "top level"
 
 
 def cross_check_problems(parts: InventoryParts) -> list[Problem]:
     return [*_node_problems(parts), *_fabric_problems(parts), *_serve_problems(parts),
-            *_container_problems(parts)]
+            *_container_problems(parts), *_port_problems(parts)]
+
+
+def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
+    """What is allowed but most likely a mistake."""
+    out: list[Problem] = []
+    if parts.serve is not None:
+        service = credential_service(parts.serve.hf_token_env)
+        if service:
+            out.append((("serve", "hf_token_env"),
+                        f"{parts.serve.hf_token_env} names a credential of {service}, not a Hugging Face token: "
+                        "sparkctl writes the token to every node's HF cache (name the variable that holds your HF "
+                        "token, e.g. HF_TOKEN)"))
+    return out
+
+
+#: Fields whose own validator says better what a pasted token there means.
+OWN_TOKEN_CHECK = {("serve", "hf_token_env")}
+
+
+def credential_problems(data: Any, loc: Loc = ()) -> list[Problem]:
+    """Every key or value, anywhere in the file, shaped like a credential (never repeated)."""
+    out: list[Problem] = []
+    stack: list[tuple[Loc, Any]] = [(loc, data)]
+    while stack:
+        where, value = stack.pop()
+        if where in OWN_TOKEN_CHECK:
+            continue
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and looks_like_credential(key):
+                    out.append((where, f"a key there is a secret: it is refused ({SECRET_HINT})"))
+                stack.append(((*where, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*where, index), item) for index, item in enumerate(value))
+        elif isinstance(value, str) and looks_like_credential(value):
+            out.append((where, f"a secret in the inventory is refused ({SECRET_HINT})"))
+    return out
 
 
 def _node_problems(parts: InventoryParts) -> Iterator[Problem]:
@@ -163,6 +216,16 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     serve, count = parts.serve, parts.node_count
     if serve is None or not count:
         return
+    preset = get_preset(serve.preset) if serve.preset else None
+    shapes = {key for key, value in (preset.config_dict() if preset else {}).items() if isinstance(value, dict)}
+    wrong = [key for key, value in serve.config.items()
+             if (key in shapes or key in MAPPING_SECTIONS) and not isinstance(value, dict)]
+    for key in wrong:
+        example = {"speculative_config": "{max_draft_len: 3}", "cuda_graph_config": "{max_batch_size: 1}",
+                   "kv_cache_config": "{free_gpu_memory_fraction: 0.9}"}.get(key, "{...}")
+        yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. {key}: {example})")
+    if wrong:
+        return
     spec = resolve_serve(serve, count)
     if spec.tp_size > count:
         if serve.tp_size:
@@ -187,15 +250,28 @@ def _container_problems(parts: InventoryParts) -> Iterator[Problem]:
     container = parts.container
     if container is None:
         return
-    # Values are never repeated here: they may be secrets.
+    # Values are never repeated here: they may be secrets. Credential-shaped values anywhere in the file are
+    # credential_problems'; this is about what a name says.
     for key, value in container.env.items():
         loc = ("container", "env", key)
         if not ENV_NAME_RE.match(key):
             yield (loc, "not an environment variable name (letters, digits and '_', "
                         "not starting with a digit)")
-        elif (is_secret_name(key) and value) or looks_like_credential(value):
+        elif is_secret_name(key) and value and not looks_like_credential(value):
             yield (loc, f"a secret in the inventory is refused ({SECRET_HINT})")
-    for index, arg in enumerate(container.docker_args):
-        if looks_like_credential(arg):
-            loc = ("container", "docker_args", index)
-            yield (loc, f"a secret in the inventory is refused ({SECRET_HINT})")
+
+
+def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
+    """Every container and the server run on the nodes' host network: their ports are the nodes' ports."""
+    container, serve = parts.container, parts.serve
+    ssh_ports = {parts.ssh.port if parts.ssh else 22} | {n.port for n in parts.nodes if n and n.port}
+    if container is not None and container.ssh_port in ssh_ports:
+        yield (("container", "ssh_port"), f"{container.ssh_port} is the nodes' own sshd port (the container runs "
+                                          "on the host network: choose another, e.g. 2233)")
+    if serve is not None and "port" in serve.model_fields_set:
+        taken = ssh_ports | ({container.ssh_port} if container is not None else set())
+        free = next(p for p in range(8355, 8500) if p not in taken)
+        if container is not None and serve.port == container.ssh_port:
+            yield (("serve", "port"), f"{serve.port} is container.ssh_port too (choose another, e.g. {free})")
+        elif serve.port in ssh_ports:
+            yield (("serve", "port"), f"{serve.port} is the nodes' sshd port (choose another, e.g. {free})")

@@ -14,34 +14,29 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sparkctl.errors import InventoryError
-from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, Loc, Problem, cross_check_problems, field_path
+from sparkctl.inventory import source
+from sparkctl.inventory.checks import (
+    SKIP_CROSS_CHECKS,
+    InventoryParts,
+    Loc,
+    Problem,
+    credential_problems,
+    cross_check_problems,
+    cross_check_warnings,
+    field_path,
+)
 from sparkctl.inventory.model import Inventory
 from sparkctl.inventory.sections import Node
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 # Sections the cross-field checks read; each is validated on its own when the whole file does not validate.
-CHECKED_SECTIONS = ("fabric", "serve", "container")
+CHECKED_SECTIONS = ("fabric", "serve", "container", "ssh")
 
 
 def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
     label = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError([f"{label}: file not found (check the path)"]) from None
-    except IsADirectoryError:
-        raise InventoryError([f"{label}: is a directory (give the inventory's YAML file)"]) from None
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        problem = f"{label}: cannot read: {reason} (check the file's permissions and encoding)"
-        raise InventoryError([problem]) from None
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InventoryError([_yaml_syntax_problem(label, err)]) from None
+    root, data = source.parse(source.read_text(path), label)
 
     lines: dict[Loc, int] = {}
     problems: list[Problem] = []
@@ -62,6 +57,10 @@ def load_inventory(path: str | Path) -> Inventory:
         problems += [_describe(error) for error in errors]
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
     problems += cross_check_problems(parts)
+    # a credential where it does not belong is the problem at its place, whatever else is wrong there
+    secrets = credential_problems(data)
+    pasted = {loc for loc, _ in secrets}
+    problems = [p for p in problems if p[0] not in pasted] + secrets
 
     if problems:
         placed = sorted(((_nearest_line(lines, loc), loc, message) for loc, message in problems),
@@ -70,16 +69,9 @@ def load_inventory(path: str | Path) -> Inventory:
                               for line, loc, message in placed])
     inventory._source = path
     inventory._lines = lines
+    inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")
+                           for loc, message in cross_check_warnings(parts)]
     return inventory
-
-
-def _yaml_syntax_problem(label: str, err: yaml.YAMLError) -> str:
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    line = f"{mark.line + 1}:" if mark is not None else ""
-    what = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
-    detail = f"{what} ({context})" if context else what
-    return f"{label}:{line} YAML syntax error: {detail} (check indentation, colons and quotes on that line)"
 
 
 def _map_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> list[Problem]:
@@ -158,14 +150,31 @@ def _describe(error: dict[str, Any]) -> Problem:
             close = difflib.get_close_matches(given, options, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"use {expected}"
             return loc, f"{given!r} is not allowed ({hint})"
-        return loc, f"must be {expected}"
-    if kind in ("too_short", "too_long") and loc == ("nodes",):
+        return loc, f"must be {expected} (use one of these)"
+    if kind == "too_short" and loc == ("nodes",):
         return loc, "needs at least one node (list the Sparks, head first)"
+    if kind == "too_long":
+        most, got = error["ctx"]["max_length"], error["ctx"].get("actual_length", "more")
+        return loc, f"at most {most} entries, {got} given (remove some)"
+    if kind == "finite_number":
+        return loc, "must be a finite number (e.g. 10)"
     # pydantic's detail after the comma ("unable to parse string as an integer") repeats what `got` says
     wanted = msg.removeprefix("Input should be ").split(",")[0]
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return loc, f"must be {wanted}"
-    return loc, f"wrong type: expected {wanted}, got {_kind(given)}"
+        return loc, f"must be {wanted} (set a number in that range)"
+    how = _WRITE.get(wanted, 'see `sparkctl inventory schema`')
+    return loc, f"wrong type: expected {wanted}, got {_kind(given)} ({how})"
+
+
+#: How to write what a field expects, by pydantic's name for it.
+_WRITE = {
+    "a valid integer": "write a whole number without quotes, e.g. 2233",
+    "a valid number": "write a number without quotes, e.g. 10",
+    "a valid string": "write text, quoted if it could read as a number or true/false",
+    "a valid boolean": "write true or false",
+    "a valid dictionary": "write a mapping of key: value lines",
+    "a valid list": "write a list, [a, b] or one `- item` per line",
+}
 
 
 def _kind(value: Any) -> str:

@@ -13,17 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
 from sparkctl.inventory.sections import (
+    MAX_NODES,
     ClusterSettings,
     ContainerSettings,
     FabricSettings,
     Node,
     ServeSettings,
     SshSettings,
-    _login_word,
+    UserName,
     _Section,
     default_subnets,
     resolve_topology,
@@ -49,20 +50,16 @@ class SshTarget:
 
 class Inventory(_Section):
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
-    user: str = Field(description="the SSH user, the same on every node")
+    user: UserName = Field(description="the SSH user, the same on every node")
     ssh: SshSettings = Field(default_factory=SshSettings)
-    nodes: list[Node] = Field(min_length=1, description="the Sparks, head first")
+    nodes: list[Node] = Field(min_length=1, max_length=MAX_NODES, description="the Sparks, head first")
     fabric: FabricSettings = Field(default_factory=FabricSettings)
     container: ContainerSettings = Field(default_factory=ContainerSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
 
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
-
-    @field_validator("user")
-    @classmethod
-    def _user(cls, value: str) -> str:
-        return _login_word(value)
+    _warnings: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Inventory:
@@ -74,7 +71,7 @@ class Inventory(_Section):
         return self
 
     def parts(self) -> InventoryParts:
-        return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container)
+        return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container, self.ssh)
 
     # -- resolved views ------------------------------------------------------------------------------------
     @property
@@ -123,6 +120,11 @@ class Inventory(_Section):
     @property
     def source(self) -> Path | None:
         return self._source
+
+    @property
+    def warnings(self) -> list[str]:
+        """`file:line: field: what` for what loaded but is most likely a mistake."""
+        return list(self._warnings)
 
     def line_of(self, *loc: str | int, nearest: bool = False) -> int | None:
         """The line of a field, e.g. line_of("nodes", 1, "host"); with nearest, else its written parent's."""

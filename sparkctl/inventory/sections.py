@@ -8,18 +8,23 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
 
+from sparkctl.inventory import grammar
 from sparkctl.inventory.presets import get_preset, preset_names
 from sparkctl.knowledge.spark import MANAGEMENT_INTERFACES
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 DEFAULT_SERVE_PORT = 8355
+MAX_NODES = 64
 NODE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
-CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-CONTAINER_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
+CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+CONTAINER_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}\Z")
 IFNAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,15}\Z")
+# Private unicast ranges a fabric subnet may come from: RFC 1918 and RFC 6598 (shared address space).
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                           "100.64.0.0/10"))
 # Pair and switch hosts get .10, .11, ... by position, as NVIDIA's current two-Spark playbook.
 FIRST_HOST_NUMBER = 10
 
@@ -27,27 +32,44 @@ Topology = Literal["single", "pair", "ring", "switch"]
 Decoding = Literal["eagle3", "draft-target", "none"]
 
 
-def _login_word(value: str) -> str:
-    if not value or any(c.isspace() for c in value):
-        raise ValueError("must be a non-empty word without spaces")
-    if value.startswith("-"):
-        raise ValueError("must not start with '-' (it would be read as an ssh option)")
+def _check_subnet(value: str) -> str:
+    try:
+        network = ipaddress.IPv4Network(value)
+    except ValueError:
+        try:
+            fixed = ipaddress.IPv4Network(value, strict=False)
+        except ValueError:
+            raise ValueError("not an IPv4 subnet (write it like 192.168.100.0/24)") from None
+        raise ValueError(f"has host bits set (did you mean {fixed}?)") from None
+    if not any(network.subnet_of(r) for r in PRIVATE_RANGES):
+        kind = ("multicast" if network.is_multicast else "loopback" if network.is_loopback else
+                "link-local" if network.is_link_local else "reserved" if network.is_reserved else
+                "unspecified" if network.is_unspecified else "public" if network.is_global else "special-purpose")
+        raise ValueError(f"{network} is a {kind} range (a fabric subnet comes from a private range: "
+                         "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)")
+    if network.prefixlen > 30:
+        raise ValueError(f"{network} holds no two hosts (use a /24)")
+    return str(network)
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")
     return value
 
 
-def _check_subnet(value: str) -> str:
-    try:
-        return str(ipaddress.IPv4Network(value))
-    except ValueError:
-        pass
-    try:
-        fixed = ipaddress.IPv4Network(value, strict=False)
-    except ValueError:
-        raise ValueError("not an IPv4 subnet (write it like 192.168.100.0/24)") from None
-    raise ValueError(f"has host bits set (did you mean {fixed}?)")
-
-
 Subnet = Annotated[str, AfterValidator(_check_subnet)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+Seconds = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=3600, allow_inf_nan=False)]
+ImageRef = Annotated[str, AfterValidator(grammar.image_reference)]
+RepoId = Annotated[str, AfterValidator(grammar.repo_id)]
+HostName = Annotated[str, AfterValidator(grammar.host)]
+UserName = Annotated[str, AfterValidator(grammar.user_name)]
+LocalPath = Annotated[str, AfterValidator(grammar.local_path)]
+NodeDir = Annotated[str, AfterValidator(grammar.node_dir)]
+NetplanPath = Annotated[str, AfterValidator(grammar.netplan_path)]
+EnvValue = Annotated[str, AfterValidator(grammar.env_value)]
+Argument = Annotated[str, AfterValidator(grammar.argument)]
 
 
 class _Section(BaseModel):
@@ -61,17 +83,17 @@ class ClusterSettings(_Section):
     @classmethod
     def _name(cls, value: str) -> str:
         if not CLUSTER_NAME_RE.match(value):
-            raise ValueError("lowercase letters, digits and '-', starting with a letter or digit "
+            raise ValueError("lowercase letters, digits and '-', starting with a letter or digit, at most 63 "
                              "(e.g. spark-pair)")
         return value
 
 
 class SshSettings(_Section):
-    identity_file: str | None = None
-    port: int = Field(22, ge=1, le=65535)
-    known_hosts: str = "~/.ssh/known_hosts"
+    identity_file: LocalPath | None = None
+    port: Port = 22
+    known_hosts: LocalPath = "~/.ssh/known_hosts"
     use_ssh_config: bool = True
-    connect_timeout: float = Field(10, gt=0)
+    connect_timeout: Seconds = 10
 
 
 class NodeFabric(_Section):
@@ -97,10 +119,10 @@ class NodeFabric(_Section):
 
 class Node(_Section):
     name: str = Field(description="a short name like spark1")
-    host: str = Field(description="the management address or an ~/.ssh/config alias")
-    user: str | None = None
-    port: int | None = Field(None, ge=1, le=65535)
-    identity_file: str | None = None
+    host: HostName = Field(description="the management address or an ~/.ssh/config alias")
+    user: UserName | None = None
+    port: Port | None = None
+    identity_file: LocalPath | None = None
     local: bool = False
     fabric: NodeFabric = Field(default_factory=NodeFabric)
 
@@ -112,33 +134,13 @@ class Node(_Section):
                              "at most 63, starting with a letter or digit)")
         return value
 
-    @field_validator("host")
-    @classmethod
-    def _host(cls, value: str) -> str:
-        value = _login_word(value)
-        if "@" in value:
-            raise ValueError("contains '@' (put the user in `user:` and only the address here)")
-        return value
-
-    @field_validator("user")
-    @classmethod
-    def _user(cls, value: str | None) -> str | None:
-        return None if value is None else _login_word(value)
-
 
 class FabricSettings(_Section):
     topology: Topology | None = None
     port: Literal["auto", 0, 1] = "auto"
-    subnets: list[Subnet] | None = None
-    mtu: int = Field(9000, ge=1280, le=9216)
-    netplan_file: str = "/etc/netplan/40-cx7.yaml"
-
-    @field_validator("netplan_file")
-    @classmethod
-    def _netplan_file(cls, value: str) -> str:
-        if not (value.startswith("/etc/netplan/") and value.endswith(".yaml") and ".." not in value):
-            raise ValueError("must be a .yaml file in /etc/netplan/ (e.g. /etc/netplan/40-cx7.yaml)")
-        return value
+    subnets: list[Subnet] | None = Field(None, max_length=2 * MAX_NODES)
+    mtu: StrictInt = Field(9000, ge=1280, le=9216)
+    netplan_file: NetplanPath = "/etc/netplan/40-cx7.yaml"
 
 
 class ContainerSettings(_Section):
@@ -146,45 +148,38 @@ class ContainerSettings(_Section):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, coerce_numbers_to_str=True)
 
     name: str = "trtllm-multinode"
-    image: str = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
-    ssh_port: int = Field(2233, ge=1, le=65535)
-    hf_cache: str = "~/.cache/huggingface"
-    env: dict[str, str] = Field(default_factory=dict)
-    docker_args: list[str] = Field(default_factory=list)
+    image: ImageRef = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
+    ssh_port: Port = 2233
+    hf_cache: NodeDir = "~/.cache/huggingface"
+    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=256)
+    docker_args: list[Argument] = Field(default_factory=list, max_length=256)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if not CONTAINER_NAME_RE.match(value):
-            raise ValueError("not a container name (letters, digits, '_', '.', '-')")
-        return value
-
-    @field_validator("hf_cache")
-    @classmethod
-    def _hf_cache(cls, value: str) -> str:
-        # docker reads a relative `-v` source as a volume name, and `~user` is not expanded on the node
-        if not (value.startswith("/") or value == "~" or value.startswith("~/")):
-            raise ValueError("must be an absolute path or start with ~/ (e.g. ~/.cache/huggingface)")
+            raise ValueError("not a container name (letters, digits, '_', '.', '-', at most 63, starting with a "
+                             "letter or digit)")
         return value
 
 
 class ServeSettings(_Section):
     preset: str | None = None
-    model: str | None = None
-    draft: str | None = None
+    model: RepoId | None = None
+    draft: RepoId | None = None
     decoding: Decoding | None = None
-    max_draft_len: int | None = Field(None, gt=0)
-    tp_size: int | None = Field(None, ge=1)
+    max_draft_len: StrictInt | None = Field(None, gt=0, le=64)
+    tp_size: StrictInt | None = Field(None, ge=1, le=MAX_NODES)
     # Written as 8355 for code that reads it directly; when left out, ServeSpec.port is the preset's.
-    port: int = Field(DEFAULT_SERVE_PORT, ge=1, le=65535)
-    max_num_tokens: int = Field(1024, gt=0)
-    max_batch_size: int = Field(1, gt=0)
+    port: Port = DEFAULT_SERVE_PORT
+    max_num_tokens: StrictInt = Field(1024, gt=0, le=1 << 20)
+    max_batch_size: StrictInt = Field(1, gt=0, le=1 << 16)
     config: dict[str, Any] = Field(default_factory=dict)
     hf_token_env: str = "HF_TOKEN"
     #: "warn" goes on when the fit check says the model cannot fit (for memory sparkctl misjudges)
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
-    ready_timeout: int = Field(1800, gt=0)
+    ready_timeout: StrictInt = Field(1800, gt=0, le=86_400)
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
@@ -229,5 +224,6 @@ def default_subnets(topology: str, node_count: int) -> list[ipaddress.IPv4Networ
     if topology == "single":
         return []
     if topology == "ring":
-        return [ipaddress.IPv4Network(f"192.168.{i}.0/24") for i in range(2 * node_count)]
+        # 192.168.0.0/24 .. 192.168.255.0/24: enough for a ring of 128 (MAX_NODES is below that)
+        return [ipaddress.IPv4Network(f"192.168.{i}.0/24") for i in range(min(2 * node_count, 256))]
     return [ipaddress.IPv4Network("192.168.100.0/24"), ipaddress.IPv4Network("192.168.101.0/24")]

@@ -22,6 +22,8 @@ from sparkctl.plan.paths import (
 from sparkctl.plan.render import render
 
 SPEC_LABEL = "sparkctl.spec"
+#: The addresses the container's sshd listens on (the entrypoint reads it).
+SSHD_LISTEN_ENV = "SPARKCTL_SSHD_LISTEN"
 CLUSTER_LABEL = "sparkctl.cluster"
 
 # The settings each node must get from its OWN container (sshd SetEnv), never copied from the head by `mpirun -x`.
@@ -78,6 +80,8 @@ def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[s
         "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
         "HF_HOME": CONTAINER_HF_HOME,
     })
+    # the container mesh needs its sshd on the fabric only, never on the management LAN or Wi-Fi
+    env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
     env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
     return env
 

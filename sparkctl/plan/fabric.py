@@ -185,13 +185,27 @@ def plan_fabric(inventory: Inventory, facts_by_node: dict[str, Facts] | None = N
         if iface in chosen[node]:
             continue
         used = taken.setdefault(subnet, set())
-        hosts = list(subnet.hosts())
-        candidate = subnet.network_address + host
-        if candidate in used or candidate not in subnet:
-            candidate = next(h for h in hosts if h not in used)
+        candidate = subnet.network_address + host if host < subnet.num_addresses - 1 else None
+        if candidate is None or candidate in used:
+            candidate = _first_free(subnet, used)
         used.add(candidate)
         chosen[node][iface] = ipaddress.IPv4Interface(f"{candidate}/{subnet.prefixlen}")
     return FabricPlan(ports=ports, addresses=chosen, kept=kept)
+
+
+def _first_free(subnet: ipaddress.IPv4Network, used: set[ipaddress.IPv4Address]) -> ipaddress.IPv4Address:
+    """The lowest host address not in use, found by counting (a /8 is never enumerated)."""
+    first, last = int(subnet.network_address) + 1, int(subnet.broadcast_address) - 1
+    taken = sorted(int(a) for a in used if first <= int(a) <= last)
+    candidate = first
+    for address in taken:
+        if address > candidate:
+            break
+        candidate = max(candidate, address + 1)
+    if candidate > last:
+        raise PlanError(f"{subnet} has no free address left for another node",
+                        hint="use a larger fabric subnet (a /24 holds 250 nodes) or fewer nodes")
+    return ipaddress.IPv4Address(candidate)
 
 
 def neighbour_routes(plan: FabricPlan, node: str) -> dict[str, list[tuple[str, str]]]:

@@ -73,3 +73,28 @@ def twins_sharing_subnet(facts: Facts, interfaces: Iterable[str]) -> dict[ipaddr
             if iface not in holders:
                 holders.append(iface)
     return {net: names for net, names in by_net.items() if len(names) > 1}
+
+
+def management_addresses(facts: Facts) -> list[str]:
+    """The node's IPv4 addresses on its management interfaces (what the container mesh must not answer on)."""
+    return [a.ip for name in facts.management_interfaces if name in facts.interfaces
+            for a in facts.interfaces[name].ipv4()]
+
+
+def exposure_script(addresses: list[str], port: int) -> str:
+    """Shell (bash) that tries a TCP connection to each address's `port` from the node itself: `open <ip>` or
+    `closed <ip>` per address."""
+    return "\n".join(f"if timeout 2 bash -c '</dev/tcp/{ip}/{int(port)}' 2>/dev/null; then echo 'open {ip}'; "
+                     f"else echo 'closed {ip}'; fi" for ip in addresses if _is_ipv4(ip)) or "true"
+
+
+def exposed(output: str) -> list[str]:
+    """The addresses exposure_script found open."""
+    return [line.split()[1] for line in output.splitlines() if line.startswith("open ") and len(line.split()) == 2]
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
+    except ValueError:
+        return False

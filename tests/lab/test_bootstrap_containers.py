@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 
 import pytest
@@ -41,6 +42,21 @@ def converged(lab_pair):
     rc, events = bootstrap(lab_pair)
     assert rc == 0, failures(events)
     return lab_pair, events
+
+
+def test_the_container_mesh_answers_on_the_fabric_only(converged):
+    """Its sshd listens on the fabric addresses: not from this machine, not on the node's management address,
+    and keys are accepted only from the fabric subnets; mpirun over the mesh still works (verify ran it)."""
+    lab, events = converged
+    for record in lab.state.nodes:
+        with pytest.raises(OSError):
+            socket.create_connection((record.mgmt_ip, 2233), timeout=3).close()
+        listening = sh(lab, record.name, "ss -ltnH 'sport = :2233'")
+        assert listening.strip() and "0.0.0.0:2233" not in listening and "*:2233" not in listening, listening
+        keys = sh(lab, record.name, f"docker exec {CONTAINER} cat /root/.ssh/authorized_keys")
+        assert keys.strip() and all(line.startswith('from="192.168.100.0/24,192.168.101.0/24" ')
+                                    for line in keys.splitlines())
+    assert not failures(events)
 
 
 def test_first_run_starts_one_container_per_node_with_its_own_settings(converged):

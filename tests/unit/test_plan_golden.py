@@ -85,6 +85,9 @@ DELIBERATE_IMPROVEMENTS = {
     "run: mount /sparkctl added": "sparkctl's per-node state (serve config, logs) lives on the host and survives "
                                   "re-creating the container",
     "run: label sparkctl.cluster added": "tells sparkctl's containers from others",
+    "run: env SPARKCTL_SSHD_LISTEN added": "the container sshd listens on the node's fabric addresses only (NVIDIA's "
+                                           "answers on every interface, the management LAN and Wi-Fi included, and "
+                                           "lets root in)",
     "run: label sparkctl.spec added": "hash of the wanted spec: a container started from another spec is drift",
     "run: command changed": ENTRYPOINT_SHIPPED,
     # addressing and hostfile

@@ -196,16 +196,17 @@ def test_serve_status_and_stop_without_a_reachable_head(tmp_path, monkeypatch):
     """Nodes that refuse on loopback: one line each, no traceback; status says the head is not reachable."""
     import socket
 
-    with socket.socket() as sock:
+    with socket.socket() as sock, socket.socket() as other:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        other.bind(("127.0.0.1", 0))
+        port, serve_port = sock.getsockname()[1], other.getsockname()[1]
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     path = tmp_path / "inventory.yaml"
     path.write_text(f"""cluster: {{name: t}}
 user: nvidia
 ssh: {{known_hosts: {tmp_path}/known_hosts, use_ssh_config: false, connect_timeout: 2, port: {port}}}
 nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 127.0.0.2}}]
-serve: {{preset: qwen3-235b-eagle3, port: {port}}}
+serve: {{preset: qwen3-235b-eagle3, port: {serve_port}}}
 """)
     status = CliRunner().invoke(cli, ["serve", "status", str(path)])
     assert status.exit_code == 1, status.output

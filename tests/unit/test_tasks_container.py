@@ -136,7 +136,9 @@ def test_env_uses_each_nodes_own_up_port():
 
 
 def test_absent_container_is_created_with_quoted_hostile_env():
-    inv, facts = pair(env={"EXTRA": HOSTILE})
+    """The inventory refuses such a value; the command builder quotes it anyway (defence in depth)."""
+    inv, facts = pair()
+    inv.container.env = {"EXTRA": HOSTILE}
     cctx, _ = cluster(inv, facts, {"spark1": [(r"docker inspect --format", "running 0\n")]})
     ctx, task = cctx.nodes["spark1"], ContainerRunTask()
     changes = task.check(ctx)
@@ -277,7 +279,9 @@ def test_ssh_files_pin_every_host_key_at_fabric_ip_and_port():
     pubs = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
             "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}
     want = desired_ssh_files(cctx, pubs)
-    assert want["authorized_keys"] == "ssh-ed25519 AAA1 c@spark1\nssh-ed25519 AAA2 c@spark2\n"
+    only_fabric = 'from="192.168.100.0/24,192.168.101.0/24" '
+    assert want["authorized_keys"] == (f"{only_fabric}ssh-ed25519 AAA1 c@spark1\n"
+                                       f"{only_fabric}ssh-ed25519 AAA2 c@spark2\n")
     assert "[192.168.100.11]:2233,[192.168.101.11]:2233 ssh-ed25519 HHH2" in want["known_hosts"]
 
 

@@ -150,4 +150,14 @@ def check_container_ssh(s: Snapshot) -> list[Finding]:
     return out
 
 
-CHECKS = [check_containers, check_env, check_container_ssh]
+def check_exposure(s: Snapshot) -> list[Finding]:
+    port = int(s.inventory.container.ssh_port)
+    return [Finding("container.ssh_exposed", "error", node, "the container's sshd answers on the management address",
+                    evidence=f"a TCP connection to {ip}:{port} from {node} is accepted; the mesh belongs on the "
+                             "fabric (an older sparkctl or a hand-started container listens everywhere)",
+                    fix=f"{s.bootstrap('container')} (recreates it listening on the fabric addresses only)",
+                    phase=PHASE)
+            for node in s.order if running_container(s, node) is not None for ip in s.probe(node).exposed]
+
+
+CHECKS = [check_containers, check_env, check_container_ssh, check_exposure]

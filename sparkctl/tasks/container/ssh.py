@@ -24,15 +24,20 @@ PROBES_PER_SSHD = 8
 
 
 def desired_ssh_files(ctx: ClusterContext, pubs: dict[str, tuple[str, str]]) -> dict[str, str]:
-    """authorized_keys and known_hosts every container must hold. pubs: node -> (client pub, host pub)."""
+    """authorized_keys and known_hosts every container must hold. pubs: node -> (client pub, host pub).
+
+    Each key is accepted only from the fabric subnets (sshd's from="..."): even a container sshd reachable some other
+    way lets no one in from the management network."""
     plan = ctx.plan()
     port = ctx.inventory.container.ssh_port
+    subnets = sorted({str(a.network) for addrs in plan.fabric.addresses.values() for a in addrs.values()})
+    only_from = f'from="{",".join(subnets)}" ' if subnets else ""
     authorized, known = [], []
     for node in ctx.inventory.nodes:
         if node.name not in pubs:
             continue
         client, host = pubs[node.name]
-        authorized.append(client)
+        authorized.append(only_from + client.strip())
         names = [host_key_name(str(a.ip), port) for a in plan.fabric.addresses.get(node.name, {}).values()]
         if names:
             known.append(f"{','.join(names)} {' '.join(host.split()[:2])}")

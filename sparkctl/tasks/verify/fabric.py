@@ -11,6 +11,7 @@ from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.plan.mpi import MPIRUN_TIMEOUT, PROBE_RESULT, mpirun_line, probe_program, timed
 from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
+from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
 from sparkctl.rules.interface_settings import (
     INTERFACE_SETTINGS,
     Mismatch,
@@ -101,13 +102,14 @@ class FabricVerify(Task):
     scope = Scope.CLUSTER
     needs = ("mpi.hostfile",)
     description = "prove the containers' real NCCL/UCX/Open MPI settings match each node's interfaces"
-    checks = ("per node, the container's ACTUAL env (docker inspect): every interface named by NCCL_SOCKET_IFNAME "
-              "(^/= rules), UCX_NET_DEVICES, OMPI_MCA_btl/oob_tcp_if_include exists and is Up and is not the "
-              "management or Wi-Fi interface; every NCCL_IB_HCA device exists on an Up twin (else NCCL falls "
-              "back to TCP silently); each hostfile line is an address its node owns on an included interface; "
-              "peers share subnets. Then an mpi4py probe over mpirun: each rank's hostname, env and the "
-              "interface its bytes crossed; the allreduce sum; its bandwidth. An NCCL log (serve log) when "
-              "present: the network and devices NCCL really used")
+    checks = ("per node, the container's sshd does not answer on the node's management address (the mesh is on the "
+              "fabric only); the container's ACTUAL env (docker inspect): every interface named by NCCL_SOCKET_IFNAME "
+              "(^/= rules), UCX_NET_DEVICES, OMPI_MCA_btl/oob_tcp_if_include exists and is Up and is not the management"
+              " or Wi-Fi interface; every NCCL_IB_HCA device exists on an Up twin (else NCCL falls back to TCP "
+              "silently); each hostfile line is an address its node owns on an included interface; peers share subnets."
+              " Then an mpi4py probe over mpirun: each rank's hostname, env and the interface its bytes crossed; the "
+              "allreduce sum; its bandwidth. An NCCL log (serve log) when present: the network and devices NCCL really "
+              "used")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -131,6 +133,12 @@ class FabricVerify(Task):
         # The probe rides in the same round trip as the reads when nothing found so far rules it out.
         probe = not _errors(mismatches) and len(envs) == len(order)
         extras = self._read_node_files(ctx, order, probe)
+        for node in order:
+            for ip in exposed(extras.get(node, {}).get("exposure", "")):
+                mismatches.append(Mismatch(node, "container sshd", f"{ip}:{inv.container.ssh_port}",
+                                           "answers on the management address (the mesh belongs on the fabric)",
+                                           "rerun bootstrap (container.run recreates it listening on the fabric "
+                                           "only)"))
         hostfile = extras.get(inv.head.name, {}).get("hostfile", "")
         if inv.head.name in envs:
             mismatches += hostfile_mismatches(order, hostfile, envs, facts)
@@ -165,14 +173,15 @@ class FabricVerify(Task):
             inside = framing.section("hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
             if probe and node == order[0]:
                 inside += "\n" + framing.section("probe", f"{timed(mpirun_line(len(order), probe_program()))} 2>&1")
+            exposure = exposure_script(management_addresses(ctx.nodes[node].facts()), ctx.inventory.container.ssh_port)
             scripts[node] = (f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n"
                              + framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")
-                             + "\ntrue")
+                             + "\n" + framing.section("exposure", exposure) + "\ntrue")
         out = {}
         for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
             found = framing.texts(result.stdout)
             out[node] = {"hostfile": found.get("hostfile", ""), "nccl": found.get("nccl", ""),
-                         "probe": found.get("probe", "")}
+                         "probe": found.get("probe", ""), "exposure": found.get("exposure", "")}
         return out
 
     def _probe(self, ctx: ClusterContext, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],

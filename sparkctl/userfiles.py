@@ -1,0 +1,61 @@
+"""Reading a file the user names (an inventory, a password file, a token file): a regular file only, and never more
+than it can reasonably hold, so `/dev/zero`, a FIFO or a 50 MB file is refused at once instead of hanging or
+filling memory. Imports nothing of sparkctl."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+
+class UnreadableFile(OSError):
+    """The file cannot be used; `reason` says why in words (no path: the caller names the file)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_limited(path: str | os.PathLike, limit: int) -> bytes:
+    """The whole content of a regular file of at most `limit` bytes; raises UnreadableFile."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused right after)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UnreadableFile("file not found") from None
+    except IsADirectoryError:
+        raise UnreadableFile("is a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnreadableFile("a symbolic link loop") from None
+        raise UnreadableFile(exc.strerror or type(exc).__name__) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise UnreadableFile(f"is {kind}, not a regular file")
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+        if len(data) > limit:
+            raise UnreadableFile(f"is larger than {_size(limit)}")
+        return data
+    except OSError as exc:
+        if isinstance(exc, UnreadableFile):
+            raise
+        raise UnreadableFile(exc.strerror or type(exc).__name__) from None
+    finally:
+        os.close(fd)
+
+
+def _size(count: int) -> str:
+    return f"{count // (1 << 20)} MiB" if count >= 1 << 20 else f"{count // 1024} KiB" if count >= 1024 else \
+        f"{count} bytes"
