@@ -11,6 +11,7 @@ from sparkctl.cli.options import load
 from sparkctl.errors import BadInput
 from sparkctl.inventory import inventory_json_schema
 from sparkctl.runs.inventory_init import draft_inventory
+from sparkctl.runs.outputs import check_writable
 
 
 @click.group("inventory")
@@ -50,6 +51,7 @@ def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: s
     a commented inventory. What had to be assumed is printed and written as comments."""
     if os.path.exists(output) and not force:
         raise BadInput(f"{output} exists", hint="pass --force to overwrite it, or -o another file")
+    check_writable(output, "--output")
     result = draft_inventory(list(hosts), user=user, identity_file=identity_file, known_hosts=known_hosts,
                              cluster=cluster)
     with open(output, "w") as fh:

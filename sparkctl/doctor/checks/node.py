@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from sparkctl.doctor.findings import CLUSTER, Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
@@ -24,10 +26,12 @@ def check_reachability(s: Snapshot) -> list[Finding]:
     out = []
     for node, reason in s.unreachable.items():
         target = s.inventory.ssh_target(node)
+        # the fix lines are commands to paste: the inventory's values in them are quoted like in every command
+        login, host = shlex.quote(f"{target.user}@{target.host}"), shlex.quote(target.host)
         if "authentication failed" in reason:
             out.append(Finding("node.ssh_auth", "error", node, "SSH login is refused (authentication failed)",
                                evidence=f"{reason}; logging in as {target.user} to {target.host}",
-                               fix=f"ssh-copy-id -p {target.port} {target.user}@{target.host} (or set "
+                               fix=f"ssh-copy-id -p {target.port} {login} (or set "
                                    "ssh.identity_file in the inventory to the key the node accepts)"))
         elif "host key CHANGED" in reason:
             out.append(Finding("node.host_key_changed", "error", node, "the node's SSH host key changed",
@@ -37,7 +41,7 @@ def check_reachability(s: Snapshot) -> list[Finding]:
             out.append(Finding("node.unreachable", "error", node, "the node cannot be reached over SSH",
                                evidence=reason,
                                fix=f"check that {target.host} is powered on and on the network "
-                                   f"(ping {target.host}; ssh -p {target.port} {target.user}@{target.host})"))
+                                   f"(ping {host}; ssh -p {target.port} {login})"))
     return out
 
 
@@ -65,7 +69,8 @@ def check_access(s: Snapshot) -> list[Finding]:
         elif not f.docker_access:
             out.append(Finding("node.docker_group", "error", node, f"{f.user} cannot use docker",
                                evidence=f"{f.docker_error or 'permission denied'}; groups: {' '.join(f.groups)}",
-                               fix=f"sudo usermod -aG docker {f.user} (then log in again: sessions keep old groups)",
+                               fix=f"sudo usermod -aG docker {shlex.quote(f.user)} (then log in again: sessions "
+                                   "keep old groups)",
                                phase="preflight"))
         if f.os_id and not f.is_dgx_spark:
             out.append(Finding("node.not_spark", "info", node, "not recognised as a DGX Spark",
