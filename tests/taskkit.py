@@ -38,6 +38,9 @@ SPARK_PORTS: dict[int, tuple[tuple[str, str], tuple[str, str]]] = {
     1: (("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1")),
 }
 MANAGEMENT = "enP7s7"
+# What docker printed on a fresh lab node before its image store existed: broken, not a permission problem.
+DOCKER_BROKEN = ("Error: overlay: can't stat imageStore dir /var/lib/sparkctl-lab/image-store: stat "
+                 "/var/lib/sparkctl-lab/image-store: no such file or directory")
 PLANNED = "@planned"
 
 
@@ -246,8 +249,8 @@ def spark_facts(node: str, *, up_ports: tuple[int, ...] = (1,), addresses: dict[
         groups=[user, "sudo"] + (["docker"] if docker == "ok" else []), sudo_nopasswd=sudo,
         interfaces=interfaces, roce=roce, session_ip=session_ip,
         netplan_files=list(netplan_files or []), docker_cli=docker != "absent", docker_access=docker == "ok",
-        docker_error="permission denied while trying to connect to the docker daemon socket"
-        if docker == "denied" else None,
+        docker_error={"denied": "permission denied while trying to connect to the docker daemon socket",
+                      "broken": DOCKER_BROKEN}.get(docker),
         time=time, firewall=firewall, hf_cache=f"/home/{user}/.cache/huggingface",
     )
     facts.management_interfaces = [n for n, i in interfaces.items()

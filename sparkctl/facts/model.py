@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 
 from sparkctl.knowledge.spark import spark_port_of
+
+# docker's own words for a user outside the docker group: "permission denied while trying to connect to the Docker
+# daemon socket at unix:///var/run/docker.sock" (and "Got permission denied ..." from older clients)
+_DOCKER_DENIED = re.compile(r"permission denied.*(daemon socket|docker\.sock)|docker\.sock.*permission denied", re.I)
 
 
 @dataclass
@@ -115,6 +120,12 @@ class Facts:
     raw_errors: list[str] = field(default_factory=list)
     #: what a caller read on the same connection right after the facts (e.g. `cluster status`)
     extra: object = None
+
+    @property
+    def docker_denied(self) -> bool:
+        """docker failed because the user may not use its socket (the docker group fixes that), not for another
+        reason (a broken daemon, its storage, the runtime)."""
+        return bool(self.docker_error and _DOCKER_DENIED.search(self.docker_error))
 
     def fabric_interfaces(self) -> list[str]:
         """The netdevs that have a RoCE device, in the order the node listed them."""

@@ -54,7 +54,7 @@ def _check_subnet(value: str) -> str:
 
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
-        raise ValueError("must be a number, not true/false")
+        raise ValueError("must be a number, not true/false (e.g. 10)")
     return value
 
 

@@ -95,7 +95,9 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
         tarball = BUILD_DIR / "rootfs.tar"
         try:
             started = time.monotonic()
-            _bootstrap_rootfs(tarball, BUILD_DIR / "overlay")
+            log("lab image: mmdebstrap (a Debian root with OpenMPI, mpi4py, sshd and the stand-ins; "
+                "about a minute, once)")
+            _bootstrap_rootfs(tarball, BUILD_DIR / "overlay", log)
             built = time.monotonic()
             size_mb = tarball.stat().st_size / 1e6
             log(f"lab image: mmdebstrap {built - started:.1f} s, {size_mb:.0f} MB")
@@ -234,7 +236,7 @@ def _baked_files() -> list[tuple[str, Path]]:
     return files
 
 
-def _bootstrap_rootfs(tarball: Path, overlay: Path) -> None:
+def _bootstrap_rootfs(tarball: Path, overlay: Path, log: Log | None = None) -> None:
     shutil.rmtree(overlay, ignore_errors=True)
     for inside, source in _baked_files():
         target = overlay / inside.lstrip("/")
@@ -258,7 +260,7 @@ def _bootstrap_rootfs(tarball: Path, overlay: Path) -> None:
         str(tarball),
         *apt_mirrors(),
     ]
-    _run(command, "mmdebstrap", timeout=1800)
+    _run(command, "mmdebstrap", timeout=1800, log=log)
 
 
 def _import_rootfs(tarball: Path, recipe: str) -> None:
@@ -278,8 +280,26 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
     subprocess.run([*podman, "image", "prune", "-f"], capture_output=True, timeout=120)
 
 
-def _run(command: list[str], what: str, timeout: int) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+#: How often a long build step says it is still working.
+PROGRESS_EVERY_S = 10.0
+
+
+def _run(command: list[str], what: str, timeout: int, log: Log | None = None) -> None:
+    """Run a build step; with `log`, a line every PROGRESS_EVERY_S seconds while it runs."""
+    started = time.monotonic()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - started
+                if elapsed > timeout:
+                    proc.kill()
+                    raise SparkctlError(f"lab image: {what} did not finish within {timeout} s") from None
+                if log is not None:
+                    log(f"lab image: {what} still running ({elapsed:.0f} s)")
+    result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
         raise SparkctlError(

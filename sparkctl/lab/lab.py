@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.lab import inventory_writer, network, node, podman, systemd
+from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE, ensure_image
 from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, validate_topology
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
 from sparkctl.lab.teardown import teardown
@@ -22,14 +23,6 @@ from sparkctl.lab.teardown import teardown
 DEFAULT_DIR = Path(".sparkctl-lab")
 BOOT_TIMEOUT = 90.0
 Log = Callable[[str], None]
-
-
-def _image_constants() -> tuple[str, str]:
-    try:
-        from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE
-    except ImportError:
-        return inventory_writer.LAB_IMAGE_REF, "/var/lib/sparkctl-lab/image-store"
-    return IMAGE_REF, IMAGE_STORE
 
 
 def _node_standins() -> list[Path]:
@@ -129,6 +122,8 @@ class Lab:
         if LabState.exists(directory) and LabState.load(directory).phase != "down":
             raise BadInput(f"a lab is already recorded in {directory}",
                            hint=f"sparkctl lab down --dir {directory}")
+        # the container image bootstrap will run: built once (with progress), reused from the shared store after
+        ensure_image(log=log)
         lab = cls(LabState(lab_id=_free_lab_id(), dir=str(directory), topology=topology, port=port,
                            sudo_password=sudo_password))
         lab.state.save()
@@ -158,7 +153,7 @@ class Lab:
             record.init = init
         state.record(Resource(kind="cgroup", name=names.cgroup))
         network.add_mgmt_bridge(state, names)
-        image_ref, image_store = _image_constants()
+        image_ref, image_store = IMAGE_REF, IMAGE_STORE
         masked = systemd.units_to_mask(systemd.enabled_units())
         standins = _node_standins()
         for record in state.nodes:

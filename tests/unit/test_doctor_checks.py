@@ -196,6 +196,12 @@ def fault_sudo(s):
     s.facts["spark1"].sudo_nopasswd = False
 
 
+def fault_docker_broken(s):
+    f = s.facts["spark2"]
+    f.docker_access, f.docker_error = False, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. " \
+                                             "Is the docker daemon running?"
+
+
 def fault_docker_group(s):
     f = s.facts["spark2"]
     f.docker_access, f.docker_error = False, "permission denied while trying to connect to the docker daemon socket"
@@ -249,6 +255,7 @@ CASES = [
     (fault_user, "node.user_mismatch", "spark2"),
     (fault_sudo, "node.sudo_password", "spark1"),
     (fault_docker_group, "node.docker_group", "spark2"),
+    (fault_docker_broken, "node.docker_broken", "spark2"),
     (fault_model_incomplete, "model.incomplete", "spark2"),
     (fault_serve_down, "serve.down", "spark1"),
     (fault_serve_health, "serve.health", "spark1"),

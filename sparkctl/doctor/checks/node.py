@@ -66,12 +66,17 @@ def check_access(s: Snapshot) -> list[Finding]:
                                evidence="`command -v docker` finds nothing",
                                fix="install docker and the NVIDIA container runtime (DGX OS ships both)",
                                phase="preflight"))
-        elif not f.docker_access:
+        elif not f.docker_access and f.docker_denied:
             out.append(Finding("node.docker_group", "error", node, f"{f.user} cannot use docker",
-                               evidence=f"{f.docker_error or 'permission denied'}; groups: {' '.join(f.groups)}",
+                               evidence=f"{f.docker_error}; groups: {' '.join(f.groups)}",
                                fix=f"sudo usermod -aG docker {shlex.quote(f.user)} (then log in again: sessions "
                                    "keep old groups)",
                                phase="preflight"))
+        elif not f.docker_access:
+            out.append(Finding("node.docker_broken", "error", node, f"docker does not work for {f.user}",
+                               evidence=f.docker_error or "`docker ps` gives no answer",
+                               fix=f"see `docker info` on {node} (the daemon, its storage or the runtime; not a "
+                                   "permission)", phase="preflight"))
         if f.os_id and not f.is_dgx_spark:
             out.append(Finding("node.not_spark", "info", node, "not recognised as a DGX Spark",
                                evidence=f"/etc/dgx-release: {f.dgx_name or 'absent'}", phase="preflight"))

@@ -34,9 +34,12 @@ class NodePreflight(Task):
                      "going on", task=self.name)
         if not facts.docker_cli:
             problems.append("docker is not installed (DGX OS ships it; install docker and the NVIDIA runtime)")
+        elif not facts.docker_access and facts.docker_denied:
+            problems.append(f"{facts.user} cannot run docker ({facts.docker_error}): sudo usermod -aG docker "
+                            f"{facts.user}, then log in again")
         elif not facts.docker_access:
-            problems.append(f"{facts.user} cannot run docker ({facts.docker_error or 'permission denied'}): "
-                            f"sudo usermod -aG docker {facts.user}, then log in again")
+            problems.append(f"docker does not work for {facts.user} on {ctx.name}: {facts.docker_error or 'no answer'} "
+                            "(see `docker info` on the node)")
         problems += _fabric_problems(ctx, facts)
         if facts.firewall:
             ports = f"22, {inv.container.ssh_port} (container ssh), {inv.serve.port} (serve)"
