@@ -16,8 +16,9 @@ def unwritable_reason(path: str | Path) -> str | None:
     if target.exists():
         return None if os.access(target, os.W_OK) else "permission denied"
     parent = target.parent
-    while not parent.exists():
-        parent = parent.parent
+    if not parent.exists():
+        # Creating folders the user did not ask for hides a typo in the path.
+        return f"the folder {parent} does not exist (create it first, or write elsewhere)"
     if not parent.is_dir():
         return f"{parent} is not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):

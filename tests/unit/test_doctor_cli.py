@@ -60,6 +60,7 @@ def test_unreachable_nodes_are_findings_in_json_and_exit_1(refusing_inventory):
 
 def test_bundle_from_the_cli_prints_its_sha256(refusing_inventory, tmp_path):
     bundle = tmp_path / "out" / "b.tar.gz"
+    bundle.parent.mkdir()  # an output's folder is never created for the user (a typo would pass unseen)
     result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", str(bundle), "--limit", "spark2"])
     assert result.exit_code == 1
     digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
@@ -211,4 +212,17 @@ def test_an_unwritable_output_path_is_refused_up_front(refusing_inventory, tmp_p
     assert result.exit_code == 2, result.output
     assert "a-file is not a directory" in result.output and "Traceback" not in result.output
     assert "node.unreachable" not in result.output  # refused before any diagnosis
+    assert len(result.output.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize("command", [["playbooks", "-o", "{bad}"],
+                                     ["doctor", "{inv}", "--bundle", "{bad}"],
+                                     ["serve", "bench", "{inv}", "--output", "{bad}"]])
+def test_an_output_path_in_a_missing_folder_is_refused_not_created(refusing_inventory, tmp_path, command):
+    bad = str(tmp_path / "no-such-folder" / "out")
+    args = [a.format(inv=refusing_inventory, bad=bad) for a in command]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "no-such-folder does not exist" in result.output and "internal error" not in result.output
+    assert not (tmp_path / "no-such-folder").exists()
     assert len(result.output.strip().splitlines()) <= 2
