@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -12,6 +13,7 @@ from rich.text import Text
 from sparkctl.cli.options import become_password, csv_set, load
 from sparkctl.cli.views import ConsoleView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
+from sparkctl.doctor.remedies import remedies_markdown
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.doctor import DoctorRequest, Repair, run_doctor
 from sparkctl.secrets import redacted
@@ -21,8 +23,9 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 
 def _shown(f: Finding) -> Finding:
     """The finding as it may be printed: the one redaction over every text of it."""
-    shown = redacted({**f.to_dict(), "details": list(f.details)})
-    return Finding(**{**shown, "details": tuple(shown["details"])})
+    texts = ("summary", "evidence", "fix", "details")
+    shown = redacted({k: list(f.details) if k == "details" else getattr(f, k) for k in texts})
+    return dataclasses.replace(f, **{**shown, "details": tuple(shown["details"])})
 
 
 def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = False) -> None:
@@ -49,6 +52,8 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
                 console.print(Text(f"      seen: {f.evidence}"), soft_wrap=True)
             if f.fix:
                 console.print(Text(f"      fix:  {f.fix}", style="cyan"), soft_wrap=True)
+            if f.severity != "info" and f.remedy is not None:
+                console.print(Text(f"      {_closes(f)}", style="dim"), soft_wrap=True)
             for detail in f.details:
                 console.print(Text(f"      | {detail}", style="dim"), soft_wrap=True)
     errors = len(diagnosis.errors)
@@ -60,8 +65,16 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
                        + f" on {len(diagnosis.nodes)} node(s): ").append(verdict))
 
 
+def _list_remedies(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(remedies_markdown(), nl=False)
+        ctx.exit(0)
+
+
 @click.command("doctor")
 @click.argument("file", type=click.Path())
+@click.option("--list", "list_ids", is_flag=True, is_eager=True, expose_value=False, callback=_list_remedies,
+              help="Print every finding id with the bootstrap tasks that repair it or why a person must, and exit.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"healthy": bool, "findings": [...]} as JSON.')
 @click.option("--fix", is_flag=True, help="Run the bootstrap tasks that own the errors found, then check again.")
 @click.option("--bundle", "bundle_path", type=click.Path(dir_okay=False),
@@ -112,6 +125,14 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
     sys.exit(int(ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS))
 
 
+def _closes(f: Finding) -> str:
+    remedy = f.remedy
+    assert remedy is not None
+    if remedy.repairable:
+        return f"repair: `sparkctl doctor --fix` or a bootstrap rerun runs {', '.join(remedy.tasks)}"
+    return remedy.needs_person
+
+
 def _repair_report(repair: Repair) -> dict:
     return {"ran": sorted(repair.ran),
             "exit_status": int(repair.result.exit_status()) if repair.result is not None else None,
@@ -122,4 +143,5 @@ def _show_repair(console: Console, repair: Repair) -> None:
     if not repair.ran:
         console.print(Text("nothing sparkctl can repair by itself; see each fix above", style="yellow"))
     for f in repair.needs_you:
-        console.print(Text(f"needs you: {f.node}: {f.id}: {f.fix}", style="yellow"), soft_wrap=True)
+        why = f.remedy.needs_person if f.remedy is not None else "needs you"
+        console.print(Text(f"left alone: {f.node}: {f.id}: {why}; fix: {f.fix}", style="yellow"), soft_wrap=True)

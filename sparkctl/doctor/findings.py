@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from sparkctl.doctor.remedies import Remedy, remedy_of
+
 SEVERITIES = ("error", "warning", "info")
 #: Findings about the whole cluster carry this node name.
 CLUSTER = "(cluster)"
@@ -35,11 +37,20 @@ class Finding:
     def is_error(self) -> bool:
         return self.severity == "error"
 
+    @property
+    def remedy(self) -> Remedy | None:
+        """How it closes: the tasks that repair it, or why a person must (doctor/remedies.py)."""
+        return remedy_of(self.id)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["details"] = list(self.details)
         if not out["details"]:
             del out["details"]
+        remedy = self.remedy
+        if remedy is not None:
+            out["closed_by"] = {"tasks": list(remedy.tasks)} if remedy.tasks else \
+                {"person": remedy.kind, "why": remedy.person}
         return out
 
 

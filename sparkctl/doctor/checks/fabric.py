@@ -44,7 +44,8 @@ def check_ports(s: Snapshot) -> list[Finding]:
         for iface in ifaces:
             nic = f.interfaces.get(iface)
             if nic is None:
-                out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} does not exist",
+                out.append(Finding("fabric.interface_missing", "error", node,
+                                   f"fabric interface {iface} does not exist",
                                    evidence=f"planned {iface}; the node has "
                                             f"{', '.join(f.fabric_interfaces()) or 'none'}",
                                    fix="check the CX-7 driver (`ibdev2netdev`), or pin fabric.interfaces for this node",
@@ -73,7 +74,7 @@ def check_ports(s: Snapshot) -> list[Finding]:
                                    fix=f"move the cable to port {wanted_port} on both nodes, or set fabric.port: auto",
                                    phase=PHASE))
                 break
-            out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} has no carrier",
+            out.append(Finding("fabric.no_carrier", "error", node, f"fabric interface {iface} has no carrier",
                                evidence=f"{iface}: state {nic.operstate}, no carrier; Up ports: "
                                         f"{', '.join(map(str, up_ports)) or 'none'}",
                                fix=f"check the QSFP cable in port {port[0] if port else '?'} on {node} and its peer "

@@ -1,0 +1,162 @@
+"""Every doctor finding id closes: the tasks that repair it, or why a person must (sparkctl/doctor/remedies.py).
+
+The ids are read from the source itself: every `Finding(...)` anywhere in sparkctl/, its id a literal, a name
+bound to literals, or a call of a function whose every return is a literal. A new check whose id is missing from
+REMEDIES (or cannot be read) fails here, so no finding can be added without deciding how it closes.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from sparkctl.cli.doctor_cmd import render_diagnosis
+from sparkctl.cli.main import cli
+from sparkctl.doctor.findings import Diagnosis, Finding
+from sparkctl.doctor.remedies import KINDS, REMEDIES, Remedy, remedies_markdown
+from sparkctl.runs.playbooks import bootstrap_graph, playbooks_markdown
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sparkctl"
+
+
+class Unreadable(Exception):
+    pass
+
+
+def _literals(expr: ast.AST, scope: ast.AST, functions: dict[str, ast.FunctionDef], seen: set[str]) -> set[str]:
+    """The string literals an id expression can evaluate to."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return {expr.value}
+    if isinstance(expr, ast.IfExp):
+        return _literals(expr.body, scope, functions, seen) | _literals(expr.orelse, scope, functions, seen)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in functions:
+        name = expr.func.id
+        if name in seen:
+            return set()
+        fn = functions[name]
+        out: set[str] = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Return) and node.value is not None:
+                out |= _literals(node.value, fn, functions, seen | {name})
+        return out
+    if isinstance(expr, ast.Name):
+        out = set()
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets):
+                out |= _literals(node.value, scope, functions, seen)
+        if out:
+            return out
+    raise Unreadable(ast.unparse(expr))
+
+
+def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
+    """id(call) -> the innermost function around it (or the module)."""
+    out: dict[int, ast.AST] = {}
+
+    def visit(node: ast.AST, scope: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+            out[id(child)] = inner
+            visit(child, inner)
+
+    visit(tree, tree)
+    return out
+
+
+def finding_ids_in_source() -> tuple[dict[str, list[str]], list[str]]:
+    """({id: [file:line, ...]}, [file:line: why an id could not be read])."""
+    ids: dict[str, list[str]] = {}
+    unreadable = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        scopes = _enclosing(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            keyword = next((k.value for k in node.keywords if k.arg == "id"), None)
+            if name != "Finding" and not (name == "replace" and keyword is not None):
+                continue
+            where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+            arg = node.args[0] if node.args and name == "Finding" else keyword
+            try:
+                if arg is None:
+                    raise Unreadable("no id")
+                found = _literals(arg, scopes.get(id(node), tree), functions, set())
+            except Unreadable as exc:
+                unreadable.append(f"{where}: Finding id {exc} is not a literal, a name bound to literals, or a "
+                                  "function returning literals")
+                continue
+            for finding_id in found:
+                ids.setdefault(finding_id, []).append(where)
+    return ids, unreadable
+
+
+def test_the_source_reading_sees_the_known_ids_including_computed_ones():
+    ids, unreadable = finding_ids_in_source()
+    assert not unreadable, "\n".join(unreadable)
+    # a literal, a function of literals (container._env_id), the crash report in diagnose.py
+    assert {"fabric.port_down", "env.iface_down", "nccl.ib_hca_partial", "doctor.check_failed"} <= set(ids)
+    assert len(ids) >= 50
+
+
+def test_every_finding_id_the_code_can_produce_has_a_repair_or_a_reason():
+    ids, _ = finding_ids_in_source()
+    missing = {i: where for i, where in ids.items() if i not in REMEDIES}
+    assert not missing, (
+        "finding ids with neither a repairing task nor a person's reason; add each to REMEDIES in "
+        f"sparkctl/doctor/remedies.py (see docs/architecture.md, 'Adding a doctor check'): {missing}")
+
+
+def test_the_table_names_no_id_the_code_no_longer_produces():
+    ids, _ = finding_ids_in_source()
+    assert sorted(set(REMEDIES) - set(ids)) == []
+
+
+def test_every_repairing_task_is_a_bootstrap_task_or_phase():
+    graph = bootstrap_graph()
+    unknown = {i: [t for t in r.tasks if t not in graph and t not in graph.phases]
+               for i, r in REMEDIES.items()}
+    assert {i: t for i, t in unknown.items() if t} == {}
+
+
+def test_every_reason_says_what_a_person_deals_with():
+    for finding_id, r in REMEDIES.items():
+        assert r.about, finding_id
+        if not r.repairable:
+            assert r.kind in KINDS and len(r.person) > 20, finding_id
+            assert r.needs_person.startswith(f"needs you ({KINDS[r.kind]}): "), finding_id
+
+
+@pytest.mark.parametrize("bad", [dict(about="x"), dict(about="x", tasks=("network",), person="y", kind="cable"),
+                                 dict(about="x", person="a reason", kind="weather")])
+def test_a_remedy_has_exactly_one_of_tasks_or_a_reason(bad):
+    with pytest.raises(ValueError):
+        Remedy(**bad)
+
+
+def test_the_table_is_generated_into_playbooks_md_and_doctor_list():
+    table = remedies_markdown()
+    for finding_id in REMEDIES:
+        assert f"| `{finding_id}` |" in table
+    assert table in playbooks_markdown()  # playbooks.md itself is kept in sync by test_playbooks_md
+    result = CliRunner().invoke(cli, ["doctor", "--list"])
+    assert result.exit_code == 0 and result.stdout == table
+
+
+def test_a_finding_says_how_it_closes_in_json_and_on_the_console():
+    repairable = Finding("fabric.mtu_mismatch", "error", "spark2", "mtu", "MTU 1500", "sparkctl cluster bootstrap")
+    manual = Finding("fabric.no_carrier", "error", "spark1", "no carrier", "no carrier", "check the cable")
+    assert repairable.to_dict()["closed_by"] == {"tasks": ["network.netplan", "network.verify"]}
+    assert manual.to_dict()["closed_by"] == {"person": "cable", "why": REMEDIES["fabric.no_carrier"].person}
+    console = Console(record=True, width=300)
+    render_diagnosis(console, Diagnosis([repairable, manual], nodes=["spark1", "spark2"]))
+    text = console.export_text()
+    assert "repair: `sparkctl doctor --fix` or a bootstrap rerun runs network.netplan, network.verify" in text
+    assert f"needs you (a cable or a port): {REMEDIES['fabric.no_carrier'].person}" in text
