@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkctl.inventory.presets import get_preset
+from sparkctl.inventory.release_check import release_problems
 from sparkctl.inventory.sections import (
     ENV_NAME_RE,
     FIRST_HOST_NUMBER,
@@ -244,6 +245,9 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if serve.draft and spec.decoding == "none":
         yield (("serve", "draft"), "set while decoding is none (remove it, or set decoding: eagle3 or "
                                    "draft-target)")
+    image = parts.container.image if parts.container is not None else None
+    if image is not None:
+        yield from release_problems(serve, image, count)
 
 
 def _container_problems(parts: InventoryParts) -> Iterator[Problem]:

@@ -16,9 +16,16 @@ from typing import Any
 
 DECODINGS = ("eagle3", "draft-target", "none")
 
-# The TensorRT-LLM `decoding_type` for each decoding. The two-Spark playbook writes `Eagle`, which the
-# PyTorch backend treats as Eagle3; keeping its spelling keeps the rendered config equal to the playbook's.
-DECODING_TYPES = {"eagle3": "Eagle", "draft-target": "DraftTarget"}
+# The TensorRT-LLM `decoding_type` spellings of each decoding, best first; the plan writes the first one the
+# image's release lists (sparkctl/knowledge/trtllm_releases.json): 1.1/1.2 resolve `DraftTarget` through a name
+# table, the 1.3 tagged union lists `Draft_Target`. The two-Spark playbook writes `Eagle`, which the PyTorch
+# backend treats as Eagle3; keeping its spelling keeps the rendered config equal to the playbook's.
+DECODING_SPELLINGS = {"eagle3": ("Eagle", "Eagle3"), "draft-target": ("DraftTarget", "Draft_Target")}
+DECODING_TYPES = {decoding: spellings[0] for decoding, spellings in DECODING_SPELLINGS.items()}
+
+
+#: The NVIDIA/dgx-spark-playbooks commit the presets were compared with (nvidia/speculative-decoding/README.md).
+PLAYBOOKS_COMMIT = "0db7c141da60870ca6ed5c99436320f4e35cd531"
 
 
 def _frozen(value: Any) -> Any:
@@ -53,6 +60,9 @@ class Preset:
     description: str = ""
     # variant name -> draft checkpoint, selected as `<name>:<variant>`
     variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: where the values come from (NVIDIA/dgx-spark-playbooks at commit PLAYBOOKS_COMMIT) and each deliberate
+    #: difference from it, with its reason
+    source: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", _frozen(self.config))
@@ -73,6 +83,8 @@ _QWEN3_235B_EAGLE3 = Preset(
     weights_gb=125,
     draft_gb=1,
     description="NVIDIA's two-Spark speculative decoding playbook: Qwen3-235B-A22B FP4 + Eagle3, TP=2",
+    source="nvidia/speculative-decoding/README.md, two-Spark Eagle3 config (image 1.3.0rc12): every config value as "
+           "written there; the draft lives in the HF cache instead of /opt (lost with the container)",
     config={
         "enable_attention_dp": False,
         "disable_overlap_scheduler": False,
@@ -89,19 +101,23 @@ _GPT_OSS_120B_EAGLE3 = Preset(
     model="openai/gpt-oss-120b",
     draft="nvidia/gpt-oss-120b-Eagle3",
     decoding="eagle3",
-    max_draft_len=3,
+    max_draft_len=5,
     tp_size=1,
     port=8000,
     weights_gb=61,
     draft_gb=1,
     description="One Spark: gpt-oss-120b + Eagle3 (variants: long-context, v2, throughput, v3)",
+    source="nvidia/speculative-decoding/README.md, Option 1 EAGLE-3 (image 1.3.0rc12): config values, max_draft_len 5, "
+           "free_gpu_memory_fraction 0.9 and --max_batch_size 1 as written there; the default draft is "
+           "nvidia/gpt-oss-120b-Eagle3 where the playbook downloads -long-context (the variant "
+           "gpt-oss-120b-eagle3:long-context serves exactly the playbook's)",
     config={
         "enable_attention_dp": False,
         "disable_overlap_scheduler": False,
         "enable_autotuner": False,
         "cuda_graph_config": {"max_batch_size": 1},
-        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3},
-        "kv_cache_config": {"free_gpu_memory_fraction": 0.95, "enable_block_reuse": False},
+        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 5},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
     },
     variants={
         "long-context": "nvidia/gpt-oss-120b-Eagle3-long-context",
@@ -122,7 +138,9 @@ _LLAMA_33_70B_DRAFT_TARGET = Preset(
     weights_gb=40,
     draft_gb=6,
     description="One Spark: Llama-3.3-70B FP4 with Llama-3.1-8B FP4 as the draft model",
-    # As NVIDIA's single-Spark draft-target example; the memory fraction is its command-line value.
+    source="nvidia/speculative-decoding/README.md, Option 2 Draft Target (image 1.3.0rc12): config values as written "
+           "there, the memory fraction is its --kv_cache_free_gpu_memory_fraction 0.9; decoding_type is spelled as the "
+           "image's release lists it (the playbook writes DraftTarget, the 1.3 tagged union lists Draft_Target)",
     config={
         "print_iter_log": False,
         "disable_overlap_scheduler": True,

@@ -1,25 +1,36 @@
-"""Which extra_llm_api_options keys each TensorRT-LLM release accepts.
+"""What each TensorRT-LLM release's `trtllm-serve` accepts, and a check of a config against it at every depth.
 
-TensorRT-LLM's args model (`tensorrt_llm/llmapi/llm_args.py`) forbids unknown keys, so a key a release
-does not have is a hard error at launch. The key set of 1.3.0rc12 (the release NVIDIA's two-Spark playbook
-uses) is the base; the keys known to come and go are applied by release range:
-`use_torch_sampler` existed only around 1.1.0rc0, `sampler_type` replaced it and was removed by 1.3.0rc26,
-`speculative_config.eagle3_one_model` is not in 1.3.0rc27 and later.
+The data is `trtllm_releases.json` beside this module, in the format `scripts/trtllm_knowledge.py` writes from
+TensorRT-LLM's own `tensorrt_llm/llmapi/llm_args.py` and `tensorrt_llm/commands/serve.py`; each release records its
+source (commit, files) and how it was obtained. The lab's `trtllm-serve` stand-in reads the same file, so sparkctl
+and the stand-in judge a config alike.
 
-The release is read from the image's `com.nvidia.tensorrt-llm.version` label, else from its tag.
+The args model forbids unknown keys at every depth (pydantic extra="forbid"), so a key a release does not have is
+a hard error at launch, minutes into loading. The release is read from the image's
+`com.nvidia.tensorrt-llm.version` label, else from its tag; a release not in the data is judged against the
+nearest known one, and says so.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import cache, total_ordering
+from pathlib import Path
+from typing import Any
 
 VERSION_LABEL = "com.nvidia.tensorrt-llm.version"
+DATA_PATH = Path(__file__).with_name("trtllm_releases.json")
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.?(rc|a|b|dev|post)\.?(\d+))?$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.?(rc|a|b|dev|post)\.?(\d+))?(?:\.post\d+)?$")
 # A pre-release sorts before its final release; post after it.
 _STAGE_ORDER = {"dev": 0, "a": 1, "b": 2, "rc": 3, None: 4, "post": 5}
+_TYPES: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+                                       "list": (list,), "dict": (dict,)}
+_TYPE_WORDS = {"bool": "a valid boolean", "int": "a valid integer", "float": "a valid number",
+               "str": "a valid string", "list": "a valid list", "dict": "a valid dictionary"}
 
 
 @total_ordering
@@ -60,143 +71,155 @@ def release_of(image: str | None, labels: dict[str, str] | None = None) -> Relea
     return None
 
 
-# fmt: off
-_BASE_TOP_LEVEL = frozenset({
-    "model", "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "trust_remote_code",
-    "tensor_parallel_size", "dtype", "revision", "tokenizer_revision", "pipeline_parallel_size",
-    "context_parallel_size", "gpus_per_node", "moe_cluster_parallel_size", "moe_tensor_parallel_size",
-    "moe_expert_parallel_size", "enable_attention_dp", "enable_lm_head_tp_in_adp", "cp_config",
-    "load_format", "enable_lora", "lora_config", "kv_cache_config", "enable_chunked_prefill",
-    "guided_decoding_backend", "batched_logits_processor", "iter_stats_max_iterations",
-    "request_stats_max_iterations", "peft_cache_config", "scheduler_config", "cache_transceiver_config",
-    "speculative_config", "max_batch_size", "max_input_len", "max_seq_len", "max_beam_width",
-    "max_num_tokens", "gather_generation_logits", "num_postprocess_workers", "postprocess_tokenizer_dir",
-    "reasoning_parser", "decoding_config", "mpi_session", "otlp_traces_endpoint", "backend",
-    "return_perf_metrics", "orchestrator_type", "build_config", "garbage_collection_gen0_threshold",
-    "cuda_graph_config", "attention_dp_config", "disable_overlap_scheduler", "moe_config", "attn_backend",
-    "sampler_type", "enable_iter_perf_stats", "enable_iter_req_stats", "print_iter_log",
-    "perf_metrics_max_requests", "batch_wait_timeout_ms", "batch_wait_timeout_iters",
-    "batch_wait_max_tokens_ratio", "torch_compile_config", "enable_autotuner",
-    "enable_layerwise_nvtx_marker", "enable_min_latency", "stream_interval", "force_dynamic_quantization",
-    "allreduce_strategy", "checkpoint_loader", "checkpoint_format", "kv_connector_config",
-    "mm_encoder_only", "enable_sleep", "disable_flashinfer_sampling", "max_stats_len",
-    "ray_worker_extension_cls", "sparse_attention_config",
-})
-_BASE_NESTED = {
-    "speculative_config": frozenset({
-        "decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model",
-        "speculative_model_dir", "eagle_choices", "greedy_sampling", "posterior_threshold",
-        "use_dynamic_tree", "dynamic_tree_max_topK", "num_eagle_layers", "max_non_leaves_per_layer",
-        "eagle3_one_model", "eagle3_layers_to_capture", "load_format", "max_concurrency",
-        "draft_len_schedule", "acceptance_window", "acceptance_length_threshold",
-        "num_nextn_predict_layers", "use_relaxed_acceptance_for_thinking", "relaxed_topk",
-        "relaxed_delta", "use_mtp_vanilla", "mtp_eagle_one_model", "begin_thinking_phase_token",
-        "end_thinking_phase_token", "max_matching_ngram_size", "is_keep_all", "is_use_oldest",
-        "is_public_pool", "is_auto_heuristic",
-    }),
-    "kv_cache_config": frozenset({
-        "enable_block_reuse", "max_tokens", "max_attention_window", "sink_token_length",
-        "free_gpu_memory_fraction", "host_cache_size", "onboard_blocks", "cross_kv_cache_fraction",
-        "secondary_offload_min_priority", "event_buffer_max_size",
-        "attention_dp_events_gather_period_ms", "enable_partial_reuse", "copy_on_partial_reuse",
-        "use_uvm", "max_gpu_total_bytes", "dtype", "mamba_ssm_cache_dtype", "tokens_per_block",
-    }),
-    "cuda_graph_config": frozenset({"batch_sizes", "max_batch_size", "enable_padding"}),
-}
-# fmt: on
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One key the release would refuse: where (path of keys), what pydantic would say, and what it accepts."""
+
+    path: tuple[str, ...]
+    message: str          # pydantic's words: "Extra inputs are not permitted", "Input should be a valid integer", ...
+    kind: str             # pydantic's error type: extra_forbidden, union_tag_invalid, int_type, value_error
+    value: Any
+    hint: str = ""        # did you mean / what the release accepts
+
+    def dotted(self) -> str:
+        return ".".join(self.path)
 
 
 @dataclass(frozen=True)
-class KeyChange:
-    """A key that exists only in [since, until): `until` is the first release without it."""
-
-    path: str  # "sampler_type" or "speculative_config.eagle3_one_model"
-    since: Release | None
-    until: Release | None
-    note: str
-
-    def present_in(self, release: Release) -> bool:
-        return (self.since is None or release >= self.since) and (self.until is None or release < self.until)
-
-
-def _r(text: str) -> Release:
-    release = Release.parse(text)
-    assert release is not None
-    return release
-
-
-KEY_CHANGES = (
-    KeyChange("use_torch_sampler", _r("1.1.0rc0"), _r("1.1.0rc1"),
-              "only around 1.1.0rc0; later releases use sampler_type: TorchSampler"),
-    KeyChange("sampler_type", _r("1.1.0rc1"), _r("1.3.0rc26"), "removed by 1.3.0rc26"),
-    KeyChange("speculative_config.eagle3_one_model", None, _r("1.3.0rc27"), "not in 1.3.0rc27 and later"),
-)
-
-
-@dataclass(frozen=True)
-class KeySet:
-    """The keys one release accepts: top level, and inside the nested sections it validates."""
+class ReleaseSchema:
+    """One release's accepted keys: top level, nested sections, speculative tags, removed keys, CLI flags."""
 
     release: Release
-    top_level: frozenset[str]
-    nested: dict[str, frozenset[str]]
+    raw: dict
 
-    def accepts(self, path: str) -> bool:
-        head, _, rest = path.partition(".")
-        if head not in self.top_level:
-            return False
-        if not rest or head not in self.nested:
-            return True
-        return rest.split(".", 1)[0] in self.nested[head]
+    @property
+    def source(self) -> dict:
+        return self.raw["source"]
+
+    @property
+    def top_level(self) -> dict[str, str]:
+        return self.raw["top_level"]
+
+    @property
+    def sections(self) -> dict[str, dict[str, str]]:
+        return self.raw["sections"]
+
+    @property
+    def tags(self) -> dict[str, dict[str, str]]:
+        return self.raw["speculative"]["tags"]
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        return self.raw["speculative"]["aliases"]
+
+    @property
+    def serve_flags(self) -> list[str]:
+        return self.raw["serve_flags"]
+
+    def has_flag(self, flag: str) -> bool:
+        return flag in self.serve_flags
+
+    def decoding_tag(self, wanted: tuple[str, ...]) -> str | None:
+        """The first of `wanted` (spellings of one decoding, best first) that this release lists as a tag."""
+        return next((tag for tag in wanted if tag in self.tags), None)
+
+    def validate(self, config: Any) -> list[ConfigProblem]:
+        """Every key of `config` this release would refuse, at every depth, with the path of the offending key."""
+        if not isinstance(config, dict):
+            return [ConfigProblem((), "Input should be a valid dictionary", "dict_type", config)]
+        problems: list[ConfigProblem] = []
+        removed = self.raw.get("removed_keys", {})
+        for key, value in config.items():
+            if key in removed and key not in self.top_level:
+                if value not in removed[key]["accepted_values"]:
+                    problems.append(ConfigProblem((key,), "Value error, " + removed[key]["message"].format(
+                        value=value), "value_error", value, f"remove {key} (TensorRT-LLM {self.release} removed it)"))
+                continue
+            if key not in self.top_level:
+                problems.append(_extra((key,), value, self.top_level))
+                continue
+            if key == "speculative_config" and isinstance(value, dict):
+                problems += self._speculative(value)
+                continue
+            problems += _typed((key,), value, self.top_level[key])
+            if key in self.sections and isinstance(value, dict):
+                problems += _fields((key,), value, self.sections[key])
+        return problems
+
+    def _speculative(self, spec: dict) -> list[ConfigProblem]:
+        tag = spec.get("decoding_type")
+        tag = self.aliases.get(tag, tag) if isinstance(tag, str) else tag
+        if tag not in self.tags:
+            expected = ", ".join(f"'{t}'" for t in self.tags)
+            close = difflib.get_close_matches(str(tag), list(self.tags), n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"use one of {expected}"
+            return [ConfigProblem(("speculative_config", "decoding_type"),
+                                  f"Input tag {spec.get('decoding_type')!r} found using 'decoding_type' does not match "
+                                  f"any of the expected tags: {expected}", "union_tag_invalid", spec, hint)]
+        problems = _fields(("speculative_config",), spec, self.tags[tag])
+        draft_len = spec.get("max_draft_len")
+        if tag in ("Eagle", "Eagle3", "DraftTarget", "Draft_Target", "NGram") and not (
+                isinstance(draft_len, int) and not isinstance(draft_len, bool) and draft_len > 0):
+            problems.append(ConfigProblem(("speculative_config", "max_draft_len"), "Value error, max_draft_len must "
+                                          "be > 0", "value_error", draft_len, "set a whole number above 0"))
+        return problems
 
 
-def keys_for(release: Release) -> KeySet:
-    top = set(_BASE_TOP_LEVEL)
-    nested = {k: set(v) for k, v in _BASE_NESTED.items()}
-    for change in KEY_CHANGES:
-        head, _, sub = change.path.partition(".")
-        target = nested[head] if sub else top
-        name = sub or head
-        if change.present_in(release):
-            target.add(name)
+def _fields(where: tuple[str, ...], values: dict, fields: dict[str, str]) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    for key, value in values.items():
+        path = (*where, str(key))
+        if key not in fields:
+            problems.append(_extra(path, value, fields))
         else:
-            target.discard(name)
-    return KeySet(release, frozenset(top), {k: frozenset(v) for k, v in nested.items()})
+            problems += _typed(path, value, fields[key])
+    return problems
 
 
-def key_paths(config: dict) -> list[str]:
-    """`key` and `section.key` for every key the args model validates (nested one level, as it does)."""
-    out = []
-    for key, value in config.items():
-        out.append(str(key))
-        if isinstance(value, dict) and key in _BASE_NESTED:
-            out.extend(f"{key}.{sub}" for sub in value)
-    return out
+def _extra(path: tuple[str, ...], value: Any, allowed: dict[str, str]) -> ConfigProblem:
+    close = difflib.get_close_matches(path[-1], list(allowed), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"{len(allowed)} keys are allowed there: " + ", ".join(
+        sorted(allowed)[:12]) + (", ..." if len(allowed) > 12 else "")
+    return ConfigProblem(path, "Extra inputs are not permitted", "extra_forbidden", value, hint)
 
 
-def unknown_keys(config: dict, keys: KeySet) -> list[str]:
-    """The keys of `config` that the release would reject."""
-    return [p for p in key_paths(config) if not keys.accepts(p)]
+def _typed(path: tuple[str, ...], value: Any, kind: str) -> list[ConfigProblem]:
+    if value is None or kind not in _TYPES:
+        return []
+    ok = isinstance(value, _TYPES[kind]) and not (kind in ("int", "float") and isinstance(value, bool))
+    if ok:
+        return []
+    return [ConfigProblem(path, f"Input should be {_TYPE_WORDS[kind]}", f"{kind}_type", value, _WRITE[kind])]
 
 
-def why_unknown(path: str, release: Release) -> str:
-    """One line saying why the release rejects the key."""
-    for change in KEY_CHANGES:
-        if change.path == path:
-            return f"{path} is not a key of TensorRT-LLM {release} ({change.note})"
-    return f"{path} is not a key of TensorRT-LLM {release}"
+_WRITE = {"bool": "write true or false", "int": "write a whole number without quotes",
+          "float": "write a number without quotes", "str": "write text", "list": "write a list",
+          "dict": "write a mapping of key: value lines"}
 
 
-def without_keys(config: dict, paths: list[str]) -> dict:
-    """A copy of config without those keys (`a` or `a.b`)."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
-    for path in paths:
-        head, _, sub = path.partition(".")
-        if sub and isinstance(out.get(head), dict):
-            out[head].pop(sub, None)
-        elif not sub:
-            out.pop(head, None)
-    return out
+@cache
+def _data() -> dict:
+    return json.loads(DATA_PATH.read_text())
+
+
+def known_releases() -> list[Release]:
+    return sorted(r for r in (Release.parse(k) for k in _data()["releases"]) if r is not None)
+
+
+def schema_for(release: Release) -> ReleaseSchema:
+    """The known release itself, else the nearest known one: the newest not after it, else the oldest."""
+    known = known_releases()
+    exact = [r for r in known if r == release]
+    older = [r for r in known if r <= release]
+    chosen = exact[0] if exact else (older[-1] if older else known[0])
+    return ReleaseSchema(chosen, _data()["releases"][str(chosen)])
+
+
+def judged_note(release: Release, schema: ReleaseSchema) -> str:
+    """Empty for a known release; else which known release it is judged against."""
+    if schema.release == release:
+        return ""
+    return f"TensorRT-LLM {release} is not in sparkctl's release data: judged as {schema.release}"
 
 
 #: Image tags with multi-node problems on Sparks: tag -> what goes wrong (from users' field reports; the TensorRT-LLM

@@ -34,6 +34,10 @@ LOCK_PATH = LAB_STATE_DIR / "image.lock"
 BUILD_DIR = LAB_STATE_DIR / "image-build"
 
 ENTRYPOINT_IN_IMAGE = "/usr/local/bin/sparkctl-lab-entrypoint"
+# sparkctl's own TensorRT-LLM release data, read by the trtllm-serve stand-in: found by path (the lab imports no
+# product code), so the stand-in and sparkctl judge a config with one file.
+RELEASES_IN_IMAGE = "/opt/sparkctl-lab/trtllm_releases.json"
+RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "trtllm_releases.json"
 FIXTURE_REPOS_IN_IMAGE = "/opt/sparkctl-lab/fixture-repos"
 
 IMAGE_PACKAGES = [
@@ -225,7 +229,7 @@ def _os_codename() -> str:
 
 def _baked_files() -> list[tuple[str, Path]]:
     """(path inside the image, path on the machine) for every file the build copies in."""
-    files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint"))]
+    files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint")), (RELEASES_IN_IMAGE, RELEASES_FILE)]
     files += [(f"/usr/local/bin/{name}", standin_path(name)) for name in IMAGE_STANDINS]
     repos = fixture_repos_dir()
     files += [
@@ -272,6 +276,8 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
         f"LABEL {RECIPE_LABEL}={recipe}",
         "ENV HF_HOME=/root/.cache/huggingface",
         f"ENV SPARKCTL_LAB_FIXTURE_REPOS={FIXTURE_REPOS_IN_IMAGE}",
+        f"ENV SPARKCTL_LAB_TRTLLM_VERSION={TRTLLM_VERSION}",
+        f"ENV SPARKCTL_LAB_TRTLLM_RELEASES={RELEASES_IN_IMAGE}",
     ]
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]

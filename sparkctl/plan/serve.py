@@ -1,8 +1,9 @@
 """PURE serve planning: the TensorRT-LLM config (extra_llm_api_options) and the mpirun launch line.
 
-The config is release-aware when the release is known: a key of the preset that the image's TensorRT-LLM
-does not have is left out; a key the inventory's `serve.config` asks for that it does not have is refused
-(TensorRT-LLM would refuse it at launch, after minutes of loading).
+The config is release-aware: `decoding_type` is spelled as the image's TensorRT-LLM release spells it, a key of
+the preset that the release does not have is left out, and a key the inventory's `serve.config` asks for that it
+does not have, at any depth, is refused (TensorRT-LLM would refuse it at launch, after minutes of loading). The
+inventory loader refuses the same keys up front (sparkctl/inventory/release_check.py), with their file:line.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 import yaml
 
 from sparkctl.inventory import Inventory
-from sparkctl.inventory.presets import DECODING_TYPES
+from sparkctl.inventory.release_check import spell_decoding, without_paths
 from sparkctl.inventory.serve import deep_merge
 from sparkctl.knowledge.serve_client import endpoint_url
-from sparkctl.knowledge.trtllm_releases import Release, key_paths, keys_for, unknown_keys, why_unknown, without_keys
+from sparkctl.knowledge.trtllm_releases import Release, judged_note, release_of, schema_for
 from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_HF_HOME, draft_dir
 
 
@@ -36,24 +37,32 @@ def wanted_repos(inventory: Inventory) -> list[tuple[str, str | None]]:
     return out
 
 
-def serve_config(inventory: Inventory) -> dict:
+def serve_config(inventory: Inventory, release: Release | None = None) -> dict:
+    """The preset's config under serve.config, decoding_type spelled for `release` (the image's tag's when None)."""
     spec = inventory.serve_spec()
     config = copy.deepcopy(dict(spec.config or {}))
     config.setdefault("cuda_graph_config", {})["max_batch_size"] = spec.max_batch_size
     decoding = spec.decoding or "none"
     if decoding != "none" and spec.draft:
         config["speculative_config"] = deep_merge(config.get("speculative_config", {}), {
-            "decoding_type": DECODING_TYPES[decoding],
             "max_draft_len": spec.max_draft_len,
             "speculative_model_dir": draft_dir(spec.draft) + "/",
         })
     else:
         config.pop("speculative_config", None)
-    return deep_merge(config, dict(inventory.serve.config or {}))
+    config = deep_merge(config, dict(inventory.serve.config or {}))
+    release = release or image_release(inventory)
+    return spell_decoding(config, decoding, schema_for(release) if release else None,
+                          user_set="decoding_type" in (inventory.serve.config or {}).get("speculative_config", {}))
+
+
+def image_release(inventory: Inventory) -> Release | None:
+    """The release the inventory's image tag names (bootstrap prefers the running image's label)."""
+    return release_of(inventory.container.image)
 
 
 def render_serve_config(inventory: Inventory) -> str:
-    return yaml.safe_dump(serve_config(inventory), sort_keys=False, default_flow_style=False)
+    return release_config(inventory, image_release(inventory)).text()
 
 
 def launch_argv(inventory: Inventory) -> list[str]:
@@ -70,6 +79,8 @@ def launch_argv(inventory: Inventory) -> list[str]:
         "--backend", "pytorch",
         "--tp_size", str(spec.tp_size),
         "--max_num_tokens", str(spec.max_num_tokens),
+        # Every release's trtllm-serve has the flag; cuda_graph_config.max_batch_size only bounds graph capture.
+        "--max_batch_size", str(spec.max_batch_size),
         "--extra_llm_api_options", CONFIG_PATH,
         "--port", str(spec.port),
         "--host", "0.0.0.0",
@@ -88,22 +99,36 @@ class ReleaseConfig:
     config: dict
     dropped: list[str] = field(default_factory=list)   # preset keys the release does not have
     refused: list[str] = field(default_factory=list)   # one line per override key the release would reject
+    note: str = ""                                     # which known release an unknown one is judged as
 
     def text(self) -> str:
         return yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False)
 
 
 def release_config(inventory: Inventory, release: Release | None) -> ReleaseConfig:
-    """serve_config for the image's release; with an unknown release, nothing is filtered."""
-    config = serve_config(inventory)
+    """serve_config for the image's release, checked at every depth; with no release, nothing is checked."""
+    config = serve_config(inventory, release)
     if release is None:
         return ReleaseConfig(None, config)
-    keys = keys_for(release)
-    overrides = set(key_paths(dict(inventory.serve.config or {})))
-    unknown = unknown_keys(config, keys)
-    refused = [why_unknown(p, release) for p in unknown if p in overrides]
-    dropped = [p for p in unknown if p not in overrides]
-    return ReleaseConfig(release, without_keys(config, dropped), dropped, refused)
+    schema = schema_for(release)
+    user = dict(inventory.serve.config or {})
+    dropped, refused = [], []
+    for problem in schema.validate(config):
+        if _written_by_user(user, problem.path):
+            refused.append(f"serve.config.{problem.dotted()}: {problem.message}"
+                           + (f" ({problem.hint})" if problem.hint else ""))
+        else:
+            dropped.append(problem.dotted())
+    return ReleaseConfig(release, without_paths(config, dropped), dropped, refused, judged_note(release, schema))
+
+
+def _written_by_user(user: dict, path: tuple[str, ...]) -> bool:
+    node: object = user
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
 
 
 def launch_fingerprint(config_text: str, command: str) -> str:

@@ -382,7 +382,7 @@ def test_single_node_defaults(inv_file):
     spec = inv.serve_spec()
     assert (spec.preset, spec.model, spec.draft, spec.port) == (
         "gpt-oss-120b-eagle3", "openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", 8000)
-    assert spec.config["kv_cache_config"]["free_gpu_memory_fraction"] == 0.95
+    assert spec.config["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
     assert inv.cluster.name == "sparks" and inv.container.ssh_port == 2233 and inv.fabric.mtu == 9000
 
 

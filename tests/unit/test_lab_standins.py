@@ -298,6 +298,7 @@ def serve_env(tmp_path_factory):
     """A HF cache with the target model and a local-dir draft, shared by the trtllm-serve tests."""
     tmp_path = tmp_path_factory.mktemp("serve")
     env = {"HF_HOME": str(tmp_path / "hf-home"), "SPARKCTL_LAB_FIXTURE_REPOS": str(fixture_repos_dir()),
+           "SPARKCTL_LAB_TRTLLM_RELEASES": str(image.RELEASES_FILE), "SPARKCTL_LAB_TRTLLM_VERSION": "1.3.0rc12",
            "HF_TOKEN": "hf_x", "SPARKCTL_LAB_HF_FAIL_AFTER_BYTES": "", "HF_HUB_CACHE": ""}  # fmt: skip
     draft = tmp_path / "draft"
     assert hf(env, "download", "nvidia/Qwen3-235B-A22B-FP4").returncode == 0
@@ -316,26 +317,62 @@ def serve(env, options, *extra, model="nvidia/Qwen3-235B-A22B-FP4", tp="1"):
 
 
 @pytest.mark.parametrize(
-    "edit, where, message",
+    "version, edit, where, message",
     [
-        ({"use_torch_sampler": True}, "use_torch_sampler",
+        # a key of another release (1.1.0rc0's use_torch_sampler)
+        ("1.3.0rc12", {"use_torch_sampler": True}, "use_torch_sampler",
          "Extra inputs are not permitted [type=extra_forbidden, input_value=True"),
-        ({"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3, "draft_len": 1}},
-         "speculative_config.draft_len", "Extra inputs are not permitted [type=extra_forbidden"),
-        ({"kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_blockreuse": False}},
+        # an unknown nested key: pydantic places it under the union's tag
+        ("1.3.0rc12", {"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3, "draft_len": 1}},
+         "speculative_config.Eagle.draft_len", "Extra inputs are not permitted [type=extra_forbidden"),
+        ("1.3.0rc12", {"kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_blockreuse": False}},
          "kv_cache_config.enable_blockreuse", "extra_forbidden"),
-        ({"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 0, "speculative_model_dir": "/x"}},
-         "speculative_config.max_draft_len", "max_draft_len must be > 0"),
+        # a key the 1.2 release has and 1.3 removed
+        ("1.3.0rc12", {"kv_cache_config": {"onboard_blocks": True}}, "kv_cache_config.onboard_blocks",
+         "extra_forbidden"),
+        # a wrong type
+        ("1.3.0rc12", {"kv_cache_config": {"free_gpu_memory_fraction": "0.9"}},
+         "kv_cache_config.free_gpu_memory_fraction", "Input should be a valid number [type=float_type"),
+        ("1.3.0rc12", {"enable_autotuner": "no"}, "enable_autotuner", "Input should be a valid boolean"),
+        # a decoding_type tag the release's tagged union does not list
+        ("1.3.0rc12", {"speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4,
+                                              "speculative_model_dir": "/x"}},
+         "speculative_config", "Input tag 'DraftTarget' found using 'decoding_type' does not match any of the "
+                               "expected tags: 'Eagle', 'Eagle3', 'Draft_Target'"),
+        ("1.2.0rc6", {"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": 4,
+                                             "speculative_model_dir": "/x"}},
+         "speculative_config", "Input tag 'Draft_Target' found using 'decoding_type' does not match"),
+        ("1.3.0rc12", {"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 0,
+                                              "speculative_model_dir": "/x"}},
+         "speculative_config.Eagle", "max_draft_len must be > 0"),
     ],
 )  # fmt: skip
-def test_trtllm_serve_rejects_options_of_another_release(serve_env, tmp_path, edit, where, message):
+def test_trtllm_serve_refuses_what_the_release_refuses(serve_env, tmp_path, version, edit, where, message):
     env, _ = serve_env
     options = tmp_path / "bad.yml"
     options.write_text(json.dumps({"enable_autotuner": False, **edit}))
-    result = serve(env, options)
+    result = serve({**env, "SPARKCTL_LAB_TRTLLM_VERSION": version}, options)
     assert result.returncode == 1
     assert "validation error for TorchLlmArgs" in result.stderr
     assert f"\n{where}\n" in result.stderr and message in result.stderr
+
+
+def test_trtllm_serve_accepts_the_tag_its_release_lists(serve_env, tmp_path):
+    env, options = serve_env
+    draft = options.parent / "draft"
+    for version, tag in (("1.2.0rc6", "DraftTarget"), ("1.3.0rc12", "Draft_Target")):
+        good = tmp_path / f"{version}.yml"
+        good.write_text(json.dumps({"speculative_config": {"decoding_type": tag, "max_draft_len": 4,
+                                                           "speculative_model_dir": str(draft)}}))
+        script = load_script("trtllm-serve")
+        script.RELEASES_PATH = str(image.RELEASES_FILE)
+        script.validate_options(json.loads(good.read_text()), script.release_schema(version))
+
+
+def test_trtllm_serve_as_a_nonzero_rank_without_the_launcher_is_refused(serve_env):
+    env, options = serve_env
+    result = serve({**env, "OMPI_COMM_WORLD_RANK": "1"}, options)
+    assert result.returncode == 1 and "through trtllm-llmapi-launch" in result.stderr
 
 
 def test_trtllm_serve_needs_the_model_in_the_cache(serve_env):

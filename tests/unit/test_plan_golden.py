@@ -105,6 +105,10 @@ DELIBERATE_IMPROVEMENTS = {
     "launch: -x HF_HOME added": TOKEN_AS_FILE,
     "launch: -x --mca plm_rsh_pass_environ_mca_params added": "Open MPI would copy the head's OMPI_MCA_* interface "
                                                                "names onto every peer (wrong where Up ports differ)",
+    "launch: --max_batch_size added": "serve.max_batch_size reaches the server (the playbook sets only "
+                                      "cuda_graph_config.max_batch_size, which bounds graph capture; the server then "
+                                      "runs with the release default, 2048); NVIDIA's single-Spark examples pass "
+                                      "--max_batch_size 1",
     "launch: --extra_llm_api_options changed": "the config is written on the host into the mounted state dir "
                                                "(/sparkctl/serve) instead of /tmp inside the container",
     # entrypoint

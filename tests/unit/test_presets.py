@@ -23,7 +23,7 @@ def test_table():
             for name, p in PRESETS.items()}
     assert rows == {
         "qwen3-235b-eagle3": ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3", "eagle3", 3, 2, 8355),
-        "gpt-oss-120b-eagle3": ("openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", "eagle3", 3, 1, 8000),
+        "gpt-oss-120b-eagle3": ("openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", "eagle3", 5, 1, 8000),
         "llama-3.3-70b-draft-target": ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvidia/Llama-3.1-8B-Instruct-FP4",
                                        "draft-target", 4, 1, 8000),
     }
@@ -41,7 +41,29 @@ def test_every_preset_config_agrees_with_its_fields():
         assert speculative["decoding_type"] == decoding_types[preset.decoding]
         assert speculative["max_draft_len"] == preset.max_draft_len
         assert "speculative_model_dir" not in speculative
-    assert PRESETS["gpt-oss-120b-eagle3"].config["kv_cache_config"]["free_gpu_memory_fraction"] == 0.95
+    assert PRESETS["gpt-oss-120b-eagle3"].config["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+
+
+# NVIDIA/dgx-spark-playbooks at 0db7c141da60870ca6ed5c99436320f4e35cd531, nvidia/speculative-decoding/README.md:
+# Option 1 EAGLE-3 (gpt-oss-120b) and Option 2 Draft Target (its --kv_cache_free_gpu_memory_fraction 0.9 folded in).
+SINGLE_SPARK_PLAYBOOK = {
+    "gpt-oss-120b-eagle3": {
+        "enable_attention_dp": False, "disable_overlap_scheduler": False, "enable_autotuner": False,
+        "cuda_graph_config": {"max_batch_size": 1},
+        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 5},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False}},
+    "llama-3.3-70b-draft-target": {
+        "print_iter_log": False, "disable_overlap_scheduler": True,
+        "speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4},
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False}},
+}  # fmt: skip
+
+
+def test_single_spark_presets_are_the_playbooks_and_every_preset_cites_its_source():
+    for name, config in SINGLE_SPARK_PLAYBOOK.items():
+        assert PRESETS[name].config_dict() == config, name
+    for preset in PRESETS.values():
+        assert "nvidia/speculative-decoding/README.md" in preset.source, preset.name
 
 
 def test_config_is_frozen_and_config_dict_is_a_copy():

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from sparkctl.engine.task import TaskFailed
 from sparkctl.knowledge.serve_failures import likely_cause
-from sparkctl.plan.serve import CONFIG_PATH
-from sparkctl.tasks.serve.config import ServeConfigTask
+from sparkctl.knowledge.trtllm_releases import Release
+from sparkctl.plan.serve import CONFIG_PATH, release_config
+from sparkctl.tasks.serve.config import ServeConfigTask, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask, desired_launch
 from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
@@ -76,10 +77,14 @@ def test_config_is_written_with_a_diff_and_then_ok(tmp_path):
 
 
 def test_an_override_the_release_rejects_is_refused_before_launch(tmp_path):
-    kit = kit_for(tmp_path, release="1.3.0rc27", extra="config: {sampler_type: TorchSampler}")
+    # The tag says 1.3.0rc12, which has the key; a running image whose label says a late 1.3 does not.
+    kit = kit_for(tmp_path, extra="config: {disable_flashinfer_sampling: true}")
+    rc = release_config(kit.cluster.inventory, Release.parse("1.3.0rc27"))
     with pytest.raises(TaskFailed) as failure:
-        ServeConfigTask().check(kit.node("spark1"))
-    assert "sampler_type is not a key of TensorRT-LLM 1.3.0rc27" in failure.value.message
+        refuse_rejected(rc)
+    assert "TensorRT-LLM 1.3.0rc27 would reject: serve.config.disable_flashinfer_sampling: Extra inputs are not " \
+        "permitted" in failure.value.message
+    assert "judged as 1.3.0rc26" in rc.note
     assert kit.transport("spark1").puts == []
 
 

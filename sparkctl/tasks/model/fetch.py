@@ -23,6 +23,14 @@ from sparkctl.transport.base import CommandResult, q
 GATED_MARK = " is a gated repo and "
 
 
+def is_gated_refusal(output: str) -> bool:
+    """huggingface_hub's gated-repo refusal: GatedRepoError / "Cannot access gated repo" before 1.4; from 1.4 on
+    "Access denied ... requires approval" (the wording issue 14 quotes; not checked against huggingface_hub's
+    source here)."""
+    return ("GatedRepoError" in output or "Cannot access gated repo" in output
+            or ("Access denied" in output and "requires approval" in output))
+
+
 def gated_hint(repo: str, env: str) -> str:
     return (f"accept the license at https://huggingface.co/{repo} with your account, then export {env}=<your "
             f"token> (serve.hf_token_env names the variable) and rerun; sparkctl puts it on each node as a 0600 "
@@ -80,7 +88,7 @@ class ModelFetchTask(Task):
 def _download_failure(node: str, repo: str, result: CommandResult, env: str) -> TaskFailed:
     output = (result.stderr or result.stdout).strip()
     tail = output.splitlines()[-3:]
-    if "GatedRepoError" in output or "Cannot access gated repo" in output:
+    if is_gated_refusal(output):
         return TaskFailed(f"{repo}{GATED_MARK}{node} has no valid Hugging Face token",
                           hint=gated_hint(repo, env), details=tail)
     if "RepositoryNotFoundError" in output:

@@ -33,9 +33,9 @@ def refuse_rejected(rc: ReleaseConfig) -> None:
     if rc.refused:
         raise TaskFailed(
             f"serve.config has {len(rc.refused)} key(s) TensorRT-LLM {rc.release} would reject: "
-            + "; ".join(rc.refused),
-            hint="remove them from serve.config in the inventory (the args model forbids unknown keys, so the "
-                 "server would fail at start)")
+            + "; ".join(rc.refused) + (f" ({rc.note})" if rc.note else ""),
+            hint="fix or remove them in serve.config in the inventory (the args model forbids unknown keys at every "
+                 "depth, so the server would fail at start)")
 
 
 class ServeConfigTask(Task):
@@ -45,8 +45,9 @@ class ServeConfigTask(Task):
     description = "write the TensorRT-LLM config for the image's release on every node"
     checks = ("<state>/run/serve/extra-llm-api-config.yml is the preset's config with serve.config merged "
               "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "
-              "the image's com.nvidia.tensorrt-llm.version label, else its tag); an override key the release "
-              "would reject fails here, naming the key and the release")
+              "the image's com.nvidia.tensorrt-llm.version label, else its tag; an unknown release is judged as "
+              "the nearest known one), checked at every depth; an override the release would reject fails here, "
+              "naming the key's path and the release")
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
     def check(self, ctx: NodeContext) -> list[Change]:
@@ -57,6 +58,8 @@ class ServeConfigTask(Task):
         if rc.release is None:
             ctx.warn(f"cannot tell the TensorRT-LLM release of {ctx.inventory.container.image}: config keys not "
                      "checked against it", task=self.name)
+        if rc.note:
+            ctx.log(rc.note)
         if rc.dropped:
             ctx.log(f"left out of the config, TensorRT-LLM {rc.release} does not have: {', '.join(rc.dropped)}")
         path = ServerHandle.of(ctx).config_path
