@@ -10,6 +10,11 @@ fields name, followed into the files llm_args.py imports them from), the specula
 `Literal[...]` of each DecodingBaseConfig subclass in the `SpeculativeConfig` union, or the name table of releases
 that resolve the tag through one) and the `trtllm-serve serve` CLI flags (`tensorrt_llm/commands/serve.py`). Each
 release records the commit and the blob of every file read. Releases already in --out and not named are kept.
+
+Where no checkout of a release can be had, the files may be excerpts of the real source (class statements, bases and
+field annotations verbatim, e.g. transcribed from the release's rendered source on nvidia.github.io) committed to a
+scratch repository; `--describe VERSION=provenance.json` then records where they came from (the upstream commit, the
+pages read, how) instead of the scratch commit, and may carry the `serve` flags read from the release's CLI reference.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ ARGS_FILE = "tensorrt_llm/llmapi/llm_args.py"
 SERVE_FILE = "tensorrt_llm/commands/serve.py"
 #: top-level field -> the nested model sparkctl checks inside
 SECTIONS = ("kv_cache_config", "cuda_graph_config", "moe_config", "scheduler_config", "attention_dp_config")
+#: where releases before the 1.3 tagged union resolve speculative_config.decoding_type (a dict literal in this method)
+NAME_TABLE = ("DecodingBaseConfig", "from_dict", "config_classes")
 _CHEAP = {"bool": "bool", "int": "int", "StrictInt": "int", "PositiveInt": "int", "NonNegativeInt": "int",
           "float": "float", "NonNegativeFloat": "float", "str": "str", "List": "list", "list": "list",
           "Set": "list", "Dict": "dict", "dict": "dict"}
@@ -102,7 +109,7 @@ def fields_of(module: Module, name: str, seen: set[str] | None = None) -> dict[s
         if key.startswith("_") or key == "model_config" or "ClassVar" in ast.unparse(node.annotation):
             continue
         for input_key in _input_keys(key, node.value):
-            out[input_key] = cheap_type(node.annotation)
+            out[input_key] = cheap_type(node.annotation, module)
     return out
 
 
@@ -117,17 +124,33 @@ def _input_keys(key: str, value: ast.expr | None) -> list[str]:
     return [key]
 
 
-def cheap_type(annotation: ast.expr) -> str:
-    text = ast.unparse(annotation)
-    for wrapper in ("Optional[", "Annotated["):
-        if text.startswith(wrapper):
-            text = text[len(wrapper):].split(",")[0].rstrip("]")
-    head = text.split("[")[0].strip()
+def cheap_type(annotation: ast.expr, module: Module | None = None) -> str:
+    """bool, int, float, str, list, dict or any: what a YAML value must be for the annotation, where that is cheap to
+    say (Optional and Annotated unwrapped; a Literal of strings is a str; a nested model is a dict)."""
+    while isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) in ("Optional", "Annotated"):
+        inner = annotation.slice
+        annotation = inner.elts[0] if isinstance(inner, ast.Tuple) else inner
+    head = ast.unparse(annotation.value if isinstance(annotation, ast.Subscript) else annotation)
+    if head == "Literal":
+        values = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in values):
+            return "str"
+    if module is not None and isinstance(annotation, ast.Name) and annotation.id in module.classes \
+            and fields_of(module, annotation.id):
+        return "dict"
     return _CHEAP.get(head, "any")
 
 
 def speculative_tags(module: Module) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """decoding_type tag -> keys of its config; and the aliases a name table maps to a tag."""
+    """decoding_type tag -> keys of its config; and the aliases a release maps to a tag.
+
+    Two shapes exist. The 1.3 sources make speculative_config a union tagged by a `decoding_type: Literal[...]` field
+    on each member. Earlier releases give each config a ClassVar name and resolve the tag through a name table in
+    DecodingBaseConfig.from_dict (the YAML loader calls it), which pops decoding_type: there the table's keys are the
+    accepted tags, whatever the ClassVar says."""
+    table = _name_table(module)
+    if table:
+        return {tag: {**fields_of(module, cls), "decoding_type": "str"} for tag, cls in table.items()}, {}
     tags: dict[str, dict[str, str]] = {}
     for name, cls in module.classes.items():
         for node in cls.body:
@@ -136,17 +159,26 @@ def speculative_tags(module: Module) -> tuple[dict[str, dict[str, str]], dict[st
                     and ast.unparse(node.annotation.value) == "Literal":
                 tag = ast.literal_eval(node.annotation.slice)
                 tags[tag] = fields_of(module, name)
-            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "decoding_type"
-                                                      for t in node.targets) and "ClassVar" not in ast.dump(node):
-                value = node.value
-                if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                    tags[value.value] = {**fields_of(module, name), "decoding_type": "str"}
     union = module.aliases.get("SpeculativeConfig")
     if union is not None:
         members = {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
         tags = {tag: keys for tag, keys in tags.items()
                 if any(_class_tag(module, m) == tag for m in members)} or tags
     return tags, {}
+
+
+def _name_table(module: Module) -> dict[str, str]:
+    """`config_classes = {"Tag": SomeDecodingConfig, ...}` in DecodingBaseConfig.from_dict, if the release has one."""
+    cls_name, method, variable = NAME_TABLE
+    cls = module.classes.get(cls_name)
+    for node in cls.body if cls else []:
+        if isinstance(node, ast.FunctionDef) and node.name == method:
+            for stmt in ast.walk(node):
+                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == variable
+                                                        for t in stmt.targets) and isinstance(stmt.value, ast.Dict):
+                    return {k.value: v.id for k, v in zip(stmt.value.keys, stmt.value.values, strict=True)
+                            if isinstance(k, ast.Constant) and isinstance(v, ast.Name)}
+    return {}
 
 
 def _class_tag(module: Module, name: str) -> str | None:
@@ -172,24 +204,29 @@ def serve_flags(text: str) -> list[str]:
     return []
 
 
-def release_entry(source: Source) -> dict:
+def release_entry(source: Source, describe: dict | None = None) -> dict:
     module = Module(source, ARGS_FILE)
     top = fields_of(module, "TorchLlmArgs")
     sections = {}
-    for section in SECTIONS:
-        cls = module.classes.get("TorchLlmArgs")
-        annotation = _field_annotation(module, "TorchLlmArgs", section) if cls else None
-        model = _model_name(module, annotation)
-        if model:
-            sections[section] = fields_of(module, model)
+    for field in top:
+        if field == "speculative_config":
+            continue
+        model = _model_name(module, _field_annotation(module, "TorchLlmArgs", field))
+        keys = fields_of(module, model) if model else {}
+        if keys:
+            sections[field] = keys
     tags, aliases = speculative_tags(module)
+    serve_text = source.text(SERVE_FILE)
+    flags = serve_flags(serve_text) if serve_text else list((describe or {}).get("serve_flags", []))
+    described = {k: v for k, v in (describe or {}).items() if k != "serve_flags"}
     return {
         "source": {"repo": "NVIDIA/TensorRT-LLM", "ref": source.ref, "commit": source.commit,
                    "files": dict(sorted(source.read.items())), "method": "generated",
-                   "note": "generated by scripts/trtllm_knowledge.py from the files listed (path: git blob)"},
-        "top_level": top, "sections": sections,
+                   "note": "generated by scripts/trtllm_knowledge.py from the files listed (path: git blob)",
+                   **described},
+        "top_level": top, "sections": dict(sorted(sections.items())),
         "speculative": {"tags": tags, "aliases": aliases, "tag_field": "decoding_type"},
-        "removed_keys": {}, "serve_flags": serve_flags(source.text(SERVE_FILE) or ""),
+        "removed_keys": {}, "serve_flags": flags,
     }
 
 
@@ -221,6 +258,8 @@ def _model_name(module: Module, annotation: ast.expr | None) -> str | None:
                 return alias.id
             if alias is not None and node.id.endswith("Type"):
                 return _model_name(module, alias)
+            if node.id in module.imports and node.id.endswith("Config"):
+                return node.id  # a config model kept in another file (fields_of follows the import)
     return None
 
 
@@ -228,13 +267,16 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", required=True, type=Path, help="a git checkout of NVIDIA/TensorRT-LLM")
     parser.add_argument("--release", action="append", required=True, metavar="VERSION=REF")
+    parser.add_argument("--describe", action="append", default=[], metavar="VERSION=FILE.json",
+                        help="provenance to record for a release read from excerpts (replaces commit/files/method)")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parents[1] / "sparkctl/knowledge/trtllm_releases.json")
     args = parser.parse_args(argv)
     data = json.loads(args.out.read_text()) if args.out.exists() else {"format": 1, "releases": {}}
+    described = {v: json.loads(Path(f).read_text()) for v, _, f in (d.partition("=") for d in args.describe)}
     for item in args.release:
         version, _, ref = item.partition("=")
-        data["releases"][version] = release_entry(Source(args.repo, ref or f"v{version}"))
+        data["releases"][version] = release_entry(Source(args.repo, ref or f"v{version}"), described.get(version))
         print(f"{version}: {len(data['releases'][version]['top_level'])} top-level keys", file=sys.stderr)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     return 0

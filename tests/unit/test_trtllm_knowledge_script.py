@@ -37,10 +37,10 @@ def test_generator_reads_a_checkout_by_ref(tmp_path):
     assert source["files"]["tensorrt_llm/llmapi/llm_args.py"] == git(
         repo, "rev-parse", "v9.9.9rc1:tensorrt_llm/llmapi/llm_args.py").strip()
     assert entry["top_level"] == {"model": "any", "speculative_config": "any", "max_batch_size": "int",
-                                  "_mpi_session": "any", "cuda_graph_config": "any", "moe_config": "any",
+                                  "_mpi_session": "any", "cuda_graph_config": "any", "moe_config": "dict",
                                   "enable_autotuner": "bool"}
     assert entry["sections"]["cuda_graph_config"] == {"batch_sizes": "list", "max_batch_size": "int",
-                                                      "enable_padding": "bool", "mode": "any"}
+                                                      "enable_padding": "bool", "mode": "str"}
     assert set(entry["sections"]["moe_config"]) == {"backend", "max_num_tokens", "disable_finalize_fusion"}
     tags = entry["speculative"]["tags"]
     assert set(tags) == {"Draft_Target", "Eagle3", "Eagle"}  # the union's members; no DraftTarget alias applied
@@ -49,6 +49,70 @@ def test_generator_reads_a_checkout_by_ref(tmp_path):
     assert "eagle3_one_model" in tags["Eagle3"] and "_decoding_type_alias" not in tags["Eagle"]
     assert entry["serve_flags"] == ["--host", "--max_batch_size", "--tensor_parallel_size", "--tp_size", "--config",
                                     "--extra_llm_api_options"]
+
+
+# Shaped like the releases before the 1.3 tagged union (1.1/1.2: each config names itself in a ClassVar, and
+# DecodingBaseConfig.from_dict resolves the YAML's decoding_type through a table); written for this test, not copied.
+NAME_TABLE_ARGS = """
+class StrictBaseModel(BaseModel):
+    pass
+
+
+class DecodingBaseConfig(StrictBaseModel):
+    max_draft_len: Optional[int] = None
+    speculative_model_dir: Optional[Union[str, Path]] = None
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        config_classes = {"Eagle": EagleDecodingConfig, "DraftTarget": DraftTargetDecodingConfig}
+        return config_classes[data.pop("decoding_type")](**data)
+
+
+class EagleDecodingConfig(DecodingBaseConfig):
+    eagle3_one_model: Optional[bool] = True
+    decoding_type: ClassVar[str] = "Eagle"
+
+
+class DraftTargetDecodingConfig(DecodingBaseConfig):
+    decoding_type: ClassVar[str] = "Draft_Target"
+
+
+class SchedulerConfig(StrictBaseModel):
+    capacity_scheduler_policy: Literal["MAX_UTILIZATION", "GUARANTEED_NO_EVICT"]
+
+
+class TorchLlmArgs(StrictBaseModel):
+    speculative_config: Optional[Union[DraftTargetDecodingConfig, EagleDecodingConfig]] = None
+    scheduler_config: SchedulerConfig
+    enable_sleep: bool = False
+"""
+
+
+def test_a_name_table_release_accepts_the_table_keys_and_an_excerpt_records_where_it_came_from(tmp_path):
+    repo = tmp_path / "excerpt"
+    (repo / "tensorrt_llm" / "llmapi").mkdir(parents=True)
+    (repo / "tensorrt_llm" / "llmapi" / "llm_args.py").write_text(NAME_TABLE_ARGS)
+    git(tmp_path, "init", "-q", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "excerpt")
+    describe = tmp_path / "provenance.json"
+    describe.write_text(json.dumps({"ref": "v9.8.0rc1", "commit": "abc1234", "method": "generated-from-rendered-source",
+                                    "files": {"tensorrt_llm/llmapi/llm_args.py": "https://example.invalid/page"},
+                                    "serve_flags": ["--max_batch_size", "--config"]}))
+    out = tmp_path / "releases.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--repo", str(repo), "--release", "9.8.0rc1=HEAD",
+                          "--describe", f"9.8.0rc1={describe}", "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    entry = json.loads(out.read_text())["releases"]["9.8.0rc1"]
+    tags = entry["speculative"]["tags"]
+    assert set(tags) == {"Eagle", "DraftTarget"}  # the table's keys, not the ClassVar "Draft_Target"
+    assert tags["DraftTarget"] == {"max_draft_len": "int", "speculative_model_dir": "any", "decoding_type": "str"}
+    assert "eagle3_one_model" in tags["Eagle"]
+    assert entry["sections"] == {"scheduler_config": {"capacity_scheduler_policy": "str"}}
+    assert entry["top_level"] == {"speculative_config": "any", "scheduler_config": "dict", "enable_sleep": "bool"}
+    assert entry["source"]["commit"] == "abc1234" and entry["source"]["ref"] == "v9.8.0rc1"
+    assert entry["source"]["files"] == {"tensorrt_llm/llmapi/llm_args.py": "https://example.invalid/page"}
+    assert entry["serve_flags"] == ["--max_batch_size", "--config"]  # no serve.py in the excerpt: the described ones
 
 
 def test_the_committed_data_agrees_with_the_excerpts_where_it_was_read_from_the_same_commit():
