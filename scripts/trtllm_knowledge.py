@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,10 +161,10 @@ def speculative_tags(module: Module) -> tuple[dict[str, dict[str, str]], dict[st
                 tag = ast.literal_eval(node.annotation.slice)
                 tags[tag] = fields_of(module, name)
     union = module.aliases.get("SpeculativeConfig")
-    if union is not None:
-        members = {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
-        tags = {tag: keys for tag, keys in tags.items()
-                if any(_class_tag(module, m) == tag for m in members)} or tags
+    if union is not None:  # the union's members, in its order (pydantic lists the expected tags in that order)
+        members = [n.id for n in ast.walk(union) if isinstance(n, ast.Name)]
+        order = [tag for tag in (_class_tag(module, m) for m in members) if tag in tags]
+        tags = {tag: tags[tag] for tag in dict.fromkeys(order)} or tags
     return tags, {}
 
 
@@ -263,6 +264,15 @@ def _model_name(module: Module, annotation: ast.expr | None) -> str | None:
     return None
 
 
+def _version_key(version: str) -> tuple:
+    """1.3.0rc11 before 1.3.0rc12 before 1.3.0: releases in the order sparkctl compares them."""
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:\.?(rc|a|b|dev|post)\.?(\d+))?", version)
+    if not m:
+        return (1 << 30,)
+    stage = {"dev": 0, "a": 1, "b": 2, "rc": 3, None: 4, "post": 5}[m[4]]
+    return (int(m[1]), int(m[2]), int(m[3]), stage, int(m[5] or 0))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", required=True, type=Path, help="a git checkout of NVIDIA/TensorRT-LLM")
@@ -278,6 +288,7 @@ def main(argv: list[str]) -> int:
         version, _, ref = item.partition("=")
         data["releases"][version] = release_entry(Source(args.repo, ref or f"v{version}"), described.get(version))
         print(f"{version}: {len(data['releases'][version]['top_level'])} top-level keys", file=sys.stderr)
+    data["releases"] = dict(sorted(data["releases"].items(), key=lambda item: _version_key(item[0])))
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 

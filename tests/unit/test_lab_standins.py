@@ -327,8 +327,8 @@ def serve(env, options, *extra, model="nvidia/Qwen3-235B-A22B-FP4", tp="1"):
          "speculative_config.Eagle.draft_len", "Extra inputs are not permitted [type=extra_forbidden"),
         ("1.3.0rc12", {"kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_blockreuse": False}},
          "kv_cache_config.enable_blockreuse", "extra_forbidden"),
-        # a key the 1.2 release has and 1.3 removed
-        ("1.3.0rc12", {"kv_cache_config": {"onboard_blocks": True}}, "kv_cache_config.onboard_blocks",
+        # a key 1.3.0rc11 still has and late 1.3 removed
+        ("1.3.0rc26", {"kv_cache_config": {"onboard_blocks": True}}, "kv_cache_config.onboard_blocks",
          "extra_forbidden"),
         # a wrong type
         ("1.3.0rc12", {"kv_cache_config": {"free_gpu_memory_fraction": "0.9"}},
@@ -338,7 +338,7 @@ def serve(env, options, *extra, model="nvidia/Qwen3-235B-A22B-FP4", tp="1"):
         ("1.3.0rc12", {"speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4,
                                               "speculative_model_dir": "/x"}},
          "speculative_config", "Input tag 'DraftTarget' found using 'decoding_type' does not match any of the "
-                               "expected tags: 'Eagle', 'Eagle3', 'Draft_Target'"),
+                               "expected tags: 'Draft_Target', 'Eagle', 'Eagle3', 'Lookahead'"),
         ("1.2.0rc6", {"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": 4,
                                              "speculative_model_dir": "/x"}},
          "speculative_config", "Input tag 'Draft_Target' found using 'decoding_type' does not match"),

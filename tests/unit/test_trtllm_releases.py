@@ -40,6 +40,31 @@ def test_every_release_records_where_its_data_came_from():
         assert "--max_batch_size" in entry["serve_flags"], name  # every release's trtllm-serve has the flag
 
 
+def test_releases_read_from_source_say_so_and_the_rest_say_what_stands_in():
+    data = json.loads(DATA_PATH.read_text())["releases"]
+    for name in ("1.2.0rc6", "1.3.0rc11"):  # read from the release's own rendered llm_args.py
+        source = data[name]["source"]
+        assert source["method"] == "generated-from-rendered-source" and source["commit"], name
+        assert source["files"]["tensorrt_llm/llmapi/llm_args.py"].startswith(
+            f"https://nvidia.github.io/TensorRT-LLM/{name}"), name
+    stand_in = data["1.3.0rc12"]["source"]
+    assert stand_in["method"] == "nearest-readable-release" and stand_in["commit"] is None
+    assert stand_in["note"].startswith("NOT read from 1.3.0rc12's source") and stand_in["data_from"]["release"] \
+        == "1.3.0rc11"
+    assert {k: v for k, v in data["1.3.0rc12"].items() if k != "source"} == \
+        {k: v for k, v in data["1.3.0rc11"].items() if k != "source"}
+
+
+def test_what_the_sources_read_say_per_release():
+    rc6, rc11 = schema_for(R("1.2.0rc6")), schema_for(R("1.3.0rc11"))
+    assert "DraftTarget" in rc6.tags and "Eagle3" not in rc6.tags  # the 1.2 name table
+    assert list(rc11.tags)[:3] == ["Draft_Target", "Eagle", "Eagle3"] and "DraftTarget" not in rc11.tags
+    assert rc11.aliases == {}  # _decoding_type_alias is declared, applied nowhere in llm_args.py
+    assert "enable_sleep" in rc6.top_level and "enable_sleep" not in rc11.top_level and "sleep_config" in rc11.top_level
+    assert "onboard_blocks" in rc11.sections["kv_cache_config"]
+    assert "onboard_blocks" not in schema_for(R("1.3.0rc26")).sections["kv_cache_config"]
+
+
 def test_an_unknown_release_is_judged_as_the_nearest_older_one():
     assert schema_for(R("1.3.0rc14")).release == R("1.3.0rc12")
     assert schema_for(R("1.2.0rc6")).release == R("1.2.0rc6")
@@ -138,7 +163,8 @@ def test_a_preset_key_the_release_lacks_is_dropped_an_override_is_refused(tmp_pa
     spec = inv.serve_spec()
     spec.config["kv_cache_config"]["onboard_blocks"] = True  # as if the preset carried it
     monkeypatch.setattr(type(inv), "serve_spec", lambda self: spec)
-    rc = release_config(inv, R("1.3.0rc12"))
+    assert release_config(inv, R("1.3.0rc11")).dropped == []  # 1.3.0rc11's KvCacheConfig still has it
+    rc = release_config(inv, R("1.3.0rc26"))
     assert rc.dropped == ["kv_cache_config.onboard_blocks"] and rc.refused == []
     assert "onboard_blocks" not in rc.text()
 
