@@ -42,7 +42,7 @@ def test_every_release_records_where_its_data_came_from():
 
 def test_releases_read_from_source_say_so_and_the_rest_say_what_stands_in():
     data = json.loads(DATA_PATH.read_text())["releases"]
-    for name in ("1.2.0rc6", "1.3.0rc11"):  # read from the release's own rendered llm_args.py
+    for name in ("1.1.0rc5", "1.2.0rc6", "1.3.0rc11"):  # read from the release's own rendered llm_args.py
         source = data[name]["source"]
         assert source["method"] == "generated-from-rendered-source" and source["commit"], name
         assert source["files"]["tensorrt_llm/llmapi/llm_args.py"].startswith(
@@ -56,7 +56,11 @@ def test_releases_read_from_source_say_so_and_the_rest_say_what_stands_in():
 
 
 def test_what_the_sources_read_say_per_release():
-    rc6, rc11 = schema_for(R("1.2.0rc6")), schema_for(R("1.3.0rc11"))
+    rc5, rc6, rc11 = schema_for(R("1.1.0rc5")), schema_for(R("1.2.0rc6")), schema_for(R("1.3.0rc11"))
+    assert list(rc5.tags) == ["MTP", "Medusa", "Eagle", "Lookahead", "NGram", "DraftTarget", "UserProvided", "AUTO"]
+    assert "build_config" in rc5.top_level and "build_config" not in rc6.top_level  # 1.1's PyTorch args keep a dummy
+    assert "speculative_model" not in rc5.tags["DraftTarget"]  # 1.1 has speculative_model_dir only
+    assert "--config" not in rc5.serve_flags and "--tp_size" in rc5.serve_flags
     assert "DraftTarget" in rc6.tags and "Eagle3" not in rc6.tags  # the 1.2 name table
     assert list(rc11.tags)[:3] == ["Draft_Target", "Eagle", "Eagle3"] and "DraftTarget" not in rc11.tags
     assert rc11.aliases == {}  # _decoding_type_alias is declared, applied nowhere in llm_args.py
