@@ -81,6 +81,7 @@ def configure_logging(debug: bool) -> None:
 def _register() -> None:
     from sparkctl.cli.cluster_cmd import cluster_group
     from sparkctl.cli.doctor_cmd import doctor_command
+    from sparkctl.cli.fabric_cmd import fabric_group
     from sparkctl.cli.inventory_cmd import inventory_group
     from sparkctl.cli.playbooks_cmd import playbooks_command
     from sparkctl.cli.serve_cmd import serve_group
@@ -90,6 +91,7 @@ def _register() -> None:
     cli.add_command(playbooks_command)
     cli.add_command(doctor_command)
     cli.add_command(serve_group)
+    cli.add_command(fabric_group)
     try:
         from sparkctl.cli.lab_cmd import lab_group
     except ImportError:  # the lab needs nothing extra, but a broken lab must not break the product

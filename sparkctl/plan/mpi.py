@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH
+from sparkctl.transport.base import q
 
 MPIRUN_TIMEOUT = 60.0
 MPI_PROBE = "mpi_probe.py"
@@ -25,14 +26,15 @@ def probe_program() -> str:
     return f"python3 {CONTAINER_STATE}/{MPI_PROBE} {PROBE_DOUBLES} {PROBE_ROUNDS}"
 
 
-def mpirun_line(ranks: int, program: str) -> str:
+def mpirun_line(ranks: int, program: str, env: dict[str, str] | None = None) -> str:
     """mpirun from the head container, one rank per node in hostfile order.
 
     Open MPI's ssh launcher copies the head's OMPI_MCA_* environment onto every remote daemon's command
     line; with that off, each daemon keeps its OWN node's interface settings (from its sshd SetEnv).
     """
+    exported = "".join(f"-x {q(f'{k}={v}')} " for k, v in (env or {}).items())
     return (f"mpirun -np {int(ranks)} --hostfile {HOSTFILE_PATH} --map-by ppr:1:node --tag-output "
-            f"--mca plm_rsh_pass_environ_mca_params 0 {program}")
+            f"--mca plm_rsh_pass_environ_mca_params 0 {exported}{program}")
 
 
 def timed(command: str, seconds: float = MPIRUN_TIMEOUT) -> str:

@@ -1,0 +1,47 @@
+"""Where `fabric bench` keeps its figures on the controller: per cluster, beside the run journals
+(`$XDG_STATE_HOME/sparkctl/fabric-bench/<cluster>/<UTC time>.json`). The first record is kept for good (the
+baseline "at bootstrap"); of the others the newest KEEP."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sparkctl.runs.journal import runs_dir
+from sparkctl.secrets import redacted
+
+KEEP = 20
+
+
+def records_dir(cluster: str, base: Path | None = None) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", cluster) or "cluster"
+    return (base or runs_dir().parent / "fabric-bench") / safe
+
+
+def record_bench(cluster: str, result: dict, base: Path | None = None) -> Path:
+    directory = records_dir(cluster, base)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = directory / f"{stamp}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(redacted(result), handle, indent=1)
+    files = sorted(directory.glob("*.json"))
+    for old in files[1:-KEEP] if len(files) > KEEP + 1 else []:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def bench_history(cluster: str, base: Path | None = None) -> list[dict]:
+    """The recorded benches, newest first (a file cut short is skipped)."""
+    directory = records_dir(cluster, base)
+    out = []
+    for path in sorted(directory.glob("*.json"), reverse=True) if directory.is_dir() else []:
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
