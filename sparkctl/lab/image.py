@@ -76,6 +76,7 @@ MACHINE_PACKAGES = [
     "sudo",
     "systemd",
     "dbus",
+    "iperf3",
 ]
 
 Log = Callable[[str], None]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 STANDINS_DIR = Path(__file__).resolve().parent
-NODE_STANDINS = ("docker", "ibdev2netdev", "nvidia-smi", "udevadm")
-IMAGE_STANDINS = ("trtllm-llmapi-launch", "trtllm-serve", "hf")
+NODE_STANDINS = ("docker", "ibdev2netdev", "nvidia-smi", "udevadm", "ib_write_bw", "ib_write_lat")
+IMAGE_STANDINS = ("trtllm-llmapi-launch", "trtllm-serve", "hf", "all_reduce_perf")
 IMAGE_ENTRYPOINT = "sparkctl-lab-entrypoint"
 
 
