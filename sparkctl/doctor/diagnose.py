@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from sparkctl.doctor.checks import bench as checks_bench
 from sparkctl.doctor.checks import container as checks_container
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_node.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
-    *checks_mpi.CHECKS, *checks_serve.CHECKS,
+    *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS,
 ]
 
 

@@ -77,6 +77,8 @@ class Snapshot:
     #: the controller's clock when the facts were read: the reference for clock skew
     controller_time: float | None = None
     controller_time_slack: float = 0.0
+    #: the recorded `fabric bench` results of this cluster, newest first (runs/bench_records.py)
+    bench_history: list[dict] = field(default_factory=list)
 
     @property
     def order(self) -> list[str]:

@@ -18,6 +18,7 @@ from sparkctl.doctor.snapshot import Snapshot, doctor_plan
 from sparkctl.engine import Event, RunResult
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory import Inventory
+from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
 from sparkctl.runs.playbooks import bootstrap_graph
@@ -74,7 +75,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
     return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
                     {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
                     become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
-                    controller_time_slack=(after - before) / 2)
+                    controller_time_slack=(after - before) / 2, bench_history=bench_history(inventory.cluster.name))
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:
