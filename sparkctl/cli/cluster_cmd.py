@@ -9,7 +9,7 @@ from rich.console import Console
 
 from sparkctl.cli.options import build_request, csv_set, load, run_options, run_view
 from sparkctl.cli.plan_view import render_plan_text
-from sparkctl.cli.status_view import status_table
+from sparkctl.cli.status_view import bench_lines, status_table
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.plan import plan_cluster
 from sparkctl.runs.bootstrap import bootstrap, journaled_run
@@ -73,8 +73,10 @@ def status(file: str, limit: str | None, forks: int) -> None:
     inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)
     # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
-    Console(width=None if sys.stdout.isatty() else 180).print(
-        status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile))
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    console.print(status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile))
+    for line in bench_lines(found.bench_history):
+        console.print(redacted(line), highlight=False, markup=False)
     sys.exit(int(ExitStatus.UNREACHABLE if found.unreachable else ExitStatus.SUCCESS))
 
 

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
+from sparkctl.knowledge.bench_history import regressions
 from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.secrets import redacted
 
@@ -67,3 +68,18 @@ def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dic
                                  _container(f, inventory.container.name, spec_hashes.get(node.name)),
                                  _hostfile(f, hostfile), " ".join(listening) or "-"]))
     return table
+
+
+def bench_lines(history: list[dict]) -> list[str]:
+    """The last fabric bench in one line, and what got slower than at the first (or the last) bench."""
+    if not history:
+        return ["fabric bench: never run (sparkctl fabric bench INVENTORY measures every link)"]
+    latest = history[0]
+    links = latest.get("links") or []
+    below = [link for link in links if not (link.get("verdict") or {}).get("ok")]
+    nccl = latest.get("nccl") or {}
+    head = (f"fabric bench {latest.get('time', '?')}: {len(links)} link(s), {len(below)} below line rate"
+            + (f"; NCCL all-reduce {nccl['busbw']:.3g} GB/s busbw" if nccl.get("busbw") is not None else ""))
+    slower = regressions(history)
+    return [head] + [f"slower than at the {r.reference}: {r.line()}" for r in slower] if slower else \
+        [head + ("; no slower than at the first bench" if len(history) > 1 else "")]

@@ -9,6 +9,7 @@ from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import Transport, q
 
@@ -21,6 +22,8 @@ class ClusterStatus:
     spec_hashes: dict[str, str] = field(default_factory=dict)
     #: the planned hostfile, when a plan could be made
     hostfile: str | None = None
+    #: the recorded `fabric bench` results of this cluster, newest first
+    bench_history: list[dict] = field(default_factory=list)
 
 
 def container_hostfile(inventory: Inventory):
@@ -38,7 +41,7 @@ def container_hostfile(inventory: Inventory):
 def cluster_status(inventory: Inventory, limit: set[str] | None = None, forks: int = 32) -> ClusterStatus:
     with Session(inventory, limit=limit, forks=forks) as session:
         facts = session.gather(also=container_hostfile(inventory))
-        status = ClusterStatus(facts, dict(session.unreachable))
+        status = ClusterStatus(facts, dict(session.unreachable), bench_history=bench_history(inventory.cluster.name))
     try:
         plan = plan_cluster(inventory, facts)
     except SparkctlError:

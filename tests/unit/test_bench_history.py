@@ -55,3 +55,14 @@ def test_records_keep_the_first_and_the_newest(tmp_path, monkeypatch):
     assert [h["time"] for h in history] == ["t5", "t4", "t3", "t0"]
     assert bench_records.bench_history("other", base=tmp_path) == []
     assert oct((tmp_path / "lab-x").stat().st_mode & 0o777) == "0o700"
+
+
+def test_status_lines():
+    from sparkctl.cli.status_view import bench_lines
+
+    assert bench_lines([])[0].startswith("fabric bench: never run")
+    lines = bench_lines([bench("t2", 40.0), bench("t1", 93.0)])
+    assert lines[0].startswith("fabric bench t2: 2 link(s)")
+    assert lines[1] == (f"slower than at the first bench: {LINK}: 40 Gb/s now, 93 Gb/s at the first bench (t1): "
+                        "57% slower")
+    assert bench_lines([bench("t2", 92.0), bench("t1", 93.0)])[-1].endswith("no slower than at the first bench")
