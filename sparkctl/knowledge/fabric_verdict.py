@@ -68,8 +68,12 @@ class Verdict:
     causes: list[Cause] = field(default_factory=list)
 
     @property
-    def percent(self) -> int | None:
-        return None if self.value is None else round(100 * self.value / self.expected)
+    def percent(self) -> float | None:
+        """Whole percents; one decimal below 10% (a shaped link gives 0.2%, not 0%)."""
+        if self.value is None:
+            return None
+        share = 100 * self.value / self.expected
+        return round(share) if share >= 10 else round(share, 1)
 
     def summary(self, subject: str = "this link") -> str:
         if self.value is None:
