@@ -109,6 +109,10 @@ REMEDIES: dict[str, Remedy] = {
                                    "works (each node uses its own names); NVIDIA recommends the same port"),
     "fabric.speed_low": _person("a fabric link runs below 200 Gb/s", "cable",
                                 "the cable or the switch port negotiated a lower speed"),
+    "fabric.bandwidth_regression": _person(
+        "the last fabric bench is slower than the first (or the last) one", "cable",
+        "the bench's causes name what changed (a renegotiated cable or port, a shaper, PCIe width, MTU); sparkctl "
+        "measures the link but cannot reseat a cable or update firmware: fix it, then `fabric bench` again"),
     "fabric.no_plan": _person("no fabric plan can be made from what is cabled", "cable",
                               "no QSFP port is Up on a node: plug the cable into the same port on both nodes"),
     "fabric.address_missing": _by("a fabric twin lacks its planned address", *NETWORK),
