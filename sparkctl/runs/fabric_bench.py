@@ -178,18 +178,17 @@ class BenchRun:
         head = order[0]
         info = self.facts[head].containers.get(inv.container.name)
         if info is None or not info.running:
-            return {"error": f"the container {inv.container.name} does not run on {head} (sparkctl cluster bootstrap)",
-                    "busbw": None, "summary": "not measured"}
+            return _not_measured(f"the container {inv.container.name} does not run on {head} "
+                                 "(sparkctl cluster bootstrap)")
         script = all_reduce_script(len(order), self.request.nccl_min, self.request.nccl_max,
                                    self.request.all_reduce_perf)
         result = self.session.transports[head].exec_in(inv.container.name, f"bash -c {q(script)}",
                                                        timeout=NCCL_TIMEOUT)
         output = result.stdout + result.stderr
         if "@@no-all-reduce-perf@@" in output:
-            return {"error": "all_reduce_perf is not in the image: build nccl-tests in it (git clone "
-                             "https://github.com/NVIDIA/nccl-tests && make -C nccl-tests MPI=1, NVIDIA's NCCL "
-                             "playbook step 3) or name it with --all-reduce-perf PATH", "busbw": None,
-                    "summary": "not measured"}
+            return _not_measured("all_reduce_perf is not in the image: build nccl-tests in it (git clone "
+                                 "https://github.com/NVIDIA/nccl-tests && make -C nccl-tests MPI=1, NVIDIA's NCCL "
+                                 "playbook step 3) or name it with --all-reduce-perf PATH", len(order))
         by_rank: dict[int, list[str]] = {}
         for line in output.splitlines():
             if m := _TAG.match(line):
@@ -207,6 +206,10 @@ class BenchRun:
         out["summary"] = verdict.summary("the all-reduce") if busbw is not None else f"not measured: {out['error']}"
         self.progress(f"NCCL all-reduce over {len(order)} nodes: {_figure(busbw, 'GB/s')} busbw: {out['summary']}")
         return out
+
+
+def _not_measured(error: str, ranks: int | None = None) -> dict:
+    return {"error": error, "busbw": None, "ranks": ranks, "summary": f"not measured: {error}"}
 
 
 def _transport(report: NcclReport) -> dict:
