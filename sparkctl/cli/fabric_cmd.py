@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -24,7 +25,6 @@ def fabric_group() -> None:
 
 
 def _size(ctx, param, value: str) -> str:
-    import re
     if not re.match(_SIZE, value):
         raise click.BadParameter("a byte count like 1M, 256M or 1G")
     return value

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.fabric_verdict import TwinEnd, judge_allreduce, judge_link, parse_shaper
@@ -231,8 +231,8 @@ def fabric_bench(inventory: Inventory, request: BenchRequest,
                  progress: Callable[[str], None] = lambda _: None) -> dict:
     """The whole command; returns the recorded result (also written beside the run journals)."""
     if inventory.topology == "single" or len(inventory.nodes) < 2:
-        raise SparkctlError("fabric bench needs two or more nodes cabled together",
-                            hint="a single Spark has no fabric link to measure")
+        raise BadInput(f"{inventory.source or 'the inventory'}: topology {inventory.topology}: fabric bench needs "
+                       "two or more nodes cabled together", hint="a single Spark has no fabric link to measure")
     started = datetime.now(timezone.utc)
     with Session(inventory, forks=request.forks) as session:
         facts = session.gather()
