@@ -42,7 +42,7 @@ from sparkctl.transport.base import q
 
 CLIENT_TIMEOUT = 90.0
 NCCL_TIMEOUT = 600.0
-_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:(?P<line>.*)$")
+_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:(?P<line>.*)$", re.M)
 _BACKGROUND = re.compile(r"^(?P<pid>\d+) (?P<path>/tmp/sparkctl-bench\.\S+)$", re.M)
 
 
@@ -176,15 +176,16 @@ class BenchRun:
         inv = self.inventory
         order = [n.name for n in inv.nodes if n.name in self.facts]
         head = order[0]
-        info = self.facts[head].containers.get(inv.container.name)
-        if info is None or not info.running:
-            return _not_measured(f"the container {inv.container.name} does not run on {head} "
-                                 "(sparkctl cluster bootstrap)")
         script = all_reduce_script(len(order), self.request.nccl_min, self.request.nccl_max,
                                    self.request.all_reduce_perf)
         result = self.session.transports[head].exec_in(inv.container.name, f"bash -c {q(script)}",
                                                        timeout=NCCL_TIMEOUT)
         output = result.stdout + result.stderr
+        if not _TAG.search(output) and "@@no-all-reduce-perf@@" not in output and not result.ok:
+            # docker's or mpirun's own words (no such container, not running, ORTE ...): facts may be stale by now
+            why = _tail(output) or "no output"
+            return _not_measured(f"the all-reduce in {inv.container.name} on {head} failed: {why} "
+                                 "(sparkctl cluster bootstrap starts the containers)", len(order))
         if "@@no-all-reduce-perf@@" in output:
             return _not_measured("all_reduce_perf is not in the image: build nccl-tests in it (git clone "
                                  "https://github.com/NVIDIA/nccl-tests && make -C nccl-tests MPI=1, NVIDIA's NCCL "
