@@ -83,9 +83,11 @@ def test_a_slowed_twin_is_named_with_its_cause_and_doctor_sees_the_regression(la
         assert "shaper" not in [c["cause"] for c in healthy["verdict"]["causes"]]
         doctor = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"],
                                     env={"XDG_STATE_HOME": lab.state_home}, catch_exceptions=False)
-        findings = [f for f in json.loads(doctor.stdout)["findings"] if f["id"] == "fabric.bandwidth_regression"]
+        # the other twin's figure moves with the machine's load (the stand-in moves real bytes): only the shaped
+        # twin's finding is certain
+        findings = [f for f in json.loads(doctor.stdout)["findings"] if f["id"] == "fabric.bandwidth_regression"
+                    and f"spark1 {SLOW_TWIN} -> spark2 {SLOW_TWIN}" in f["summary"]]
         assert [f["node"] for f in findings] == ["spark1"], findings
-        assert f"spark1 {SLOW_TWIN} -> spark2 {SLOW_TWIN}" in findings[0]["summary"]
         assert "a traffic shaper limits" in findings[0]["evidence"]
     finally:
         lab.exec(spark1, f"tc qdisc del dev {SLOW_TWIN} root")
