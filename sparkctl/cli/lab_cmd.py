@@ -45,13 +45,16 @@ def lab_group() -> None:
               type=click.Choice(["single", "pair", "ring", "switch"]))
 @click.option("--port", default=1, show_default=True, type=click.IntRange(0, 1),
               help="The QSFP port cabled (pair, switch).")
+@click.option("--ring-order", metavar="N,N,...",
+              help="Cable the ring in this order of node numbers (e.g. 1,3,2) instead of the inventory's: "
+                   "a miscabled lab; the inventory still lists spark1..N.")
 @dir_option
 @click.option("--sudo-password", is_flag=True,
               help="nvidia's sudo asks for a password (written to DIR/sudo-password).")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
 @click.option("--serve", "serve_preset", metavar="PRESET",
               help="Also serve this preset (e.g. qwen3-235b-eagle3) through the lab's TensorRT-LLM stand-in.")
-def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool,
+def up_command(nodes: int, topology: str, port: int, ring_order: str | None, directory: str, sudo_password: bool,
                install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
     from sparkctl.lab.deps import check_machine, install_packages
@@ -62,7 +65,7 @@ def up_command(nodes: int, topology: str, port: int, directory: str, sudo_passwo
         install_packages(log=lambda m: click.echo(m, err=True))
     check_machine()
     lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
-                 log=lambda m: click.echo(m, err=True))
+                 ring_order=ring_order, log=lambda m: click.echo(m, err=True))
     if serve_preset:
         from sparkctl.lab.inventory_writer import add_serve_section
 
@@ -92,7 +95,8 @@ def status_command(directory: str) -> None:
     """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
     lab = _load(directory)
     rows = lab.status()
-    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}): {lab.state.phase}")
+    cabled = f", cabled in order {','.join(map(str, lab.state.ring_order))}" if lab.state.ring_order else ""
+    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}{cabled}): {lab.state.phase}")
     _print_nodes(rows)
 
 

@@ -9,11 +9,13 @@ from sparkctl.facts.model import (
     ContainerInfo,
     Facts,
     Interface,
+    Lldp,
+    LldpNeighbor,
     NetplanFile,
     RoceDevice,
 )
 
 __all__ = [
-    "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "RoceDevice", "facts_from_output",
-    "gather_facts", "gather_local_controller_addrs",
+    "Address", "ContainerInfo", "Facts", "Interface", "Lldp", "LldpNeighbor", "NetplanFile", "RoceDevice",
+    "facts_from_output", "gather_facts", "gather_local_controller_addrs",
 ]

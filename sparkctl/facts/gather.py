@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparkctl.facts import parse
+from sparkctl.facts.lldp import parse_lldp
 from sparkctl.facts.model import ContainerInfo, Facts
 from sparkctl.facts.script import render_script
 from sparkctl.transport.base import Transport
@@ -132,6 +133,7 @@ class _FactsBuilder:
                 iface.carrier = carriers[name]
             iface.speed_mbps = speeds.get(name)
         f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
+        f.lldp = self.parsed("lldp", parse_lldp)
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
 
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:

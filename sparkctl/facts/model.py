@@ -64,6 +64,41 @@ class RoceDevice:
 
 
 @dataclass
+class LldpNeighbor:
+    """One system LLDP heard on a local interface (`lldpcli show neighbors`)."""
+
+    interface: str  # the local netdev it was heard on
+    system: str = ""  # the neighbour's system name (its hostname), "" when it sends none
+    chassis_id: str = ""
+    port_id: str = ""
+    port_id_type: str = ""  # "mac" (lldpd's default on Linux), "ifname", "local", ...
+    port_descr: str = ""  # lldpd sends the interface name here
+    mgmt_ips: list[str] = field(default_factory=list)
+
+    @property
+    def port_name(self) -> str:
+        """The neighbour's interface name, as far as LLDP tells."""
+        return self.port_id if self.port_id_type == "ifname" else self.port_descr
+
+
+@dataclass
+class Lldp:
+    """What lldpd says about the node's neighbours, and whether it could say anything."""
+
+    #: "ok" | "absent" (no lldpcli) | "stopped" (lldpd not running) | "denied" (no right to ask) | "error"
+    status: str
+    detail: str = ""
+    neighbors: list[LldpNeighbor] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def on(self, interface: str) -> list[LldpNeighbor]:
+        return [n for n in self.neighbors if n.interface == interface]
+
+
+@dataclass
 class NetplanFile:
     path: str
     content: str | None  # None: exists but could not be read (not even with sudo -n)
@@ -101,6 +136,7 @@ class Facts:
     sudo_nopasswd: bool = False
     interfaces: dict[str, Interface] = field(default_factory=dict)
     roce: list[RoceDevice] = field(default_factory=list)
+    lldp: Lldp | None = None  # None: not read
     session_ip: str | None = None
     management_interfaces: list[str] = field(default_factory=list)
     netplan_files: list[NetplanFile] = field(default_factory=list)

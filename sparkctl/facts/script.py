@@ -44,6 +44,11 @@ else for d in /sys/class/infiniband/*; do
     printf '%s port %s ==> %s (%s)\n' "$dev" "$port" "$nd" "$st"
   done
 done; fi"""),
+    # lldpcli is setuid _lldpd, mode 4750 _lldpd:adm on Debian/Ubuntu (and /usr/sbin is not in a user's PATH over
+    # ssh): found by path, asked with sudo -n when that works. Only read: sparkctl never starts lldpd itself.
+    ("lldp", r"""_L=$(command -v lldpcli 2>/dev/null)
+for p in /usr/sbin/lldpcli /usr/local/sbin/lldpcli; do [ -z "$_L" ] && [ -e "$p" ] && _L=$p; done
+if [ -z "$_L" ]; then echo '#absent'; else _t 10 $_S "$_L" show neighbors -f json 2>&1; fi"""),
     ("speed", r"""for f in /sys/class/net/*/speed; do
   [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}; v=
   read -r v < "$f" 2>/dev/null

@@ -10,7 +10,7 @@ import subprocess
 from sparkctl.errors import BadInput, SparkctlError
 
 # The runtime's own needs; the image builder adds its own (sparkctl.lab.image.required_packages).
-RUNTIME_PACKAGES = ["openssh-server", "netplan.io", "iproute2", "podman", "podman-docker", "runc", "sudo",
+RUNTIME_PACKAGES = ["openssh-server", "netplan.io", "iproute2", "podman", "podman-docker", "runc", "sudo", "lldpd",
                     "systemd", "dbus", "util-linux", "openmpi-bin", "python3-mpi4py", "iputils-ping"]
 
 

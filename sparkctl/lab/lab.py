@@ -16,7 +16,7 @@ from pathlib import Path
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.lab import inventory_writer, network, node, podman, systemd
 from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE, ensure_image
-from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, validate_topology
+from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, parse_ring_order, validate_topology
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
 from sparkctl.lab.teardown import teardown
 
@@ -112,9 +112,10 @@ class Lab:
 
     @classmethod
     def up(cls, directory: str | Path = DEFAULT_DIR, nodes: int = 2, topology: str = "pair", port: int = 1,
-           sudo_password: bool = False, log: Log = lambda _msg: None) -> Lab:
+           sudo_password: bool = False, ring_order: str | None = None, log: Log = lambda _msg: None) -> Lab:
         try:
             validate_topology(topology, nodes, port)
+            order = parse_ring_order(ring_order, topology, nodes)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
         directory = Path(directory).resolve()
@@ -125,7 +126,7 @@ class Lab:
         # the container image bootstrap will run: built once (with progress), reused from the shared store after
         ensure_image(log=log)
         lab = cls(LabState(lab_id=_free_lab_id(), dir=str(directory), topology=topology, port=port,
-                           sudo_password=sudo_password))
+                           sudo_password=sudo_password, ring_order=list(order) if order else None))
         lab.state.save()
         try:
             lab._build(nodes, log)

@@ -131,13 +131,31 @@ def validate_topology(topology: str, nodes: int, port: int) -> None:
         raise ValueError(f"topology {topology} needs {span} nodes, got {nodes}")
 
 
-def cables(topology: str, nodes: int, port: int) -> list[Cable]:
-    """Direct node-to-node cables; a switch has none (every node goes to the switch instead)."""
+def parse_ring_order(text: str | None, topology: str, nodes: int) -> tuple[int, ...] | None:
+    """`--ring-order 1,3,2`: the order the ring's cables really follow (port 0 of each to port 1 of the next),
+    a permutation of the node numbers; None (or the inventory's own order) cables the ring as the inventory says."""
+    if not text:
+        return None
+    if topology != "ring":
+        raise ValueError(f"--ring-order needs --topology ring, not {topology}")
+    try:
+        order = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--ring-order must be node numbers separated by commas, like 1,3,2; got {text!r}") from None
+    if sorted(order) != list(range(1, nodes + 1)):
+        raise ValueError(f"--ring-order must name each of the nodes 1..{nodes} once, got {text!r}")
+    return order
+
+
+def cables(topology: str, nodes: int, port: int, ring_order: tuple[int, ...] | None = None) -> list[Cable]:
+    """Direct node-to-node cables; a switch has none (every node goes to the switch instead). A ring follows
+    `ring_order` (node numbers) when given, else 1, 2, ..., n."""
     validate_topology(topology, nodes, port)
     if topology == "pair":
         return [Cable(1, port, 2, port)]
     if topology == "ring":
-        return [Cable(i, 0, i % nodes + 1, 1) for i in range(1, nodes + 1)]
+        order = ring_order or tuple(range(1, nodes + 1))
+        return [Cable(order[i], 0, order[(i + 1) % nodes], 1) for i in range(nodes)]
     return []
 
 

@@ -97,7 +97,8 @@ def build_fabric(state: LabState, names: LabNames, node_names: dict[int, str]) -
     topology, port, count = state.topology, state.port, len(node_names)
     netns_of = {i: names.node_netns(n) for i, n in node_names.items()}
     batch: list[str] = []
-    for cable in cables(topology, count, port):
+    ring_order = tuple(state.ring_order) if state.ring_order else None
+    for cable in cables(topology, count, port, ring_order):
         for a_twin, b_twin in cable.twin_pairs():
             batch.append(f"link add {a_twin} netns {netns_of[cable.a]} type veth "
                          f"peer name {b_twin} netns {netns_of[cable.b]}")

@@ -40,6 +40,8 @@ class LabState:
     topology: str
     port: int
     sudo_password: bool = False
+    #: a ring cabled in this order of node numbers instead of the inventory's (a miscabled lab)
+    ring_order: list[int] | None = None
     phase: str = "building"  # building | up | down
     nodes: list[NodeRecord] = field(default_factory=list)
     resources: list[Resource] = field(default_factory=list)

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 
 SYSTEMD_BINARY = "/lib/systemd/systemd"
-# What a lab node needs running; everything else the machine enables is masked.
-KEEP_PREFIXES = ("ssh.", "sshd.", "systemd-networkd", "dbus")
+# What a lab node needs running; everything else the machine enables is masked. lldpd: a Spark can run it
+# (Debian/Ubuntu package lldpd), and sparkctl reads the cabling from it.
+KEEP_PREFIXES = ("ssh.", "sshd.", "systemd-networkd", "dbus", "lldpd")
 # Not enabled by the machine but started by systemd in a container; they would attach to the
 # machine's own consoles.
 ALWAYS_MASKED = ("console-getty.service", "getty.target", "systemd-networkd-wait-online.service")
@@ -20,6 +21,8 @@ NETWORKD_ENABLE = {
     "multi-user.target.wants": "systemd-networkd.service",
     "sockets.target.wants": "systemd-networkd.socket",
 }
+#: Enabled in every node whether or not the machine enables it (apt enables it, a machine may have disabled it).
+LLDPD_UNIT = "lldpd.service"
 
 
 def enabled_units(etc_systemd: Path = Path("/etc/systemd/system")) -> set[str]:
@@ -53,7 +56,10 @@ def write_unit_config(etc_upper: Path, masked: list[str]) -> None:
     unit_dir.mkdir(parents=True, exist_ok=True)
     for unit in masked:
         _symlink("/dev/null", unit_dir / unit)
-    for wants, unit in NETWORKD_ENABLE.items():
+    enable = list(NETWORKD_ENABLE.items())
+    if Path("/lib/systemd/system", LLDPD_UNIT).is_file():
+        enable.append(("multi-user.target.wants", LLDPD_UNIT))
+    for wants, unit in enable:
         (unit_dir / wants).mkdir(exist_ok=True)
         _symlink(f"/lib/systemd/system/{unit}", unit_dir / wants / unit)
 
