@@ -15,6 +15,7 @@ from sparkctl.cli.views import ConsoleView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.doctor.remedies import remedies_markdown
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.rules.cabling import CablingMap
 from sparkctl.runs.doctor import DoctorRequest, Repair, run_doctor
 from sparkctl.secrets import redacted
 
@@ -56,6 +57,8 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
                 console.print(Text(f"      {_closes(f)}", style="dim"), soft_wrap=True)
             for detail in f.details:
                 console.print(Text(f"      | {detail}", style="dim"), soft_wrap=True)
+    if diagnosis.cabling is not None and diagnosis.cabling.rows:
+        render_cabling(console, diagnosis.cabling)
     errors = len(diagnosis.errors)
     warnings = sum(1 for f in diagnosis.findings if f.severity == "warning")
     infos = sum(1 for f in diagnosis.findings if f.severity == "info")
@@ -69,6 +72,27 @@ def _list_remedies(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     if value and not ctx.resilient_parsing:
         click.echo(remedies_markdown(), nl=False)
         ctx.exit(0)
+
+
+def cabling_report(cabling: CablingMap) -> dict:
+    return {"inferred": cabling.inferred, "lldp_unavailable": dict(cabling.lldp_unavailable),
+            "ports": [row.to_dict() for row in cabling.rows]}
+
+
+def render_cabling(console: Console, cabling: CablingMap) -> None:
+    """Each QSFP port: its twins, what is at the far end and how that is known, what the inventory wants there."""
+    how = "inferred from carrier (no LLDP)" if cabling.inferred else "from LLDP"
+    if cabling.lldp_unavailable and not cabling.inferred:
+        how += "; no LLDP on " + ", ".join(cabling.lldp_unavailable)
+    console.print(Text(f"\ncabling ({how})", style="bold"))
+    for row in cabling.rows:
+        line = Text(f"  {row.node} port {row.port} ")
+        line.append(f"{'/'.join(row.interfaces)} ", style="dim")
+        line.append(f"-> {row.far} ")
+        line.append(f"[{row.source}]", style="dim")
+        if row.problem:
+            line.append(f"  wrong: the inventory wants {row.wanted}", style="bold red")
+        console.print(line, soft_wrap=True)
 
 
 @click.command("doctor")
@@ -114,6 +138,8 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
         if not as_json:
             _show_repair(console, outcome.repair)
             console.print(Text("\nafter the repair:", style="bold"))
+    if diagnosis.cabling is not None:
+        out["cabling"] = cabling_report(diagnosis.cabling)
     if outcome.bundle_sha256:
         out["bundle"] = {"path": bundle_path, "sha256": outcome.bundle_sha256}
     if as_json:

@@ -56,6 +56,8 @@ def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: s
                              cluster=cluster)
     with open(output, "w") as fh:
         fh.write(result.text)
+    for line in result.seen:
+        click.echo(f"seen with LLDP: {line}", err=True)
     for line in result.assumptions:
         click.echo(f"assumed: {line}", err=True)
     click.echo(f"wrote {output}: check it, then `sparkctl cluster bootstrap {output}`")

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 
 from sparkctl.doctor.checks import bench as checks_bench
+from sparkctl.doctor.checks import cabling as checks_cabling
 from sparkctl.doctor.checks import container as checks_container
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
@@ -18,7 +19,7 @@ from sparkctl.doctor.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
-    *checks_node.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
+    *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
     *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS,
 ]
 
@@ -34,4 +35,8 @@ def run_checks(snapshot: Snapshot) -> Diagnosis:
                                     evidence=f"{type(exc).__name__}: {exc}",
                                     fix="please report this with `sparkctl doctor --bundle`"))
     nodes = snapshot.all_nodes
-    return Diagnosis(sort_findings(findings, nodes), nodes=nodes)
+    try:
+        cabling = checks_cabling.snapshot_cabling(snapshot)
+    except Exception:  # noqa: BLE001 - the map is a view; check_cabling has reported why it failed
+        cabling = None
+    return Diagnosis(sort_findings(findings, nodes), nodes=nodes, cabling=cabling)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from sparkctl.doctor.remedies import Remedy, remedy_of
+from sparkctl.rules.cabling import CablingMap
 
 SEVERITIES = ("error", "warning", "info")
 #: Findings about the whole cluster carry this node name.
@@ -83,6 +84,8 @@ class Diagnosis:
 
     findings: list[Finding]
     nodes: list[str] = field(default_factory=list)
+    #: the cabling map (sparkctl.rules.cabling.CablingMap) when the topology has cables
+    cabling: CablingMap | None = None
 
     @property
     def errors(self) -> list[Finding]:

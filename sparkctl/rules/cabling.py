@@ -65,7 +65,7 @@ class PortRow:
     def far(self) -> str:
         ends = _unique(s.far for s in self.seen)
         if ends:
-            return ", ".join(map(str, ends))
+            return describe(ends)
         if not self.up:
             return "no carrier"
         return "carrier, no LLDP" + (f" (assumed {self.wanted})" if self.wanted and self.wanted != SWITCH else "")
@@ -102,6 +102,15 @@ def _unique(ends) -> list[End]:
     return out
 
 
+def describe(ends: list[End]) -> str:
+    """Ends grouped by node and port: `spark3 port 1 (enp1s0f1np1, enP2p1s0f1np1)`."""
+    groups: dict[tuple[str, int | None, bool], list[str]] = {}
+    for end in ends:
+        groups.setdefault((end.node, end.port, end.known), []).append(end.interface)
+    return " and ".join(str(End(node, ", ".join(dict.fromkeys(ifaces)), port, known))
+                        for (node, port, known), ifaces in groups.items())
+
+
 def _port(interface: str) -> int | None:
     where = spark_port_of(interface)
     return where[0] if where else None
@@ -127,6 +136,15 @@ def resolve(neighbor: LldpNeighbor, facts: dict[str, Facts], hosts: dict[str, st
     return End(name or neighbor.chassis_id, interface, _port(interface), known=False)
 
 
+def lldp_sees(f: Facts, port: int) -> str:
+    """What this node's own lldpd hears on a port, by the far end's own names ("" when nothing)."""
+    if f.lldp is None or not f.lldp.ok:
+        return ""
+    heard = [f"{n.system or n.chassis_id} {n.port_name}".strip() for n in f.lldp.neighbors
+             if _port(n.interface) == port]
+    return ", ".join(dict.fromkeys(heard))
+
+
 def observations(facts: dict[str, Facts], hosts: dict[str, str] | None = None) -> dict[tuple[str, int], list[Seen]]:
     """(node, port) -> what LLDP says is at its far end, from this node's lldpd and from the far end's."""
     seen: dict[tuple[str, int], list[Seen]] = {}
@@ -145,12 +163,11 @@ def observations(facts: dict[str, Facts], hosts: dict[str, str] | None = None) -
     return seen
 
 
-def _used_ports(inventory: Inventory, node: str, f: Facts) -> set[int]:
-    if inventory.topology == "ring":
-        return {0, 1}
-    if inventory.fabric.port in (0, 1):
+def _used_ports(inventory: Inventory) -> set[int]:
+    """The ports the inventory lets carry the fabric (`port: auto`: whichever is cabled)."""
+    if inventory.topology != "ring" and inventory.fabric.port in (0, 1):
         return {int(inventory.fabric.port)}
-    return set(f.up_ports())
+    return {0, 1}
 
 
 def wanted_at(inventory: Inventory, node: str, port: int, used: set[int]) -> str:
@@ -175,7 +192,7 @@ def _problem(inventory: Inventory, node: str, port: int, interfaces: tuple[str, 
     if not known:
         return ""  # a switch, or nothing the cluster knows: not a miscabling sparkctl can name
     where = f"{node} port {port} ({interfaces[0] if interfaces else '?'})"
-    sees = " and ".join(map(str, known))
+    sees = describe(known)
     if not wanted and port not in used and inventory.topology in ("pair", "switch"):
         planned = "/".join(map(str, sorted(used))) or "?"
         return (f"{where}: a cable to {sees} is on port {port}, the inventory plans port {planned}: move it to "
@@ -202,9 +219,7 @@ def cabling_map(inventory: Inventory, facts: dict[str, Facts]) -> CablingMap:
         f = facts[node]
         if f.lldp is not None and not f.lldp.ok:
             result.lldp_unavailable[node] = f.lldp.detail or f.lldp.status
-        elif f.lldp is None:
-            result.lldp_unavailable[node] = "LLDP was not read"
-        used = _used_ports(inventory, node, f)
+        used = _used_ports(inventory)
         for port, twins in f.ports().items():
             interfaces = tuple(twins)
             wanted = wanted_at(inventory, node, port, used)

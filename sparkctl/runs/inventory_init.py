@@ -13,6 +13,7 @@ import yaml
 
 from sparkctl.errors import SparkctlError, Unreachable
 from sparkctl.facts import Facts, gather_facts, gather_local_controller_addrs
+from sparkctl.rules.cabling import Proposal, propose
 from sparkctl.transport.connect import NodeAddress, connect_all
 
 
@@ -21,6 +22,8 @@ class InitResult:
     text: str
     assumptions: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: what LLDP showed about the cabling (not assumed: seen on the wire)
+    seen: list[str] = field(default_factory=list)
 
 
 def _node_name(hostname: str, used: set[str], index: int) -> str:
@@ -41,13 +44,32 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
     if len(users) > 1:
         problems.append("the username differs between nodes (" + ", ".join(
             f"{h}: {f.user}" for h, f in zip(hosts, facts, strict=True)) + "); use one user everywhere")
-    up = [f.up_ports() for f in facts]
     count = len(hosts)
+    wire = propose(list(hosts), dict(zip(hosts, facts, strict=True)), {h: h for h in hosts}) if count > 1 \
+        else Proposal()
+    seen: list[str] = []
+    if wire.order:
+        # the head stays first; the others follow the cables (a ring: port 0 to the next node's port 1)
+        by_host = dict(zip(hosts, facts, strict=True))
+        hosts, facts = list(wire.order), [by_host[h] for h in wire.order]
+    up = [f.up_ports() for f in facts]
     if count == 1:
         topology, port = "single", "auto"
+    elif wire.topology == "ring" and wire.order:
+        topology, port = "ring", "auto"
+    elif wire.problems:
+        topology, port = "ring", "auto"
+        problems.extend(wire.problems)
+    elif wire.topology == "pair":
+        topology, port = "pair", wire.port if wire.port is not None else "auto"
+        seen.append("the two nodes are cabled to each other" + (f" on port {port}" if port != "auto" else ""))
+    elif wire.topology == "switch" and count > 2:
+        topology, port = "switch", _one_port(up)
+        seen.extend(wire.evidence)
     elif all(set(u) == {0, 1} for u in up) and count >= 3:
         topology, port = "ring", "auto"
-        assumptions.append("both QSFP ports are Up on every node: assumed a ring (port 0 to the next node's port 1)")
+        assumptions.append("both QSFP ports are Up on every node and LLDP shows nothing: assumed a ring in the order "
+                           "given (port 0 to the next node's port 1)")
     else:
         topology = "pair" if count == 2 else "switch"
         if count > 2:
@@ -66,6 +88,10 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
     used: set[str] = set()
     nodes = [{"name": _node_name(f.hostname or h, used, i), "host": h}
              for i, (h, f) in enumerate(zip(hosts, facts, strict=True))]
+    if topology == "ring" and wire.order:
+        names = [n["name"] for n in nodes]
+        seen.append(f"a ring, cabled in the order {' -> '.join(names)} -> {names[0]} (port 0 to the next node's "
+                    "port 1); the nodes are listed in that order")
     for node in nodes:
         if node["host"] in controller_addrs:
             node["local"] = True  # sparkctl runs on this node: commands run there without ssh
@@ -83,9 +109,15 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
               f"# The first node ({nodes[0]['name']}) is the head: MPI rank 0, serves HTTP.",
               "# Subnets default to one /24 per twin (192.168.100.0/24 + 192.168.101.0/24 for a pair or switch).",
               "# serve: defaults to the preset for this node count; set serve.preset or serve.model to change it."]
+    header += [f"# seen with LLDP: {a}" for a in seen]
     header += [f"# assumed: {a}" for a in assumptions]
     text = "\n".join(header) + "\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    return InitResult(text=text, assumptions=assumptions, problems=problems)
+    return InitResult(text=text, assumptions=assumptions, problems=problems, seen=seen)
+
+
+def _one_port(up: list[dict[int, list[str]]]) -> int | str:
+    ports = {p for u in up for p in u}
+    return next(iter(ports)) if len(ports) == 1 else "auto"
 
 
 def draft_inventory(hosts: list[str], *, user: str | None, identity_file: str | None, known_hosts: str,

@@ -10,7 +10,7 @@ import pytest
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.findings import CLUSTER
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
-from sparkctl.facts import Address, ContainerInfo, NetplanFile
+from sparkctl.facts import Address, ContainerInfo, Lldp, LldpNeighbor, NetplanFile
 from sparkctl.plan.container import SPEC_LABEL
 from tests.taskkit import inventory, spark_facts
 
@@ -29,6 +29,8 @@ def healthy_snapshot() -> Snapshot:
                         mtu=9000, session_ip=f"10.0.0.{11 + i}")
         f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
         f.hf_cache_free_bytes = 2 * 10**12
+        peer = NODES[1 - i]
+        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, peer, port_descr=t) for t in TWINS])
         facts[name] = f
     plan, _ = doctor_plan(inv, facts)
     probes = {}
@@ -68,6 +70,19 @@ def test_a_healthy_cluster_has_no_findings_at_all():
     d = diagnose(healthy_snapshot())
     assert d.healthy and d.findings == [], d.findings
     assert d.to_dict() == {"healthy": True, "findings": []}
+    assert [(r.node, r.port, r.far, r.source) for r in d.cabling.rows if r.up] == [
+        ("spark1", 1, "spark2 port 1 (enp1s0f1np1, enP2p1s0f1np1)", "lldp (spark1, spark2)"),
+        ("spark2", 1, "spark1 port 1 (enp1s0f1np1, enP2p1s0f1np1)", "lldp (spark1, spark2)")]
+
+
+def test_a_node_without_lldp_is_a_note_and_its_ports_are_seen_from_the_other_end():
+    s = healthy_snapshot()
+    s.facts["spark2"].lldp = Lldp("stopped", "lldpd is not running")
+    d = diagnose(s)
+    assert d.healthy and {(f.id, f.node, f.severity) for f in d.findings} == {
+        ("fabric.lldp_unavailable", "spark2", "info")}
+    assert "apt-get install lldpd" in d.findings[0].fix
+    assert d.cabling.row("spark2", 1).source == "lldp (spark1)"
 
 
 def _addr(text: str) -> Address:
@@ -371,3 +386,24 @@ def test_a_healthy_single_spark_has_no_findings():
         labels={SPEC_LABEL: spec.spec_hash()}, mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
     d = run_checks(Snapshot(inv, {name: f}, {}, {name: NodeProbe(hf_token_file=True)}, plan))
     assert d.findings == []
+
+
+def test_a_ring_cabled_out_of_order_is_a_wrong_cable_on_every_node_with_the_map():
+    from pathlib import Path
+
+    from sparkctl.facts.lldp import parse_lldp
+
+    inv = inventory("three-sparks-ring.yaml")
+    captures = Path(__file__).resolve().parents[1] / "fixtures" / "lldp"
+    facts = {}
+    for i in (1, 2, 3):
+        facts[f"spark{i}"] = spark_facts(f"spark{i}", up_ports=(0, 1))
+        facts[f"spark{i}"].lldp = parse_lldp((captures / f"ring3-order132.spark{i}.json").read_text())
+    s = Snapshot(inv, facts, {}, {}, None)
+    d = diagnose(s)
+    wrong = [f for f in d.errors if f.id == "fabric.cable_wrong"]
+    assert sorted((f.node, f.evidence.split(":")[0]) for f in wrong) == [
+        (f"spark{i}", f"spark{i} port {p} ({t})") for i in (1, 2, 3) for p, t in ((0, "enp1s0f0np0"),
+                                                                                  (1, "enp1s0f1np1"))]
+    assert all("inventory init" in f.fix for f in wrong)
+    assert len(d.cabling.problems) == 6

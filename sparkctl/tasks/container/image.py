@@ -17,7 +17,7 @@ _LOGIN_NEEDED = re.compile(r"unauthori[sz]ed|authentication required|no basic au
 class ContainerImageTask(Task):
     name = "container.image"
     phase = "container"
-    needs = ("preflight.node",)
+    needs = ("preflight.node", "preflight.cluster")
     description = "make sure the TensorRT-LLM image is on every node"
     checks = "`docker image inspect <image>` on the node"
     changes = ("`docker pull <image>` (a missing registry login is reported with the `docker login nvcr.io` "

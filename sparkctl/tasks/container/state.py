@@ -19,7 +19,7 @@ HOST_KEY = "ssh_host_ed25519_key"
 class ContainerStateTask(Task):
     name = "container.state"
     phase = "container"
-    needs = ("preflight.node",)
+    needs = ("preflight.node", "preflight.cluster")
     description = "write the files the container mounts: entrypoint, container keys, run dir, MPI probe"
     checks = ("in ~/.local/state/sparkctl/<cluster>/: entrypoint.sh and run/mpi_probe.py match sparkctl's "
               "versions; container-ssh/ (mode 700) holds the container's client key and host key")

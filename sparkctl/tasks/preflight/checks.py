@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
+from sparkctl.rules.cabling import cabling_map, lldp_sees
 from sparkctl.rules.fabric import management_names
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
@@ -70,7 +71,9 @@ def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
             down = [t for t in ports.get(port, []) if not facts.interface_up(t)]
             problems.append(f"QSFP port {port} is not Up (Down: {', '.join(down) or 'absent'}); "
                             f"check the cable in port {port}" + (" (a ring cables port 0 to the next node's "
-                                                                 "port 1)" if inv.topology == "ring" else ""))
+                                                                 "port 1)" if inv.topology == "ring" else "")
+                            + "".join(f"; LLDP: port {p} faces {lldp_sees(facts, p)}" for p in up
+                                      if p != port and lldp_sees(facts, p)))
     if not wanted and not up:
         problems.append("no QSFP port has both twins Up: plug the cable (same port on both nodes) and check "
                         "`ibdev2netdev`")
@@ -94,7 +97,9 @@ class ClusterPreflight(Task):
     scope = Scope.CLUSTER
     needs = ("preflight.node",)
     description = "check that the nodes fit together: one user, clocks in step, cabling fits the topology"
-    checks = "the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers'"
+    checks = ("the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers', "
+              "and, where LLDP tells (lldpd on either end of a cable), who is at the far end of each QSFP port vs "
+              "the inventory's topology and ring order")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -118,6 +123,11 @@ class ClusterPreflight(Task):
                     f"{n}: port {'/'.join(str(x) for x in p)}" for n, p in used.items())
                     + "); accepted: every per-node setting uses that node's own interface names",
                     task=self.name)
+        cabling = cabling_map(ctx.inventory, facts)
+        problems += [row.problem for row in cabling.problems]
+        if cabling.problems and ctx.inventory.topology == "ring":
+            problems.append("cable the ring as the inventory orders it, or reorder `nodes:` to the cabling "
+                            "(`sparkctl inventory init` writes the order LLDP sees)")
         if problems:
             raise TaskFailed(f"{len(problems)} preflight problem(s) across the cluster", details=problems)
         return []

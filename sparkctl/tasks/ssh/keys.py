@@ -11,7 +11,7 @@ from sparkctl.transport.base import q
 class SshKeyTask(Task):
     name = "ssh.keys"
     phase = "ssh"
-    needs = ("preflight.node",)
+    needs = ("preflight.node", "preflight.cluster")
     description = "give each node its own ed25519 key for this cluster (never a private key copied around)"
     checks = "~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist"
     changes = "generates the key on the node (the private key never leaves it)"

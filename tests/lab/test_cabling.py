@@ -1,0 +1,118 @@
+"""The cabling map from the wire, on a ring of three cabled out of order (`lab up --ring-order 1,3,2`) with real
+lldpd in every node: preflight names each wrong cable before anything changes, doctor shows the map, `inventory
+init` writes the order the cables really follow (and a bootstrap with it converges), and without lldpd the map says
+it is inferred."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from sparkctl.cli.main import cli
+from tests.lab.conftest import poll
+from tests.lab.test_bootstrap_containers import bootstrap, changed, failures, sh
+
+pytestmark = pytest.mark.lab
+
+NODES = ("spark1", "spark2", "spark3")
+FABRIC = ("enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1", "enP2p1s0f1np1")
+
+
+def neighbours(lab, node: str) -> int:
+    out = lab.exec(node, ["lldpcli", "show", "neighbors", "-f", "json"]).stdout
+    interfaces = (json.loads(out).get("lldp") or {}).get("interface") or []
+    return len(interfaces) if isinstance(interfaces, list) else 1
+
+
+def untouched(lab, node: str) -> str:
+    """What preflight must not have changed: fabric addresses, netplan files, ssh keys, containers."""
+    return sh(lab, node, "ip -br addr show | grep -v '^lo\\|enP7s7' || true; ls /etc/netplan; "
+                         "ls /home/nvidia/.ssh; docker ps -aq")
+
+
+@pytest.fixture(scope="module")
+def miscabled(lab_factory):
+    lab = lab_factory(3, "ring", ring_order="1,3,2")
+    # lldpd sends on start and every 30 s: a node that booted after its neighbour's first frame waits for the next
+    assert poll(lambda: all(neighbours(lab, n) == 4 for n in NODES), timeout=75, interval=1), \
+        {n: neighbours(lab, n) for n in NODES}
+    return lab
+
+
+def test_preflight_names_each_wrong_cable_before_changing_anything(miscabled):
+    lab = miscabled
+    before = {n: untouched(lab, n) for n in NODES}
+    rc, events = bootstrap(lab)
+    assert rc == 1
+    assert len(failures(events)) == 1, failures(events)
+    (failed,) = failures(events)
+    assert failed["task"] == "preflight.cluster"
+    details = "\n".join(failed.get("details") or [])
+    assert ("spark1 port 0 (enp1s0f0np0): the inventory wants spark2 port 1 here (the ring in inventory order "
+            "spark1 -> spark2 -> spark3 -> spark1, port 0 to the next node's port 1); LLDP sees spark3 port 1 "
+            "(enp1s0f1np1, enP2p1s0f1np1)") in details, details
+    assert "spark2 port 0 (enp1s0f0np0): the inventory wants spark3 port 1 here" in details
+    assert "LLDP sees spark1 port 1 (enp1s0f1np1, enP2p1s0f1np1)" in details
+    assert changed(events) == set()
+    assert {n: untouched(lab, n) for n in NODES} == before
+
+
+def test_doctor_shows_the_map_from_lldp_and_the_wrong_cables(miscabled):
+    result = CliRunner().invoke(cli, ["doctor", str(miscabled.inventory_path), "--json"], catch_exceptions=False)
+    report = json.loads(result.stdout)
+    wrong = {(f["node"], f["evidence"].split(":")[0]) for f in report["findings"] if f["id"] == "fabric.cable_wrong"}
+    assert wrong == {(n, f"{n} port {p} ({t})") for n in NODES for p, t in ((0, FABRIC[0]), (1, FABRIC[2]))}
+    cabling = report["cabling"]
+    assert not cabling["inferred"] and cabling["lldp_unavailable"] == {}
+    row = next(r for r in cabling["ports"] if (r["node"], r["port"]) == ("spark3", 0))
+    assert (row["seen"], row["wanted"], row["source"]) == (
+        "spark2 port 1 (enp1s0f1np1, enP2p1s0f1np1)", "spark1 port 1", "lldp (spark2, spark3)")
+    text = CliRunner().invoke(cli, ["doctor", str(miscabled.inventory_path)], catch_exceptions=False).output
+    assert "cabling (from LLDP)" in text
+    assert "spark3 port 0 enp1s0f0np0/enP2p1s0f0np0 -> spark2 port 1" in text
+
+
+def test_inventory_init_writes_the_cabled_order_and_a_bootstrap_with_it_converges(miscabled, tmp_path):
+    lab = miscabled
+    written = tmp_path / "inventory.yaml"
+    hosts = [lab.state.node(n).mgmt_ip for n in NODES]
+    result = CliRunner().invoke(cli, ["inventory", "init", *hosts, "-o", str(written), "--user", "nvidia",
+                                      "--identity-file", str(lab.key_path), "--known-hosts",
+                                      str(lab.known_hosts_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    drafted = yaml.safe_load(written.read_text())
+    assert [n["name"] for n in drafted["nodes"]] == ["spark1", "spark3", "spark2"]
+    assert drafted["fabric"]["topology"] == "ring"
+    assert "seen with LLDP: a ring, cabled in the order spark1 -> spark3 -> spark2 -> spark1" in result.output
+    # the lab's own inventory (its ssh settings, its image) with the nodes in the order init wrote
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    by_name = {n["name"]: n for n in document["nodes"]}
+    document["nodes"] = [by_name[n["name"]] for n in drafted["nodes"]]
+    lab.inventory_path.write_text(yaml.safe_dump(document, sort_keys=False))
+    rc, events = bootstrap(lab, "--only", "preflight,network")
+    assert rc == 0, failures(events)
+    assert {("network.netplan", n) for n in NODES} <= changed(events)
+    # the jumbo pings across every cable of the ring pass
+    assert ("network.verify", None) in {(e["task"], e.get("node")) for e in events
+                                        if e["event"] == "task_result" and e["status"] == "ok"}
+
+
+def test_without_lldpd_the_map_says_it_is_inferred(miscabled):
+    lab = miscabled
+    for node in NODES:
+        lab.exec(node, ["systemctl", "stop", "lldpd"], check=True)
+    try:
+        result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"], catch_exceptions=False)
+        report = json.loads(result.stdout)
+        assert report["cabling"]["inferred"]
+        assert set(report["cabling"]["lldp_unavailable"]) == set(NODES)
+        assert {r["source"] for r in report["cabling"]["ports"]} == {"inferred"}
+        notes = {(f["id"], f["node"], f["severity"]) for f in report["findings"] if f["id"].startswith("fabric.lldp")}
+        assert notes == {("fabric.lldp_unavailable", n, "info") for n in NODES}
+        assert not any(f["id"] == "fabric.cable_wrong" for f in report["findings"])
+    finally:
+        for node in NODES:
+            lab.exec(node, ["systemctl", "start", "lldpd"])
