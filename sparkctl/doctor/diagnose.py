@@ -11,8 +11,11 @@ from sparkctl.doctor.checks import container as checks_container
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
 from sparkctl.doctor.checks import node as checks_node
+from sparkctl.doctor.checks import overrides as checks_overrides
+from sparkctl.doctor.checks import roce as checks_roce
 from sparkctl.doctor.checks import serve as checks_serve
 from sparkctl.doctor.checks import ssh as checks_ssh
+from sparkctl.doctor.checks import system as checks_system
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, sort_findings
 from sparkctl.doctor.snapshot import Snapshot
 
@@ -20,7 +23,8 @@ log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
-    *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS,
+    *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS, *checks_system.CHECKS, *checks_roce.CHECKS,
+    *checks_overrides.CHECKS,
 ]
 
 

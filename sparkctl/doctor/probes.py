@@ -13,6 +13,7 @@ import posixpath
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
@@ -104,6 +105,7 @@ def _container_lines(inventory: Inventory, plan: ClusterPlan, node: str, order: 
         _section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
         _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
         _section(nonce, "c-ssh", "\n".join([*ssh, "wait"]) if ssh else "true"),
+        _section(nonce, "c-settings", node_probes.CONTAINER_SETTINGS),
     ])
     return f"docker exec {q(inventory.container.name)} sh -c {q(inner)} 2>&1"
 
@@ -147,6 +149,7 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     port_filter = " or ".join(f"sport = :{p}" for p in ports)
     log = serve_log_path(inventory, inv_node, facts)
     sections = [("ports", f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH")]
+    sections += node_probes.probe_sections(inventory.topology)
     if plan is not None and inventory.topology != "single":
         sections.append(("ping", "\n".join(_ping_lines(plan, node, inventory.fabric.mtu)) or "true"))
         ssh = [_ssh_line("", peer, q(target)) for peer, target in _peer_targets(inventory, plan, node, order)]
@@ -192,6 +195,7 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
         return s.output if s else ""
 
     probe = NodeProbe()
+    probe.system = node_probes.system_probe({name: section.output for name, section in sections.items()})
     for line in text("ports").splitlines():
         m = _SS_OWNER.search(line)
         if m:

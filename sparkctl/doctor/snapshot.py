@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from sparkctl.doctor.node_probes import SystemProbe
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
@@ -61,6 +62,8 @@ class NodeProbe:
     health_error: str = ""
     completion: str | None = None
     completion_error: str = ""
+    #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
+    system: SystemProbe = field(default_factory=SystemProbe)
 
 
 @dataclass

@@ -117,6 +117,7 @@ class _FactsBuilder:
         mem = self.parsed("meminfo", parse.parse_meminfo, default={})
         f.mem_total_kb, f.mem_available_kb = mem.get("MemTotal", 0), mem.get("MemAvailable", 0)
         f.page_cache_kb = mem.get("Cached", 0)
+        f.meminfo = mem
         expanded, f.hf_cache_free_bytes = self.parsed("hf-cache", parse.parse_hf_cache,
                                                       default=(f.hf_cache, None))
         f.hf_cache = expanded or f.hf_cache

@@ -149,6 +149,8 @@ class Facts:
     mem_total_kb: int = 0
     mem_available_kb: int = 0
     page_cache_kb: int = 0
+    #: every /proc/meminfo field in kB (MemFree, SwapTotal, SwapFree, CmaTotal, CmaFree, ...)
+    meminfo: dict[str, int] = field(default_factory=dict)
     hf_cache: str = ""
     hf_cache_free_bytes: int | None = None
     time: float = 0.0

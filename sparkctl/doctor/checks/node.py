@@ -7,6 +7,7 @@ import shlex
 from sparkctl.doctor.findings import CLUSTER, Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
+from sparkctl.knowledge.fitcheck import needed_per_node_gb
 from sparkctl.knowledge.trtllm_releases import KNOWN_BAD_RELEASES
 from sparkctl.rules.serving import serving_enabled
 
@@ -15,6 +16,8 @@ LOW_MEMORY_FRACTION = 0.10
 PAGE_CACHE_FRACTION = 0.25
 HF_CACHE_MIN_FREE_GB = 20.0
 DROP_CACHES = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
+#: Swap in use above this is reported (a few MB are paged out on any long-running machine).
+SWAP_USED_BYTES = 1 << 30
 
 
 
@@ -102,20 +105,69 @@ def check_clock_skew(s: Snapshot) -> list[Finding]:
     return out
 
 
+def _model_need_gb(s: Snapshot) -> float | None:
+    """What one rank of the configured model needs (knowledge/fitcheck.py), when sparkctl knows the model's size."""
+    spec = _serve_spec(s) if serving_enabled(s.inventory) else None
+    if spec is None or spec.weights_gb is None:
+        return None
+    return needed_per_node_gb(spec.weights_gb, spec.tp_size, spec.draft_gb)
+
+
+def _model_loaded(s: Snapshot) -> bool:
+    return s.probe(s.inventory.head.name).health_status == 200
+
+
+def _model_memory(s: Snapshot, node: str, need_gb: float) -> list[Finding]:
+    """Memory the model will not get although MemTotal says it fits: the page cache (the GPU allocates from unified
+    memory and does not reclaim it: NVIDIA's advice is to drop caches), a CMA area (kernel docs, mm/cma: only
+    movable pages may borrow it, and pinned GPU memory is not movable), swap in use."""
+    m = s.facts[node].meminfo
+    total, free, cached = m.get("MemTotal", 0) * 1024, m.get("MemFree", 0) * 1024, m.get("Cached", 0) * 1024
+    need, out = need_gb * 1e9, []
+    if not total or need > total:
+        return out  # does not fit at all: the fit check's finding (model.fit)
+    cma = m.get("CmaTotal", 0) * 1024
+    if cma and need > total - cma:
+        out.append(Finding("node.cma_reserved", "warning", node, "a CMA area leaves the model too little memory",
+                           evidence=f"the model needs {_gb(need)} per node; {_gb(total)} in all, {_gb(cma)} of it "
+                                    f"reserved for contiguous allocations (CmaTotal; {_gb(m.get('CmaFree', 0) * 1024)} "
+                                    "free), which pinned GPU memory cannot use",
+                           fix=f"lower or remove the cma= boot parameter on {node} (a person must: a kernel command "
+                               "line change and a reboot)", phase="model"))
+    if not _model_loaded(s) and need > free and need <= free + cached:
+        out.append(Finding("node.page_cache", "warning", node, "the page cache holds memory the model needs",
+                           evidence=f"the model needs {_gb(need)} per node, {_gb(free)} is free and {_gb(cached)} is "
+                                    "page cache: unified memory does not give the page cache back to the GPU "
+                                    "(CUDA out of memory with a model that should fit)",
+                           fix=DROP_CACHES, phase="model"))
+    return out
+
+
 def check_memory(s: Snapshot) -> list[Finding]:
     out = []
+    need_gb = _model_need_gb(s)
     for node in s.order:
         f = s.facts[node]
         if not f.mem_total_kb:
             continue
         total, avail, cached = f.mem_total_kb * 1024, f.mem_available_kb * 1024, f.page_cache_kb * 1024
+        model = _model_memory(s, node, need_gb) if need_gb else []
+        out += model
+        swap_used = (f.meminfo.get("SwapTotal", 0) - f.meminfo.get("SwapFree", 0)
+                     - f.meminfo.get("SwapCached", 0)) * 1024
+        if swap_used > SWAP_USED_BYTES:
+            out.append(Finding("node.swap_in_use", "warning", node, "the node is swapping",
+                               evidence=f"{_gb(swap_used)} of swap in use (SwapTotal - SwapFree - SwapCached); a "
+                                        "model near the memory limit then pages, and loads and runs slowly",
+                               fix="stop what else runs on the node; then sudo swapoff -a && sudo swapon -a brings "
+                                   "the pages back", phase="model"))
         if avail < total * LOW_MEMORY_FRACTION:
             out.append(Finding("node.low_memory", "warning", node, "little memory is free",
                                evidence=f"{_gb(avail)} available of {_gb(total)} (under "
                                         f"{LOW_MEMORY_FRACTION:.0%})",
                                fix="stop what else runs on the node (`ps aux --sort=-rss | head`); "
                                    f"the page cache can be dropped: {DROP_CACHES}"))
-        elif cached > total * PAGE_CACHE_FRACTION:
+        elif cached > total * PAGE_CACHE_FRACTION and not any(x.id == "node.page_cache" for x in model):
             out.append(Finding("node.page_cache", "warning", node,
                                "a large page cache competes with the GPU for unified memory",
                                evidence=f"{_gb(cached)} page cache of {_gb(total)} (over {PAGE_CACHE_FRACTION:.0%}); "

@@ -1,0 +1,131 @@
+"""PURE checks of settings that silently override sparkctl's: NCCL/UCX/Open MPI variables in the image's env, in
+the container's /etc/nccl.conf, ~/.nccl.conf, ~/.bashrc or /etc/environment, in the node user's shell startup
+files, and sshd drop-ins (/etc/ssh/sshd_config.d) that break the node-to-node ssh mesh."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.node_probes import OVERRIDE_PREFIXES, Setting
+from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.knowledge.cuda import off_the_fabric
+
+#: OpenSSH's MaxStartups default start (sshd_config(5)): unauthenticated connections beyond it are dropped at random.
+MAXSTARTUPS_DEFAULT = 10
+
+
+def _planned_env(s: Snapshot, node: str) -> dict[str, str]:
+    if s.plan is None or node not in s.plan.nodes:
+        return {}
+    return dict(s.plan.nodes[node].container.env)
+
+
+def _judge(name: str, value: str, planned: dict[str, str]) -> tuple[str, str] | None:
+    """(severity, why) of a setting found outside sparkctl's own, or None when it changes nothing."""
+    if planned.get(name) == value:
+        return None
+    breaking = off_the_fabric(name, value)
+    if breaking:
+        return "error", breaking
+    if name in planned:
+        return "error", f"sparkctl sets {name}={planned[name]}"
+    return "warning", "sparkctl does not set it: NCCL/UCX/Open MPI take it as it is"
+
+
+def check_container_settings(s: Snapshot) -> list[Finding]:
+    out = []
+    name = s.inventory.container.name
+    for node in s.order:
+        planned = _planned_env(s, node)
+        info = s.facts[node].containers.get(name)
+        if info is not None and info.exists:
+            for key, value in sorted(info.env.items()):
+                if key.startswith(OVERRIDE_PREFIXES) and key not in planned:
+                    judged = _judge(key, value, planned)
+                    if judged:
+                        out.append(Finding("env.image_setting", judged[0], node,
+                                           f"the image sets {key}, which sparkctl does not", evidence=(
+                                               f"{key}={value} in {name}'s env (from the image "
+                                               f"{info.image or s.inventory.container.image}): {judged[1]}"),
+                                           fix=f"add {key} to container.env in the inventory with the value you "
+                                               "want (sparkctl's -e wins over the image), then sparkctl cluster "
+                                               "bootstrap", phase="container"))
+        for setting in s.probe(node).system.container_settings:
+            if setting.path.endswith("nccl.conf") and setting.name in planned:
+                continue  # the environment wins over nccl.conf (NCCL docs): sparkctl's value holds
+            judged = _judge(setting.name, setting.value, planned)
+            if judged:
+                out.append(_file_finding("env.file_setting", judged, node, setting, f"inside {name}"))
+    return out
+
+
+def _file_finding(fid: str, judged: tuple[str, str], node: str, setting: Setting, where: str) -> Finding:
+    return Finding(fid, judged[0], node, f"{setting.path} {where} sets {setting.name}",
+                   evidence=f"{setting} ({judged[1]})",
+                   fix=f"remove line {setting.line} of {setting.path} {where} (a person must: sparkctl does not "
+                       "edit files it did not write)", phase="container")
+
+
+def check_host_settings(s: Snapshot) -> list[Finding]:
+    """A node's own startup files do not reach sparkctl's containers, but every NCCL/UCX program a person runs on
+    the node (nccl-tests, a manual launch) takes them instead of the fabric settings."""
+    out = []
+    for node in s.order:
+        planned = _planned_env(s, node)
+        for setting in s.probe(node).system.host_settings:
+            judged = _judge(setting.name, setting.value, planned)
+            if judged:
+                out.append(_file_finding("env.host_setting", ("warning", judged[1]), node, setting,
+                                         "on the node (not in the container: it steers what you run by hand)"))
+    return out
+
+
+def _matches(patterns: str, names: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern.split("@", 1)[0]) for pattern in patterns.split()
+               for name in names)
+
+
+def _sshd_problem(key: str, value: str, user: str, groups: list[str], nodes: int) -> str | None:
+    low = value.strip().lower()
+    if key == "PubkeyAuthentication" and low == "no":
+        return "public-key login is off: the mesh logs in with keys only"
+    if key == "AuthenticationMethods" and low != "any" and "publickey" not in low:
+        return f"AuthenticationMethods {value} leaves no public-key login"
+    if key == "AllowUsers" and not _matches(value, [user]):
+        return f"{user} is not among AllowUsers {value}"
+    if key == "DenyUsers" and _matches(value, [user]):
+        return f"{user} is in DenyUsers {value}"
+    if key == "AllowGroups" and not _matches(value, groups):
+        return f"none of {user}'s groups ({' '.join(groups)}) is in AllowGroups {value}"
+    if key == "DenyGroups" and _matches(value, groups):
+        return f"a group of {user} is in DenyGroups {value}"
+    if key == "AuthorizedKeysFile" and ".ssh/authorized_keys" not in value:
+        return f"AuthorizedKeysFile {value}: the keys sparkctl installs in ~/.ssh/authorized_keys are not read"
+    if key == "MaxStartups":
+        start = value.split(":")[0]
+        if start.isdigit() and int(start) < max(MAXSTARTUPS_DEFAULT, nodes):
+            return f"MaxStartups {value}: the mesh's {nodes} nodes connect at once and are dropped"
+    return None
+
+
+def check_sshd_dropins(s: Snapshot) -> list[Finding]:
+    out = []
+    for node in s.order:
+        f = s.facts[node]
+        user, seen = s.user_of(node), set()
+        for path, key, value in s.probe(node).system.sshd_dropins:
+            if key in seen:
+                continue  # sshd takes the first value it reads
+            seen.add(key)
+            problem = _sshd_problem(key, value, user, f.groups, len(s.inventory.nodes))
+            if problem:
+                out.append(Finding("ssh.sshd_dropin", "error", node, f"{path} breaks the node-to-node ssh mesh",
+                                   evidence=f"{key} {value} in {path}: {problem} (sshd applies it at its next start)",
+                                   fix=f"remove or change that line of {path}, then sudo systemctl reload ssh (a "
+                                       "person must: sparkctl does not edit sshd's own configuration)",
+                                   phase="ssh"))
+    return out
+
+
+CHECKS = [check_container_settings, check_host_settings, check_sshd_dropins]
