@@ -56,15 +56,15 @@ def check_container_settings(s: Snapshot) -> list[Finding]:
                 continue  # the environment wins over nccl.conf (NCCL docs): sparkctl's value holds
             judged = _judge(setting.name, setting.value, planned)
             if judged:
-                out.append(_file_finding("env.file_setting", judged, node, setting, f"inside {name}"))
+                out.append(Finding("env.file_setting", judged[0], node, **_file_fields(judged, setting,
+                                                                                         f"inside {name}")))
     return out
 
 
-def _file_finding(fid: str, judged: tuple[str, str], node: str, setting: Setting, where: str) -> Finding:
-    return Finding(fid, judged[0], node, f"{setting.path} {where} sets {setting.name}",
-                   evidence=f"{setting} ({judged[1]})",
-                   fix=f"remove line {setting.line} of {setting.path} {where} (a person must: sparkctl does not "
-                       "edit files it did not write)", phase="container")
+def _file_fields(judged: tuple[str, str], setting: Setting, where: str) -> dict[str, str]:
+    return {"summary": f"{setting.path} {where} sets {setting.name}", "evidence": f"{setting} ({judged[1]})",
+            "fix": f"remove line {setting.line} of {setting.path} {where} (a person must: sparkctl does not edit "
+                   "files it did not write)", "phase": "container"}
 
 
 def check_host_settings(s: Snapshot) -> list[Finding]:
@@ -76,8 +76,8 @@ def check_host_settings(s: Snapshot) -> list[Finding]:
         for setting in s.probe(node).system.host_settings:
             judged = _judge(setting.name, setting.value, planned)
             if judged:
-                out.append(_file_finding("env.host_setting", ("warning", judged[1]), node, setting,
-                                         "on the node (not in the container: it steers what you run by hand)"))
+                out.append(Finding("env.host_setting", "warning", node, **_file_fields(
+                    judged, setting, "on the node (not in the container: it steers what you run by hand)")))
     return out
 
 

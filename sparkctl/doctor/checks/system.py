@@ -49,27 +49,31 @@ def _mismatches(s: Snapshot, what: dict[str, str]) -> tuple[str, dict[str, str]]
     return reference, {n: v for n, v in known.items() if v != reference}
 
 
+def _differing(s: Snapshot, values: dict[str, str], what: str) -> list[tuple[str, dict[str, str]]]:
+    """(node, the finding's evidence and fix) for each node whose value differs from the others'."""
+    reference, differ = _mismatches(s, values)
+    everyone = ", ".join(f"{n} {v}" for n, v in values.items() if v)
+    return [(node, {"evidence": f"{value} here, {reference} on the others ({everyone}); mixed versions are a known "
+                                "cause of hangs at NCCL init",
+                    "fix": f"bring {what} of every node to one version (a person must: an update and a reboot)",
+                    "phase": "preflight"})
+            for node, value in differ.items()]
+
+
 def check_same_everywhere(s: Snapshot) -> list[Finding]:
     if len(s.order) < 2:
         return []
     out = []
-    aspects = [
-        ("gpu.driver_mismatch", "error", "the GPU driver differs from the other nodes'",
-         {n: s.probe(n).system.driver for n in s.order}, "the NVIDIA driver"),
-        ("node.kernel_mismatch", "warning", "the kernel differs from the other nodes'",
-         {n: s.probe(n).system.kernel for n in s.order}, "the kernel"),
-        ("roce.firmware_mismatch", "error", "the CX-7 firmware differs from the other nodes'",
-         {n: _fw_of(s, n) for n in s.order}, "the CX-7 firmware (mlxfwmanager / DGX OS firmware update)"),
-    ]
-    for fid, severity, summary, values, what in aspects:
-        reference, differ = _mismatches(s, values)
-        everyone = ", ".join(f"{n} {v}" for n, v in values.items() if v)
-        for node, value in differ.items():
-            out.append(Finding(fid, severity, node, summary,
-                               evidence=f"{value} here, {reference} on the others ({everyone}); mixed versions are "
-                                        "a known cause of hangs at NCCL init",
-                               fix=f"bring {what} of every node to one version (a person must: an update and a "
-                                   "reboot)", phase="preflight"))
+    for node, fields in _differing(s, {n: s.probe(n).system.driver for n in s.order}, "the NVIDIA driver"):
+        out.append(Finding("gpu.driver_mismatch", "error", node, "the GPU driver differs from the other nodes'",
+                           **fields))
+    for node, fields in _differing(s, {n: s.probe(n).system.kernel for n in s.order}, "the kernel"):
+        out.append(Finding("node.kernel_mismatch", "warning", node, "the kernel differs from the other nodes'",
+                           **fields))
+    for node, fields in _differing(s, {n: _fw_of(s, n) for n in s.order},
+                                   "the CX-7 firmware (DGX OS firmware update, or mlxfwmanager)"):
+        out.append(Finding("roce.firmware_mismatch", "error", node, "the CX-7 firmware differs from the other nodes'",
+                           **fields))
     return out
 
 
