@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 ABSENT = "#absent"
 #: The variables whose settings sparkctl owns or NCCL/UCX/Open MPI read.
 OVERRIDE_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_")
-_VAR = r"(?:NCCL|UCX|OMPI_MCA)_[A-Za-z0-9_]*"
+_VAR = r"(NCCL|UCX|OMPI_MCA)_[A-Za-z0-9_]*"  # POSIX ERE (grep -E) and Python alike
 SSHD_KEYS = ("PubkeyAuthentication", "AuthorizedKeysFile", "AllowUsers", "DenyUsers", "AllowGroups", "DenyGroups",
              "MaxStartups", "AuthenticationMethods")
 

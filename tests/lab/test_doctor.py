@@ -143,6 +143,54 @@ def test_each_seeded_fault_is_found_on_its_node_and_fixed(lab):
     assert not problems, "\n".join(problems)
 
 
+STANDIN_FAULTS = "/run/lab/standin-faults"  # the lab stand-ins' fault switches (sparkctl/lab/standins/node-bin)
+
+
+def system_faults() -> list[Fault]:
+    """Faults of the nodes' own software (issue 13, section 4), each needing a person: seeded, found, undone by hand.
+    RDMA, the GPU driver and the CX-7 firmware are stand-ins in the lab, switched by STANDIN_FAULTS; the files and
+    sshd drop-ins are real. Memory, the kernel and the image's env cannot differ between lab nodes (one kernel, one
+    image): tests/unit/test_doctor_system.py holds those on recorded outputs."""
+    clear = f"rm -f {STANDIN_FAULTS}"
+    return [
+        Fault("gid-missing", "spark2", f"echo 'gid-missing roceP2p1s0f1' > {STANDIN_FAULTS}", "roce.gid_missing",
+              manual=clear),
+        Fault("roce-port-inactive", "spark1", f"echo 'port-down rocep1s0f1' > {STANDIN_FAULTS}",
+              "roce.port_inactive", manual=clear),
+        Fault("firmware-differs", "spark2", f"echo 'fw 28.43.1014' > {STANDIN_FAULTS}", "roce.firmware_mismatch",
+              manual=clear),
+        Fault("driver-differs", "spark2", f"echo 'driver 575.64.03' > {STANDIN_FAULTS}", "gpu.driver_mismatch",
+              manual=clear),
+        Fault("nccl-conf", "spark1", f"docker exec {CONTAINER} sh -c 'echo NCCL_IB_DISABLE=1 >> /etc/nccl.conf'",
+              "env.file_setting", manual=f"docker exec {CONTAINER} rm -f /etc/nccl.conf"),
+        Fault("bashrc", "spark2", "echo 'export NCCL_SOCKET_IFNAME=eth0' >> /home/nvidia/.bashrc",
+              "env.host_setting", manual="sed -i '/NCCL_SOCKET_IFNAME=eth0/d' /home/nvidia/.bashrc", warning=True),
+        Fault("sshd-dropin", "spark1", "printf 'PubkeyAuthentication no\\n' > /etc/ssh/sshd_config.d/50-hardening.conf",
+              "ssh.sshd_dropin", manual="rm -f /etc/ssh/sshd_config.d/50-hardening.conf"),
+    ]
+
+
+def test_each_system_fault_is_found_on_its_node_and_gone_once_undone(lab):
+    problems = []
+    for fault in system_faults():
+        seeded = lab.exec(fault.node, fault.seed)
+        assert seeded.returncode == 0, (fault.name, seeded.stderr)
+        try:
+            report = doctor(lab)
+        finally:
+            lab.exec(fault.node, fault.manual)
+        found = [f for f in report["findings"] if f["id"] == fault.expect and f["node"] == fault.node]
+        other_errors = {e for e in errors(report) if e != (fault.expect, fault.node)}
+        if not found or not all(f["fix"] and f["evidence"] for f in found) or other_errors:
+            problems.append(f"{fault.name}: found {bool(found)}, other errors {sorted(other_errors)}")
+        if found and (found[0]["severity"] == "error") == fault.warning:
+            problems.append(f"{fault.name}: severity {found[0]['severity']}")
+        after = doctor(lab)
+        if not after["healthy"] or any(f["id"] == fault.expect for f in after["findings"]):
+            problems.append(f"{fault.name}: still there once undone: {sorted(errors(after))}")
+    assert not problems, "\n".join(problems)
+
+
 def test_the_bundle_holds_the_facts_and_findings_but_no_planted_token(lab, tmp_path):
     log = "/home/nvidia/.local/state/sparkctl"
     lab.exec("spark1", f"d=$(ls -d {log}/*/run | head -n 1)/serve; mkdir -p $d; "

@@ -566,3 +566,24 @@ def test_recipe_hash_covers_the_baked_files():
     assert any(p.endswith("nvidia--Qwen3-235B-A22B-Eagle3/repo.json") for p in baked)
     assert image.recipe_hash() == image.recipe_hash()
     assert set(image.required_packages()) >= {"mmdebstrap", "podman", "runc", "openssh-server"}
+
+
+def test_ibv_devinfo_standin_has_the_layout_of_a_real_spark(tmp_path):
+    """Line for line the keys and tabs of a real Spark's ibv_devinfo (tests/fixtures/roce/ibv_devinfo.spark.txt)."""
+    for twin, state, mac in (("enp1s0f0np0", "down", "4c:bb:47:2d:1a:16"), ("enp1s0f1np1", "up", "4c:bb:47:2d:1a:17"),
+                             ("enP2p1s0f0np0", "down", "4c:bb:47:2d:1a:1a"),
+                             ("enP2p1s0f1np1", "up", "4c:bb:47:2d:1a:1b")):
+        fake_net(tmp_path, twin, state, "1" if state == "up" else None)
+        (tmp_path / "class" / "net" / twin / "address").write_text(mac + "\n")
+        (tmp_path / "class" / "net" / twin / "mtu").write_text("9000\n")
+    out = run("ibv_devinfo", env={"SPARKCTL_LAB_SYSFS": str(tmp_path)}, check=True).stdout
+    real = (Path(__file__).resolve().parents[1] / "fixtures" / "roce" / "ibv_devinfo.spark.txt").read_text()
+    order = ["rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1"]  # the stand-in's ibdev2netdev order
+
+    def blocks(text):
+        found = {b.splitlines()[0].split("\t")[1]: b for b in text.strip().split("\n\n")}
+        return [found[d] for d in order]
+
+    assert blocks(out) == blocks(real)  # the same MACs give the same GUIDs, states, MTUs, firmware, board
+    assert run("ibv_devinfo", "-d", "mlx5_9", env={"SPARKCTL_LAB_SYSFS": str(tmp_path)}).stderr == \
+        "IB device 'mlx5_9' wasn't found\n"
