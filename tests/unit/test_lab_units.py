@@ -160,3 +160,22 @@ def test_secrets_are_written_0600(tmp_path):
     inventory_writer.write_secret(tmp_path / "sudo-password", "s3cret")
     assert (tmp_path / "sudo-password").stat().st_mode & 0o777 == 0o600
     assert Path(tmp_path / "sudo-password").read_text() == "s3cret\n"
+
+
+def test_a_ring_can_be_cabled_out_of_the_inventorys_order():
+    from sparkctl.lab.naming import parse_ring_order
+
+    order = parse_ring_order("1,3,2", "ring", 3)
+    assert order == (1, 3, 2)
+    # node 1's port 0 goes to node 3's port 1: the inventory (1, 2, 3) wants it on node 2
+    assert cables("ring", 3, 1, order) == [naming.Cable(1, 0, 3, 1), naming.Cable(3, 0, 2, 1), naming.Cable(2, 0, 1, 1)]
+    assert parse_ring_order(None, "ring", 3) is None
+
+
+@pytest.mark.parametrize("text,topology,nodes", [("1,2", "ring", 3), ("1,1,2", "ring", 3), ("1,3,2", "pair", 2),
+                                                 ("a,b,c", "ring", 3), ("0,1,2", "ring", 3)])
+def test_a_ring_order_that_is_not_a_permutation_of_the_nodes_is_refused(text, topology, nodes):
+    from sparkctl.lab.naming import parse_ring_order
+
+    with pytest.raises(ValueError, match="ring-order"):
+        parse_ring_order(text, topology, nodes)
