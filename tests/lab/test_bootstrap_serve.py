@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -137,16 +138,19 @@ def test_a_killed_server_is_repaired(lab_pair, served, env):
     assert chat(lab_pair)["choices"][0]["message"]["content"].strip()
 
 
-def test_an_override_key_the_release_rejects_is_refused_before_launch(lab_pair, served, env, tmp_path):
+def test_an_override_key_the_release_rejects_is_refused_before_anything_runs(lab_pair, served, env, tmp_path):
     pid = record(lab_pair)["pid"]
     serve = dict(SERVE, config={"enable_iter_perf_stats": True, "use_torch_sampler": True})
     inventory = write_inventory(lab_pair, tmp_path / "bad-key.yaml", serve)
     code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
     served["outputs"].append(output)
-    assert code == 1
-    messages = [e["message"] for e in failed(events)]
-    assert any("use_torch_sampler is not a key of TensorRT-LLM 1.3.0rc12" in m for m in messages), messages
-    assert record(lab_pair)["pid"] == pid  # nothing was launched
+    # refused when the inventory is read, with the key's path: no task runs, nothing is launched
+    assert code == 2, output[-3000:]
+    assert not [e for e in events if e.get("event") == "task_result"]
+    assert re.search(r"bad-key\.yaml:\d+: serve\.config\.use_torch_sampler: TensorRT-LLM 1\.3\.0rc12 "
+                     r"\(the image's release\) refuses it", output), output[-3000:]
+    assert "nothing was changed" in output
+    assert record(lab_pair)["pid"] == pid
 
 
 def test_fit_check_refuses_qwen3_235b_on_one_node(lab_pair, served, env, tmp_path):
