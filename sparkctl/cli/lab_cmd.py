@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.lab.renderer import DEFAULT_RENDERER, RENDERERS
 
 DEFAULT_DIR = ".sparkctl-lab"
 dir_option = click.option("--dir", "directory", default=DEFAULT_DIR, show_default=True,
@@ -48,10 +49,13 @@ def lab_group() -> None:
 @dir_option
 @click.option("--sudo-password", is_flag=True,
               help="nvidia's sudo asks for a password (written to DIR/sudo-password).")
+@click.option("--renderer", default=DEFAULT_RENDERER, show_default=True, type=click.Choice(RENDERERS),
+              help="What renders netplan on the nodes: NetworkManager, as DGX OS ships "
+                   "(01-network-manager-all.yaml), or systemd-networkd.")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
 @click.option("--serve", "serve_preset", metavar="PRESET",
               help="Also serve this preset (e.g. qwen3-235b-eagle3) through the lab's TensorRT-LLM stand-in.")
-def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool,
+def up_command(nodes: int, topology: str, port: int, directory: str, sudo_password: bool, renderer: str,
                install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
     from sparkctl.lab.deps import check_machine, install_packages
@@ -62,7 +66,7 @@ def up_command(nodes: int, topology: str, port: int, directory: str, sudo_passwo
         install_packages(log=lambda m: click.echo(m, err=True))
     check_machine()
     lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
-                 log=lambda m: click.echo(m, err=True))
+                 renderer=renderer, log=lambda m: click.echo(m, err=True))
     if serve_preset:
         from sparkctl.lab.inventory_writer import add_serve_section
 
@@ -92,7 +96,8 @@ def status_command(directory: str) -> None:
     """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
     lab = _load(directory)
     rows = lab.status()
-    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}): {lab.state.phase}")
+    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}, netplan rendered by "
+               f"{lab.state.renderer}): {lab.state.phase}")
     _print_nodes(rows)
 
 

@@ -40,6 +40,8 @@ class LabState:
     topology: str
     port: int
     sudo_password: bool = False
+    #: what renders netplan on the nodes: "networkmanager" (DGX OS) or "networkd" (sparkctl/lab/renderer.py)
+    renderer: str = "networkd"
     phase: str = "building"  # building | up | down
     nodes: list[NodeRecord] = field(default_factory=list)
     resources: list[Resource] = field(default_factory=list)
