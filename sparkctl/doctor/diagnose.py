@@ -9,6 +9,7 @@ from sparkctl.doctor.checks import bench as checks_bench
 from sparkctl.doctor.checks import container as checks_container
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
+from sparkctl.doctor.checks import networkmanager as checks_nm
 from sparkctl.doctor.checks import node as checks_node
 from sparkctl.doctor.checks import serve as checks_serve
 from sparkctl.doctor.checks import ssh as checks_ssh
@@ -18,7 +19,7 @@ from sparkctl.doctor.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
-    *checks_node.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
+    *checks_node.CHECKS, *checks_fabric.CHECKS, *checks_nm.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
     *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS,
 ]
 

@@ -10,10 +10,14 @@ from sparkctl.facts.model import (
     Facts,
     Interface,
     NetplanFile,
+    NetworkManagerView,
+    NmDevice,
+    NmProfile,
     RoceDevice,
 )
 
 __all__ = [
-    "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "RoceDevice", "facts_from_output",
+    "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "NetworkManagerView", "NmDevice", "NmProfile",
+    "RoceDevice", "facts_from_output",
     "gather_facts", "gather_local_controller_addrs",
 ]

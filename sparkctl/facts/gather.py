@@ -8,6 +8,7 @@ from typing import Any
 
 from sparkctl.facts import parse
 from sparkctl.facts.model import ContainerInfo, Facts
+from sparkctl.facts.networkmanager import parse_nmcli
 from sparkctl.facts.script import render_script
 from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing, Section
@@ -132,6 +133,7 @@ class _FactsBuilder:
                 iface.carrier = carriers[name]
             iface.speed_mbps = speeds.get(name)
         f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
+        f.nm = self.parsed("nm", parse_nmcli)
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
 
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:

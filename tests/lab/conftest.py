@@ -44,16 +44,20 @@ def lab_image() -> str:
 
 @pytest.fixture(scope="module")
 def lab_factory(tmp_path_factory) -> Iterator[Callable]:
-    """lab_factory(nodes, topology, port=1, sudo_password=False) -> Lab; every lab is torn down at the end."""
+    """lab_factory(nodes, topology, port=1, sudo_password=False, renderer="networkd") -> Lab; every lab is torn
+    down at the end. The renderer is named explicitly here: the lab's default is NetworkManager (DGX OS's), and
+    tests/lab/test_networkmanager.py runs bootstrap, drift and doctor under both."""
     _require_lab()
     from sparkctl.lab.lab import Lab
 
     labs: list[Lab] = []
 
-    def make(nodes: int = 2, topology: str = "pair", port: int = 1, sudo_password: bool = False) -> Lab:
-        directory = tmp_path_factory.mktemp(f"lab-{topology}{nodes}")
+    def make(nodes: int = 2, topology: str = "pair", port: int = 1, sudo_password: bool = False,
+             renderer: str = "networkd") -> Lab:
+        directory = tmp_path_factory.mktemp(f"lab-{topology}{nodes}-{renderer}")
         try:
-            lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password)
+            lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
+                         renderer=renderer)
         except BaseException:
             # Lab.up tears down what it built; this catches the state a crash left behind
             if (directory / "state.json").exists():
