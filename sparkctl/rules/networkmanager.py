@@ -11,6 +11,7 @@ One judgement for `network.netplan` (which removes what competes, backed up) and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ from sparkctl.rules.netplan import NETWORKMANAGER, renderer_of
 NETPLAN_PRIORITY = 0
 #: where NetworkManager's keyfile plugin keeps profiles: on disk, and in memory (auto-created ones live there)
 KEYFILE_DIRS = ("/etc/NetworkManager/system-connections/", "/run/NetworkManager/system-connections/")
+
+
+def is_uuid(text: str) -> bool:
+    """NetworkManager's profile ids are UUIDs: nothing else is used as a file name or a command word."""
+    return re.fullmatch(r"[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}", text) is not None
 
 
 def is_keyfile(path: str) -> bool:

@@ -25,6 +25,7 @@ from sparkctl.plan import plan_cluster
 from sparkctl.rules.networkmanager import (
     competing_profiles,
     is_keyfile,
+    is_uuid,
     netplan_stanzas_of,
     nm_renders,
     unmanaged_twins,
@@ -171,6 +172,8 @@ def test_only_networkmanagers_own_keyfiles_are_backed_up_and_put_back():
                  "/run/NetworkManager/system-connections/netplan-enp1s0f1np1.nmconnection", "",
                  "/tmp/rogue.nmconnection"):
         assert not is_keyfile(path), path
+    assert is_uuid("199f7fd8-b36e-42d3-8b74-7c5624db6793")
+    assert not is_uuid("../../etc/199f7fd8-b36e-42d3-8b74-7c5624db6793") and not is_uuid("rogue")
 
 
 # --- network.netplan ----------------------------------------------------------------------------------------------

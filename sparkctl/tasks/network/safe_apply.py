@@ -12,7 +12,7 @@ import time
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.plan.paths import network_state_dir
-from sparkctl.rules.networkmanager import is_keyfile
+from sparkctl.rules.networkmanager import is_keyfile, is_uuid
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import CommandResult, q
 
@@ -148,20 +148,21 @@ def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> float:
 def remove_nm_profiles(ctx: NodeContext, profiles: list[tuple[str, str]]) -> None:
     """Back up each NetworkManager profile's file once (for `cluster down --network`), then delete the profile
     through NetworkManager. `profiles`: (uuid, the file nmcli named)."""
-    base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original", NM_BACKUP)
-    lines = [f"install -d -m 700 {q(base)}"]
-    foreign = [path for _uuid, path in profiles if not is_keyfile(path)]
-    if foreign:
-        raise TaskFailed(f"cannot back up the NetworkManager profile(s) in {', '.join(foreign)} on {ctx.name}: "
+    refused = [path for uuid, path in profiles if not is_keyfile(path) or not is_uuid(uuid)]
+    if refused:
+        raise TaskFailed(f"cannot back up the NetworkManager profile(s) in {', '.join(refused)} on {ctx.name}: "
                          "not a keyfile of NetworkManager's own",
                          hint="remove or rebind it by hand (`sudo nmcli connection delete <uuid>`), then rerun")
+    base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original", NM_BACKUP)
+    lines = ["set -e", f"install -d -m 700 {q(base)}"]
     for uuid, path in profiles:
-        backup = posixpath.join(base, f"{uuid}.nmconnection")
-        lines.append(
-            f"if [ ! -e {q(backup)} ]; then [ -f {q(path)} ] || {{ echo {q(f'no profile file {path}')} >&2; exit 3; }}"
-            f"; cp -p {q(path)} {q(backup)} && printf '%s\\n' {q(path)} > {q(backup[:-len('.nmconnection')] + '.path')}"
-            f"; fi\nnmcli connection delete uuid {q(uuid)} >/dev/null")
-    ctx.must("set -e\n" + "\n".join(lines), "removing the competing NetworkManager profiles", sudo=True,
+        backup, where = (posixpath.join(base, f"{uuid}.{ext}") for ext in ("nmconnection", "path"))
+        lines += [f"if [ ! -e {q(backup)} ]; then",
+                  f"  [ -f {q(path)} ] || {{ echo {q(f'no profile file {path}')} >&2; exit 3; }}",
+                  f"  cp -p {q(path)} {q(backup)} && printf '%s\\n' {q(path)} > {q(where)}",
+                  "fi",
+                  f"nmcli connection delete uuid {q(uuid)} >/dev/null"]
+    ctx.must("\n".join(lines), "removing the competing NetworkManager profiles", sudo=True,
              hint="see `nmcli connection show` on the node; remove the profile by hand with "
                   "`sudo nmcli connection delete <uuid>`")
 
