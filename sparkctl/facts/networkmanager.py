@@ -1,6 +1,7 @@
 """Parse the gather script's `nm` section: nmcli's terse answers, in the C locale, into a NetworkManagerView.
 
-The section prints `#general`, `#devices`, `#connections` and `#settings` blocks (or `#absent` without nmcli).
+The section prints `#devices`, `#connections` and `#settings` blocks (only `#devices` with nmcli's error when
+NetworkManager is not running; `#absent` without nmcli).
 Terse lists (`nmcli -t`) escape `:` and `\\` inside values with a backslash; terse details (`connection show
 <uuid>`) print `field:value` with the value as is. Real outputs of NetworkManager 1.42 are in
 tests/fixtures/nmcli/.
@@ -35,7 +36,7 @@ def _blocks(text: str) -> dict[str, list[str]]:
     blocks: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
-        if line in ("#absent", "#general", "#devices", "#connections", "#settings"):
+        if line in ("#absent", "#devices", "#connections", "#settings"):
             current = blocks.setdefault(line[1:], [])
         elif current is not None:
             current.append(line)
@@ -56,13 +57,13 @@ def parse_devices(lines: list[str]) -> list[NmDevice]:
 
 
 def parse_profiles(lines: list[str]) -> list[NmProfile]:
-    """NAME,UUID,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME lines."""
+    """UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME lines."""
     profiles = []
     for line in lines:
         fields = split_terse(line)
-        if len(fields) != 8 or not fields[1]:
+        if len(fields) != 8 or not fields[0]:
             continue
-        name, uuid, kind, device, active, autoconnect, priority, filename = fields
+        uuid, name, kind, device, active, autoconnect, priority, filename = fields
         profiles.append(NmProfile(name=name, uuid=uuid, type=kind, device=device if active == "yes" else "",
                                   autoconnect=autoconnect == "yes", priority=_int(priority), filename=filename))
     return profiles
@@ -88,22 +89,21 @@ def parse_nmcli(text: str) -> NetworkManagerView | None:
     blocks = _blocks(text)
     if "absent" in blocks:
         return None
-    general = blocks.get("general", [])
-    error = _errors(general)
+    lines = blocks.get("devices", [])
+    error = _errors(lines)
     if error:
         status = "stopped" if NOT_RUNNING in error else "error"
         return NetworkManagerView(status=status, detail=error, raw=text)
-    state = split_terse(general[0]) if general else []
-    if not state or state[0] != "running":
-        return NetworkManagerView(status="error", detail=" ".join(general).strip() or "no answer", raw=text)
+    devices = parse_devices(lines)
+    if not devices or "connections" not in blocks:
+        return NetworkManagerView(status="error", detail=" ".join(lines).strip() or "no answer", raw=text)
     profiles = parse_profiles(blocks.get("connections", []))
     settings = parse_settings(blocks.get("settings", []))
     for profile in profiles:
         values = settings.get(profile.uuid, {})
         profile.interface_name = values.get("connection.interface-name", "")
         profile.mac = values.get("802-3-ethernet.mac-address", "").lower()
-    return NetworkManagerView(status="running", detail=state[1] if len(state) > 1 else "",
-                              devices=parse_devices(blocks.get("devices", [])), profiles=profiles, raw=text)
+    return NetworkManagerView(status="running", devices=devices, profiles=profiles, raw=text)
 
 
 def _int(text: str) -> int:

@@ -65,14 +65,14 @@ done; fi"""),
   printf '%s %s %s\n' "$mode" "$c" "$f"
 done"""),
     # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it
-    # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Parsed in
-    # sparkctl/facts/networkmanager.py.
+    # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls:
+    # each costs ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
     ("nm", r"""if _has nmcli; then ( export LC_ALL=C
-  echo '#general'; _t 5 nmcli -t -f RUNNING,STATE general status 2>&1 || exit 0
-  echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1
+  echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || exit 0
   echo '#connections'
-  _t 5 nmcli -t -f NAME,UUID,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1
-  echo '#settings'; _u=$(_t 5 nmcli -g UUID connection show 2>/dev/null)
+  _c=$(_t 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
+  printf '%s\n' "$_c"
+  echo '#settings'; _u=$(printf '%s\n' "$_c" | cut -d: -f1 | grep -E '^[0-9a-fA-F-]{36}$')
   if [ -n "$_u" ]; then _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address \
     connection show $_u 2>&1; fi )
 else echo '#absent'; fi"""),
