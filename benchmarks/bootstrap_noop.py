@@ -1,7 +1,8 @@
 """A no-op rerun of `cluster bootstrap --only preflight,network,ssh` on 2, 4, 8 and 16 lab nodes.
 
-Run as root: `python benchmarks/bootstrap_noop.py [--sizes 2,4,8,16] [--repeat 3]`. Each size gets a fresh lab
-(a pair for 2, a switch above), one converging bootstrap, then --repeat no-op reruns. Printed, never asserted.
+Run as root: `python benchmarks/bootstrap_noop.py [--sizes 2,4,8,16] [--repeat 3] [--renderer networkmanager,networkd]`.
+Each size (and renderer: what renders netplan on the nodes, the lab's default unless given) gets a fresh lab (a pair
+for 2, a switch above), one converging bootstrap, then --repeat no-op reruns. Printed, never asserted.
 Targets (issue 4): 2 nodes under 1.0 s; 16 nodes under 2x the 2-node time; at most one facts round trip per
 node per phase. Wall time includes connecting; round trips are commands and file transfers over SSH.
 """
@@ -18,6 +19,7 @@ from unittest import mock
 
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.lab import Lab
+from sparkctl.lab.renderer import DEFAULT_RENDERER
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.tasks import context
@@ -59,11 +61,11 @@ def run_once(inventory) -> tuple[float, object, FactsCounter]:
     return wall, result, counter
 
 
-def measure(size: int, repeat: int) -> dict:
+def measure(size: int, repeat: int, renderer: str = DEFAULT_RENDERER) -> dict:
     topology = "pair" if size == 2 else "switch"
     with tempfile.TemporaryDirectory(prefix="bench-noop-") as directory:
         started = time.monotonic()
-        lab = Lab.up(directory, nodes=size, topology=topology)
+        lab = Lab.up(directory, nodes=size, topology=topology, renderer=renderer)
         up = time.monotonic() - started
         try:
             inventory = load_inventory(lab.inventory_path)
@@ -78,7 +80,7 @@ def measure(size: int, repeat: int) -> dict:
     _, last, counter = runs[-1]
     trips = list(last.round_trips.values())
     facts = list(counter.per_node().values())
-    return {"nodes": size, "topology": topology, "up": up, "first": first_wall,
+    return {"nodes": size, "topology": topology, "renderer": renderer, "up": up, "first": first_wall,
             "noop": statistics.median(walls), "noop_min": min(walls),
             "changed": sum(len(r.changed) for _, r, _ in runs),
             "trips_mean": statistics.mean(trips), "trips_max": max(trips),
@@ -90,15 +92,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="2,4,8,16")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--renderer", default=DEFAULT_RENDERER, help="comma list: networkmanager, networkd")
     args = parser.parse_args()
-    rows = [measure(int(s), args.repeat) for s in args.sizes.split(",")]
-    header = (f"{'nodes':>5}  {'topology':<8}  {'lab up s':>8}  {'1st run s':>9}  {'no-op s':>7}  {'(min)':>6}  "
-              f"{'changed':>7}  {'RT/node':>7}  {'RT max':>6}  {'facts/node':>10}  {'facts/phase':>11}  exit")
+    rows = [measure(int(s), args.repeat, r) for r in args.renderer.split(",") for s in args.sizes.split(",")]
+    header = (f"{'nodes':>5}  {'topology':<8}  {'renderer':<14}  {'lab up s':>8}  {'1st run s':>9}  {'no-op s':>7}  "
+              f"{'(min)':>6}  {'changed':>7}  {'RT/node':>7}  {'RT max':>6}  {'facts/node':>10}  "
+              f"{'facts/phase':>11}  exit")
     print(header)
     for r in rows:
-        print(f"{r['nodes']:>5}  {r['topology']:<8}  {r['up']:>8.1f}  {r['first']:>9.2f}  {r['noop']:>7.2f}  "
-              f"{r['noop_min']:>6.2f}  {r['changed']:>7}  {r['trips_mean']:>7.1f}  {r['trips_max']:>6}  "
-              f"{r['facts_max']:>10}  {r['facts_per_phase_max']:>11}  {r['exit']}")
+        print(f"{r['nodes']:>5}  {r['topology']:<8}  {r['renderer']:<14}  {r['up']:>8.1f}  {r['first']:>9.2f}  "
+              f"{r['noop']:>7.2f}  {r['noop_min']:>6.2f}  {r['changed']:>7}  {r['trips_mean']:>7.1f}  "
+              f"{r['trips_max']:>6}  {r['facts_max']:>10}  {r['facts_per_phase_max']:>11}  {r['exit']}")
     base = rows[0]["noop"] if rows and rows[0]["nodes"] == 2 else None
     if base:
         print(f"targets: 2 nodes < 1.0 s (median {base:.2f} s); 16 nodes < 2x that; <= 1 facts round trip per "

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.lab.renderer import DEFAULT_RENDERER, RENDERERS
 
 DEFAULT_DIR = ".sparkctl-lab"
 dir_option = click.option("--dir", "directory", default=DEFAULT_DIR, show_default=True,
@@ -51,11 +52,14 @@ def lab_group() -> None:
 @dir_option
 @click.option("--sudo-password", is_flag=True,
               help="nvidia's sudo asks for a password (written to DIR/sudo-password).")
+@click.option("--renderer", default=DEFAULT_RENDERER, show_default=True, type=click.Choice(RENDERERS),
+              help="What renders netplan on the nodes: NetworkManager, as DGX OS ships "
+                   "(01-network-manager-all.yaml), or systemd-networkd.")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
 @click.option("--serve", "serve_preset", metavar="PRESET",
               help="Also serve this preset (e.g. qwen3-235b-eagle3) through the lab's TensorRT-LLM stand-in.")
 def up_command(nodes: int, topology: str, port: int, ring_order: str | None, directory: str, sudo_password: bool,
-               install_deps: bool, serve_preset: str | None) -> None:
+               renderer: str, install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
     from sparkctl.lab.deps import check_machine, install_packages
     from sparkctl.lab.lab import Lab
@@ -65,7 +69,7 @@ def up_command(nodes: int, topology: str, port: int, ring_order: str | None, dir
         install_packages(log=lambda m: click.echo(m, err=True))
     check_machine()
     lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
-                 ring_order=ring_order, log=lambda m: click.echo(m, err=True))
+                 ring_order=ring_order, renderer=renderer, log=lambda m: click.echo(m, err=True))
     if serve_preset:
         from sparkctl.lab.inventory_writer import add_serve_section
 
@@ -96,7 +100,8 @@ def status_command(directory: str) -> None:
     lab = _load(directory)
     rows = lab.status()
     cabled = f", cabled in order {','.join(map(str, lab.state.ring_order))}" if lab.state.ring_order else ""
-    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}{cabled}): {lab.state.phase}")
+    click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}{cabled}, netplan rendered by "
+               f"{lab.state.renderer}): {lab.state.phase}")
     _print_nodes(rows)
 
 

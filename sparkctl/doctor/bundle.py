@@ -39,9 +39,13 @@ def bundle_files(diagnosis: Diagnosis, snapshot: Snapshot, journals: list[Path])
     if snapshot.plan_error:
         files["plan-error.txt"] = snapshot.plan_error + "\n"
     for node, facts in snapshot.facts.items():
-        files[f"{node}/facts.json"] = _json(facts)
+        nm = dataclasses.replace(facts.nm, raw="") if facts.nm is not None else None
+        files[f"{node}/facts.json"] = _json(dataclasses.replace(facts, nm=nm))
         for f in facts.netplan_files:
             files[f"{node}/netplan/{Path(f.path).name}"] = f.content if f.content is not None else "(unreadable)\n"
+        if facts.nm is not None:
+            # nmcli's own words: devices, profiles (and their files), bindings; no secrets were asked for
+            files[f"{node}/nmcli.txt"] = facts.nm.raw
         for name, info in facts.containers.items():
             files[f"{node}/container-{name}.json"] = _json(info)
     for node, probe in snapshot.probes.items():

@@ -10,6 +10,7 @@ from sparkctl.doctor.checks import cabling as checks_cabling
 from sparkctl.doctor.checks import container as checks_container
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
+from sparkctl.doctor.checks import networkmanager as checks_nm
 from sparkctl.doctor.checks import node as checks_node
 from sparkctl.doctor.checks import overrides as checks_overrides
 from sparkctl.doctor.checks import roce as checks_roce
@@ -22,9 +23,9 @@ from sparkctl.doctor.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
-    *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_ssh.CHECKS, *checks_container.CHECKS,
-    *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS, *checks_system.CHECKS, *checks_roce.CHECKS,
-    *checks_overrides.CHECKS,
+    *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_nm.CHECKS, *checks_ssh.CHECKS,
+    *checks_container.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS, *checks_system.CHECKS,
+    *checks_roce.CHECKS, *checks_overrides.CHECKS,
 ]
 
 

@@ -148,6 +148,10 @@ REMEDIES: dict[str, Remedy] = {
                                 "the cable, a firewall or the switch between them"),
     "netplan.conflict": _by("another netplan file also configures the fabric", *NETWORK),
     "netplan.drift": _by("the fabric netplan file is missing or differs from the plan", *NETWORK),
+    "nm.competing_profile": _by("a NetworkManager profile would take a fabric twin from netplan's", *NETWORK),
+    "nm.twin_unmanaged": _by("NetworkManager renders a fabric twin but does not manage it", *NETWORK),
+    "nm.not_running": _person("NetworkManager renders the fabric but is not running", "software",
+                              "sparkctl does not run the node's services: sudo systemctl enable --now NetworkManager"),
     # ssh
     "ssh.mesh_broken": _by("a node cannot ssh to a peer without a password", *SSH),
     "ssh.sshd_dropin": _person("an sshd drop-in breaks the node-to-node ssh mesh", "account",

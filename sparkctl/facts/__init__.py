@@ -12,10 +12,13 @@ from sparkctl.facts.model import (
     Lldp,
     LldpNeighbor,
     NetplanFile,
+    NetworkManagerView,
+    NmDevice,
+    NmProfile,
     RoceDevice,
 )
 
 __all__ = [
-    "Address", "ContainerInfo", "Facts", "Interface", "Lldp", "LldpNeighbor", "NetplanFile", "RoceDevice",
-    "facts_from_output", "gather_facts", "gather_local_controller_addrs",
+    "Address", "ContainerInfo", "Facts", "Interface", "Lldp", "LldpNeighbor", "NetplanFile", "NetworkManagerView",
+    "NmDevice", "NmProfile", "RoceDevice", "facts_from_output", "gather_facts", "gather_local_controller_addrs",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 from sparkctl.facts import parse
 from sparkctl.facts.lldp import parse_lldp
 from sparkctl.facts.model import ContainerInfo, Facts
+from sparkctl.facts.networkmanager import parse_nmcli
 from sparkctl.facts.script import render_script
 from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing, Section
@@ -135,6 +136,7 @@ class _FactsBuilder:
             iface.speed_mbps = speeds.get(name)
         f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
         f.lldp = self.parsed("lldp", parse_lldp)
+        f.nm = self.parsed("nm", parse_nmcli)
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
 
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:

@@ -69,6 +69,18 @@ done; fi"""),
   else c=-; fi
   printf '%s %s %s\n' "$mode" "$c" "$f"
 done"""),
+    # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it
+    # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls:
+    # each costs ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
+    ("nm", r"""if _has nmcli; then ( export LC_ALL=C
+  echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || exit 0
+  echo '#connections'
+  _c=$(_t 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
+  printf '%s\n' "$_c"
+  echo '#settings'; _u=$(printf '%s\n' "$_c" | cut -d: -f1 | grep -E '^[0-9a-fA-F-]{36}$')
+  if [ -n "$_u" ]; then _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address \
+    connection show $_u 2>&1; fi )
+else echo '#absent'; fi"""),
     ("docker-cli", "command -v docker"),
     # `docker ps` proves what matters (this user can talk to the daemon) on Docker and Podman alike.
     ("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null"),
@@ -109,7 +121,7 @@ df -B1 --output=avail "$d" 2>/dev/null | tail -n 1""")
 
 #: Sections that wait on a daemon or walk a big table (docker/podman, nft, ss -p, ethtool): started together
 #: in the background at the top and printed in their place, so the round trip costs the slowest, not the sum.
-CONCURRENT = frozenset({"speed", "docker-info", "docker-inspect", "docker-images", "ss", "firewall"})
+CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker-inspect", "docker-images", "ss", "firewall"})
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),

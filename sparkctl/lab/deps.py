@@ -10,8 +10,8 @@ import subprocess
 from sparkctl.errors import BadInput, SparkctlError
 
 # The runtime's own needs; the image builder adds its own (sparkctl.lab.image.required_packages).
-RUNTIME_PACKAGES = ["openssh-server", "netplan.io", "iproute2", "podman", "podman-docker", "runc", "sudo", "lldpd",
-                    "systemd", "dbus", "util-linux", "openmpi-bin", "python3-mpi4py", "iputils-ping"]
+RUNTIME_PACKAGES = ["openssh-server", "netplan.io", "network-manager", "iproute2", "podman", "podman-docker", "runc",
+                    "sudo", "lldpd", "systemd", "dbus", "util-linux", "openmpi-bin", "python3-mpi4py", "iputils-ping"]
 
 
 def required_packages() -> list[str]:

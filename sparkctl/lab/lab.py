@@ -17,6 +17,7 @@ from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.lab import inventory_writer, network, node, podman, systemd
 from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE, ensure_image
 from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, parse_ring_order, validate_topology
+from sparkctl.lab.renderer import DEFAULT_RENDERER, renderer_spec
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
 from sparkctl.lab.teardown import teardown
 
@@ -49,6 +50,10 @@ class Lab:
         self.cgroup_mounts = node.machine_cgroup_mounts()
 
     # --- views ---------------------------------------------------------------------------------------
+    @property
+    def renderer(self):
+        return renderer_spec(self.state.renderer)
+
     @property
     def nodes(self) -> list[LabNode]:
         return [LabNode(n.name, n.index, n.mgmt_ip, n.pid, n.init) for n in self.state.nodes]
@@ -112,10 +117,12 @@ class Lab:
 
     @classmethod
     def up(cls, directory: str | Path = DEFAULT_DIR, nodes: int = 2, topology: str = "pair", port: int = 1,
-           sudo_password: bool = False, ring_order: str | None = None, log: Log = lambda _msg: None) -> Lab:
+           sudo_password: bool = False, ring_order: str | None = None, renderer: str = DEFAULT_RENDERER,
+           log: Log = lambda _msg: None) -> Lab:
         try:
             validate_topology(topology, nodes, port)
             order = parse_ring_order(ring_order, topology, nodes)
+            renderer_spec(renderer)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
         directory = Path(directory).resolve()
@@ -126,7 +133,8 @@ class Lab:
         # the container image bootstrap will run: built once (with progress), reused from the shared store after
         ensure_image(log=log)
         lab = cls(LabState(lab_id=_free_lab_id(), dir=str(directory), topology=topology, port=port,
-                           sudo_password=sudo_password, ring_order=list(order) if order else None))
+                           sudo_password=sudo_password, ring_order=list(order) if order else None,
+                           renderer=renderer))
         lab.state.save()
         try:
             lab._build(nodes, log)
@@ -155,7 +163,7 @@ class Lab:
         state.record(Resource(kind="cgroup", name=names.cgroup))
         network.add_mgmt_bridge(state, names)
         image_ref, image_store = IMAGE_REF, IMAGE_STORE
-        masked = systemd.units_to_mask(systemd.enabled_units())
+        masked = systemd.units_to_mask(systemd.enabled_units(), self.renderer)
         standins = _node_standins()
         for record in state.nodes:
             network.add_netns(state, names.node_netns(record.name))
@@ -187,7 +195,8 @@ class Lab:
                       standins: list[Path]) -> None:
         paths = self.paths(record.name)
         for d in (paths.etc_upper, paths.etc_work, paths.home_upper, paths.home_work, paths.run,
-                  paths.tmp, paths.containers, paths.var_lib_sparkctl, paths.bin):
+                  paths.tmp, paths.containers, paths.var_lib_sparkctl, paths.bin,
+                  *(paths.var_lib / name for name in self.renderer.own_var_lib)):
             d.mkdir(parents=True, exist_ok=True)
         paths.console.touch()
         paths.tmp.chmod(0o1777)
@@ -207,9 +216,10 @@ class Lab:
         (etc / "machine-id").write_text(secrets.token_hex(16) + "\n")
         (etc / "dgx-release").write_text('DGX_NAME="DGX Spark"\nDGX_PRETTY_NAME="NVIDIA DGX Spark (lab)"\n')
         (etc / "netplan").mkdir()
-        netplan = etc / "netplan" / "00-lab-mgmt.yaml"
-        netplan.write_text(node.mgmt_netplan(record.mgmt_ip))
-        netplan.chmod(0o600)
+        for name, content in self.renderer.netplan_files(record.mgmt_ip).items():
+            netplan = etc / "netplan" / name
+            netplan.write_text(content)
+            netplan.chmod(0o600)
         sudoers = etc / "sudoers.d"
         sudoers.mkdir()
         rule = "ALL" if self.state.sudo_password else "NOPASSWD: ALL"
@@ -220,9 +230,9 @@ class Lab:
             f.chmod(0o440)
         podman.write_podman_config(etc, image_store)
         _write_sshd_pam(etc)
-        systemd.write_unit_config(etc, masked)
+        systemd.write_unit_config(etc, masked, self.renderer)
         paths.init_script.write_text(
-            node.render_init_script(paths, record.name, self.cgroup_mounts, record.init))
+            node.render_init_script(paths, record.name, self.cgroup_mounts, record.init, self.renderer))
 
     def _start_node(self, record: NodeRecord) -> None:
         paths = self.paths(record.name)

@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl.lab.naming import MGMT_IFACE, NODE_USER
+from sparkctl.lab.naming import NODE_USER
+from sparkctl.lab.renderer import DEFAULT_RENDERER, Renderer, renderer_spec
 from sparkctl.lab.state import process_is_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -39,6 +40,8 @@ class NodePaths:
     containers = property(lambda self: self.base / "containers")
     # a real Spark has its own /var/lib; tools keep node state there (the machine's is shared otherwise)
     var_lib_sparkctl = property(lambda self: self.base / "var-lib-sparkctl")
+    # the node's own /var/lib/<name> for a daemon that keeps state there (NetworkManager)
+    var_lib = property(lambda self: self.base / "var-lib")
     console = property(lambda self: self.base / "console")
     bin = property(lambda self: self.base / "bin")
     init_script = property(lambda self: self.base / "init.sh")
@@ -116,7 +119,9 @@ def remove_cgroup(relative: str, mounts: list[CgroupMount]) -> list[str]:
 
 
 # --- init ----------------------------------------------------------------------------------------------
-def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount], init: str) -> str:
+def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount], init: str,
+                       renderer: Renderer | None = None) -> str:
+    renderer = renderer or renderer_spec(DEFAULT_RENDERER)
     d, user = NODE_DIR_MOUNT, NODE_USER
     lines = [
         "#!/bin/sh",
@@ -131,7 +136,8 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         opts = f" -o {m.options}" if m.options else ""
         lines.append(f"mkdir -p {target} && mount -t {m.fstype}{opts} {m.fstype} {target}")
     lines += [
-        # read-only /sys puts networkd in container mode: it does not wait for udev
+        # read-only /sys puts networkd in container mode and NetworkManager off udev: neither waits for udev
+        # (there is none in a netns; sparkctl/lab/renderer.py)
         "mount -o remount,ro /sys",
         f"mount -t overlay overlay -o lowerdir=/etc,upperdir={d}/etc-upper,workdir={d}/etc-work /etc",
         f"mount -t overlay overlay -o lowerdir=/home,upperdir={d}/home-upper,workdir={d}/home-work /home",
@@ -141,6 +147,8 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         f"mkdir -p /var/lib/containers && mount --bind {d}/containers /var/lib/containers",
         f"mkdir -p /var/lib/sparkctl && mount --bind {d}/var-lib-sparkctl /var/lib/sparkctl",
         f"mount --bind {d}/bin /usr/local/bin",
+        *(f"mkdir -p /var/lib/{name} && mount --bind {d}/var-lib/{name} /var/lib/{name}"
+          for name in renderer.own_var_lib),
         "mount -t tmpfs -o mode=1777 shm /dev/shm",
         "mount -t tmpfs -o mode=755 log /var/log",
         # systemd in a container writes to /dev/console and chowns it to root:tty 0620: a file of the node's
@@ -169,7 +177,7 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
             "mkdir -p /run/systemd /run/dbus /run/sshd",
             "dbus-daemon --system --fork",
             "netplan generate",
-            "/lib/systemd/systemd-networkd &",
+            f"{renderer.fallback_daemon} &",
             "/usr/sbin/sshd",
             "trap 'exit 0' TERM INT",
             "while :; do sleep 3600 & wait $!; done",
@@ -234,21 +242,3 @@ def copy_skel(target: Path) -> None:
     skel = Path("/etc/skel")
     if skel.is_dir():
         shutil.copytree(skel, target, dirs_exist_ok=True, symlinks=True)
-
-
-MGMT_NETPLAN = """\
-# The lab's management link: static, no default route, so nothing a node sends leaves the machine.
-network:
-  version: 2
-  renderer: networkd
-  ethernets:
-    {iface}:
-      addresses: [{address}/24]
-      dhcp4: false
-      dhcp6: false
-      link-local: []
-"""
-
-
-def mgmt_netplan(address: str) -> str:
-    return MGMT_NETPLAN.format(iface=MGMT_IFACE, address=address)

@@ -42,6 +42,8 @@ class LabState:
     sudo_password: bool = False
     #: a ring cabled in this order of node numbers instead of the inventory's (a miscabled lab)
     ring_order: list[int] | None = None
+    #: what renders netplan on the nodes: "networkmanager" (DGX OS) or "networkd" (sparkctl/lab/renderer.py)
+    renderer: str = "networkd"
     phase: str = "building"  # building | up | down
     nodes: list[NodeRecord] = field(default_factory=list)
     resources: list[Resource] = field(default_factory=list)

@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sparkctl.lab.renderer import DEFAULT_RENDERER, Renderer, renderer_spec
+
 SYSTEMD_BINARY = "/lib/systemd/systemd"
-# What a lab node needs running; everything else the machine enables is masked. lldpd: a Spark can run it
-# (Debian/Ubuntu package lldpd), and sparkctl reads the cabling from it.
-KEEP_PREFIXES = ("ssh.", "sshd.", "systemd-networkd", "dbus", "lldpd")
+# What a lab node needs running, whatever renders its netplan (the renderer adds its daemon); everything
+# else the machine enables is masked. lldpd: a Spark can run it (Debian/Ubuntu package lldpd), and sparkctl reads
+# the cabling from it.
+KEEP_PREFIXES = ("ssh.", "sshd.", "dbus", "lldpd")
 # Not enabled by the machine but started by systemd in a container; they would attach to the
 # machine's own consoles.
-ALWAYS_MASKED = ("console-getty.service", "getty.target", "systemd-networkd-wait-online.service")
-NETWORKD_ENABLE = {
-    "multi-user.target.wants": "systemd-networkd.service",
-    "sockets.target.wants": "systemd-networkd.socket",
-}
+ALWAYS_MASKED = ("console-getty.service", "getty.target")
 #: Enabled in every node whether or not the machine enables it (apt enables it, a machine may have disabled it).
 LLDPD_UNIT = "lldpd.service"
 
@@ -44,19 +43,23 @@ def template_of(unit: str) -> str:
     return unit
 
 
-def units_to_mask(enabled: set[str]) -> list[str]:
-    masked = {template_of(u) for u in enabled if not u.startswith(KEEP_PREFIXES)}
+def units_to_mask(enabled: set[str], renderer: Renderer | None = None) -> list[str]:
+    renderer = renderer or renderer_spec(DEFAULT_RENDERER)
+    keep = KEEP_PREFIXES + renderer.keep_prefixes
+    masked = {template_of(u) for u in enabled if not u.startswith(keep)}
     masked.update(ALWAYS_MASKED)
+    masked.update(renderer.masked)
     return sorted(masked)
 
 
-def write_unit_config(etc_upper: Path, masked: list[str]) -> None:
+def write_unit_config(etc_upper: Path, masked: list[str], renderer: Renderer | None = None) -> None:
     """Masks and enablement as symlinks in the node's /etc overlay upper dir."""
+    renderer = renderer or renderer_spec(DEFAULT_RENDERER)
     unit_dir = etc_upper / "systemd" / "system"
     unit_dir.mkdir(parents=True, exist_ok=True)
     for unit in masked:
         _symlink("/dev/null", unit_dir / unit)
-    enable = list(NETWORKD_ENABLE.items())
+    enable = list(renderer.enable)
     if Path("/lib/systemd/system", LLDPD_UNIT).is_file():
         enable.append(("multi-user.target.wants", LLDPD_UNIT))
     for wants, unit in enable:

@@ -44,19 +44,20 @@ def lab_image() -> str:
 
 @pytest.fixture(scope="module")
 def lab_factory(tmp_path_factory) -> Iterator[Callable]:
-    """lab_factory(nodes, topology, port=1, sudo_password=False, ring_order=None) -> Lab; every lab is torn down at
-    the end."""
+    """lab_factory(nodes, topology, port=1, sudo_password=False, ring_order=None, renderer="networkd") -> Lab; every
+    lab is torn down at the end. The renderer is named explicitly here: the lab's default is NetworkManager (DGX
+    OS's), and tests/lab/test_networkmanager.py runs bootstrap, drift and doctor under both."""
     _require_lab()
     from sparkctl.lab.lab import Lab
 
     labs: list[Lab] = []
 
     def make(nodes: int = 2, topology: str = "pair", port: int = 1, sudo_password: bool = False,
-             ring_order: str | None = None) -> Lab:
-        directory = tmp_path_factory.mktemp(f"lab-{topology}{nodes}")
+             ring_order: str | None = None, renderer: str = "networkd") -> Lab:
+        directory = tmp_path_factory.mktemp(f"lab-{topology}{nodes}-{renderer}")
         try:
             lab = Lab.up(directory, nodes=nodes, topology=topology, port=port, sudo_password=sudo_password,
-                         ring_order=ring_order)
+                         ring_order=ring_order, renderer=renderer)
         except BaseException:
             # Lab.up tears down what it built; this catches the state a crash left behind
             if (directory / "state.json").exists():

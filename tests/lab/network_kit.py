@@ -6,13 +6,19 @@ No tests here (not named test_*, so pytest does not collect it).
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
+from sparkctl.inventory import load_inventory
 from sparkctl.lab.naming import ALL_TWINS
+from sparkctl.plan.paths import network_state_dir
+from sparkctl.runs.session import Session
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.transport.connect import open_transport
 
 PHASES = "preflight,network,ssh"
 USER_SSH_DIR = "/home/nvidia/.ssh"
@@ -97,3 +103,33 @@ def snapshot(lab) -> dict[str, dict]:
 
 def fabric_of(lab, node: str) -> dict[str, dict]:
     return snapshot_node(lab, node)["fabric"]
+
+
+def node_context(lab, node: str, confirm_timeout: float, connect_timeout: float = 5) -> NodeContext:
+    """A task's view of one lab node, as a run builds it: a session, and a way to open a NEW connection."""
+    inventory = load_inventory(lab.inventory_path)
+    specs = {n.name: Session(inventory).address(n.name) for n in inventory.nodes}
+    options = dict(known_hosts_path=inventory.ssh.known_hosts, use_ssh_config=False, connect_timeout=connect_timeout)
+    cluster = ClusterContext(inventory, RunOptions(netplan_confirm_timeout=confirm_timeout), emit=lambda _e: None,
+                             new_transport=lambda name: open_transport(specs[name], **options))
+    ctx = NodeContext(cluster, next(n for n in inventory.nodes if n.name == node),
+                      open_transport(specs[node], **options))
+    cluster.add(ctx)
+    return ctx
+
+
+def state_files(lab, node: str, cluster: str) -> list[str]:
+    return lab.exec(node, ["ls", network_state_dir(cluster)]).stdout.split()
+
+
+def port_open(host: str, port: int = 22) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def mgmt_addresses(lab, node: str) -> list[str]:
+    out = lab.exec(node, ["ip", "-4", "-o", "addr", "show", "dev", "enP7s7"]).stdout
+    return sorted(line.split()[3] for line in out.splitlines())

@@ -3,7 +3,6 @@ nothing, `cluster down --network` restoring the nodes, and a node lost in the mi
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -13,17 +12,19 @@ from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
-from sparkctl.runs.session import RunRequest, Session, run_playbook
-from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.tasks.network import safe_apply as safe
-from sparkctl.transport.connect import open_transport
 from tests.lab.conftest import poll, ssh
 from tests.lab.network_kit import (
     bootstrap,
     fabric_of,
+    mgmt_addresses,
+    node_context,
+    port_open,
     snapshot,
     snapshot_node,
     sparkctl,
+    state_files,
 )
 
 pytestmark = pytest.mark.lab
@@ -40,41 +41,13 @@ network:
 """
 
 
-# --- the node-side revert, driven directly ---------------------------------------------------------------
-@pytest.fixture(scope="module")
-def revert_lab(lab_factory):
-    lab = lab_factory(2, "pair")
+# --- the node-side revert, driven directly, under both renderers ----------------------------------------------
+@pytest.fixture(scope="module", params=["networkd", "networkmanager"])
+def revert_lab(lab_factory, request):
+    """Under NetworkManager (DGX OS) `netplan apply` disconnects every device netplan renders, management port
+    included, and restarts NetworkManager: the guard must restore the path all the same."""
+    lab = lab_factory(2, "pair", renderer=request.param)
     return lab
-
-
-def node_context(lab, node: str, confirm_timeout: float, connect_timeout: float = 5) -> NodeContext:
-    """A task's view of one lab node, as a run builds it: a session, and a way to open a NEW connection."""
-    inventory = load_inventory(lab.inventory_path)
-    specs = {n.name: Session(inventory).address(n.name) for n in inventory.nodes}
-    options = dict(known_hosts_path=inventory.ssh.known_hosts, use_ssh_config=False, connect_timeout=connect_timeout)
-    cluster = ClusterContext(inventory, RunOptions(netplan_confirm_timeout=confirm_timeout), emit=lambda _e: None,
-                             new_transport=lambda name: open_transport(specs[name], **options))
-    ctx = NodeContext(cluster, next(n for n in inventory.nodes if n.name == node),
-                      open_transport(specs[node], **options))
-    cluster.add(ctx)
-    return ctx
-
-
-def state_files(lab, node: str, cluster: str) -> list[str]:
-    return lab.exec(node, ["ls", network_state_dir(cluster)]).stdout.split()
-
-
-def port_open(host: str, port: int = 22) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def mgmt_addresses(lab, node: str) -> list[str]:
-    out = lab.exec(node, ["ip", "-4", "-o", "addr", "show", "dev", "enP7s7"]).stdout
-    return sorted(line.split()[3] for line in out.splitlines())
 
 
 def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_lab):
@@ -113,13 +86,15 @@ def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_la
 
 
 def test_a_confirmed_netplan_change_is_kept(revert_lab):
-    lab, node, timeout = revert_lab, "spark2", 3
+    # a short window keeps the test short; the confirm keeps trying for half of it while the management address
+    # comes back (under NetworkManager the apply disconnects the management port too)
+    lab, node, timeout = revert_lab, "spark2", 6
     ctx = node_context(lab, node, confirm_timeout=timeout)
     try:
         run_id = safe.arm_revert(ctx, [EXTRA_FILE], timeout)
         ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
-        safe.netplan_apply(ctx, run_id)
-        safe.confirm(ctx, run_id)
+        applied_at = safe.netplan_apply(ctx, run_id)
+        safe.confirm(ctx, run_id, applied_at)
         time.sleep(timeout + 2)
         files = state_files(lab, node, lab.names.cluster_name)
         assert f"confirmed-{run_id}" in files and f"reverted-{run_id}" not in files

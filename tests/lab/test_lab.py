@@ -217,12 +217,14 @@ def test_cli_up_status_exec_down_on_a_single_spark(tmp_path):
     runner = CliRunner()
     directory = str(tmp_path / "single")
     assert runner.invoke(cli, ["lab", "up", "--topology", "pair", "--nodes", "3", "--dir", directory]).exit_code == 2
+    assert runner.invoke(cli, ["lab", "up", "--renderer", "ifupdown", "--dir", directory]).exit_code == 2
     result = runner.invoke(cli, ["lab", "up", "--nodes", "1", "--topology", "single", "--dir", directory])
     try:
         assert result.exit_code == 0, result.output
         assert "spark1" in result.output and (tmp_path / "single" / "inventory.yaml").is_file()
         status = runner.invoke(cli, ["lab", "status", "--dir", directory])
         assert status.exit_code == 0 and "running" in status.output
+        assert "netplan rendered by networkmanager" in status.output  # the lab's default: DGX OS's renderer
         exec_ = subprocess.run(["python3", "-m", "sparkctl.cli.main", "lab", "exec", "--dir", directory, "spark1",
                                 "--", "sh", "-c", "ibdev2netdev; exit 5"], capture_output=True, text=True)
         assert exec_.returncode == 5 and exec_.stdout.count("(Down)") == 4

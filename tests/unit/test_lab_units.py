@@ -11,6 +11,7 @@ import yaml
 
 from sparkctl.lab import inventory_writer, naming, node, systemd
 from sparkctl.lab.naming import LabNames, cabled_twins, cables
+from sparkctl.lab.renderer import renderer_spec
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
 
 
@@ -111,9 +112,15 @@ def test_init_script_mounts_the_node_view_and_execs_systemd(tmp_path):
     assert "mount --bind '" in script and "it'\"'\"'s a dir" in script
     assert "mount -o remount,ro /sys" in script and "hostname spark3" in script
     assert script.rstrip().endswith("/lib/systemd/systemd")
-    fallback = node.render_init_script(paths, "spark3", [], "shell")
+    assert "/var/lib/NetworkManager" in script  # the default renderer keeps its state in the node's own dir
+    fallback = node.render_init_script(paths, "spark3", [], "shell", renderer_spec("networkd"))
     assert "systemd-networkd &" in fallback and "/lib/systemd/systemd\n" not in fallback
-    assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
+    assert "NetworkManager" not in fallback
+    nm_fallback = node.render_init_script(paths, "spark3", [], "shell", renderer_spec("networkmanager"))
+    assert "/usr/sbin/NetworkManager --no-daemon &" in nm_fallback
+    assert "mount --bind /var/lib/sparkctl-lab/node-root/var-lib/NetworkManager /var/lib/NetworkManager" in nm_fallback
+    for text in (script, fallback, nm_fallback):
+        assert subprocess.run(["sh", "-n"], input=text, text=True).returncode == 0
 
 
 def test_node_paths_map_node_files_to_overlay_uppers(tmp_path):
@@ -130,13 +137,46 @@ def test_the_machines_enabled_units_are_masked_except_what_a_node_needs(tmp_path
                         ("timers.target.wants", "apt-daily.timer")]:
         (tmp_path / wants).mkdir(exist_ok=True)
         (tmp_path / wants / unit).symlink_to(f"/lib/systemd/system/{unit}")
-    masked = systemd.units_to_mask(systemd.enabled_units(tmp_path))
-    assert {"postgresql.service", "getty@.service", "apt-daily.timer", "console-getty.service"} <= set(masked)
+    (tmp_path / "multi-user.target.wants" / "NetworkManager.service").symlink_to("/lib/systemd/system/x")
+    networkd = renderer_spec("networkd")
+    masked = systemd.units_to_mask(systemd.enabled_units(tmp_path), networkd)
+    assert {"postgresql.service", "getty@.service", "apt-daily.timer", "console-getty.service",
+            "NetworkManager.service", "systemd-networkd-wait-online.service"} <= set(masked)
     assert "ssh.service" not in masked
     upper = tmp_path / "upper"
-    systemd.write_unit_config(upper, masked)
+    systemd.write_unit_config(upper, masked, networkd)
     assert os.readlink(upper / "systemd/system/postgresql.service") == "/dev/null"
     assert (upper / "systemd/system/multi-user.target.wants/systemd-networkd.service").is_symlink()
+    assert not (upper / "systemd/system/multi-user.target.wants/NetworkManager.service").is_symlink()
+
+
+def test_a_networkmanager_node_runs_networkmanager_and_leaves_networkd_disabled(tmp_path):
+    (tmp_path / "multi-user.target.wants").mkdir()
+    (tmp_path / "multi-user.target.wants" / "NetworkManager.service").symlink_to("/lib/systemd/system/x")
+    nm = renderer_spec("networkmanager")
+    masked = systemd.units_to_mask(systemd.enabled_units(tmp_path), nm)
+    assert "NetworkManager.service" not in masked
+    assert {"NetworkManager-wait-online.service", "systemd-networkd-wait-online.service"} <= set(masked)
+    # netplan apply falls back to `systemctl restart systemd-networkd`: never masked, never enabled
+    assert not any(u.startswith("systemd-networkd.") for u in masked)
+    upper = tmp_path / "upper"
+    systemd.write_unit_config(upper, masked, nm)
+    wants = upper / "systemd/system/multi-user.target.wants"
+    assert os.readlink(wants / "NetworkManager.service") == "/lib/systemd/system/NetworkManager.service"
+    assert not (wants / "systemd-networkd.service").exists()
+
+
+def test_the_renderers_netplan_files_are_dgx_os_or_networkd():
+    nm = renderer_spec("networkmanager").netplan_files("10.1.2.11")
+    assert nm["01-network-manager-all.yaml"] == (
+        "# Let NetworkManager manage all devices on this system\n"
+        "network:\n  version: 2\n  renderer: NetworkManager\n")
+    assert "renderer" not in nm["00-lab-mgmt.yaml"].split("network:")[1]
+    assert "enP7s7:\n      addresses: [10.1.2.11/24]" in nm["00-lab-mgmt.yaml"]
+    networkd = renderer_spec("networkd").netplan_files("10.1.2.11")
+    assert list(networkd) == ["00-lab-mgmt.yaml"] and "renderer: networkd" in networkd["00-lab-mgmt.yaml"]
+    with pytest.raises(ValueError, match="unknown renderer 'ifupdown'"):
+        renderer_spec("ifupdown")
 
 
 def test_inventory_follows_the_schema(tmp_path):

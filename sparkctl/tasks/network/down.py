@@ -8,15 +8,18 @@ import posixpath
 
 from sparkctl.engine.task import Change, Task
 from sparkctl.plan.paths import network_state_dir
+from sparkctl.rules.networkmanager import is_keyfile
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.network import safe_apply as safe
+from sparkctl.tasks.network.safe_apply import NM_BACKUP
 from sparkctl.transport.base import q
 
 
 def _read_originals(ctx: NodeContext) -> dict[str, str] | None:
-    """The recorded files, one line each: `<base64 of the name> <base64 of the content>`."""
+    """The recorded files (NetworkManager profiles as `nm/<uuid>.nmconnection` and `nm/<uuid>.path`), one line
+    each: `<base64 of the name> <base64 of the content>`."""
     base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original")
-    script = (f"[ -d {q(base)} ] || exit 0; cd {q(base)} && for f in *; do [ -f \"$f\" ] || continue; "
+    script = (f"[ -d {q(base)} ] || exit 0; cd {q(base)} && for f in * {NM_BACKUP}/*; do [ -f \"$f\" ] || continue; "
               f"printf '%s %s\\n' \"$(printf '%s' \"$f\" | base64 -w0)\" \"$(base64 -w0 < \"$f\")\"; done")
     result = ctx.must(script, "reading the recorded original network state", sudo=True)
     files: dict[str, str] = {}
@@ -27,31 +30,56 @@ def _read_originals(ctx: NodeContext) -> dict[str, str] | None:
     return files or None
 
 
+def _netplan_names(originals: dict[str, str]) -> list[str]:
+    return sorted(n for n in originals if n != "interfaces.json" and "/" not in n)
+
+
+def _nm_profiles(originals: dict[str, str]) -> list[tuple[str, str]]:
+    """(the profile's own path, its recorded content) for each NetworkManager profile sparkctl removed."""
+    prefix = f"{NM_BACKUP}/"
+    out = []
+    for name, recorded in originals.items():
+        backup = name[:-len(".path")] + ".nmconnection"
+        # the record is root's, but a path is put back only where NetworkManager keeps its profiles
+        if (name.startswith(prefix) and name.endswith(".path") and backup in originals
+                and is_keyfile(recorded.strip())):
+            out.append((recorded.strip(), originals[backup]))
+    return sorted(out)
+
+
 class NetworkDown(Task):
     name = "down.network"
     phase = "network"
-    description = "restore the netplan files, fabric addresses and MTUs recorded before sparkctl's first change"
+    description = ("restore the netplan files, NetworkManager profiles, fabric addresses and MTUs recorded before "
+                   "sparkctl's first change")
     checks = "the record under /var/lib/sparkctl/<cluster>/network/original against the node's files and addresses"
-    changes = ("restores or removes each netplan file sparkctl changed, re-applies netplan (with the node-side "
-               "revert guard), removes the fabric addresses and MTUs sparkctl set, then deletes the record")
+    changes = ("restores or removes each netplan file sparkctl changed, puts back the NetworkManager profiles it "
+               "removed, re-applies netplan (with the node-side revert guard), removes the fabric addresses and MTUs "
+               "sparkctl set, then deletes the record")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         originals = _read_originals(ctx)
         if originals is None:
             return []
         return [Change("restore the network as it was before bootstrap: " + ", ".join(
-            f"remove /etc/netplan/{n[:-7]}" if n.endswith(".absent") else f"restore /etc/netplan/{n}"
-            for n in sorted(originals) if n != "interfaces.json"), payload=originals)]
+            [f"remove /etc/netplan/{n[:-7]}" if n.endswith(".absent") else f"restore /etc/netplan/{n}"
+             for n in _netplan_names(originals)]
+            + [f"restore the NetworkManager profile {path}" for path, _ in _nm_profiles(originals)]),
+            payload=originals)]
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         originals = changes[0].payload
         interfaces = json.loads(originals.get("interfaces.json") or "{}")
-        paths = [f"/etc/netplan/{n[:-7] if n.endswith('.absent') else n}" for n in originals if n != "interfaces.json"]
+        paths = [f"/etc/netplan/{n[:-7] if n.endswith('.absent') else n}" for n in _netplan_names(originals)]
         try:
+            # before the apply: NetworkManager chooses among the profiles again when `netplan apply` restarts it
+            for path, content in _nm_profiles(originals):
+                ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)
+                ctx.must(f"nmcli connection load {q(path)}", "loading the restored NetworkManager profile",
+                         sudo=True)
             run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
-            for name, content in originals.items():
-                if name == "interfaces.json":
-                    continue
+            for name in _netplan_names(originals):
+                content = originals[name]
                 if name.endswith(".absent"):
                     ctx.must(f"rm -f {q('/etc/netplan/' + name[:-7])}", "removing the netplan file", sudo=True)
                 else:

@@ -9,7 +9,8 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.facts import NetplanFile
 from sparkctl.rules.fabric import interface_drift, management_names, twins_sharing_subnet
-from sparkctl.rules.netplan import conflicting_stanzas, without_stanzas
+from sparkctl.rules.netplan import NETWORKMANAGER, conflicting_stanzas, renderer_of, without_stanzas
+from sparkctl.rules.networkmanager import competing_profiles, netplan_stanzas_of, unmanaged_twins
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.network import safe_apply as safe
 from sparkctl.transport.base import q
@@ -30,8 +31,9 @@ def _guard_management(ctx: NodeContext, ifaces: list[str]) -> None:
         )
 
 
-def _live_drift(ctx: NodeContext, ifaces: list[str]) -> list[str]:
-    """What `netplan apply` (and the removal of unplanned addresses) must still change, in words."""
+def _live_drift(ctx: NodeContext, ifaces: list[str], files: list[NetplanFile]) -> list[str]:
+    """What `netplan apply` (and the removal of unplanned addresses) must still change, in words. `files`: the
+    netplan files as they will be (the renderer is judged on them)."""
     plan = ctx.plan()
     drift = []
     unplanned: dict[str, list[str]] = {}
@@ -54,7 +56,20 @@ def _live_drift(ctx: NodeContext, ifaces: list[str]) -> list[str]:
         net, names = next(iter(legacy.items()))
         out.append(f"both twins in one subnet ({names[0]} and {names[1]} in {net}): the legacy scheme causes "
                    "ARP/route confusion and NCCL failures; renumbering to one subnet per twin")
+    # `netplan apply` clears NetworkManager's runtime device state (/run/NetworkManager/devices) and restarts it
+    out += [f"{name} is not managed by NetworkManager, which renders it" for name in
+            unmanaged_twins(ctx.facts(), ifaces, files)]
     return out
+
+
+def _as_written(files: list[NetplanFile], path: str, desired: str) -> list[NetplanFile]:
+    return [f for f in files if f.path != path] + [NetplanFile(path, desired, 0o600)]
+
+
+def _hint(ctx: NodeContext, ifaces: list[str]) -> str:
+    if any(renderer_of(ctx.facts().netplan_files, i) == NETWORKMANAGER for i in ifaces):
+        return "see `nmcli device` and `journalctl -u NetworkManager` on the node (NetworkManager renders netplan)"
+    return "see `journalctl -u systemd-networkd` on the node"
 
 
 def readable_netplan_files(ctx: NodeContext) -> list[NetplanFile]:
@@ -78,11 +93,13 @@ class NetplanTask(Task):
     phase = "network"
     needs = ("preflight.node", "preflight.cluster")
     description = "address each fabric twin in its own subnet with MTU 9000, through netplan, safely"
-    checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, and the live "
-              "addresses and MTU of the fabric interfaces")
-    changes = ("writes the netplan file (mode 600, atomic), moves conflicting stanzas out (backed up), arms a "
-               "node-side revert, runs `netplan apply`, confirms over a new management connection, removes "
-               "unplanned addresses from the fabric twins, waits for the planned addresses")
+    checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, NetworkManager "
+              "profiles competing for the twins (when it runs), and the live addresses and MTU of the fabric "
+              "interfaces")
+    changes = ("writes the netplan file (mode 600, atomic), moves conflicting stanzas out (backed up), removes "
+               "NetworkManager profiles that would take a twin from netplan's (backed up), arms a node-side revert, "
+               "runs `netplan apply`, confirms over a new management connection, removes unplanned addresses from "
+               "the fabric twins, waits for the planned addresses")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         plan = ctx.plan()
@@ -99,37 +116,50 @@ class NetplanTask(Task):
             why = "create" if current is None else ("update" if current.content != desired else "chmod 600")
             changes.append(Change(f"{why} {path}", diff=unified_diff(path, current and current.content, desired),
                                   payload=("file", path, desired)))
-        for other, keys in conflicting_stanzas(files, path, ifaces).items():
+        # a netplan stanza of another name NetworkManager binds to a twin (DGX OS writes nmcli's profiles as
+        # 90-NM-<uuid>.yaml) is a conflict too
+        also = netplan_stanzas_of(ctx.facts(), ifaces)
+        for other, keys in conflicting_stanzas(files, path, ifaces, also).items():
             content = next(f.content for f in files if f.path == other)
             after = without_stanzas(content, keys)
             changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
                                   "their addresses; the file is backed up)",
                                   diff=unified_diff(other, content, after), payload=("move", other, after)))
-        drift = _live_drift(ctx, ifaces)
+        management = management_names(ctx.facts(), hosts=[ctx.node.host])
+        for c in competing_profiles(ctx.facts(), ifaces, management):
+            changes.append(Change(f"remove the NetworkManager profile {c.profile.name!r} that competes with "
+                                  f"netplan's for {c.interface} ({c.why}; backed up)",
+                                  payload=("nm-profile", c.profile.uuid, c.profile.filename)))
+        drift = _live_drift(ctx, ifaces, _as_written(files, path, desired))
         if drift:
             changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
         return changes
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         files = {c.payload[1]: c.payload[2] for c in changes if c.payload[0] in ("file", "move")}
+        profiles = [(c.payload[1], c.payload[2]) for c in changes if c.payload[0] == "nm-profile"]
+        live = any(c.payload[0] == "live" for c in changes)
         ifaces, wanted = _planned(ctx)
         try:
+            if files or profiles:
+                safe.record_originals(ctx, sorted(files), ifaces)
+            if profiles:
+                # before the apply: NetworkManager chooses again when `netplan apply` restarts it
+                safe.remove_nm_profiles(ctx, profiles)
             if files:
                 paths = sorted(files)
-                safe.record_originals(ctx, paths, ifaces)
                 run_id = safe.arm_revert(ctx, paths, ctx.options.netplan_confirm_timeout)
                 for path, content in files.items():
                     ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)
-                safe.netplan_apply(ctx, run_id)
-                safe.confirm(ctx, run_id)
-            else:
+                applied_at = safe.netplan_apply(ctx, run_id)
+                safe.confirm(ctx, run_id, applied_at)
+            elif live:
                 safe.netplan_apply(ctx)
             _remove_unplanned(ctx, ifaces, wanted)
             missing = safe.wait_for_addresses(ctx, wanted, ctx.inventory.fabric.mtu)
             if missing:
                 raise TaskFailed(f"after netplan apply, {ctx.name} still lacks the planned fabric settings",
-                                 hint="see `journalctl -u systemd-networkd` on the node",
-                                 details=[f"{i}: {m}" for i, m in missing.items()])
+                                 hint=_hint(ctx, ifaces), details=[f"{i}: {m}" for i, m in missing.items()])
         finally:
             ctx.invalidate()
 

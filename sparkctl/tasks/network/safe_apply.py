@@ -12,8 +12,12 @@ import time
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.plan.paths import network_state_dir
+from sparkctl.rules.networkmanager import is_keyfile, is_uuid
 from sparkctl.tasks.context import NodeContext
-from sparkctl.transport.base import q
+from sparkctl.transport.base import CommandResult, q
+
+#: where the original of each NetworkManager profile sparkctl removed is kept, under the network record
+NM_BACKUP = "nm"
 
 REVERT_SCRIPT = """#!/bin/sh
 # sparkctl netplan revert guard (like `netplan try`): once the apply is done, restores {backup} unless
@@ -31,6 +35,10 @@ date +%s > {reverted}
 """
 #: how long `netplan apply` may take before the guard starts its confirm window anyway
 APPLY_TIMEOUT = 120
+#: how long after the apply a confirm keeps trying to connect: under NetworkManager `netplan apply` disconnects
+#: every device it renders (a management port described in netplan too), restarts NetworkManager without waiting,
+#: and the address comes back a moment later. Capped at half the revert window, so a confirm never races the guard.
+CONFIRM_RETRY = 30.0
 
 
 def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) -> None:
@@ -79,13 +87,7 @@ def _marker(base: str, what: str, run_id: str) -> str:
     return posixpath.join(base, f"{what}-{run_id}")
 
 
-def confirm(ctx: NodeContext, run_id: str) -> None:
-    """Prove the management path over a NEW connection, then disarm the revert (and stop its guard)."""
-    base = network_state_dir(ctx.inventory.cluster.name)
-    reverted, confirmed = _marker(base, "reverted", run_id), _marker(base, "confirmed", run_id)
-    pidfile = _marker(base, "guard", run_id) + ".pid"
-    script = (f"if [ -e {q(reverted)} ]; then echo reverted; exit 3; fi; touch {q(confirmed)} || exit 4; "
-              f"kill \"$(cat {q(pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
+def _confirm_once(ctx: NodeContext, script: str) -> tuple[CommandResult | None, str]:
     try:
         fresh = ctx.cluster.new_transport(ctx.name)
         try:
@@ -93,12 +95,30 @@ def confirm(ctx: NodeContext, run_id: str) -> None:
         finally:
             fresh.close()
     except Exception as exc:  # any failure to reach the node means: do not confirm
-        result, detail = None, str(exc)
-    else:
-        detail = (result.stderr or "").strip()
+        return None, str(exc)
+    return result, (result.stderr or "").strip()
+
+
+def confirm(ctx: NodeContext, run_id: str, applied_at: float | None = None) -> None:
+    """Prove the management path over a NEW connection, then disarm the revert (and stop its guard).
+
+    With `applied_at` (time.monotonic() when the apply returned), a connection that fails is tried again until
+    CONFIRM_RETRY seconds (at most half the revert window) after the apply: the address may not be back yet."""
+    base = network_state_dir(ctx.inventory.cluster.name)
+    reverted, confirmed = _marker(base, "reverted", run_id), _marker(base, "confirmed", run_id)
+    pidfile = _marker(base, "guard", run_id) + ".pid"
+    script = (f"if [ -e {q(reverted)} ]; then echo reverted; exit 3; fi; touch {q(confirmed)} || exit 4; "
+              f"kill \"$(cat {q(pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
+    window = int(ctx.options.netplan_confirm_timeout)
+    deadline = None if applied_at is None else applied_at + min(CONFIRM_RETRY, window / 2)
+    while True:
+        result, detail = _confirm_once(ctx, script)
+        unreached = result is None or result.exit_code == 255
+        if not unreached or deadline is None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     if result is not None and result.ok and "confirmed" in result.stdout:
         return
-    window = int(ctx.options.netplan_confirm_timeout)
     if result is not None and "reverted" in result.stdout:
         raise TaskFailed(f"{ctx.name} already reverted the netplan change: the {window} s confirm window passed",
                          hint="rerun; on a slow node raise --revert-after")
@@ -113,14 +133,38 @@ def confirm(ctx: NodeContext, run_id: str) -> None:
     )
 
 
-def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> None:
-    """`netplan apply`; with a run id, tell the guard the apply is done (its confirm window starts then)."""
+def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> float:
+    """`netplan apply`; with a run id, tell the guard the apply is done (its confirm window starts then).
+    Returns time.monotonic() when the apply returned."""
     command = "netplan apply"
     if run_id is not None:
         applied = _marker(network_state_dir(ctx.inventory.cluster.name), "applied", run_id)
         command = f"netplan apply; rc=$?; touch {q(applied)}; exit $rc"
     ctx.must(command, "netplan apply", sudo=True, timeout=APPLY_TIMEOUT,
              hint="run `sudo netplan generate` on the node to see the error")
+    return time.monotonic()
+
+
+def remove_nm_profiles(ctx: NodeContext, profiles: list[tuple[str, str]]) -> None:
+    """Back up each NetworkManager profile's file once (for `cluster down --network`), then delete the profile
+    through NetworkManager. `profiles`: (uuid, the file nmcli named)."""
+    refused = [path for uuid, path in profiles if not is_keyfile(path) or not is_uuid(uuid)]
+    if refused:
+        raise TaskFailed(f"cannot back up the NetworkManager profile(s) in {', '.join(refused)} on {ctx.name}: "
+                         "not a keyfile of NetworkManager's own",
+                         hint="remove or rebind it by hand (`sudo nmcli connection delete <uuid>`), then rerun")
+    base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original", NM_BACKUP)
+    lines = ["set -e", f"install -d -m 700 {q(base)}"]
+    for uuid, path in profiles:
+        backup, where = (posixpath.join(base, f"{uuid}.{ext}") for ext in ("nmconnection", "path"))
+        lines += [f"if [ ! -e {q(backup)} ]; then",
+                  f"  [ -f {q(path)} ] || {{ echo {q(f'no profile file {path}')} >&2; exit 3; }}",
+                  f"  cp -p {q(path)} {q(backup)} && printf '%s\\n' {q(path)} > {q(where)}",
+                  "fi",
+                  f"nmcli connection delete uuid {q(uuid)} >/dev/null"]
+    ctx.must("\n".join(lines), "removing the competing NetworkManager profiles", sudo=True,
+             hint="see `nmcli connection show` on the node; remove the profile by hand with "
+                  "`sudo nmcli connection delete <uuid>`")
 
 
 def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeout: float = 20.0) -> dict[str, str]:
