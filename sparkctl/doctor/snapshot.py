@@ -134,6 +134,10 @@ class Snapshot:
 def doctor_plan(inventory: Inventory, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:
     """The desired state from the facts; a node whose facts allow no plan (no Up port) is planned from the
     inventory alone, so the others are still diagnosed against a plan. (plan, why a node could not be)."""
+    try:
+        return plan_cluster(inventory, facts), None
+    except PlanError:
+        pass
     usable = dict(facts)
     why = None
     for node in inventory.nodes:

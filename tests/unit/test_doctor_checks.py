@@ -121,6 +121,21 @@ def fault_port_down(s):
     s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "No route to host")
 
 
+def fault_no_carrier(s):
+    """Both ends up, no carrier (a dead cable): one finding, on the first node, the far end under it."""
+    for name in NODES:
+        nic = s.facts[name].interfaces["enP2p1s0f1np1"]
+        nic.operstate, nic.carrier, nic.flags, nic.addresses = "DOWN", False, ["NO-CARRIER", "UP"], []
+    s.probes["spark1"].pings[1].verdict = "dead"
+    s.probes["spark2"].pings[1].verdict = "dead"
+
+
+def fault_interface_missing(s):
+    del s.facts["spark2"].interfaces["enP2p1s0f1np1"]
+    s.facts["spark2"].roce = [d for d in s.facts["spark2"].roce if d.netdev != "enP2p1s0f1np1"]
+    s.probes["spark1"].pings[1].verdict = "dead"
+
+
 def fault_jumbo(s):
     s.probes["spark2"].pings[0].verdict = "mtu"
 
@@ -239,6 +254,8 @@ CASES = [
     (fault_address_foreign, "fabric.address_foreign", "spark2"),
     (fault_netplan_conflict, "netplan.conflict", "spark1"),
     (fault_port_down, "fabric.port_down", "spark2"),
+    (fault_no_carrier, "fabric.no_carrier", "spark1"),
+    (fault_interface_missing, "fabric.interface_missing", "spark2"),
     (fault_jumbo, "fabric.jumbo_ping", "spark2"),
     (fault_ssh_mesh, "ssh.mesh_broken", "spark2"),
     (fault_container_exited, "container.exited", "spark2"),
@@ -273,6 +290,45 @@ def test_each_fault_is_exactly_one_error_id_on_its_node_with_a_fix(fault, findin
     for f in d.errors:
         assert f.fix and f.evidence and f.summary
     assert not d.healthy
+
+
+def test_a_twin_set_down_is_one_finding_with_what_it_causes_under_it():
+    s = healthy_snapshot()
+    fault_port_down(s)
+    (f,) = diagnose(s).errors
+    assert (f.id, f.node, f.summary) == ("fabric.port_down", "spark2",
+                                          "fabric twin enp1s0f1np1 set down (administratively down)")
+    assert f.evidence.startswith("spark2 enp1s0f1np1 is administratively down; the network phase (network.netplan) "
+                                 "brings it Up")
+    assert f.fix.endswith("--only network") and f.remedy.repairable
+    assert f.details == (
+        "spark1 enp1s0f1np1 has no carrier because spark2's end is administratively down",
+        "spark2 enp1s0f1np1 is without its address 192.168.100.11/24 (the renderer gives it back with the carrier)",
+        "spark1 enp1s0f1np1 is without its address 192.168.100.10/24 (the renderer gives it back with the carrier)",
+        "the jumbo ping spark1 enp1s0f1np1 -> spark2 192.168.100.11 fails",
+        "ssh from spark1 to spark2 (192.168.100.11) fails: No route to host")
+    assert not any("cable" in text for text in (f.summary, f.evidence, f.fix, *f.details))
+
+
+def test_a_dead_cable_is_said_once_with_both_ends():
+    s = healthy_snapshot()
+    fault_no_carrier(s)
+    (f,) = diagnose(s).errors
+    assert f.evidence.startswith("spark1 enP2p1s0f1np1 has no carrier with both ends up (spark2's end "
+                                 "enP2p1s0f1np1 not set down): the cable or the port")
+    assert f.details[0] == "spark2 enP2p1s0f1np1 has no carrier either (the same cable)"
+    assert f.fix == "reseat or replace the QSFP cable between spark1 port 1 and spark2 port 1"
+    assert f.remedy.kind == "cable"
+
+
+def test_the_cable_in_another_port_is_named_on_its_node():
+    s = healthy_snapshot()
+    s.inventory = s.inventory.model_copy(deep=True)
+    s.inventory.fabric.port = 0
+    d = diagnose(s)
+    assert {(f.id, f.node) for f in d.errors} >= {("fabric.wrong_port", "spark1"), ("fabric.wrong_port", "spark2")}
+    f = next(f for f in d.errors if f.id == "fabric.wrong_port")
+    assert "the cable is in port 1 of spark1, the inventory plans port 0" in f.evidence
 
 
 def test_address_duplicate_is_reported_on_both_owners():

@@ -102,15 +102,21 @@ def _env_id(m: Mismatch) -> str:
     return "env.iface_absent"
 
 
-_DOWN = re.compile(r"(\S+) is Down|maps to (\S+), which is Down")
+_DOWN = re.compile(r"(\S+) is Down|maps to (\S+), which is Down|(?:device )?([^\s:]+)(?::\d+)? does not exist|"
+                   r"no interface matches '([^']+)'")
 
 
 def _port_explains(s: Snapshot, node: str, m: Mismatch) -> bool:
-    """A planned fabric twin that is Down: fabric.port_down reports the port, the env itself is right."""
+    """A planned fabric twin (or its RoCE device) that is Down or missing: the fabric finding reports the port,
+    the env itself is right."""
     hit = _DOWN.search(m.has)
     if not hit or s.plan is None:
         return False
-    return (hit.group(1) or hit.group(2)) in s.plan.fabric.ports[node].interfaces
+    ports = s.plan.fabric.ports[node]
+    f = s.facts[node]
+    broken = {i for i in ports.interfaces if not f.interface_up(i)}
+    broken |= {dev for dev, i in zip(ports.roce_devices, ports.interfaces, strict=False) if i in broken}
+    return next(g for g in hit.groups() if g) in broken
 
 
 def check_env(s: Snapshot) -> list[Finding]:
