@@ -283,10 +283,15 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]
     _run([*podman, "import", "--quiet", *change_args, str(tarball), IMAGE_REF], "podman import", timeout=600)
-    # The previous build (now untagged) would otherwise stay in the store forever.
-    subprocess.run([*podman, "image", "prune", "-f"], capture_output=True, timeout=120)
+    # A previous build (now untagged) would otherwise stay in the store forever, but a lab still running holds
+    # containers on its layers: pruning it at once broke every other lab on the machine (their nodes' docker
+    # then failed with "readlink .../overlay/l/...: no such file or directory"). Only day-old builds go.
+    subprocess.run([*podman, "image", "prune", "-f", "--filter", f"until={PRUNE_AFTER}"], capture_output=True,
+                   timeout=120)
 
 
+#: A replaced lab image is pruned from the shared store only this long after it was built.
+PRUNE_AFTER = "24h"
 #: How often a long build step says it is still working.
 PROGRESS_EVERY_S = 10.0
 
