@@ -115,6 +115,8 @@ class Facts:
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     images: dict[str, str | None] = field(default_factory=dict)
     listening_tcp: dict[int, str | None] = field(default_factory=dict)
+    #: port -> local addresses listening on it (`*`/`0.0.0.0`/`::` mean all)
+    listening_addresses: dict[int, list[str]] = field(default_factory=dict)
     mem_total_kb: int = 0
     mem_available_kb: int = 0
     page_cache_kb: int = 0

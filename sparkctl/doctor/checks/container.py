@@ -12,11 +12,10 @@ from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL
-from sparkctl.rules.container import spec_differences
+from sparkctl.rules.container import SSHD_NAMES, spec_differences
 from sparkctl.rules.interface_settings import Mismatch, node_mismatches
 
 PHASE = "container"
-SSHD_NAMES = ("sshd", "sshd-session")
 
 
 
