@@ -93,6 +93,11 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
         recipe = recipe_hash()
         current = installed_recipe()
         if current == recipe and not rebuild:
+            _tag(IMAGE_REF, recipe_ref(recipe))  # an image built before recipe tags existed gets its own
+            return IMAGE_REF
+        if not rebuild and _tag(recipe_ref(recipe), IMAGE_REF):
+            # another checkout's recipe was built since: this recipe's build is still in the store
+            log(f"lab image: {IMAGE_REF} is this recipe's earlier build again (recipe {recipe[:12]})")
             return IMAGE_REF
         reason = "rebuild asked" if rebuild else ("not built yet" if current is None else "recipe changed")
         log(f"lab image: building {IMAGE_REF} ({reason}, recipe {recipe[:12]})")
@@ -111,6 +116,20 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
         finally:
             shutil.rmtree(BUILD_DIR, ignore_errors=True)
         return IMAGE_REF
+
+
+def recipe_ref(recipe: str) -> str:
+    """A second tag that keeps a build in the shared store while another recipe holds IMAGE_REF: labs of another
+    checkout may run on it (an untagged build is what `podman image prune` removes)."""
+    return f"{IMAGE_REF.rsplit(':', 1)[0]}:recipe-{recipe[:16]}"
+
+
+def _tag(source: str, target: str) -> bool:
+    if not shutil.which("podman") or not Path(IMAGE_STORE).is_dir():
+        return False
+    result = subprocess.run(["podman", *podman_store_args(), "tag", source, target], capture_output=True,
+                            timeout=60)
+    return result.returncode == 0
 
 
 def podman_store_args() -> list[str]:
@@ -283,9 +302,11 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]
     _run([*podman, "import", "--quiet", *change_args, str(tarball), IMAGE_REF], "podman import", timeout=600)
-    # A previous build (now untagged) would otherwise stay in the store forever, but a lab still running holds
+    _tag(IMAGE_REF, recipe_ref(recipe))
+    # A previous build left untagged would otherwise stay in the store forever, but a lab still running may hold
     # containers on its layers: pruning it at once broke every other lab on the machine (their nodes' docker
-    # then failed with "readlink .../overlay/l/...: no such file or directory"). Only day-old builds go.
+    # then failed with "readlink .../overlay/l/...: no such file or directory"). Builds keep their recipe tag
+    # (recipe_ref); an untagged one goes once a day old.
     subprocess.run([*podman, "image", "prune", "-f", "--filter", f"until={PRUNE_AFTER}"], capture_output=True,
                    timeout=120)
 
