@@ -106,8 +106,20 @@ class Snapshot:
             ipaddress.ip_address(ip)
         except ValueError:
             return False
+        if ip in self.duplicated_ips():
+            return True  # two nodes answer for it: fabric.address_duplicate says which
         holders = f.interfaces_holding(ip)
         return not holders or not any(f.interface_up(h) for h in holders)
+
+    def duplicated_ips(self) -> set[str]:
+        """IPv4 addresses (not link-local) that more than one node holds."""
+        owners: dict[str, set[str]] = {}
+        for node, f in self.facts.items():
+            for iface in f.interfaces.values():
+                for a in iface.ipv4():
+                    if not a.is_link_local and not a.ip.startswith("127."):
+                        owners.setdefault(a.ip, set()).add(node)
+        return {ip for ip, nodes in owners.items() if len(nodes) > 1}
 
     def link_broken(self, node: str, peer: str, target: str) -> bool:
         """path_broken at the far end, or the near end lacks its own planned address on the target's subnet."""

@@ -331,10 +331,22 @@ def test_the_cable_in_another_port_is_named_on_its_node():
     assert "the cable is in port 1 of spark1, the inventory plans port 0" in f.evidence
 
 
-def test_address_duplicate_is_reported_on_both_owners():
+def test_address_duplicate_is_reported_on_both_owners_with_what_fails_because_of_it():
     s = healthy_snapshot()
     fault_address_duplicate(s)
-    assert ("fabric.address_duplicate", "spark1") in errors(s) and ("fabric.address_duplicate", "spark2") in errors(s)
+    # what the lab shows: the pings and logins to the address reach the wrong node or none
+    s.probes["spark2"].pings[0].verdict = "dead"
+    s.probes["spark2"].ssh[0] = SshProbe("spark1", "192.168.100.10", False, "Host key verification failed.")
+    s.probes["spark1"].container_ssh[0] = SshProbe("spark2", "root@192.168.100.11", False, "Connection timed out")
+    s.probes["spark2"].container_ssh[0] = SshProbe("spark1", "root@192.168.100.10", False, "Connection refused")
+    assert errors(s) == {("fabric.address_duplicate", "spark1"), ("fabric.address_duplicate", "spark2"),
+                         ("fabric.address_extra", "spark2")}
+    dup = next(f for f in diagnose(s).errors if f.id == "fabric.address_duplicate")
+    assert dup.details == (
+        "the jumbo ping spark2 enp1s0f1np1 -> spark1 192.168.100.10 fails",
+        "ssh from spark2 to spark1 (192.168.100.10) fails: Host key verification failed.",
+        "ssh from spark2's container to spark1's container (root@192.168.100.10) fails: Connection refused",
+        "ssh from spark1's container to spark2's container (root@192.168.100.11) fails: Connection timed out")
 
 
 def test_warnings_clock_memory_page_cache_disk_speed_and_bad_release():

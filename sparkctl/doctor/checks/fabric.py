@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 from sparkctl.doctor.findings import CLUSTER, Finding
 from sparkctl.doctor.snapshot import Snapshot
@@ -82,14 +83,21 @@ def _across(s: Snapshot, fault: TwinFault) -> list[str]:
                 str(a) for a in s.facts[node].addresses_of(iface)}:
             out.append(f"{node} {iface} is without its address {planned} (the renderer gives it back with the "
                        "carrier)")
-    for node in s.order:
+    return out + _failures_toward(s, lambda ip: _in(ip, nets))
+
+
+def _failures_toward(s: Snapshot, match: Callable[[str], bool], sources: set[str] | None = None) -> list[str]:
+    """The failed pings and ssh logins (from the nodes, or those of `sources`, and their containers) to addresses
+    that `match`."""
+    out = []
+    for node in s.order if sources is None else [n for n in s.order if n in sources]:
         probe = s.probe(node)
         for ping in probe.pings:
-            if ping.verdict != "ok" and _in(ping.peer_ip, nets):
+            if ping.verdict != "ok" and match(ping.peer_ip):
                 out.append(f"the jumbo ping {node} {ping.interface} -> {ping.peer} {ping.peer_ip} fails")
         for where, probes in (("", probe.ssh), ("'s container", probe.container_ssh)):
             for p in probes:
-                if not p.ok and _in(p.target.rpartition("@")[2], nets):
+                if not p.ok and match(p.target.rpartition("@")[2]):
                     out.append(f"ssh from {node}{where} to {p.peer}{where} ({p.target}) fails: {p.error or 'failed'}")
     return out
 
@@ -154,10 +162,14 @@ def check_addresses(s: Snapshot) -> list[Finding]:
     for ip, where in owners.items():
         nodes = sorted({n for n, _ in where})
         if len(where) > 1 and not ipaddress.ip_address(ip).is_link_local:
+            # to it, and from the nodes holding it to its subnet (replies go to whichever holder answers first)
+            nets = {a.network for n, i in where for a in s.facts[n].addresses_of(i) if a.ip == ip}
+            failing = tuple(_failures_toward(s, lambda target, ip=ip: target == ip) + _failures_toward(
+                s, lambda target, ip=ip, nets=nets: target != ip and _in(target, nets), sources=set(nodes)))
             for node in nodes:
                 out.append(Finding("fabric.address_duplicate", "error", node, f"address {ip} is used twice",
                                    evidence="; ".join(f"{n} {i}" for n, i in where),
-                                   fix=fix, phase=PHASE))
+                                   fix=fix, phase=PHASE, details=failing))
     return out
 
 
@@ -221,6 +233,10 @@ def check_links(s: Snapshot) -> list[Finding]:
                 continue
             if _end_broken(s, node, ping.interface) or (peer_if and _end_broken(s, ping.peer, peer_if)):
                 continue
+            duplicated = s.duplicated_ips()
+            mine = {a.ip for a in s.facts[node].addresses_of(ping.interface)}
+            if ping.peer_ip in duplicated or mine & duplicated:
+                continue  # fabric.address_duplicate explains it (the failure is listed under it)
             if ping.verdict == "mtu":
                 out.append(Finding("fabric.jumbo_ping", "error", node, f"jumbo frames do not cross {ping.interface}",
                                    evidence=f"ping -M do -s {size} -I {ping.interface} {ping.peer_ip} ({ping.peer}) "
