@@ -182,6 +182,10 @@ def fault_ib_hca(s):
     s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "mlx5_0"
 
 
+def fault_env_unset(s):
+    del s.facts["spark2"].containers["trtllm-multinode"].env["OMPI_MCA_oob_tcp_if_include"]
+
+
 def fault_hostfile(s):
     s.probes["spark2"].container_hostfile = "192.168.100.10\n10.9.9.9\n"
 
@@ -265,6 +269,7 @@ CASES = [
     (fault_env_absent, "env.iface_absent", "spark2"),
     (fault_env_management, "env.management_iface", "spark1"),
     (fault_ib_hca, "nccl.ib_hca_missing", "spark2"),
+    (fault_env_unset, "env.unset", "spark2"),
     (fault_hostfile, "mpi.hostfile_mismatch", "spark2"),
     (fault_container_ssh, "container.ssh_broken", "spark2"),
     (fault_unreachable, "node.unreachable", "spark2"),
@@ -329,6 +334,14 @@ def test_the_cable_in_another_port_is_named_on_its_node():
     assert {(f.id, f.node) for f in d.errors} >= {("fabric.wrong_port", "spark1"), ("fabric.wrong_port", "spark2")}
     f = next(f for f in d.errors if f.id == "fabric.wrong_port")
     assert "the cable is in port 1 of spark1, the inventory plans port 0" in f.evidence
+
+
+def test_nccl_ib_hca_leaving_out_a_twin_is_one_warning_not_a_spec_drift_too():
+    s = healthy_snapshot()
+    s.facts["spark1"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1"
+    d = diagnose(s)
+    assert d.healthy and [(f.id, f.node, f.severity) for f in d.findings] == [
+        ("nccl.ib_hca_partial", "spark1", "warning")]
 
 
 def test_address_duplicate_is_reported_on_both_owners_with_what_fails_because_of_it():

@@ -78,7 +78,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
         spec = s.plan.nodes[node].container
         differences = spec_differences(spec, info)
         # env settings that do not fit the node are reported as env.* findings, with the reason
-        explained = {m.setting for m in node_mismatches(node, info.env, f) if m.severity == "error"}
+        explained = {m.setting for m in node_mismatches(node, info.env, f)}
         rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
         if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
             out.append(Finding("container.spec_drift", "error", node, f"container {name} differs from the plan",
@@ -92,12 +92,12 @@ def _env_id(m: Mismatch) -> str:
     if m.setting == "NCCL_IB_HCA":
         return "nccl.ib_hca_missing" if "does not exist" in m.has or m.names == "(unset)" else \
             "nccl.ib_hca_partial" if "leaves out" in m.has else "env.iface_down"
+    if m.names == "(unset)" or m.names == "all":
+        return "env.unset"
     if "management" in m.has:
         return "env.management_iface"
     if "is Down" in m.has or "which is Down" in m.has:
         return "env.iface_down"
-    if m.names == "(unset)" or m.names == "all":
-        return "env.unset"
     return "env.iface_absent"
 
 
