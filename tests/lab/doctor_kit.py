@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from click.testing import CliRunner
 
@@ -71,3 +72,21 @@ def replace_container(lab, node: str, change: Callable[[ContainerSpec], Containe
               f"for i in $(seq 1 50); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.2; done; exit 1")
     result = lab.exec(node, script)
     assert result.returncode == 0, result.stderr
+
+
+@dataclass(frozen=True)
+class Seed:
+    name: str
+    finding: str
+    node: str
+    #: a root shell line on the node, or a function of the lab
+    inject: str | Callable
+    #: (id, node) the fault also causes, reported as their own findings (e.g. a duplicate address on both owners)
+    also: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    def seed(self, lab) -> None:
+        if callable(self.inject):
+            self.inject(lab, self.node)
+            return
+        result = lab.exec(self.node, self.inject)
+        assert result.returncode == 0, (self.name, result.stderr)

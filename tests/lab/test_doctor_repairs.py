@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
 
 from sparkctl.doctor.remedies import REMEDIES
 from tests.lab.conftest import poll
-from tests.lab.doctor_kit import CONTAINER, bootstrap, changed, doctor, failed, problems, replace_container
+from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems, replace_container
 
 pytestmark = pytest.mark.lab
 
@@ -35,24 +34,6 @@ def _env(key: str, value: str | None) -> Callable:
 
 def _args(*extra: str) -> Callable:
     return lambda spec: dataclasses.replace(spec, docker_args=[*spec.docker_args, *extra])
-
-
-@dataclass(frozen=True)
-class Seed:
-    name: str
-    finding: str
-    node: str
-    #: a root shell line on the node, or a function of the lab
-    inject: str | Callable
-    #: (id, node) the fault also causes, reported as their own findings (e.g. a duplicate address on both owners)
-    also: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-
-    def seed(self, lab) -> None:
-        if callable(self.inject):
-            self.inject(lab, self.node)
-            return
-        result = lab.exec(self.node, self.inject)
-        assert result.returncode == 0, (self.name, result.stderr)
 
 
 def _expose(lab, node: str) -> None:
@@ -160,10 +141,10 @@ def found(lab, seed: Seed) -> dict:
 
 
 @pytest.fixture
-def restore(lab):
-    """A case that fails leaves the lab repaired for the next one."""
+def restore(lab, request):
+    """A case that fails leaves the lab repaired for the next one (a healthy case already ends healthy)."""
     yield
-    if not doctor(lab)["healthy"]:
+    if getattr(request.node, "failed_call", False):
         bootstrap(lab)
 
 
