@@ -45,6 +45,13 @@ def _expose(lab, node: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def _restarting(lab, node: str) -> None:
+    # a container whose command keeps failing under a restart policy (a hand-started one, or a broken image)
+    replace_container(lab, node, lambda spec: dataclasses.replace(
+        spec, docker_args=[*spec.docker_args, "--restart", "always"], command=["sh", "-c", "sleep 1; exit 1"]),
+        serves=False)
+
+
 def seeds(cluster: str) -> list[Seed]:
     return [
         # network: the issue's own case first
@@ -73,6 +80,7 @@ def seeds(cluster: str) -> list[Seed]:
         Seed("container-missing", "container.missing", "spark1", f"docker rm -f {CONTAINER}"),
         Seed("container-spec-drift", "container.spec_drift", "spark1", lambda lab, n: replace_container(
             lab, n, _args("--label", "seeded=by-hand"))),
+        Seed("container-restarting", "container.restarting", "spark2", _restarting),
         Seed("container-ssh", "container.ssh_broken", "spark2",
              f"docker exec {CONTAINER} sh -c ': > /root/.ssh/authorized_keys'"),
         Seed("container-exposed", "container.ssh_exposed", "spark2", _expose),
@@ -152,8 +160,6 @@ def restore(lab, request):
 ELSEWHERE = {
     # no RDMA, GPU or NCCL in the lab (the stand-in always reports Socket): tests/unit/test_doctor_checks.py
     "nccl.socket_fallback": "unit",
-    # podman in the lab restarts nothing by policy: tests/unit/test_doctor_checks.py
-    "container.restarting": "unit",
     # the serve phase's, on a serving lab: tests/lab/test_doctor_repairs_serve.py
     "model.absent": "serve", "model.incomplete": "serve", "hf.token_missing": "serve", "serve.down": "serve",
     "serve.health": "unit",
@@ -190,6 +196,7 @@ BOOTSTRAP_GROUPS = [
     ("both-twins-set-down", "address-extra", "ssh-mesh"),
     ("twins-one-subnet", "address-missing", "address-duplicate"),
     ("container-spec-drift", "container-exited"),
+    ("container-restarting",),
     ("container-missing", "container-ssh", "hostfile"),
     ("env-down", "env-absent"),
     ("env-management", "ib-hca-missing"),

@@ -154,6 +154,15 @@ def fault_container_exited(s):
     s.probes["spark2"].container_hostfile = None
 
 
+def fault_container_restarting(s):
+    """Its command keeps failing under a restart policy: its ssh and hostfile fail with it, said there."""
+    info = s.facts["spark2"].containers["trtllm-multinode"]
+    info.restart_count = 12
+    s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
+                                        for p in s.probes["spark1"].container_ssh]
+    s.probes["spark2"].container_hostfile = ""
+
+
 def fault_container_missing(s):
     fault_container_exited(s)
     s.facts["spark2"].containers["trtllm-multinode"] = ContainerInfo("trtllm-multinode", exists=False)
@@ -264,6 +273,7 @@ CASES = [
     (fault_ssh_mesh, "ssh.mesh_broken", "spark2"),
     (fault_container_exited, "container.exited", "spark2"),
     (fault_container_missing, "container.missing", "spark2"),
+    (fault_container_restarting, "container.restarting", "spark2"),
     (fault_spec_drift, "container.spec_drift", "spark1"),
     (fault_port_taken, "port.taken", "spark2"),
     (fault_env_absent, "env.iface_absent", "spark2"),

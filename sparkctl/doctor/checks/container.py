@@ -19,9 +19,15 @@ PHASE = "container"
 
 
 
+def _restarting(info: ContainerInfo) -> bool:
+    return info.status == "restarting" or (info.running and info.restart_count > 2)
+
+
 def running_container(s: Snapshot, node: str) -> ContainerInfo | None:
+    """The container, when it runs for good (one that keeps restarting is container.restarting, and what fails
+    with it — its ssh, its hostfile — is explained there)."""
     info = s.facts[node].containers.get(s.inventory.container.name)
-    return info if info is not None and info.exists and info.running and info.status != "restarting" else None
+    return info if info is not None and info.exists and info.running and not _restarting(info) else None
 
 
 def _logs(s: Snapshot, node: str) -> tuple[str, ...]:
@@ -62,7 +68,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
                                evidence=f"`docker inspect {name}` finds nothing; expected it running",
                                fix=s.bootstrap('container'), phase=PHASE))
             continue
-        if info.status == "restarting" or (info.running and info.restart_count > 2):
+        if _restarting(info):
             out.append(Finding("container.restarting", "error", node, f"container {name} keeps restarting",
                                evidence=f"status {info.status}, {info.restart_count} restarts",
                                fix=f"docker logs {name} on {node}; then {s.bootstrap('container')}", phase=PHASE,
