@@ -143,3 +143,24 @@ def test_a_far_end_not_looked_at_is_said_so(tmp_path):
     assert problems == [
         "spark1 enP2p1s0f1np1 has no carrier; the far end (spark2's end enP2p1s0f1np1) was not looked at: the "
         "cable, the port, or that end; reseat or replace the QSFP cable between spark1 port 1 and spark2 port 1"]
+
+
+def test_behind_a_switch_the_far_end_is_the_switch_port():
+    inv = inventory("four-sparks-switch.yaml")
+    names = [n.name for n in inv.nodes]
+    facts = {n: spark_facts(n) for n in names}
+    facts[names[2]] = spark_facts(names[2], no_carrier=("enP2p1s0f1np1",))
+    kit = make_kit(inv, facts)
+    assert outcome(ClusterPreflight(), kit.cluster) == [
+        f"{names[2]} enP2p1s0f1np1 has no carrier: the cable, the port, or the switch port; reseat or replace the "
+        f"QSFP cable in {names[2]} port 1 (and its switch port)"]
+
+
+def test_a_twin_set_down_behind_a_switch_is_repaired_too():
+    inv = inventory("four-sparks-switch.yaml")
+    names = [n.name for n in inv.nodes]
+    facts = {n: spark_facts(n) for n in names}
+    facts[names[1]] = spark_facts(names[1], set_down=("enp1s0f1np1",))
+    kit = make_kit(inv, facts)
+    assert outcome(ClusterPreflight(), kit.cluster) == []
+    assert [w.node for w in kit.events if w.event == "warning"] == [names[1]]
