@@ -88,6 +88,12 @@ def nccl_warn(s):
     s.probes["spark1"].nccl_log = "host:1:1 [0] NCCL WARN Bootstrap : no socket interface found\n"
 
 
+def bandwidth_regression(s):
+    from tests.unit.test_bench_history import bench
+
+    s.bench_history = [bench("t2", 40.0), bench("t1", 93.0)]
+
+
 FAULTS = {
     "node.unreachable": base.fault_unreachable, "node.ssh_auth": base.fault_ssh_auth,
     "node.host_key_changed": host_key_changed, "node.user_mismatch": base.fault_user,
@@ -99,6 +105,7 @@ FAULTS = {
     "fabric.no_carrier": base.fault_no_carrier, "fabric.wrong_port": wrong_port, "fabric.speed_low": speed_low,
     "fabric.jumbo_ping": base.fault_jumbo, "fabric.link_dead": link_dead, "port.taken": base.fault_port_taken,
     "serve.degenerate": base.fault_serve_degenerate, "nccl.warn": nccl_warn,
+    "fabric.bandwidth_regression": bandwidth_regression,
 }
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}
