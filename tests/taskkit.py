@@ -222,20 +222,25 @@ def spark_facts(node: str, *, up_ports: tuple[int, ...] = (1,), addresses: dict[
                 mtu: dict[str, int] | int = 1500, user: str = "nvidia", sudo: bool = True,
                 dgx: bool = True, docker: str = "ok", session_ip: str = "10.0.0.11",
                 netplan_files: list[NetplanFile] | None = None, speed_mbps: int | None = 200_000,
-                firewall: str | None = None, time: float = 1_800_000_000.0) -> Facts:
-    """A Spark as it reports itself: four CX-7 twins (those of `up_ports` Up), enP7s7 carrying the session."""
+                firewall: str | None = None, time: float = 1_800_000_000.0, set_down: tuple[str, ...] = (),
+                no_carrier: tuple[str, ...] = ()) -> Facts:
+    """A Spark as it reports itself: four CX-7 twins (those of `up_ports` Up, but those in `no_carrier` without
+    carrier and those in `set_down` administratively down), enP7s7 carrying the session. Flags as `ip -j addr`
+    shows them."""
     addresses = addresses or {}
     interfaces: dict[str, Interface] = {}
     roce: list[RoceDevice] = []
     for port, twins in SPARK_PORTS.items():
         for netdev, device in twins:
-            up = port in up_ports
+            up = port in up_ports and netdev not in set_down and netdev not in no_carrier
+            flags = ["BROADCAST", "MULTICAST"] + ([] if netdev in set_down else ["UP"]) + \
+                (["LOWER_UP"] if up else [] if netdev in set_down else ["NO-CARRIER"])
             roce.append(RoceDevice(device=device, port=1, netdev=netdev, up=up))
             interfaces[netdev] = Interface(
                 name=netdev, mtu=mtu.get(netdev, 1500) if isinstance(mtu, dict) else mtu,
-                operstate="UP" if up else "DOWN", carrier=up or None,
+                operstate="UP" if up else "DOWN", carrier=up if netdev not in set_down else None,
                 addresses=[_address(a) for a in addresses.get(netdev, [])],
-                speed_mbps=speed_mbps if up else None,
+                speed_mbps=speed_mbps if up else None, flags=flags,
             )
     interfaces[MANAGEMENT] = Interface(name=MANAGEMENT, mtu=1500, operstate="UP", carrier=True,
                                        addresses=[_address(f"{session_ip}/24")], speed_mbps=10_000)
@@ -273,8 +278,9 @@ def facts_from_spec(node: str, spec: dict[str, Any]) -> Facts:
     if "netplan_files" in spec:
         spec["netplan_files"] = [NetplanFile(f["path"], f.get("content"), int(str(f.get("mode", "600")), 8))
                                  for f in spec["netplan_files"]]
-    if "up_ports" in spec:
-        spec["up_ports"] = tuple(spec["up_ports"])
+    for key in ("up_ports", "set_down", "no_carrier"):
+        if key in spec:
+            spec[key] = tuple(spec[key])
     return spark_facts(node, **spec)
 
 

@@ -100,7 +100,8 @@ def render_cabling(console: Console, cabling: CablingMap) -> None:
 @click.option("--list", "list_ids", is_flag=True, is_eager=True, expose_value=False, callback=_list_remedies,
               help="Print every finding id with the bootstrap tasks that repair it or why a person must, and exit.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"healthy": bool, "findings": [...]} as JSON.')
-@click.option("--fix", is_flag=True, help="Run the bootstrap tasks that own the errors found, then check again.")
+@click.option("--fix", is_flag=True, help="Run the bootstrap tasks that repair what was found (errors and warnings), "
+              "then check again; what needs a person is left alone, with the reason.")
 @click.option("--bundle", "bundle_path", type=click.Path(dir_okay=False),
               help="Write a support bundle (tar.gz, secrets redacted) to this path.")
 @click.option("--limit", metavar="NODE[,NODE]", help="Diagnose these nodes only.")

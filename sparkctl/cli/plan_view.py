@@ -29,7 +29,8 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out.append(_section(f"node {name} (rank {node.rank})"))
         where = {"pinned": "pinned in the inventory", "facts": "cabled (read from the node)",
                  "inventory": "fabric.port in the inventory", "default": "default port 1 (not connected: "
-                 "bootstrap reads the cabled port from the node)"}[ports.source]
+                 "bootstrap reads the cabled port from the node)",
+                 "peer": "the peer's port (no carrier on this node: preflight says why)"}[ports.source]
         out.append(f"fabric interfaces: {', '.join(ports.interfaces) or '-'}  ({where})")
         if ports.roce_devices:
             out.append(f"RoCE devices:      {', '.join(ports.roce_devices)}")

@@ -13,14 +13,16 @@ def tasks_for(finding: Finding) -> tuple[str, ...]:
 
 
 def repair_selection(diagnosis: Diagnosis, graph: Graph) -> tuple[set[str], list[Finding]]:
-    """(tasks/phases to run with --only, the errors sparkctl cannot repair). Entries the graph lacks (a phase
-    not built yet) count as not repairable."""
+    """(tasks/phases to run with --only, the errors sparkctl cannot repair). Errors and warnings a task repairs
+    are repaired; notes are not. Entries the graph lacks (a phase not built yet) count as not repairable."""
     only: set[str] = set()
     manual: list[Finding] = []
-    for finding in diagnosis.errors:
+    for finding in diagnosis.findings:
+        if finding.severity == "info":
+            continue
         known = [t for t in tasks_for(finding) if t in graph or t in graph.phases]
         if known:
             only.update(known)
-        else:
+        elif finding.is_error:
             manual.append(finding)
     return only, manual

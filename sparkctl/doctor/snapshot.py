@@ -109,8 +109,20 @@ class Snapshot:
             ipaddress.ip_address(ip)
         except ValueError:
             return False
+        if ip in self.duplicated_ips():
+            return True  # two nodes answer for it: fabric.address_duplicate says which
         holders = f.interfaces_holding(ip)
         return not holders or not any(f.interface_up(h) for h in holders)
+
+    def duplicated_ips(self) -> set[str]:
+        """IPv4 addresses (not link-local) that more than one node holds."""
+        owners: dict[str, set[str]] = {}
+        for node, f in self.facts.items():
+            for iface in f.interfaces.values():
+                for a in iface.ipv4():
+                    if not a.is_link_local and not a.ip.startswith("127."):
+                        owners.setdefault(a.ip, set()).add(node)
+        return {ip for ip, nodes in owners.items() if len(nodes) > 1}
 
     def link_broken(self, node: str, peer: str, target: str) -> bool:
         """path_broken at the far end, or the near end lacks its own planned address on the target's subnet."""
@@ -137,6 +149,10 @@ class Snapshot:
 def doctor_plan(inventory: Inventory, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:
     """The desired state from the facts; a node whose facts allow no plan (no Up port) is planned from the
     inventory alone, so the others are still diagnosed against a plan. (plan, why a node could not be)."""
+    try:
+        return plan_cluster(inventory, facts), None
+    except PlanError:
+        pass
     usable = dict(facts)
     why = None
     for node in inventory.nodes:

@@ -115,6 +115,7 @@ class _FactsBuilder:
         f.netplan_files = self.parsed("netplan", parse.parse_netplan, default=[])
         self._fill_docker(container_names, image_refs)
         f.listening_tcp = self.parsed("ss", parse.parse_ss_listening, default={})
+        f.listening_addresses = self.parsed("ss", parse.parse_ss_addresses, default={})
         mem = self.parsed("meminfo", parse.parse_meminfo, default={})
         f.mem_total_kb, f.mem_available_kb = mem.get("MemTotal", 0), mem.get("MemAvailable", 0)
         f.page_cache_kb = mem.get("Cached", 0)

@@ -51,6 +51,11 @@ class Interface:
     def up(self) -> bool:
         return self.operstate == "UP" or (self.operstate == "UNKNOWN" and bool(self.carrier))
 
+    @property
+    def admin_down(self) -> bool:
+        """Set down (`ip link set X down`, a NetworkManager disconnect): no UP flag. Unknown flags: not known."""
+        return bool(self.flags) and "UP" not in self.flags
+
     def ipv4(self) -> list[Address]:
         return [a for a in self.addresses if a.family == "inet"]
 
@@ -213,6 +218,8 @@ class Facts:
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     images: dict[str, str | None] = field(default_factory=dict)
     listening_tcp: dict[int, str | None] = field(default_factory=dict)
+    #: port -> local addresses listening on it (`*`/`0.0.0.0`/`::` mean all)
+    listening_addresses: dict[int, list[str]] = field(default_factory=dict)
     mem_total_kb: int = 0
     mem_available_kb: int = 0
     page_cache_kb: int = 0
@@ -266,6 +273,10 @@ class Facts:
             if where is not None:
                 by_port.setdefault(where[0], []).append((where[1], name))
         return {port: [name for _, name in sorted(twins)] for port, twins in sorted(by_port.items())}
+
+    def interface_admin_down(self, ifname: str) -> bool:
+        iface = self.interfaces.get(ifname)
+        return iface is not None and iface.admin_down
 
     def up_ports(self) -> dict[int, list[str]]:
         """The ports whose twins are all Up (one cable brings both twins of its port Up)."""

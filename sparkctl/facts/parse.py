@@ -176,6 +176,22 @@ def parse_ss_listening(text: str) -> dict[int, str | None]:
     return ports
 
 
+def parse_ss_addresses(text: str) -> dict[int, list[str]]:
+    """`ss -ltnH`: port -> the local addresses listening on it (`*` and `0.0.0.0` mean every address)."""
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        address, _, port = fields[3].rpartition(":")
+        if port.isdigit():
+            address = address.strip("[]").split("%", 1)[0]
+            out.setdefault(int(port), [])
+            if address not in out[int(port)]:
+                out[int(port)].append(address)
+    return out
+
+
 def parse_meminfo(text: str) -> dict[str, int]:
     values: dict[str, int] = {}
     for line in text.splitlines():

@@ -23,7 +23,11 @@ from sparkctl.lab.standins import IMAGE_STANDINS, fixture_repos_dir, standin_pat
 
 TRTLLM_VERSION = "1.3.0rc12"
 IMAGE_STORE = "/var/lib/sparkctl-lab/image-store"
-IMAGE_REF = f"localhost/sparkctl-lab-trtllm:{TRTLLM_VERSION}"
+#: One repository per recipe (image_ref): checkouts with different recipes on one machine (the labs of several
+#: branches) each keep their own image in the shared store instead of retagging one ref, and pruning the old
+#: image, from under each other's running containers. The tag stays the TensorRT-LLM release, which sparkctl
+#: reads from an image reference.
+IMAGE_REPO = "localhost/sparkctl-lab-trtllm"
 VERSION_LABEL = "com.nvidia.tensorrt-llm.version"
 RECIPE_LABEL = "sparkctl.lab.recipe"
 
@@ -88,14 +92,15 @@ def required_packages() -> list[str]:
 
 
 def ensure_image(rebuild: bool = False, log: Log = print) -> str:
-    """Build and import the image unless the store already holds one with this recipe; return IMAGE_REF."""
+    """Build and import the image unless the store already holds this recipe's; return its reference."""
     with _build_lock():
         recipe = recipe_hash()
-        current = installed_recipe()
+        ref = image_ref(recipe)
+        current = installed_recipe(ref)
         if current == recipe and not rebuild:
-            return IMAGE_REF
+            return ref
         reason = "rebuild asked" if rebuild else ("not built yet" if current is None else "recipe changed")
-        log(f"lab image: building {IMAGE_REF} ({reason}, recipe {recipe[:12]})")
+        log(f"lab image: building {ref} ({reason}, recipe {recipe[:12]})")
         BUILD_DIR.mkdir(parents=True, exist_ok=True)
         tarball = BUILD_DIR / "rootfs.tar"
         try:
@@ -106,11 +111,16 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
             built = time.monotonic()
             size_mb = tarball.stat().st_size / 1e6
             log(f"lab image: mmdebstrap {built - started:.1f} s, {size_mb:.0f} MB")
-            _import_rootfs(tarball, recipe)
+            _import_rootfs(tarball, recipe, ref)
             log(f"lab image: podman import {time.monotonic() - built:.1f} s")
         finally:
             shutil.rmtree(BUILD_DIR, ignore_errors=True)
-        return IMAGE_REF
+        return ref
+
+
+def image_ref(recipe: str | None = None) -> str:
+    """This recipe's image: `localhost/sparkctl-lab-trtllm-<recipe>:<release>`."""
+    return f"{IMAGE_REPO}-{(recipe or recipe_hash())[:12]}:{TRTLLM_VERSION}"
 
 
 def podman_store_args() -> list[str]:
@@ -118,12 +128,12 @@ def podman_store_args() -> list[str]:
     return ["--root", IMAGE_STORE, "--runroot", IMAGE_STORE_RUNROOT, "--storage-driver", "overlay"]
 
 
-def installed_recipe() -> str | None:
-    """The recipe hash of the image in the store, or None when there is no image."""
+def installed_recipe(ref: str | None = None) -> str | None:
+    """The recipe hash of the image in the store (this recipe's by default), or None when there is none."""
     if not shutil.which("podman") or not Path(IMAGE_STORE).is_dir():
         return None
     result = subprocess.run(
-        ["podman", *podman_store_args(), "image", "inspect", "--format", "{{json .Labels}}", IMAGE_REF],
+        ["podman", *podman_store_args(), "image", "inspect", "--format", "{{json .Labels}}", ref or image_ref()],
         capture_output=True,
         text=True,
         timeout=60,
@@ -142,7 +152,7 @@ def recipe_hash() -> str:
         "excludes": DPKG_PATH_EXCLUDES,
         "mirrors": apt_mirrors(),
         "version": TRTLLM_VERSION,
-        "ref": IMAGE_REF,
+        "repository": IMAGE_REPO,
     }
     digest.update(json.dumps(recipe, sort_keys=True).encode())
     for relative, path in _baked_files():
@@ -268,7 +278,7 @@ def _bootstrap_rootfs(tarball: Path, overlay: Path, log: Log | None = None) -> N
     _run(command, "mmdebstrap", timeout=1800, log=log)
 
 
-def _import_rootfs(tarball: Path, recipe: str) -> None:
+def _import_rootfs(tarball: Path, recipe: str, ref: str) -> None:
     Path(IMAGE_STORE).mkdir(parents=True, exist_ok=True)
     Path(IMAGE_STORE_RUNROOT).mkdir(parents=True, exist_ok=True)
     changes = [
@@ -282,8 +292,9 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
     ]
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]
-    _run([*podman, "import", "--quiet", *change_args, str(tarball), IMAGE_REF], "podman import", timeout=600)
-    # The previous build (now untagged) would otherwise stay in the store forever.
+    _run([*podman, "import", "--quiet", *change_args, str(tarball), ref], "podman import", timeout=600)
+    # This recipe's previous build (a --rebuild, now untagged) would otherwise stay in the store forever; the
+    # images of other recipes are other checkouts' (their labs may be running) and stay.
     subprocess.run([*podman, "image", "prune", "-f"], capture_output=True, timeout=120)
 
 

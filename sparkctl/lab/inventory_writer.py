@@ -14,9 +14,6 @@ import yaml
 from sparkctl.lab.naming import NODE_USER
 
 KEY_NAME = "id_ed25519"
-LAB_IMAGE_REF = "localhost/sparkctl-lab-trtllm:1.3.0rc12"
-
-
 def write_controller_key(directory: Path) -> Path:
     """A fresh ed25519 key for the controller (the machine), authorized for nvidia on every node."""
     key = directory / KEY_NAME
@@ -42,7 +39,7 @@ def write_known_hosts(path: Path, lines: list[str]) -> None:
 
 
 def inventory_document(directory: Path, cluster_name: str, nodes: list[tuple[str, str]], topology: str,
-                       port: int, image: str = LAB_IMAGE_REF) -> dict:
+                       port: int, image: str) -> dict:
     return {
         "cluster": {"name": cluster_name},
         "user": NODE_USER,

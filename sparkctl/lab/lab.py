@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.lab import inventory_writer, network, node, podman, systemd
-from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE, ensure_image
+from sparkctl.lab.image import IMAGE_STORE, ensure_image, image_ref
 from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, parse_ring_order, validate_topology
 from sparkctl.lab.renderer import DEFAULT_RENDERER, renderer_spec
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
@@ -162,7 +162,7 @@ class Lab:
             record.init = init
         state.record(Resource(kind="cgroup", name=names.cgroup))
         network.add_mgmt_bridge(state, names)
-        image_ref, image_store = IMAGE_REF, IMAGE_STORE
+        lab_image, image_store = image_ref(), IMAGE_STORE
         masked = systemd.units_to_mask(systemd.enabled_units(), self.renderer)
         standins = _node_standins()
         for record in state.nodes:
@@ -185,7 +185,7 @@ class Lab:
         inventory_writer.write_known_hosts(self.known_hosts_path, known)
         document = inventory_writer.inventory_document(
             self.dir, names.cluster_name, [(r.name, r.mgmt_ip) for r in state.nodes], state.topology,
-            state.port, image_ref)
+            state.port, lab_image)
         inventory_writer.write_inventory(self.inventory_path, document)
         state.phase = "up"
         state.save()

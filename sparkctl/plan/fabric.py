@@ -24,7 +24,7 @@ class NodePorts:
     ports: tuple[int | None, ...]          # physical port per pair of twins (None when pinned by name)
     interfaces: tuple[str, ...]
     roce_devices: tuple[str, ...]
-    source: str                            # "pinned" | "facts" | "inventory" | "default"
+    source: str                            # "pinned" | "facts" | "inventory" | "default" | "peer"
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,30 @@ def _roce_for(netdev: str, facts: Facts | None) -> str:
     return SPARK_ROCE.get(netdev, "")
 
 
-def _up_ports(facts: Facts) -> dict[int, list[str]]:
-    return {int(p): list(twins) for p, twins in facts.up_ports().items()}
+def _cabled_port(node: Node, facts: Facts) -> int:
+    """The port a cable is in: both twins Up; else one twin Up (one cable carries both twins, so the other
+    twin's trouble is its own); else the only port with a twin set down (bringing it Up is planned)."""
+    up = sorted(facts.up_ports())
+    if up:
+        return up[0] if len(up) == 1 else DEFAULT_PORT
+    ports = facts.ports()
+    carrier = [p for p, twins in ports.items() if any(facts.interface_up(t) for t in twins)]
+    if carrier:
+        return DEFAULT_PORT if DEFAULT_PORT in carrier else carrier[0]
+    set_down = [p for p, twins in ports.items() if any(facts.interface_admin_down(t) for t in twins)]
+    if len(set_down) == 1:
+        return set_down[0]
+    raise PlanError(
+        f"{node.name}: no fabric port is Up (no QSFP port has carrier on both twins)",
+        hint="plug the QSFP cable into the same port on both nodes; `ibdev2netdev` shows the state",
+    )
 
 
 def select_ports(inventory: Inventory, node: Node, facts: Facts | None) -> NodePorts:
-    """The twins a node uses: pinned names, else what is cabled (facts), else the inventory port, else port 1."""
+    """The twins a node uses: pinned names, else the inventory's port, else the cabled one (facts), else port 1.
+
+    A port the inventory names is planned whether or not it has carrier: why it has none (a twin set down here
+    or at the far end, the cable, another port cabled) is preflight's judgement (rules/twins.py)."""
     topology = inventory.topology
     if topology == "single":
         return NodePorts(node.name, (), (), (), "inventory")
@@ -101,29 +119,39 @@ def select_ports(inventory: Inventory, node: Node, facts: Facts | None) -> NodeP
     if topology == "ring":
         ports: tuple[int, ...] = (0, 1)
         source = "inventory"
+    elif wanted in (0, 1):
+        ports = (int(wanted),)
+        source = "facts" if facts is not None and int(wanted) in facts.up_ports() else "inventory"
     elif facts is not None:
-        up = _up_ports(facts)
-        if wanted in (0, 1):
-            if wanted not in up:
-                raise PlanError(
-                    f"{node.name}: fabric port {wanted} is not Up (both twins need carrier)",
-                    hint=f"check the cable on port {wanted}, or set fabric.port: auto",
-                )
-            ports, source = (int(wanted),), "facts"
-        elif len(up) == 1:
-            ports, source = (next(iter(up)),), "facts"
-        elif len(up) > 1:
-            ports, source = (DEFAULT_PORT,), "facts"
-        else:
-            raise PlanError(
-                f"{node.name}: no fabric port is Up (no QSFP port has carrier on both twins)",
-                hint="plug the QSFP cable into the same port on both nodes; `ibdev2netdev` shows the state",
-            )
+        ports, source = (_cabled_port(node, facts),), "facts"
     else:
         ports = (int(wanted),) if wanted in (0, 1) else (DEFAULT_PORT,)
         source = "inventory" if wanted in (0, 1) else "default"
     names = tuple(n for p in ports for n in SPARK_TWINS[p])
     return NodePorts(node.name, ports, names, tuple(_roce_for(n, facts) for n in names), source)
+
+
+def _select_all(inventory: Inventory, facts_by_node: dict[str, Facts]) -> dict[str, NodePorts]:
+    """select_ports for every node; in a pair, a node with no carrier anywhere takes its peer's port (NVIDIA:
+    the same port on both), so the far end's trouble (a twin set down there) can be named and repaired."""
+    ports: dict[str, NodePorts] = {}
+    undecided: dict[str, PlanError] = {}
+    for n in inventory.nodes:
+        try:
+            ports[n.name] = select_ports(inventory, n, facts_by_node.get(n.name))
+        except PlanError as exc:
+            undecided[n.name] = exc
+    if not undecided:
+        return ports
+    chosen = {p.ports for p in ports.values()}
+    if inventory.topology != "pair" or len(chosen) != 1:
+        raise next(iter(undecided.values()))
+    port = next(iter(chosen))
+    for name in undecided:
+        names = tuple(t for p in port if p is not None for t in SPARK_TWINS[p])
+        ports[name] = NodePorts(name, port, names, tuple(_roce_for(t, facts_by_node.get(name)) for t in names),
+                                "peer")
+    return {n.name: ports[n.name] for n in inventory.nodes}
 
 
 def _existing(facts: Facts | None, iface: str, subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Interface | None:
@@ -170,7 +198,7 @@ def _twin_on(ports: NodePorts, port: int, twin: int) -> str:
 def plan_fabric(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> FabricPlan:
     """Addresses for every fabric twin. Addresses that already satisfy the inventory are kept (never renumber)."""
     facts_by_node = facts_by_node or {}
-    ports = {n.name: select_ports(inventory, n, facts_by_node.get(n.name)) for n in inventory.nodes}
+    ports = _select_all(inventory, facts_by_node)
     slots = _slots(inventory, ports)
     taken: dict[ipaddress.IPv4Network, set[ipaddress.IPv4Address]] = {}
     chosen: dict[str, dict[str, ipaddress.IPv4Interface]] = {n.name: {} for n in inventory.nodes}
@@ -190,7 +218,10 @@ def plan_fabric(inventory: Inventory, facts_by_node: dict[str, Facts] | None = N
             candidate = _first_free(subnet, used)
         used.add(candidate)
         chosen[node][iface] = ipaddress.IPv4Interface(f"{candidate}/{subnet.prefixlen}")
-    return FabricPlan(ports=ports, addresses=chosen, kept=kept)
+    # in the order of the node's twins, whichever addresses were kept: settings listing them (the container's
+    # sshd listen addresses) must not change because a twin lost its address for a while
+    ordered = {node: {i: chosen[node][i] for i in ports[node].interfaces if i in chosen[node]} for node in chosen}
+    return FabricPlan(ports=ports, addresses=ordered, kept=kept)
 
 
 def _first_free(subnet: ipaddress.IPv4Network, used: set[ipaddress.IPv4Address]) -> ipaddress.IPv4Address:

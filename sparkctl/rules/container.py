@@ -6,6 +6,9 @@ from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import ContainerSpec
 from sparkctl.secrets import MASK
 
+#: What the container's own sshd is called in `ss -p` (OpenSSH 9.8+ forks "sshd-session" per login).
+SSHD_NAMES = ("sshd", "sshd-session")
+
 
 def spec_differences(spec: ContainerSpec, current: ContainerInfo) -> list[str]:
     """What differs between the planned spec and the running container, one line per setting."""

@@ -81,6 +81,21 @@ def management_addresses(facts: Facts) -> list[str]:
             for a in facts.interfaces[name].ipv4()]
 
 
+WILDCARDS = ("*", "0.0.0.0", "::")
+
+
+def listening_on_management(facts: Facts, port: int) -> list[str]:
+    """The addresses by which `port` answers on the management network (a wildcard listener answers on all)."""
+    mgmt = management_addresses(facts)
+    out = []
+    for address in facts.listening_addresses.get(port, []):
+        if address in WILDCARDS:
+            out += [a for a in mgmt if a not in out]
+        elif address in mgmt and address not in out:
+            out.append(address)
+    return out
+
+
 def exposure_script(addresses: list[str], port: int) -> str:
     """Shell (bash) that tries a TCP connection to each address's `port` from the node itself: `open <ip>` or
     `closed <ip>` per address."""

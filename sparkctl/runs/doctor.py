@@ -108,7 +108,7 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
         diagnosis, snapshot = diagnose(inventory, request)
         _journal(diagnosis, journal, "first")
         outcome = DoctorOutcome(diagnosis, snapshot)
-        if request.fix and not diagnosis.healthy:
+        if request.fix and (not diagnosis.healthy or repair_selection(diagnosis, bootstrap_graph())[0]):
             before_repair(diagnosis)
             outcome.repair = repair(inventory, diagnosis, request,
                                     lambda event: (journal(event), repair_emit(event)))

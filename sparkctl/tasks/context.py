@@ -131,8 +131,9 @@ class ClusterContext:
         with self._generation_lock:
             self._generation += 1
 
-    def warn(self, message: str, hint: str | None = None, task: str | None = None) -> None:
-        self.emit(Event(event="warning", task=task, message=message, hint=hint))
+    def warn(self, message: str, hint: str | None = None, task: str | None = None, node: str | None = None,
+             details: list[str] | None = None) -> None:
+        self.emit(Event(event="warning", node=node, task=task, message=message, hint=hint, details=details or []))
 
     def hand_over(self, key: str, value: Any) -> None:
         """Reads a task did on behalf of the NEXT task (they rode in its round trip), tagged with the current

@@ -115,3 +115,12 @@ def leftovers_of(lab) -> list[str]:
                 found.append(f"process {resource.name} ({node.name})")
     found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/sparkctl-lab/{names.lab_id}")]
     return sorted(set(found))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """`item.failed_call`: the test body failed (a fixture's teardown may then restore what the test broke)."""
+    report = yield
+    if report.when == "call" and report.failed:
+        item.failed_call = True
+    return report

@@ -29,7 +29,7 @@ def try_it_line() -> str:
 @pytest.fixture
 def fresh(tmp_path):
     _require_lab()
-    subprocess.run(["podman", *image.podman_store_args(), "rmi", "-f", image.IMAGE_REF], capture_output=True,
+    subprocess.run(["podman", *image.podman_store_args(), "rmi", "-f", image.image_ref()], capture_output=True,
                    timeout=120)
     assert image.installed_recipe() is None
     env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state")}

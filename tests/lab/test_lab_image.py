@@ -97,6 +97,8 @@ def test_image_carries_release_and_recipe_labels_and_is_cached(lab_image, podman
     labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", lab_image).stdout)
     assert labels[image.VERSION_LABEL] == "1.3.0rc12"
     assert labels[image.RECIPE_LABEL] == image.recipe_hash()
+    # one repository per recipe: another checkout's build on this machine never retags or prunes this one
+    assert lab_image == f"localhost/sparkctl-lab-trtllm-{image.recipe_hash()[:12]}:1.3.0rc12"
     started = time.monotonic()
     assert image.ensure_image(log=lambda line: pytest.fail(f"rebuilt although cached: {line}")) == lab_image
     assert time.monotonic() - started < 10

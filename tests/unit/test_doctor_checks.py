@@ -136,6 +136,21 @@ def fault_port_down(s):
     s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "No route to host")
 
 
+def fault_no_carrier(s):
+    """Both ends up, no carrier (a dead cable): one finding, on the first node, the far end under it."""
+    for name in NODES:
+        nic = s.facts[name].interfaces["enP2p1s0f1np1"]
+        nic.operstate, nic.carrier, nic.flags, nic.addresses = "DOWN", False, ["NO-CARRIER", "UP"], []
+    s.probes["spark1"].pings[1].verdict = "dead"
+    s.probes["spark2"].pings[1].verdict = "dead"
+
+
+def fault_interface_missing(s):
+    del s.facts["spark2"].interfaces["enP2p1s0f1np1"]
+    s.facts["spark2"].roce = [d for d in s.facts["spark2"].roce if d.netdev != "enP2p1s0f1np1"]
+    s.probes["spark1"].pings[1].verdict = "dead"
+
+
 def fault_jumbo(s):
     s.probes["spark2"].pings[0].verdict = "mtu"
 
@@ -152,6 +167,15 @@ def fault_container_exited(s):
     s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
                                         for p in s.probes["spark1"].container_ssh]
     s.probes["spark2"].container_hostfile = None
+
+
+def fault_container_restarting(s):
+    """Its command keeps failing under a restart policy: its ssh and hostfile fail with it, said there."""
+    info = s.facts["spark2"].containers["trtllm-multinode"]
+    info.restart_count = 12
+    s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
+                                        for p in s.probes["spark1"].container_ssh]
+    s.probes["spark2"].container_hostfile = ""
 
 
 def fault_container_missing(s):
@@ -180,6 +204,10 @@ def fault_env_management(s):
 
 def fault_ib_hca(s):
     s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "mlx5_0"
+
+
+def fault_env_unset(s):
+    del s.facts["spark2"].containers["trtllm-multinode"].env["OMPI_MCA_oob_tcp_if_include"]
 
 
 def fault_hostfile(s):
@@ -254,15 +282,19 @@ CASES = [
     (fault_address_foreign, "fabric.address_foreign", "spark2"),
     (fault_netplan_conflict, "netplan.conflict", "spark1"),
     (fault_port_down, "fabric.port_down", "spark2"),
+    (fault_no_carrier, "fabric.no_carrier", "spark1"),
+    (fault_interface_missing, "fabric.interface_missing", "spark2"),
     (fault_jumbo, "fabric.jumbo_ping", "spark2"),
     (fault_ssh_mesh, "ssh.mesh_broken", "spark2"),
     (fault_container_exited, "container.exited", "spark2"),
     (fault_container_missing, "container.missing", "spark2"),
+    (fault_container_restarting, "container.restarting", "spark2"),
     (fault_spec_drift, "container.spec_drift", "spark1"),
     (fault_port_taken, "port.taken", "spark2"),
     (fault_env_absent, "env.iface_absent", "spark2"),
     (fault_env_management, "env.management_iface", "spark1"),
     (fault_ib_hca, "nccl.ib_hca_missing", "spark2"),
+    (fault_env_unset, "env.unset", "spark2"),
     (fault_hostfile, "mpi.hostfile_mismatch", "spark2"),
     (fault_container_ssh, "container.ssh_broken", "spark2"),
     (fault_unreachable, "node.unreachable", "spark2"),
@@ -290,10 +322,69 @@ def test_each_fault_is_exactly_one_error_id_on_its_node_with_a_fix(fault, findin
     assert not d.healthy
 
 
-def test_address_duplicate_is_reported_on_both_owners():
+def test_a_twin_set_down_is_one_finding_with_what_it_causes_under_it():
+    s = healthy_snapshot()
+    fault_port_down(s)
+    (f,) = diagnose(s).errors
+    assert (f.id, f.node, f.summary) == ("fabric.port_down", "spark2",
+                                          "fabric twin enp1s0f1np1 set down (administratively down)")
+    assert f.evidence.startswith("spark2 enp1s0f1np1 is administratively down; the network phase (network.netplan) "
+                                 "brings it Up")
+    assert f.fix.endswith("--only network") and f.remedy.repairable
+    assert f.details == (
+        "spark1 enp1s0f1np1 has no carrier because spark2's end is administratively down",
+        "spark2 enp1s0f1np1 is without its address 192.168.100.11/24 (the renderer gives it back with the carrier)",
+        "spark1 enp1s0f1np1 is without its address 192.168.100.10/24 (the renderer gives it back with the carrier)",
+        "the jumbo ping spark1 enp1s0f1np1 -> spark2 192.168.100.11 fails",
+        "ssh from spark1 to spark2 (192.168.100.11) fails: No route to host")
+    assert not any("cable" in text for text in (f.summary, f.evidence, f.fix, *f.details))
+
+
+def test_a_dead_cable_is_said_once_with_both_ends():
+    s = healthy_snapshot()
+    fault_no_carrier(s)
+    (f,) = diagnose(s).errors
+    assert f.evidence.startswith("spark1 enP2p1s0f1np1 has no carrier with both ends up (spark2's end "
+                                 "enP2p1s0f1np1 not set down): the cable or the port")
+    assert f.details[0] == "spark2 enP2p1s0f1np1 has no carrier either (the same cable)"
+    assert f.fix == "reseat or replace the QSFP cable between spark1 port 1 and spark2 port 1"
+    assert f.remedy.kind == "cable"
+
+
+def test_the_cable_in_another_port_is_named_on_its_node():
+    s = healthy_snapshot()
+    s.inventory = s.inventory.model_copy(deep=True)
+    s.inventory.fabric.port = 0
+    d = diagnose(s)
+    assert {(f.id, f.node) for f in d.errors} >= {("fabric.wrong_port", "spark1"), ("fabric.wrong_port", "spark2")}
+    f = next(f for f in d.errors if f.id == "fabric.wrong_port")
+    assert "the cable is in port 1 of spark1, the inventory plans port 0" in f.evidence
+
+
+def test_nccl_ib_hca_leaving_out_a_twin_is_one_warning_not_a_spec_drift_too():
+    s = healthy_snapshot()
+    s.facts["spark1"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1"
+    d = diagnose(s)
+    assert d.healthy and [(f.id, f.node, f.severity) for f in d.findings] == [
+        ("nccl.ib_hca_partial", "spark1", "warning")]
+
+
+def test_address_duplicate_is_reported_on_both_owners_with_what_fails_because_of_it():
     s = healthy_snapshot()
     fault_address_duplicate(s)
-    assert ("fabric.address_duplicate", "spark1") in errors(s) and ("fabric.address_duplicate", "spark2") in errors(s)
+    # what the lab shows: the pings and logins to the address reach the wrong node or none
+    s.probes["spark2"].pings[0].verdict = "dead"
+    s.probes["spark2"].ssh[0] = SshProbe("spark1", "192.168.100.10", False, "Host key verification failed.")
+    s.probes["spark1"].container_ssh[0] = SshProbe("spark2", "root@192.168.100.11", False, "Connection timed out")
+    s.probes["spark2"].container_ssh[0] = SshProbe("spark1", "root@192.168.100.10", False, "Connection refused")
+    assert errors(s) == {("fabric.address_duplicate", "spark1"), ("fabric.address_duplicate", "spark2"),
+                         ("fabric.address_extra", "spark2")}
+    dup = next(f for f in diagnose(s).errors if f.id == "fabric.address_duplicate")
+    assert dup.details == (
+        "the jumbo ping spark2 enp1s0f1np1 -> spark1 192.168.100.10 fails",
+        "ssh from spark2 to spark1 (192.168.100.10) fails: Host key verification failed.",
+        "ssh from spark2's container to spark1's container (root@192.168.100.10) fails: Connection refused",
+        "ssh from spark1's container to spark2's container (root@192.168.100.11) fails: Connection timed out")
 
 
 def test_warnings_clock_memory_page_cache_disk_speed_and_bad_release():

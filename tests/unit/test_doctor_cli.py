@@ -102,6 +102,13 @@ def test_fix_selects_the_owning_tasks_and_leaves_the_rest_to_a_person():
     assert tasks_for(Finding("node.docker_group", "error", "a", "x")) == ()
 
 
+def test_fix_repairs_repairable_warnings_too_but_leaves_notes_and_a_persons_warnings():
+    d = Diagnosis([Finding("nccl.ib_hca_partial", "warning", "a", "x"), Finding("node.clock_skew", "warning", "a", "x"),
+                   Finding("model.absent", "info", "a", "x")], nodes=["a"])
+    only, manual = repair_selection(d, bootstrap_graph())
+    assert only == {"container", "mpi"} and manual == []
+
+
 def test_scrub_masks_registered_secrets_and_token_shapes():
     forget_secrets()
     register_secret("sudo-pass-123")

@@ -1,8 +1,9 @@
 """Every doctor finding id closes: the tasks that repair it, or why a person must (sparkctl/doctor/remedies.py).
 
 The ids are read from the source itself: every `Finding(...)` anywhere in sparkctl/, its id a literal, a name
-bound to literals, or a call of a function whose every return is a literal. A new check whose id is missing from
-REMEDIES (or cannot be read) fails here, so no finding can be added without deciding how it closes.
+bound to literals, a dict of literals indexed, or a call of a function whose every return is a literal. A new
+check whose id is missing from REMEDIES (or cannot be read) fails here, so no finding can be added without
+deciding how it closes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class Unreadable(Exception):
     pass
 
 
+_MODULES: dict[int, ast.Module] = {}
+
+
+def module_of(scope: ast.AST) -> ast.Module:
+    return _MODULES[id(scope)]
+
+
 def _literals(expr: ast.AST, scope: ast.AST, functions: dict[str, ast.FunctionDef], seen: set[str]) -> set[str]:
     """The string literals an id expression can evaluate to."""
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
@@ -43,6 +51,17 @@ def _literals(expr: ast.AST, scope: ast.AST, functions: dict[str, ast.FunctionDe
             if isinstance(node, ast.Return) and node.value is not None:
                 out |= _literals(node.value, fn, functions, seen | {name})
         return out
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
+        # ids[key] of a dict literal bound to a name: every value it holds
+        out = set()
+        for node in ast.walk(module_of(scope)):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Dict) and any(
+                    isinstance(t, ast.Name) and t.id == expr.value.id
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                for value in node.value.values:
+                    out |= _literals(value, scope, functions, seen)
+        if out:
+            return out
     if isinstance(expr, ast.Name):
         out = set()
         for node in ast.walk(scope):
@@ -75,6 +94,7 @@ def finding_ids_in_source() -> tuple[dict[str, list[str]], list[str]]:
         tree = ast.parse(path.read_text(), str(path))
         functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         scopes = _enclosing(tree)
+        _MODULES.update({id(n): tree for n in ast.walk(tree)})
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -90,8 +110,8 @@ def finding_ids_in_source() -> tuple[dict[str, list[str]], list[str]]:
                     raise Unreadable("no id")
                 found = _literals(arg, scopes.get(id(node), tree), functions, set())
             except Unreadable as exc:
-                unreadable.append(f"{where}: Finding id {exc} is not a literal, a name bound to literals, or a "
-                                  "function returning literals")
+                unreadable.append(f"{where}: Finding id {exc} is not a literal, a name bound to literals, a dict "
+                                  "of literals indexed, or a function returning literals")
                 continue
             for finding_id in found:
                 ids.setdefault(finding_id, []).append(where)

@@ -64,7 +64,11 @@ def test_the_driver_against_the_image_cuda():
 
 def healthy():
     """The healthy snapshot with what the new probes see on a healthy pair."""
-    s = healthy_snapshot()
+    return with_system_probes(healthy_snapshot())
+
+
+def with_system_probes(s):
+    """What the node-software probes see on a healthy pair, added to a snapshot of test_doctor_checks."""
     for node, ips in TWINS.items():
         system = s.probes[node].system
         system.kernel, system.driver, system.cuda = "6.11.0-1016-nvidia", "580.95.05", "13.0"

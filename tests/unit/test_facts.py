@@ -69,6 +69,15 @@ def test_ss_listening_with_and_without_process_names():
                                 "LISTEN 0 128 127.0.0.53%lo:53 0.0.0.0:*\n") == {2233: "sshd", 53: None}
 
 
+def test_ss_listening_addresses_by_port():
+    assert p.parse_ss_addresses(fixture("ss.netns.txt")) == {18355: ["127.0.0.1"]}
+    assert p.parse_ss_addresses('LISTEN 0 128 [::]:2233 [::]:* users:(("sshd",pid=9,fd=4))\n'
+                                "LISTEN 0 128 192.168.100.10:2233 0.0.0.0:*\n"
+                                "LISTEN 0 128 127.0.0.53%lo:53 0.0.0.0:*\n"
+                                "LISTEN 0 128 *:22 *:*\n") == {2233: ["::", "192.168.100.10"], 53: ["127.0.0.53"],
+                                                              22: ["*"]}
+
+
 def test_ibdev2netdev_spark_lines():
     roce = p.parse_ibdev2netdev(fixture("ibdev2netdev.spark.handmade.txt"))
     assert [(d.device, d.port, d.netdev, d.up) for d in roce] == [

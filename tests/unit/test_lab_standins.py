@@ -492,9 +492,10 @@ def test_trtllm_serve_two_ranks_serve_until_a_peer_dies(serve_env):
 
 
 def worker_pid(mpirun_pid):
-    """The rank-1 process under mpirun (its environment says OMPI_COMM_WORLD_RANK=1)."""
+    """The rank-1 process under THIS mpirun (its environment says OMPI_COMM_WORLD_RANK=1). Only its descendants
+    count: other mpiruns on the machine (a lab's serving ranks, another test) have a rank 1 too."""
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or mpirun_pid not in ancestors(int(proc.name)):
             continue
         try:
             environ = (proc / "environ").read_bytes().split(b"\0")
@@ -504,6 +505,18 @@ def worker_pid(mpirun_pid):
         if b"OMPI_COMM_WORLD_RANK=1" in environ and b"trtllm-serve" in cmdline:
             return int(proc.name)
     raise AssertionError(f"no rank-1 trtllm-serve under mpirun {mpirun_pid}")
+
+
+def ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        try:
+            # /proc/PID/stat: "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        chain.append(pid)
+    return chain
 
 
 class OneRankMpi:

@@ -180,7 +180,8 @@ def test_the_renderers_netplan_files_are_dgx_os_or_networkd():
 
 
 def test_inventory_follows_the_schema(tmp_path):
-    doc = inventory_writer.inventory_document(tmp_path, "lab-abcd", [("spark1", "10.1.1.11")], "pair", 1)
+    doc = inventory_writer.inventory_document(tmp_path, "lab-abcd", [("spark1", "10.1.1.11")], "pair", 1,
+                                              "localhost/sparkctl-lab-trtllm-0123456789ab:1.3.0rc12")
     path = tmp_path / "inventory.yaml"
     inventory_writer.write_inventory(path, doc)
     loaded = yaml.safe_load(path.read_text())

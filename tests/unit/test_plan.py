@@ -256,19 +256,50 @@ def test_legacy_both_twins_in_one_subnet_are_renumbered(tmp_path, legacy):
 
 # --- no plan possible ---------------------------------------------------------------------------------------
 
-def test_no_up_port_is_a_plan_error_with_a_hint(tmp_path):
-    facts = {"spark1": spark_facts("spark1", up_ports=()), "spark2": spark_facts("spark2")}
+def test_no_up_port_anywhere_is_a_plan_error_with_a_hint(tmp_path):
+    facts = {n: spark_facts(n, up_ports=()) for n in ("spark1", "spark2")}
     with pytest.raises(PlanError) as err:
         plan_cluster(pair_inventory(tmp_path), facts)
     assert err.value.message.startswith("spark1: no fabric port is Up")
     assert "ibdev2netdev" in err.value.hint and "same port" in err.value.hint
 
 
-def test_wanted_port_not_up_is_a_plan_error_naming_the_port(tmp_path):
+def test_a_node_without_carrier_takes_its_peers_port_in_a_pair(tmp_path):
+    # e.g. both its twins lost carrier because the peer's ends are set down: the peer's port is the one to plan
+    facts = {"spark1": spark_facts("spark1", up_ports=()), "spark2": spark_facts("spark2", up_ports=(0,))}
+    plan = plan_cluster(pair_inventory(tmp_path), facts)
+    assert plan.fabric.ports["spark1"].interfaces == ("enp1s0f0np0", "enP2p1s0f0np0")
+    assert plan.fabric.ports["spark1"].source == "peer"
+
+
+def test_one_twin_up_is_enough_to_know_where_the_cable_is(tmp_path):
+    facts = {n: spark_facts(n, up_ports=(0,)) for n in ("spark1", "spark2")}
+    facts["spark1"].interfaces["enP2p1s0f0np0"].operstate = "DOWN"
+    plan = plan_cluster(pair_inventory(tmp_path), facts)
+    assert plan.fabric.ports["spark1"].ports == (0,) and plan.fabric.ports["spark1"].source == "facts"
+
+
+def test_a_twin_set_down_is_the_cabled_port_when_nothing_else_is(tmp_path):
+    facts = {n: spark_facts(n, up_ports=()) for n in ("spark1", "spark2")}
+    for n in ("enp1s0f0np0", "enP2p1s0f0np0"):
+        facts["spark1"].interfaces[n].flags = ["BROADCAST", "MULTICAST"]
+    plan = plan_cluster(pair_inventory(tmp_path), facts)
+    assert plan.fabric.ports["spark1"].ports == (0,) and plan.fabric.ports["spark2"].ports == (0,)
+
+
+def test_the_inventorys_port_is_planned_even_without_carrier(tmp_path):
+    # why it has none (the cable in port 1) is preflight's to say, across the cable (rules/twins.py)
     facts = {n: spark_facts(n, up_ports=(1,)) for n in ("spark1", "spark2")}
-    with pytest.raises(PlanError) as err:
-        plan_cluster(pair_inventory(tmp_path, extra=", port: 0"), facts)
-    assert "port 0 is not Up" in err.value.message and "port 0" in err.value.hint
+    plan = plan_cluster(pair_inventory(tmp_path, extra=", port: 0"), facts)
+    assert plan.fabric.ports["spark1"].interfaces == ("enp1s0f0np0", "enP2p1s0f0np0")
+    assert plan.fabric.ports["spark1"].source == "inventory"
+
+
+def test_addresses_follow_the_twins_order_whichever_were_kept(tmp_path):
+    facts = {n: spark_facts(n, addresses={"enP2p1s0f1np1": [f"192.168.101.{10 + i}/24"]})
+             for i, n in enumerate(("spark1", "spark2"))}
+    plan = plan_cluster(pair_inventory(tmp_path), facts)
+    assert list(plan.fabric.addresses["spark1"]) == ["enp1s0f1np1", "enP2p1s0f1np1"]
 
 
 # --- single Spark, purity --------------------------------------------------------------------------------

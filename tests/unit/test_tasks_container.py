@@ -160,6 +160,21 @@ def test_same_spec_running_is_ok():
     assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
 
 
+@pytest.mark.parametrize("listen", [["192.168.100.10", "192.168.101.10", "10.0.0.1"], ["*"], ["0.0.0.0"]])
+def test_an_ssh_port_answering_on_the_management_address_recreates_the_container(listen):
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1")
+    facts["spark1"].listening_tcp[2233] = "sshd"
+    facts["spark1"].listening_addresses[2233] = listen
+    (change,) = ContainerRunTask().check(cctx.nodes["spark1"])
+    assert change.payload == "recreate"
+    assert change.summary == ("recreate container trtllm-multinode: its ssh port 2233 answers on the management "
+                              "address 10.0.0.1 (the mesh belongs on the fabric)")
+    facts["spark1"].listening_addresses[2233] = ["192.168.100.10", "192.168.101.10"]
+    assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
+
+
 def test_wrong_socket_ifname_recreates_with_diff():
     inv, facts = pair()
     cctx, _ = cluster(inv, facts)

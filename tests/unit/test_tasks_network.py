@@ -300,3 +300,48 @@ def test_verify_script_outputs_parse_as_promised(tmp_path):
     out = subprocess.run(["bash", "-c", script], env={"PATH": f"{stubs}:/usr/bin:/bin"}, capture_output=True,
                          text=True, timeout=10).stdout
     assert out.splitlines() == ["ok enp1s0f1np1>spark2:192.168.100.11", "mtu enP2p1s0f1np1>spark2:192.168.101.11"]
+
+
+def test_verify_explains_a_twin_set_down_once_with_its_far_end_under_it_and_pings_the_rest(monkeypatch):
+    from sparkctl.tasks.network import verify
+
+    monkeypatch.setattr(verify, "WAIT_FOR_TWINS_S", 0.0)
+    kit = verify_kit()
+    kit.node("spark1").shows = spark_facts("spark1", addresses={"enp1s0f1np1": ["192.168.100.10/24"]}, mtu=9000,
+                                           set_down=("enP2p1s0f1np1",))
+    kit.node("spark2").shows = spark_facts("spark2", addresses={"enp1s0f1np1": ["192.168.100.11/24"]}, mtu=9000,
+                                           no_carrier=("enP2p1s0f1np1",))
+    for node in ("spark1", "spark2"):
+        kit.transport(node).respond(r"ping", stdout="")
+    with pytest.raises(TaskFailed) as err:
+        NetworkVerify().check(kit.cluster)
+    assert err.value.message == "1 fabric link check(s) failed"
+    assert err.value.details == [
+        "spark1 enP2p1s0f1np1 is administratively down; the network phase (network.netplan) brings it Up, Up is "
+        "part of the planned state: sparkctl brings it Up (network.netplan); by hand: sudo ip link set "
+        "enP2p1s0f1np1 up",
+        "  because of it: spark2 enP2p1s0f1np1 has no carrier because spark1's end is administratively down"]
+    scripts = kit.transport("spark1").commands + kit.transport("spark2").commands
+    assert all("192.168.101." not in s for s in scripts)  # the link with an end down is not pinged again
+    assert "-I enp1s0f1np1 192.168.100.11" in kit.transport("spark1").commands[0]
+
+
+def test_verify_waits_for_a_twin_brought_up_to_have_carrier_and_its_address(monkeypatch):
+    from sparkctl.tasks.network import verify
+
+    kit = verify_kit()
+    healthy = kit.node("spark2").shows
+    kit.node("spark2").shows = spark_facts("spark2", addresses={"enp1s0f1np1": ["192.168.100.11/24"]}, mtu=9000,
+                                           no_carrier=("enP2p1s0f1np1",))
+    waits = []
+
+    def carrier_comes(seconds):
+        waits.append(seconds)
+        kit.node("spark2").shows = healthy  # the far end was brought up: carrier, then the address
+
+    monkeypatch.setattr(verify.time, "sleep", carrier_comes)
+    for node in ("spark1", "spark2"):
+        kit.transport(node).respond(r"ping", stdout="")
+    assert NetworkVerify().check(kit.cluster) == []
+    assert len(waits) == 1 and "192.168.101.10" in kit.transport("spark2").commands[0]
+

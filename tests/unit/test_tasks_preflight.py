@@ -61,7 +61,7 @@ def test_single_spark_needs_no_fabric():
     assert outcome(NodePreflight(), kit.node("spark1")) == []
 
 
-def test_pinned_interface_absent_or_down(tmp_path):
+def test_pinned_interface_absent_or_without_carrier(tmp_path):
     from tests.taskkit import inventory_from_yaml
 
     inv = inventory_from_yaml("""
@@ -71,8 +71,99 @@ nodes:
   - {name: spark2, host: 10.0.0.12}
 """, tmp_path)
     kit = make_kit(inv, {n: spark_facts(n) for n in ("spark1", "spark2")})
-    assert outcome(NodePreflight(), kit.node("spark1")) == [
-        "pinned fabric interface enp1s0f0np0 is Down", "pinned fabric interface enp9s0f0np0 is absent"]
+    assert outcome(NodePreflight(), kit.node("spark1")) == []  # judged across the cable, by preflight.cluster
+    assert outcome(ClusterPreflight(), kit.cluster) == [
+        "spark1 enp1s0f0np0 has no carrier with both ends up (spark2's end enp1s0f1np1 not set down): the cable or "
+        "the port; reseat or replace the QSFP cable between spark1 port 0 and spark2 port 1",
+        "spark1 enp9s0f0np0 does not exist (the CX-7 driver or card: `ibdev2netdev`); check the CX-7 driver "
+        "(`ibdev2netdev` lists enp9s0f0np0?), or pin fabric.interfaces for this node"]
+
+
+# --- why a planned twin is not Up, across the cable (rules/twins.py) ---------------------------------------------
+
+PORT1 = """
+user: nvidia
+nodes:
+  - {name: spark1, host: 10.0.0.11}
+  - {name: spark2, host: 10.0.0.12}
+fabric: {topology: pair, port: 1}
+"""
+
+
+def cluster_outcome(tmp_path, spark1: dict, spark2: dict, limit: tuple[str, ...] = ("spark1", "spark2")):
+    from tests.taskkit import inventory_from_yaml
+
+    inv = inventory_from_yaml(PORT1, tmp_path)
+    facts = {"spark1": spark_facts("spark1", **spark1), "spark2": spark_facts("spark2", **spark2)}
+    kit = make_kit(inv, {n: f for n, f in facts.items() if n in limit})
+    node = {n: outcome(NodePreflight(), kit.node(n)) for n in limit}
+    return node, outcome(ClusterPreflight(), kit.cluster), [e for e in kit.events if e.event == "warning"]
+
+
+def test_a_twin_set_down_here_does_not_stop_the_run_and_its_peers_lost_carrier_is_said_under_it(tmp_path):
+    node, problems, warnings = cluster_outcome(tmp_path, {"set_down": ("enP2p1s0f1np1",)},
+                                               {"no_carrier": ("enP2p1s0f1np1",)})
+    assert node == {"spark1": [], "spark2": []} and problems == []
+    assert [(w.node, w.message, w.details) for w in warnings] == [(
+        "spark1", "spark1 enP2p1s0f1np1 is administratively down; the network phase (network.netplan) brings it Up, "
+                  "Up is part of the planned state",
+        ["spark2 enP2p1s0f1np1 has no carrier because spark1's end is administratively down"])]
+    assert not any("cable" in (w.message + " ".join(w.details)) for w in warnings)
+
+
+def test_both_twins_set_down_are_one_warning_with_both_consequences_as_one(tmp_path):
+    twins = ("enp1s0f1np1", "enP2p1s0f1np1")
+    _, problems, warnings = cluster_outcome(tmp_path, {"no_carrier": twins}, {"set_down": twins})
+    assert problems == []
+    assert [(w.node, w.details) for w in warnings] == [
+        ("spark2", ["spark1 enp1s0f1np1 and enP2p1s0f1np1 have no carrier because spark2's ends are "
+                    "administratively down"])]
+
+
+def test_no_carrier_with_both_ends_up_is_the_cable_said_once(tmp_path):
+    _, problems, warnings = cluster_outcome(tmp_path, {"no_carrier": ("enP2p1s0f1np1",)},
+                                            {"no_carrier": ("enP2p1s0f1np1",)})
+    assert problems == [
+        "spark1 enP2p1s0f1np1 has no carrier with both ends up (spark2's end enP2p1s0f1np1 not set down): the cable "
+        "or the port (spark2 enP2p1s0f1np1 has no carrier either (the same cable)); reseat or replace the QSFP "
+        "cable between spark1 port 1 and spark2 port 1"]
+    assert warnings == []
+
+
+def test_the_cable_in_another_port_is_named_on_its_node(tmp_path):
+    # spark1's cable is in port 0, its far end in spark2's port 1 (which the inventory plans)
+    _, problems, _ = cluster_outcome(tmp_path, {"up_ports": (0,)}, {"up_ports": (1,)})
+    assert problems == [
+        "spark1 enp1s0f1np1 and enP2p1s0f1np1 have no carrier: the cable is in port 0 of spark1, the inventory plans "
+        "port 1; move the cable to port 1 on both nodes, or set fabric.port: auto in the inventory"]
+
+
+def test_a_far_end_not_looked_at_is_said_so(tmp_path):
+    _, problems, _ = cluster_outcome(tmp_path, {"no_carrier": ("enP2p1s0f1np1",)}, {}, limit=("spark1",))
+    assert problems == [
+        "spark1 enP2p1s0f1np1 has no carrier; the far end (spark2's end enP2p1s0f1np1) was not looked at: the "
+        "cable, the port, or that end; reseat or replace the QSFP cable between spark1 port 1 and spark2 port 1"]
+
+
+def test_behind_a_switch_the_far_end_is_the_switch_port():
+    inv = inventory("four-sparks-switch.yaml")
+    names = [n.name for n in inv.nodes]
+    facts = {n: spark_facts(n) for n in names}
+    facts[names[2]] = spark_facts(names[2], no_carrier=("enP2p1s0f1np1",))
+    kit = make_kit(inv, facts)
+    assert outcome(ClusterPreflight(), kit.cluster) == [
+        f"{names[2]} enP2p1s0f1np1 has no carrier: the cable, the port, or the switch port; reseat or replace the "
+        f"QSFP cable in {names[2]} port 1 (and its switch port)"]
+
+
+def test_a_twin_set_down_behind_a_switch_is_repaired_too():
+    inv = inventory("four-sparks-switch.yaml")
+    names = [n.name for n in inv.nodes]
+    facts = {n: spark_facts(n) for n in names}
+    facts[names[1]] = spark_facts(names[1], set_down=("enp1s0f1np1",))
+    kit = make_kit(inv, facts)
+    assert outcome(ClusterPreflight(), kit.cluster) == []
+    assert [w.node for w in kit.events if w.event == "warning"] == [names[1]]
 
 
 def _ring_as_cabled_132(lldp: bool = True) -> dict:
@@ -107,7 +198,7 @@ def test_without_lldp_the_ring_is_not_refused_on_a_guess():
     assert outcome(ClusterPreflight(), kit.cluster) == []
 
 
-def test_a_port_that_is_not_up_says_what_lldp_sees_on_the_other_port(tmp_path):
+def test_a_cable_lldp_places_on_the_other_port_is_said_once_with_its_far_end(tmp_path):
     from sparkctl.facts import Lldp, LldpNeighbor
     from tests.taskkit import inventory_from_yaml
 
@@ -118,8 +209,11 @@ nodes:
   - {name: spark2, host: 10.0.0.12}
 fabric: {port: 1}
 """, tmp_path)
-    facts = {"spark1": spark_facts("spark1", up_ports=(0,)), "spark2": spark_facts("spark2")}
+    facts = {"spark1": spark_facts("spark1", up_ports=(0,)), "spark2": spark_facts("spark2", up_ports=(1,))}
     facts["spark1"].lldp = Lldp("ok", neighbors=[LldpNeighbor("enp1s0f0np0", "spark2", port_descr="enp1s0f1np1")])
     kit = make_kit(inv, facts)
-    (problem,) = outcome(NodePreflight(), kit.node("spark1"))
-    assert problem.endswith("check the cable in port 1; LLDP: port 0 faces spark2 enp1s0f1np1")
+    assert outcome(NodePreflight(), kit.node("spark1")) == []
+    # one line for the one cause, the one that names the far end (LLDP), not the twins' fault besides it
+    assert outcome(ClusterPreflight(), kit.cluster) == [
+        "spark1 port 0 (enp1s0f0np0): a cable to spark2 port 1 (enp1s0f1np1) is on port 0, the inventory plans port "
+        "1: move it to port 1 (or set fabric.port: auto)"]

@@ -12,17 +12,22 @@ from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL
-from sparkctl.rules.container import spec_differences
+from sparkctl.rules.container import SSHD_NAMES, spec_differences
 from sparkctl.rules.interface_settings import Mismatch, node_mismatches
 
 PHASE = "container"
-SSHD_NAMES = ("sshd", "sshd-session")
 
+
+
+def _restarting(info: ContainerInfo) -> bool:
+    return info.status == "restarting" or (info.running and info.restart_count > 2)
 
 
 def running_container(s: Snapshot, node: str) -> ContainerInfo | None:
+    """The container, when it runs for good (one that keeps restarting is container.restarting, and what fails
+    with it — its ssh, its hostfile — is explained there)."""
     info = s.facts[node].containers.get(s.inventory.container.name)
-    return info if info is not None and info.exists and info.running and info.status != "restarting" else None
+    return info if info is not None and info.exists and info.running and not _restarting(info) else None
 
 
 def _logs(s: Snapshot, node: str) -> tuple[str, ...]:
@@ -63,7 +68,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
                                evidence=f"`docker inspect {name}` finds nothing; expected it running",
                                fix=s.bootstrap('container'), phase=PHASE))
             continue
-        if info.status == "restarting" or (info.running and info.restart_count > 2):
+        if _restarting(info):
             out.append(Finding("container.restarting", "error", node, f"container {name} keeps restarting",
                                evidence=f"status {info.status}, {info.restart_count} restarts",
                                fix=f"docker logs {name} on {node}; then {s.bootstrap('container')}", phase=PHASE,
@@ -79,7 +84,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
         spec = s.plan.nodes[node].container
         differences = spec_differences(spec, info)
         # env settings that do not fit the node are reported as env.* findings, with the reason
-        explained = {m.setting for m in node_mismatches(node, info.env, f) if m.severity == "error"}
+        explained = {m.setting for m in node_mismatches(node, info.env, f)}
         rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
         if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
             out.append(Finding("container.spec_drift", "error", node, f"container {name} differs from the plan",
@@ -93,24 +98,30 @@ def _env_id(m: Mismatch) -> str:
     if m.setting == "NCCL_IB_HCA":
         return "nccl.ib_hca_missing" if "does not exist" in m.has or m.names == "(unset)" else \
             "nccl.ib_hca_partial" if "leaves out" in m.has else "env.iface_down"
+    if m.names == "(unset)" or m.names == "all":
+        return "env.unset"
     if "management" in m.has:
         return "env.management_iface"
     if "is Down" in m.has or "which is Down" in m.has:
         return "env.iface_down"
-    if m.names == "(unset)" or m.names == "all":
-        return "env.unset"
     return "env.iface_absent"
 
 
-_DOWN = re.compile(r"(\S+) is Down|maps to (\S+), which is Down")
+_DOWN = re.compile(r"(\S+) is Down|maps to (\S+), which is Down|(?:device )?([^\s:]+)(?::\d+)? does not exist|"
+                   r"no interface matches '([^']+)'")
 
 
 def _port_explains(s: Snapshot, node: str, m: Mismatch) -> bool:
-    """A planned fabric twin that is Down: fabric.port_down reports the port, the env itself is right."""
+    """A planned fabric twin (or its RoCE device) that is Down or missing: the fabric finding reports the port,
+    the env itself is right."""
     hit = _DOWN.search(m.has)
     if not hit or s.plan is None:
         return False
-    return (hit.group(1) or hit.group(2)) in s.plan.fabric.ports[node].interfaces
+    ports = s.plan.fabric.ports[node]
+    f = s.facts[node]
+    broken = {i for i in ports.interfaces if not f.interface_up(i)}
+    broken |= {dev for dev, i in zip(ports.roce_devices, ports.interfaces, strict=False) if i in broken}
+    return next(g for g in hit.groups() if g) in broken
 
 
 def check_env(s: Snapshot) -> list[Finding]:

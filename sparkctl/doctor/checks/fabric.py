@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 from sparkctl.doctor.findings import CLUSTER, Finding
 from sparkctl.doctor.snapshot import Snapshot
-from sparkctl.facts import Facts
-from sparkctl.knowledge.spark import PORT_SPEED_MBPS, spark_port_of
+from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.fabric import InterfaceDrift, interface_drift, twins_sharing_subnet
 from sparkctl.rules.netplan import conflicting_stanzas
+from sparkctl.rules.twins import ABSENT, FAR_END_DOWN, NO_CARRIER, SET_DOWN, WRONG_PORT, TwinFault, twin_faults
 
 PHASE = "network"
 
-
-
-def _admin_down(f: Facts, iface: str) -> bool:
-    nic = f.interfaces.get(iface)
-    return nic is not None and "UP" not in nic.flags and bool(nic.flags)
 
 
 def _planned(s: Snapshot, node: str) -> tuple[list[str], dict[str, ipaddress.IPv4Interface]]:
@@ -34,52 +30,37 @@ def _peer_twins(s: Snapshot, node: str, iface: str) -> list[tuple[str, str]]:
     return []
 
 
+_FAULT_IDS = {SET_DOWN: "fabric.port_down", NO_CARRIER: "fabric.no_carrier", WRONG_PORT: "fabric.wrong_port",
+              ABSENT: "fabric.interface_missing", FAR_END_DOWN: "fabric.no_carrier"}
+_SUMMARIES = {SET_DOWN: "set down (administratively down)", NO_CARRIER: "without carrier",
+              WRONG_PORT: "without carrier: the cable is in another port", ABSENT: "missing",
+              FAR_END_DOWN: "without carrier"}
+
+
 def check_ports(s: Snapshot) -> list[Finding]:
+    """Each planned twin that is not Up, by its cause across the cable (rules/twins.py): the root cause once, on
+    its node, with what it causes elsewhere (the far end's carrier, the pings and logins across it) under it."""
+    assert s.plan is not None
     out = []
-    wanted_port = s.inventory.fabric.port
+    for fault in twin_faults(s.inventory, s.plan.fabric, s.facts):
+        names = " and ".join(fault.interfaces)
+        nics = [s.facts[fault.node].interfaces.get(i) for i in fault.interfaces]
+        states = "; ".join(f"{i}: absent" if n is None else f"{i}: state {n.operstate}, <{','.join(n.flags)}>"
+                           for i, n in zip(fault.interfaces, nics, strict=True))
+        out.append(Finding(_FAULT_IDS[fault.cause], "error", fault.node,
+                           f"fabric {'twins' if len(nics) > 1 else 'twin'} {names} {_SUMMARIES[fault.cause]}",
+                           evidence=f"{fault.sentence()} ({states})",
+                           fix=s.bootstrap("network") if fault.repairable else fault.fix(), phase=PHASE,
+                           details=(*fault.consequences, *_across(s, fault))))
     for node in s.order:
         f = s.facts[node]
-        ifaces, _ = _planned(s, node)
-        up_ports = sorted(f.up_ports())
-        for iface in ifaces:
+        for iface in s.plan.fabric.ports[node].interfaces:
             nic = f.interfaces.get(iface)
-            if nic is None:
-                out.append(Finding("fabric.interface_missing", "error", node,
-                                   f"fabric interface {iface} does not exist",
-                                   evidence=f"planned {iface}; the node has "
-                                            f"{', '.join(f.fabric_interfaces()) or 'none'}",
-                                   fix="check the CX-7 driver (`ibdev2netdev`), or pin fabric.interfaces for this node",
-                                   phase=PHASE))
-                continue
-            if f.interface_up(iface):
-                if nic.speed_mbps and nic.speed_mbps < PORT_SPEED_MBPS:
-                    out.append(Finding("fabric.speed_low", "warning", node, f"{iface} links below 200 Gb/s",
-                                       evidence=f"{nic.speed_mbps // 1000} Gb/s, expected 200 Gb/s",
-                                       fix="check the cable; a switch port may have negotiated 100G", phase=PHASE))
-                continue
-            if _admin_down(f, iface):
-                out.append(Finding("fabric.port_down", "error", node, f"fabric interface {iface} is set down",
-                                   evidence=f"{iface}: state {nic.operstate}, administratively down",
-                                   fix=f"sudo ip link set {iface} up (or sudo netplan apply)", phase=PHASE))
-                continue
-            # no carrier: when the peer end is set down, that end is the finding
-            if any(_admin_down(s.facts[p], pif) for p, pif in _peer_twins(s, node, iface) if p in s.facts):
-                continue
-            port = spark_port_of(iface)
-            elsewhere = [p for p in up_ports if port is None or p != port[0]]
-            if isinstance(wanted_port, int) and elsewhere:
-                out.append(Finding("fabric.wrong_port", "error", node,
-                                   f"the cable is in port {elsewhere[0]}, the inventory plans port {wanted_port}",
-                                   evidence=f"{iface} has no carrier; Up: port(s) {', '.join(map(str, elsewhere))}",
-                                   fix=f"move the cable to port {wanted_port} on both nodes, or set fabric.port: auto",
-                                   phase=PHASE))
-                break
-            out.append(Finding("fabric.no_carrier", "error", node, f"fabric interface {iface} has no carrier",
-                               evidence=f"{iface}: state {nic.operstate}, no carrier; Up ports: "
-                                        f"{', '.join(map(str, up_ports)) or 'none'}",
-                               fix=f"check the QSFP cable in port {port[0] if port else '?'} on {node} and its peer "
-                                   "(the same port on both nodes of a pair)", phase=PHASE))
-    if s.inventory.topology in ("pair", "switch") and s.plan is not None:
+            if nic is not None and f.interface_up(iface) and nic.speed_mbps and nic.speed_mbps < PORT_SPEED_MBPS:
+                out.append(Finding("fabric.speed_low", "warning", node, f"{iface} links below 200 Gb/s",
+                                   evidence=f"{nic.speed_mbps // 1000} Gb/s, expected 200 Gb/s",
+                                   fix="check the cable; a switch port may have negotiated 100G", phase=PHASE))
+    if s.inventory.topology in ("pair", "switch"):
         used = {n: s.plan.fabric.ports[n].ports for n in s.order}
         if len(set(used.values())) > 1:
             out.append(Finding("fabric.ports_differ", "info", CLUSTER, "the nodes use different QSFP ports",
@@ -87,6 +68,46 @@ def check_ports(s: Snapshot) -> list[Finding]:
                                fix="works (each node's settings use its own names); NVIDIA recommends the same port",
                                phase=PHASE))
     return out
+
+
+def _across(s: Snapshot, fault: TwinFault) -> list[str]:
+    """What failed across the subnets of these twins because of them: lost addresses, pings, ssh logins."""
+    assert s.plan is not None
+    ends = [(fault.node, i) for i in fault.interfaces] + list(fault.far_ends)
+    nets = {s.plan.fabric.addresses.get(n, {}).get(i).network for n, i in ends
+            if s.plan.fabric.addresses.get(n, {}).get(i) is not None}
+    out = []
+    for node, iface in ends:
+        planned = s.plan.fabric.addresses.get(node, {}).get(iface)
+        if node in s.facts and planned is not None and str(planned) not in {
+                str(a) for a in s.facts[node].addresses_of(iface)}:
+            out.append(f"{node} {iface} is without its address {planned} (the renderer gives it back with the "
+                       "carrier)")
+    return out + _failures_toward(s, lambda ip: _in(ip, nets))
+
+
+def _failures_toward(s: Snapshot, match: Callable[[str], bool], sources: set[str] | None = None) -> list[str]:
+    """The failed pings and ssh logins (from the nodes, or those of `sources`, and their containers) to addresses
+    that `match`."""
+    out = []
+    for node in s.order if sources is None else [n for n in s.order if n in sources]:
+        probe = s.probe(node)
+        for ping in probe.pings:
+            if ping.verdict != "ok" and match(ping.peer_ip):
+                out.append(f"the jumbo ping {node} {ping.interface} -> {ping.peer} {ping.peer_ip} fails")
+        for where, probes in (("", probe.ssh), ("'s container", probe.container_ssh)):
+            for p in probes:
+                if not p.ok and match(p.target.rpartition("@")[2]):
+                    out.append(f"ssh from {node}{where} to {p.peer}{where} ({p.target}) fails: {p.error or 'failed'}")
+    return out
+
+
+def _in(ip: str, nets: set[ipaddress.IPv4Network]) -> bool:
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in net for net in nets)
 
 
 def _drift(s: Snapshot, node: str) -> list[InterfaceDrift]:
@@ -141,10 +162,14 @@ def check_addresses(s: Snapshot) -> list[Finding]:
     for ip, where in owners.items():
         nodes = sorted({n for n, _ in where})
         if len(where) > 1 and not ipaddress.ip_address(ip).is_link_local:
+            # to it, and from the nodes holding it to its subnet (replies go to whichever holder answers first)
+            nets = {a.network for n, i in where for a in s.facts[n].addresses_of(i) if a.ip == ip}
+            failing = tuple(_failures_toward(s, lambda target, ip=ip: target == ip) + _failures_toward(
+                s, lambda target, ip=ip, nets=nets: target != ip and _in(target, nets), sources=set(nodes)))
             for node in nodes:
                 out.append(Finding("fabric.address_duplicate", "error", node, f"address {ip} is used twice",
                                    evidence="; ".join(f"{n} {i}" for n, i in where),
-                                   fix=fix, phase=PHASE))
+                                   fix=fix, phase=PHASE, details=failing))
     return out
 
 
@@ -208,6 +233,10 @@ def check_links(s: Snapshot) -> list[Finding]:
                 continue
             if _end_broken(s, node, ping.interface) or (peer_if and _end_broken(s, ping.peer, peer_if)):
                 continue
+            duplicated = s.duplicated_ips()
+            mine = {a.ip for a in s.facts[node].addresses_of(ping.interface)}
+            if ping.peer_ip in duplicated or mine & duplicated:
+                continue  # fabric.address_duplicate explains it (the failure is listed under it)
             if ping.verdict == "mtu":
                 out.append(Finding("fabric.jumbo_ping", "error", node, f"jumbo frames do not cross {ping.interface}",
                                    evidence=f"ping -M do -s {size} -I {ping.interface} {ping.peer_ip} ({ping.peer}) "

@@ -82,10 +82,13 @@ def check_access(s: Snapshot) -> list[Finding]:
                                    "permission)", phase="preflight"))
         if f.os_id and not f.is_dgx_spark:
             out.append(Finding("node.not_spark", "info", node, "not recognised as a DGX Spark",
-                               evidence=f"/etc/dgx-release: {f.dgx_name or 'absent'}", phase="preflight"))
+                               evidence=f"/etc/dgx-release: {f.dgx_name or 'absent'}",
+                               fix="nothing to do: sparkctl goes on (a Spark's /etc/dgx-release says DGX_NAME=\"DGX "
+                                   "Spark\")", phase="preflight"))
         for problem in f.raw_errors:
             out.append(Finding("node.facts_partial", "warning", node, "some facts could not be read",
-                               evidence=problem, phase="preflight"))
+                               evidence=problem, fix=f"run the command the evidence names on {node} to see why; "
+                                                     "doctor reads the facts again each time", phase="preflight"))
     return out
 
 

@@ -10,7 +10,8 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL, ContainerSpec
-from sparkctl.rules.container import spec_differences
+from sparkctl.rules.container import SSHD_NAMES, spec_differences
+from sparkctl.rules.fabric import listening_on_management
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q
 
@@ -70,6 +71,13 @@ class ContainerRunTask(Task):
                            payload="recreate")]
         if not current.running:
             return [Change(f"start container {spec.name} (it is {current.status})", payload="start")]
+        port = int(ctx.inventory.container.ssh_port)
+        exposed = listening_on_management(ctx.facts(), port)
+        if exposed and ctx.facts().listening_tcp.get(port) in (None, *SSHD_NAMES):
+            # an sshd started by hand in the container (or a listener the spec never asked for): only a fresh
+            # container listens on the fabric addresses alone
+            return [Change(f"recreate container {spec.name}: its ssh port {port} answers on the management "
+                           f"address {', '.join(exposed)} (the mesh belongs on the fabric)", payload="recreate")]
         return []
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:

@@ -37,7 +37,10 @@ def _live_drift(ctx: NodeContext, ifaces: list[str], files: list[NetplanFile]) -
     plan = ctx.plan()
     drift = []
     unplanned: dict[str, list[str]] = {}
-    for d in interface_drift(ctx.facts(), ifaces, plan.fabric.addresses.get(ctx.name, {}), ctx.inventory.fabric.mtu):
+    facts = ctx.facts()
+    for d in interface_drift(facts, ifaces, plan.fabric.addresses.get(ctx.name, {}), ctx.inventory.fabric.mtu):
+        if d.kind == "missing" and not facts.interface_up(d.interface):
+            continue  # the renderer configures the address with the carrier: set down (brought Up) or no carrier
         if d.kind == "unplanned":
             if d.interface not in unplanned:
                 unplanned[d.interface] = []
@@ -94,12 +97,14 @@ class NetplanTask(Task):
     needs = ("preflight.node", "preflight.cluster")
     description = "address each fabric twin in its own subnet with MTU 9000, through netplan, safely"
     checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, NetworkManager "
-              "profiles competing for the twins (when it runs), and the live addresses and MTU of the fabric "
-              "interfaces")
-    changes = ("writes the netplan file (mode 600, atomic), moves conflicting stanzas out (backed up), removes "
-               "NetworkManager profiles that would take a twin from netplan's (backed up), arms a node-side revert, "
-               "runs `netplan apply`, confirms over a new management connection, removes unplanned addresses from "
-               "the fabric twins, waits for the planned addresses")
+              "profiles competing for the twins (when it runs), fabric twins set down, and the live addresses and "
+              "MTU of the fabric interfaces")
+    changes = ("brings a fabric twin that is set down Up (`ip link set <twin> up`), writes the netplan file (mode "
+               "600, atomic), moves conflicting stanzas out (backed up), removes NetworkManager profiles that would "
+               "take a twin from netplan's (backed up), arms a node-side revert, runs `netplan apply`, confirms over "
+               "a new management connection, removes unplanned addresses from the fabric twins, waits for the "
+               "planned addresses (on the twins that have carrier: the renderer configures the others when it "
+               "comes)")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         plan = ctx.plan()
@@ -125,11 +130,16 @@ class NetplanTask(Task):
             changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
                                   "their addresses; the file is backed up)",
                                   diff=unified_diff(other, content, after), payload=("move", other, after)))
-        management = management_names(ctx.facts(), hosts=[ctx.node.host])
-        for c in competing_profiles(ctx.facts(), ifaces, management):
+        facts = ctx.facts()
+        management = management_names(facts, hosts=[ctx.node.host])
+        for c in competing_profiles(facts, ifaces, management):
             changes.append(Change(f"remove the NetworkManager profile {c.profile.name!r} that competes with "
                                   f"netplan's for {c.interface} ({c.why}; backed up)",
                                   payload=("nm-profile", c.profile.uuid, c.profile.filename)))
+        for iface in ifaces:
+            if facts.interface_admin_down(iface):
+                changes.append(Change(f"bring {iface} up (administratively down; Up is part of the planned state)",
+                                      payload=("up", iface, None)))
         drift = _live_drift(ctx, ifaces, _as_written(files, path, desired))
         if drift:
             changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
@@ -138,9 +148,13 @@ class NetplanTask(Task):
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         files = {c.payload[1]: c.payload[2] for c in changes if c.payload[0] in ("file", "move")}
         profiles = [(c.payload[1], c.payload[2]) for c in changes if c.payload[0] == "nm-profile"]
+        set_up = [c.payload[1] for c in changes if c.payload[0] == "up"]
         live = any(c.payload[0] == "live" for c in changes)
         ifaces, wanted = _planned(ctx)
         try:
+            if set_up:
+                ctx.must("\n".join(f"ip link set {q(i)} up" for i in set_up), "bringing the fabric twins up",
+                         sudo=True)
             if files or profiles:
                 safe.record_originals(ctx, sorted(files), ifaces)
             if profiles:

@@ -168,7 +168,8 @@ def remove_nm_profiles(ctx: NodeContext, profiles: list[tuple[str, str]]) -> Non
 
 
 def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeout: float = 20.0) -> dict[str, str]:
-    """Poll until every planned address is present with the MTU (they appear a moment after apply)."""
+    """Poll until every planned address is present with the MTU (they appear a moment after apply). A twin without
+    carrier gets its address when the carrier comes (network.verify waits for that and says why not)."""
     deadline = time.monotonic() + timeout
     missing: dict[str, str] = {}
     while True:
@@ -177,6 +178,8 @@ def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeo
         for iface, addr in wanted.items():
             nic = facts.interfaces.get(iface)
             have = {str(a) for a in nic.addresses} if nic else set()
+            if nic is not None and not nic.up and not nic.admin_down and nic.mtu == mtu:
+                continue
             if addr not in have:
                 missing[iface] = f"{addr} absent"
             elif nic.mtu != mtu:

@@ -1,12 +1,22 @@
 """network.verify: every link proven by a don't-fragment ping at MTU-28 bytes, an MTU problem told from a dead
-link."""
+link. A twin that is not Up is explained by its cause across the cable (rules/twins.py), once, with what it causes
+under it; the pings of its link are not reported again."""
 
 from __future__ import annotations
 
+import time
+from ipaddress import IPv4Interface
+
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.facts import Facts
+from sparkctl.plan import ClusterPlan
+from sparkctl.rules.twins import twin_faults
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.base import q
+
+#: how long the fabric twins may take to be Up with their addresses (a CX-7 link trains for a few seconds)
+WAIT_FOR_TWINS_S = 20.0
 
 
 class NetworkVerify(Task):
@@ -28,13 +38,24 @@ class NetworkVerify(Task):
                 ctx.warn(f"not run in check mode: the fabric settings of {', '.join(pending)} are not applied yet",
                          task=self.name)
                 return []
-        plan = ctx.plan()
+        plan = _wait_for_twins(ctx)
+        faults = twin_faults(ctx.inventory, plan.fabric, ctx.facts_by_node())
+        failures = [f"{fault.sentence()}: {fault.fix()}" for fault in faults]
+        # a link with an end that is not Up is explained by that end's fault: its ping failing says nothing more
+        explained = {(f.node, i) for f in faults for i in f.interfaces} | {e for f in faults for e in f.far_ends}
+        explained |= {(n, i) for n, f in ctx.facts_by_node().items() for i in plan.fabric.ports[n].interfaces
+                      if not f.interface_up(i)}
+        details = {i: list(f.consequences) for i, f in enumerate(faults)}
         size = ctx.inventory.fabric.mtu - 28
         script_by_node = {}
         for name in ctx.nodes:
             lines = []
             for link in plan.fabric.links(name):
-                for peer, _pif, paddr in link.peers:
+                if (name, link.interface) in explained:
+                    continue
+                for peer, pif, paddr in link.peers:
+                    if (peer, pif) in explained:
+                        continue
                     tag = f"{link.interface}>{peer}:{paddr.ip}"
                     lines.append(
                         f"if ping -c 1 -W 2 -M do -s {size} -I {q(link.interface)} {q(str(paddr.ip))} >/dev/null 2>&1;"
@@ -42,7 +63,6 @@ class NetworkVerify(Task):
                         f"{q(str(paddr.ip))} >/dev/null 2>&1; then echo {q('mtu ' + tag)}; "
                         f"else echo {q('dead ' + tag)}; fi")
             script_by_node[name] = "\n".join(lines)
-        failures = []
         results = ctx.run_on_all({n: s for n, s in script_by_node.items() if s}, timeout=60)
         for name, result in results.items():
             for line in result.stdout.splitlines():
@@ -54,5 +74,27 @@ class NetworkVerify(Task):
                 elif verdict == "dead":
                     failures.append(f"{name} {tag}: no answer (cable, port, or the peer's address)")
         if failures:
-            raise TaskFailed(f"{len(failures)} fabric link check(s) failed", details=failures)
+            lines = [line for i, failure in enumerate(failures) for line in [failure, *(
+                f"  because of it: {c}" for c in details.get(i, []))]]
+            raise TaskFailed(f"{len(failures)} fabric link check(s) failed", details=lines)
         return []
+
+
+def _wait_for_twins(ctx: ClusterContext) -> ClusterPlan:
+    """The plan, once every planned twin is Up with its planned address: a twin brought Up (here or at the far
+    end) gets carrier and then its address a moment later. Reads facts again only while something is missing."""
+    deadline = time.monotonic() + WAIT_FOR_TWINS_S
+    while True:
+        plan = ctx.plan()
+        facts = ctx.facts_by_node()
+        waiting = [name for name, f in facts.items() for iface in plan.fabric.ports[name].interfaces
+                   if not f.interface_up(iface) or not _has(f, iface, plan.fabric.addresses[name].get(iface))]
+        if not waiting or time.monotonic() > deadline:
+            return plan
+        for name in set(waiting):
+            ctx.nodes[name].invalidate()
+        time.sleep(0.5)
+
+
+def _has(facts: Facts, iface: str, address: IPv4Interface | None) -> bool:
+    return address is None or str(address) in {str(a) for a in facts.addresses_of(iface)}

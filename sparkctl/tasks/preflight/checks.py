@@ -5,8 +5,9 @@ from __future__ import annotations
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
-from sparkctl.rules.cabling import cabling_map, lldp_sees
+from sparkctl.rules.cabling import cabling_map
 from sparkctl.rules.fabric import management_names
+from sparkctl.rules.twins import ABSENT, WRONG_PORT, twin_faults
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
 MAX_SKEW_S = 2.0
@@ -15,9 +16,10 @@ MAX_SKEW_S = 2.0
 class NodePreflight(Task):
     name = "preflight.node"
     phase = "preflight"
-    description = "read the node's facts; check user, sudo, docker access and the cabled fabric port"
-    checks = ("the user, passwordless sudo (or --ask-become-pass), DGX Spark identity, docker group, which "
-              "QSFP port has both twins Up, link speed, an active firewall")
+    description = "read the node's facts; check user, sudo, docker access and its fabric interfaces"
+    checks = ("the user, passwordless sudo (or --ask-become-pass), DGX Spark identity, docker group, that the "
+              "node has CX-7 fabric interfaces and not the management session on one, link speed, an active "
+              "firewall")
     changes = "nothing (read-only); a problem stops the run on that node before anything changes"
 
     def check(self, ctx: NodeContext) -> list[Change]:
@@ -52,43 +54,30 @@ class NodePreflight(Task):
 
 
 def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
+    """What this node alone shows: no fabric at all, the management session on a fabric twin, slow links. Why a
+    planned twin is not Up is judged across the cable, by preflight.cluster."""
     inv = ctx.inventory
     if inv.topology == "single":
         return []
     pinned = ctx.node.fabric.interfaces
-    if pinned:
-        bad = [n for n in pinned if not facts.interface_up(n)]
-        return [f"pinned fabric interface {n} is {'absent' if n not in facts.interfaces else 'Down'}"
-                for n in bad]
-    up = facts.up_ports()
     ports = facts.ports()
-    if not ports:
+    if not pinned and not ports:
         return ["no CX-7 fabric interface found (ibdev2netdev / /sys/class/infiniband show none)"]
-    problems = []
-    wanted = [0, 1] if inv.topology == "ring" else ([inv.fabric.port] if inv.fabric.port in (0, 1) else [])
-    for port in wanted:
-        if port not in up:
-            down = [t for t in ports.get(port, []) if not facts.interface_up(t)]
-            problems.append(f"QSFP port {port} is not Up (Down: {', '.join(down) or 'absent'}); "
-                            f"check the cable in port {port}" + (" (a ring cables port 0 to the next node's "
-                                                                 "port 1)" if inv.topology == "ring" else "")
-                            + "".join(f"; LLDP: port {p} faces {lldp_sees(facts, p)}" for p in up
-                                      if p != port and lldp_sees(facts, p)))
-    if not wanted and not up:
-        problems.append("no QSFP port has both twins Up: plug the cable (same port on both nodes) and check "
-                        "`ibdev2netdev`")
-    for port in (wanted or up):
-        for twin in ports.get(port, []):
-            speed = facts.interfaces.get(twin).speed_mbps if twin in facts.interfaces else None
-            if speed and speed < PORT_SPEED_MBPS:
-                ctx.warn(f"{twin} links at {speed // 1000} Gb/s, below 200 Gb/s (a switch may have negotiated "
-                         "100G; check the cable and the switch port)", task=NodePreflight.name)
+    if pinned:
+        used = list(pinned)
+    else:
+        wanted = [0, 1] if inv.topology == "ring" else ([inv.fabric.port] if inv.fabric.port in (0, 1) else [])
+        used = [t for p in (wanted or facts.up_ports()) for t in ports.get(p, [])]
+    for twin in used:
+        speed = facts.interfaces.get(twin).speed_mbps if twin in facts.interfaces else None
+        if speed and speed < PORT_SPEED_MBPS and facts.interface_up(twin):
+            ctx.warn(f"{twin} links at {speed // 1000} Gb/s, below 200 Gb/s (a switch may have negotiated "
+                     "100G; check the cable and the switch port)", task=NodePreflight.name)
     mgmt = management_names(facts)
-    used = {t for p in (wanted or up) for t in ports.get(p, [])}
-    if used & set(facts.management_interfaces):
-        problems.append(f"the management session runs over {', '.join(sorted(used & mgmt))}: sparkctl never "
-                        "reconfigures that interface; reach the node by its management port (enP7s7)")
-    return problems
+    if set(used) & set(facts.management_interfaces):
+        return [f"the management session runs over {', '.join(sorted(set(used) & mgmt))}: sparkctl never "
+                "reconfigures that interface; reach the node by its management port (enP7s7)"]
+    return []
 
 
 class ClusterPreflight(Task):
@@ -96,10 +85,14 @@ class ClusterPreflight(Task):
     phase = "preflight"
     scope = Scope.CLUSTER
     needs = ("preflight.node",)
-    description = "check that the nodes fit together: one user, clocks in step, cabling fits the topology"
+    description = ("check that the nodes fit together: one user, clocks in step, every planned fabric twin Up or "
+                   "repairable, cabling that fits the topology")
     checks = ("the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers', "
-              "and, where LLDP tells (lldpd on either end of a cable), who is at the far end of each QSFP port vs "
-              "the inventory's topology and ring order")
+              "why each planned twin that is not Up is not, across the cable: set down on this node (a warning: "
+              "network.netplan brings it Up), no carrier because the far end is set down (said under that end), "
+              "no carrier with both ends up (the cable or the port), the cable in another port, no such interface "
+              "(these stop the run); and, where LLDP tells (lldpd on either end of a cable), who is at the far end "
+              "of each QSFP port vs the inventory's topology and ring order")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -115,20 +108,42 @@ class ClusterPreflight(Task):
             if skew > MAX_SKEW_S:
                 ctx.warn(f"clocks differ by {skew:.1f} s between nodes (enable NTP: timedatectl "
                                  "set-ntp true)", task=self.name)
-        if ctx.inventory.topology in ("pair", "switch"):
+        if ctx.inventory.topology != "single":
+            problems += self._cabling(ctx, facts)
+        if problems:
+            raise TaskFailed(f"{len(problems)} preflight problem(s) across the cluster", details=problems)
+        return []
+
+    def _cabling(self, ctx: ClusterContext, facts: dict[str, Facts]) -> list[str]:
+        """Each planned twin that is not Up, by its cause across the cable. Only what no later task repairs stops
+        the run; a twin set down is brought Up by network.netplan, its far end's lost carrier said under it."""
+        try:
             plan = ctx.plan()
+        except TaskFailed as exc:
+            return [exc.message + (f" ({exc.hint})" if exc.hint else "")]
+        if ctx.inventory.topology in ("pair", "switch"):
             used = {n: plan.fabric.ports[n].ports for n in facts}
             if len({p for p in used.values()}) > 1:
                 ctx.warn("the nodes use different QSFP ports (" + ", ".join(
                     f"{n}: port {'/'.join(str(x) for x in p)}" for n, p in used.items())
                     + "); accepted: every per-node setting uses that node's own interface names",
                     task=self.name)
+        problems = []
+        ring = ctx.inventory.topology == "ring"
         cabling = cabling_map(ctx.inventory, facts)
+        # a cable LLDP places on another port than planned: its row names the far end, the twins' fault says less
+        wrong_port = {(row.node, row.port) for row in cabling.problems}
+        for fault in twin_faults(ctx.inventory, plan.fabric, facts):
+            if fault.repairable:
+                ctx.warn(fault.sentence(), task=self.name, node=fault.node, details=list(fault.consequences))
+                continue
+            if fault.cause == WRONG_PORT and any((fault.node, p) in wrong_port for p in fault.cabled_ports):
+                continue
+            also = f" ({'; '.join(fault.consequences)})" if fault.consequences else ""
+            hint = " (a ring cables port 0 to the next node's port 1)" if ring and fault.cause != ABSENT else ""
+            problems.append(f"{fault.sentence()}{also}; {fault.fix()}{hint}")
         problems += [row.problem for row in cabling.problems]
-        if cabling.problems and ctx.inventory.topology == "ring":
+        if cabling.problems and ring:
             problems.append("cable the ring as the inventory orders it, or reorder `nodes:` to the cabling "
                             "(`sparkctl inventory init` writes the order LLDP sees)")
-        if problems:
-            raise TaskFailed(f"{len(problems)} preflight problem(s) across the cluster", details=problems)
-        return []
-
+        return problems

@@ -1,0 +1,106 @@
+"""The serve phase's repairable doctor findings, seeded on one shared lab pair that serves (the qwen3-235b-eagle3
+preset through the lab's TensorRT-LLM stand-in): doctor names each on its node, `doctor --fix` repairs it (healthy
+after), a bootstrap rerun then changes nothing; seeded again, a plain bootstrap rerun repairs it, doctor is healthy
+and the next rerun changes nothing. (tests/lab/test_doctor_repairs.py: the rest, on a pair that does not serve.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems
+
+pytestmark = pytest.mark.lab
+
+TOKEN = "hf_LabDoctorToken7c1e9a2b4d6f8a0c3e5b"
+SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
+HF = "/home/nvidia/.cache/huggingface"
+DRAFT = f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
+
+
+def kill_server(lab, node: str) -> None:
+    cluster = yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]
+    record = lab.exec(node, f"cat /home/nvidia/.local/state/sparkctl/{cluster}/run/serve/launch.json").stdout
+    pid = json.loads(record)["pid"]
+    result = lab.exec(node, f"docker exec {CONTAINER} kill -KILL {int(pid)}")
+    assert result.returncode == 0, result.stderr
+
+
+SEEDS = [
+    Seed("model-absent", "model.absent", "spark2", f"rm -rf {DRAFT}"),
+    Seed("model-incomplete", "model.incomplete", "spark2",
+         f"f=$(find {DRAFT} -name '*.safetensors' | head -n 1); mv \"$f\" \"$f.incomplete\""),
+    Seed("token-missing", "hf.token_missing", "spark1", f"rm -f {HF}/token; rm -rf {DRAFT}",
+         also=frozenset({("model.absent", "spark1")})),
+    Seed("serve-down", "serve.down", "spark1", kill_server),
+]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    return {**os.environ, "HF_TOKEN": TOKEN, "XDG_STATE_HOME": str(tmp_path_factory.mktemp("doctor-serve-state"))}
+
+
+@pytest.fixture(scope="module")
+def served(lab_factory, env, tmp_path_factory):
+    lab = lab_factory(2, "pair", port=1)
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    document["serve"] = SERVE
+    path = tmp_path_factory.mktemp("inv") / "serve.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    lab.serve_inventory = str(path)
+    code, events = bootstrap(lab, env=env, inventory=lab.serve_inventory)
+    assert code == 0, failed(events)
+    healthy = doctor(lab, env=env, inventory=lab.serve_inventory)
+    assert healthy["healthy"], healthy["findings"]
+    lab.baseline = problems(healthy)
+    assert {i for i, _ in lab.baseline} <= {"fabric.speed_low"}, lab.baseline
+    return lab
+
+
+def look(lab, env, *args: str) -> dict:
+    return doctor(lab, *args, env=env, inventory=lab.serve_inventory)
+
+
+def seen(lab, report: dict) -> set[tuple[str, str]]:
+    return problems(report) - lab.baseline
+
+
+def rerun(lab, env) -> tuple[int, list]:
+    return bootstrap(lab, env=env, inventory=lab.serve_inventory)
+
+
+@pytest.fixture
+def restore(served, env, request):
+    """A case that fails leaves the lab repaired for the next one."""
+    yield
+    if getattr(request.node, "failed_call", False):
+        rerun(served, env)
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[s.name for s in SEEDS])
+def test_doctor_fix_repairs_it_and_a_rerun_changes_nothing(served, env, restore, seed):
+    seed.seed(served)
+    report = look(served, env)
+    assert seen(served, report) == {(seed.finding, seed.node), *seed.also}, report["findings"]
+    fixed = look(served, env, "--fix")
+    assert fixed["fix"]["ran"] and fixed["fix"]["exit_status"] == 0, fixed["fix"]
+    assert fixed["healthy"] and seen(served, fixed) == set(), fixed["findings"]
+    code, events = rerun(served, env)
+    assert code == 0 and changed(events) == [], (changed(events), failed(events))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[s.name for s in SEEDS])
+def test_a_bootstrap_rerun_repairs_it_and_the_next_changes_nothing(served, env, restore, seed):
+    seed.seed(served)
+    assert (seed.finding, seed.node) in seen(served, look(served, env))
+    code, events = rerun(served, env)
+    assert code == 0 and changed(events), (changed(events), failed(events))
+    after = look(served, env)
+    assert after["healthy"] and seen(served, after) == set(), after["findings"]
+    code, events = rerun(served, env)
+    assert code == 0 and changed(events) == [], (changed(events), failed(events))
