@@ -22,7 +22,12 @@ class SparkctlGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            # Ctrl-C outside a run (loading, connecting, at a prompt): one line and the shell's code for SIGINT,
+            # never click's "Aborted!" and exit 1 (the code of a failed task)
+            click.echo("\nsparkctl: interrupted; nothing more was started", err=True)
+            sys.exit(int(ExitStatus.INTERRUPTED))
+        except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
         except SparkctlError as exc:
             if ctx.find_root().params.get("debug"):
@@ -107,7 +112,7 @@ def main() -> None:
         cli(prog_name="sparkctl")
     except KeyboardInterrupt:
         click.echo("sparkctl: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(int(ExitStatus.INTERRUPTED))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -149,7 +149,7 @@ def test_converges_then_a_rerun_changes_nothing():
     assert again.recap()["spark1"] == {"ok": 1, "changed": 0, "failed": 0, "skipped": 0, "unreachable": 0}
 
 
-def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_between_tasks():
+def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_at_the_end_of_a_phase():
     meet = threading.Barrier(2, timeout=5)  # breaks (-> failed task) unless two nodes really run together
     live, peak, finished_first = [0], [0], []
     guard = threading.Lock()
@@ -166,14 +166,39 @@ def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_between_task
             live[0] -= 1
             finished_first.append(ctx.name)
 
-    def second(ctx):
-        assert len(finished_first) == 6, "the next task started before the previous one ended everywhere"
+    def next_phase(ctx):
+        assert len(finished_first) == 6, "the next phase started before the previous one ended everywhere"
 
     names = [f"spark{i}" for i in range(1, 7)]
-    result, _, _ = run([Ensure("base.a", on_check=busy), Ensure("base.b", on_check=second)],
+    result, _, _ = run([Ensure("base.a", on_check=busy), Ensure("net.b", "net", on_check=next_phase)],
                        nodes=make_nodes(names), forks=2)
     assert peak[0] == 2
     assert {o.status for o in result.outcomes} == {Status.CHANGED}, [o.message for o in result.outcomes]
+
+
+def test_a_slow_node_holds_the_others_up_only_at_a_cluster_task():
+    """Node tasks in a row of one phase: each node walks them at its own pace; a cluster task meets them all."""
+    slow_started, fast_done = threading.Event(), threading.Event()
+
+    def hold_spark2(ctx):
+        if ctx.name == "spark2" and not slow_started.is_set():
+            slow_started.set()
+            assert fast_done.wait(5), "spark1 waited for spark2 between two node tasks"
+
+    def note_fast(ctx):
+        if ctx.name == "spark1":
+            fast_done.set()
+
+    seen_by_cluster = []
+    tasks = [Ensure("base.a", on_check=hold_spark2), Ensure("base.b", needs=("base.a",), on_check=note_fast),
+             Ensure("base.all", needs=("base.b",), scope=Scope.CLUSTER,
+                    on_check=lambda ctx: seen_by_cluster.append(sorted(n.name for n in ctx.values()
+                                                                       if n.state.get("base.b") == "on")))]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1", "spark2"]))
+    assert result.exit_status() == ExitStatus.SUCCESS, [o.message for o in result.outcomes]
+    order = [(e.task, e.node) for e in events if e.event == "task_result"]
+    assert order.index(("base.b", "spark1")) < order.index(("base.a", "spark2"))
+    assert seen_by_cluster[0] == ["spark1", "spark2"]  # the cluster task waited for both
 
 
 def test_a_failure_stops_its_dependents_on_that_node_only():

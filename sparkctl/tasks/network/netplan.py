@@ -78,11 +78,12 @@ class NetplanTask(Task):
     phase = "network"
     needs = ("preflight.node", "preflight.cluster")
     description = "address each fabric twin in its own subnet with MTU 9000, through netplan, safely"
-    checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, and the live "
-              "addresses and MTU of the fabric interfaces")
+    checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, the live "
+              "addresses and MTU of the fabric interfaces, and revert guards an interrupted run left armed")
     changes = ("writes the netplan file (mode 600, atomic), moves conflicting stanzas out (backed up), arms a "
                "node-side revert, runs `netplan apply`, confirms over a new management connection, removes "
-               "unplanned addresses from the fabric twins, waits for the planned addresses")
+               "unplanned addresses from the fabric twins, waits for the planned addresses; a revert an "
+               "interrupted run left armed is confirmed the same way (apply, then a new connection)")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         plan = ctx.plan()
@@ -108,10 +109,16 @@ class NetplanTask(Task):
         drift = _live_drift(ctx, ifaces)
         if drift:
             changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
+        guards = safe.pending_guards(ctx)
+        if guards:
+            changes.append(Change(f"confirm the netplan change of an interrupted run (revert guard "
+                                  f"{', '.join(guards)} would restore the files it replaced): apply, then prove "
+                                  "the management path over a new connection", payload=("guards", guards, None)))
         return changes
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         files = {c.payload[1]: c.payload[2] for c in changes if c.payload[0] in ("file", "move")}
+        earlier = [g for c in changes if c.payload[0] == "guards" for g in c.payload[1]]
         ifaces, wanted = _planned(ctx)
         try:
             if files:
@@ -124,6 +131,10 @@ class NetplanTask(Task):
                 safe.confirm(ctx, run_id)
             else:
                 safe.netplan_apply(ctx)
+            # An earlier run's guard is confirmed only now: after this apply, over a new connection, like its own
+            # run would have. Unreachable here leaves it armed, and it restores what that run replaced.
+            for run_id in earlier:
+                safe.confirm(ctx, run_id)
             _remove_unplanned(ctx, ifaces, wanted)
             missing = safe.wait_for_addresses(ctx, wanted, ctx.inventory.fabric.mtu)
             if missing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
@@ -9,6 +11,10 @@ from sparkctl.rules.fabric import management_names
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
 MAX_SKEW_S = 2.0
+#: A clock this far from the controller's is not drifting for want of NTP (seconds a day) but set wrong: TLS (docker
+#: pull, the Hugging Face Hub) then refuses certificates "not yet valid" or "expired", and the node's logs no longer
+#: line up with the others'. Refused on that node before anything changes.
+MAX_CLOCK_OFFSET_S = 300.0
 
 
 class NodePreflight(Task):
@@ -41,6 +47,7 @@ class NodePreflight(Task):
             problems.append(f"docker does not work for {facts.user} on {ctx.name}: {facts.docker_error or 'no answer'} "
                             "(see `docker info` on the node)")
         problems += _fabric_problems(ctx, facts)
+        problems += _clock_problems(facts)
         if facts.firewall:
             ports = f"22, {inv.container.ssh_port} (container ssh), {inv.serve.port} (serve)"
             ctx.warn(f"a firewall is active ({facts.firewall}); these TCP ports must be open between the "
@@ -48,6 +55,25 @@ class NodePreflight(Task):
         if problems:
             raise TaskFailed(f"{len(problems)} preflight problem(s) on {ctx.name}", details=problems)
         return []
+
+
+def _clock_problems(facts: Facts) -> list[str]:
+    offset = facts.clock_offset()
+    if offset is None or abs(offset) <= MAX_CLOCK_OFFSET_S:
+        return []
+    node_time = datetime.fromtimestamp(facts.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return [f"its clock is {_span(abs(offset))} {'ahead of' if offset > 0 else 'behind'} this controller's "
+            f"(the node says {node_time}): TLS downloads (docker pull, the Hub) fail on a clock that far off; "
+            "set it (sudo timedatectl set-ntp true, or sudo date -s ...); if every node says the same, this "
+            "controller's clock is the wrong one"]
+
+
+def _span(seconds: float) -> str:
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    return " ".join(p for p in parts if p) or f"{int(seconds)} s"
 
 
 def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
@@ -96,6 +122,7 @@ class ClusterPreflight(Task):
     description = "check that the nodes fit together: one user, clocks in step, cabling fits the topology"
     checks = "the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers'"
     changes = "nothing (read-only)"
+    needs_every_node = False  # judged on the facts read of each node; a node lost mid-run on what was last read
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         facts = ctx.facts_by_node()
