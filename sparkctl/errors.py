@@ -42,9 +42,12 @@ class Unreachable(SparkctlError):
 
     exit_status = ExitStatus.UNREACHABLE
 
-    def __init__(self, message: str, hint: str | None = None, *, node: str | None = None):
+    def __init__(self, message: str, hint: str | None = None, *, node: str | None = None, closed: bool = False):
         super().__init__(message, hint)
         self.node = node
+        #: the connection was closed by the other end (sshd restarted, the session killed), not left silent: a
+        #: read-only step may simply be tried again on a new connection
+        self.closed = closed
 
 
 class Interrupted(BaseException):

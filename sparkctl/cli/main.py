@@ -81,6 +81,9 @@ def configure_logging(debug: bool) -> None:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("sparkctl").setLevel(logging.DEBUG if debug else logging.NOTSET)
+    # paramiko's transport logs a lost connection as an ERROR (with a traceback); sparkctl reports it once, on the
+    # node it came from
+    logging.getLogger("paramiko.transport").setLevel(logging.NOTSET if debug else logging.CRITICAL)
 
 
 def _register() -> None:

@@ -51,7 +51,7 @@ class Runner:
     def __init__(self, graph: Graph, *, nodes: list[str], node_contexts: dict[str, Any], cluster_context: Any,
                  unreachable: dict[str, str], forks: int = 32, check_mode: bool = False,
                  emit: Callable[[Event], None], limit: set[str] | None = None, lost: LostNodes | None = None,
-                 interruption: Interruption | None = None):
+                 interruption: Interruption | None = None, on_stage: Callable[[bool], None] | None = None):
         if forks < 1:
             raise ValueError("forks must be at least 1")
         for name in limit or ():
@@ -72,6 +72,9 @@ class Runner:
         self.forks = forks
         self.check_mode = check_mode
         self.interruption = interruption if interruption is not None else Interruption()
+        #: told before each stage whether it is node tasks (True) or a cluster task (False): the contexts pin or
+        #: refresh what the nodes see of each other
+        self._on_stage = on_stage
         self._emit_to = emit
         self._lock = threading.Lock()
         self._outcomes: list[TaskOutcome] = []
@@ -117,6 +120,8 @@ class Runner:
             for stage in stages(self.graph.ordered()):
                 if self.interruption.requested:
                     break
+                if self._on_stage is not None:
+                    self._on_stage(stage[0].scope is Scope.NODE)
                 if stage[0].scope is Scope.CLUSTER:
                     self._run_on_cluster(stage[0])
                 else:
@@ -225,14 +230,20 @@ class Runner:
                 outcome = self._need_outcome(need, None)
                 if outcome is not None and outcome.blocks_dependents:
                     return self._why_blocked(need, outcome)
+        blocked = {}
         for node in self.nodes:
             if node in self.lost:
                 continue  # a task that does not need every node is judged on what was read of it
             for need in closure:
                 outcome = self._need_outcome(need, node)
                 if outcome is not None and outcome.blocks_dependents:
-                    return self._why_blocked(need, outcome)
-        return None
+                    blocked[node] = self._why_blocked(need, outcome)
+                    break
+        if not blocked:
+            return None
+        if task.needs_every_node or len(blocked) == len([n for n in self.nodes if n not in self.lost]):
+            return next(iter(blocked.values()))
+        return None  # it judges the nodes whose needs were met; the others are stopped on their own row
 
     # --- one task --------------------------------------------------------------------------------
 

@@ -171,6 +171,7 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
             "netplan generate",
             "/lib/systemd/systemd-networkd &",
             "/usr/sbin/sshd",
+            "/usr/local/bin/dockerd &",
             "trap 'exit 0' TERM INT",
             "while :; do sleep 3600 & wait $!; done",
         ]

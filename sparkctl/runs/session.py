@@ -132,7 +132,7 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit, lost=lost, interruption=interruption)
+                        emit=emit, lost=lost, interruption=interruption, on_stage=cluster.begin_stage)
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

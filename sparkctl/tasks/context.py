@@ -19,6 +19,10 @@ from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.transport.base import CommandResult, Transport
 
+#: strerror(ENOSPC), as every tool on the node prints it
+NO_SPACE = "No space left on device"
+DISK_FULL_HINT = "the disk of {node} is full where sparkctl writes: free space there (df -h), then run again"
+
 
 @dataclass
 class RunOptions:
@@ -46,6 +50,8 @@ class NodeContext:
         self._facts: Facts | None = None
         #: what was last read of the node: a peer plans from it once the node is lost
         self._last_known: Facts | None = None
+        #: in a stage of node tasks, what its peers plan from: its facts as the stage began (begin_stage)
+        self._pinned: Facts | None = None
         self._lock = threading.Lock()
         self.facts_round_trips = 0
 
@@ -67,7 +73,7 @@ class NodeContext:
         with self._lock:
             if self._facts is None or refresh:
                 try:
-                    self._facts = gather_node_facts(self.transport, self.inventory, self.node)
+                    self._facts = self._gather()
                 except Unreachable as exc:
                     exc.node = exc.node or self.name
                     raise
@@ -76,15 +82,31 @@ class NodeContext:
                 self.cluster.bump()
             return self._facts
 
+    def _gather(self) -> Facts:
+        try:
+            return self._read_facts()
+        except Unreachable as exc:
+            if not exc.closed:
+                raise
+            # closed under us (sshd restarted, the session killed): reading is safe to repeat, on a new connection
+            return self._read_facts()
+
+    def _read_facts(self) -> Facts:
+        """One round trip."""
+        return gather_node_facts(self.transport, self.inventory, self.node)
+
     def known_facts(self) -> Facts | None:
         """This node's facts as a PEER's task needs them (to plan): read now while the node is in the run; once
         it is lost, what was last read of it (None if nothing was). A loss found here is the node's, never the
         peer's: the node leaves the run and the peer goes on."""
-        if self.name not in self.cluster.lost:
-            try:
-                return self.facts()
-            except Unreachable as exc:
-                self.cluster.lost.lose(exc.node or self.name, exc.message, during="reading its facts for a peer")
+        if self.name in self.cluster.lost:
+            return self._last_known
+        if self._pinned is not None:
+            return self._pinned
+        try:
+            return self.facts()
+        except Unreachable as exc:
+            self.cluster.lost.lose(exc.node or self.name, exc.message, during="reading its facts for a peer")
         return self._last_known
 
     def _raise_if_lost(self) -> None:
@@ -131,6 +153,8 @@ class NodeContext:
         if not result.ok:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            if any(NO_SPACE in line for line in tail):
+                reason, hint = "no space left on the device", hint or DISK_FULL_HINT.format(node=self.name)
             raise TaskFailed(f"{what} failed on {self.name} ({reason})", hint=hint, details=tail)
         return result
 
@@ -195,6 +219,24 @@ class ClusterContext:
         if self._new_transport is None:
             raise TaskFailed("no way to open a new connection (internal)")
         return self._new_transport(node)
+
+    def begin_stage(self, node_scope: bool) -> None:
+        """Called by the runner before each stage. Before node tasks: read again, at this barrier and in
+        parallel, the facts an earlier change made stale, and pin every node's facts as what its PEERS plan from
+        until the stage ends: a node never waits for a slower peer in the middle of its own tasks (a node's tasks
+        change only that node, and its own checks read it fresh). Before a cluster task: unpin, reads are fresh."""
+        for ctx in self.nodes.values():
+            ctx._pinned = None
+        if not node_scope:
+            return
+        stale = [c for c in self.nodes.values() if c._facts is None and c._last_known is not None
+                 and c.name not in self.lost]
+        if stale:
+            with ThreadPoolExecutor(max_workers=min(32, len(stale))) as pool:
+                list(pool.map(lambda c: c.known_facts(), stale))
+        for ctx in self.nodes.values():
+            ctx._pinned = ctx._facts  # None when never read: a peer then reads it when it needs it
+        self.bump()
 
     def facts_by_node(self) -> dict[str, Facts]:
         """Every node's facts as planning needs them: a lost node's as last read (absent if never read)."""

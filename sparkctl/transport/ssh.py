@@ -151,6 +151,10 @@ class SSHTransport(ShellTransport):
             return self._conn.transport.open_session(timeout=self.connect_timeout)
         except _LOST as exc:
             self._check_interrupted()
+            if self._died_of_silence(exc):
+                # no answer at all (a cut link, a node down): a reconnect would only wait as long again
+                raise Unreachable(f"{self.where}: stopped answering ({exc})",
+                                  "a link, the node's power or its network is down", node=self.node) from exc
             log.debug("%s: connection lost (%s), reconnecting", self.where, exc)
         self.close()
         with self._open_lock:
@@ -173,6 +177,17 @@ class SSHTransport(ShellTransport):
         if transport is not None:
             with contextlib.suppress(Exception):
                 transport.close()
+
+    def _died_of_silence(self, exc: BaseException) -> bool:
+        """The connection ended because the node stopped answering (a channel never opened, unacknowledged data),
+        not because it was closed (sshd restarted, the session killed): only a closed one is worth reopening."""
+        if "Timeout opening channel" in str(exc):
+            return True
+        transport = self._conn.transport
+        cause = transport.get_exception() if transport is not None else None
+        return any(isinstance(e, (socket.timeout, TimeoutError)) or (
+            isinstance(e, OSError) and e.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH))
+            for e in (exc, cause))
 
     def _check_interrupted(self) -> None:
         if self._interrupted:
@@ -227,10 +242,12 @@ class SSHTransport(ShellTransport):
         return RawResult(code, b"".join(out), b"".join(err))
 
     def _lost_mid_command(self, exc: BaseException | None) -> Unreachable:
+        silent = exc is not None and self._died_of_silence(exc)
         why = f" ({exc})" if exc is not None and str(exc) else ""
-        return Unreachable(f"{self.where}: the connection was lost while a command ran{why}",
+        what = "stopped answering" if silent else "closed the connection"
+        return Unreachable(f"{self.where}: {what} while a command ran{why}",
                            "the node stopped answering (link, power, sshd); the command may or may not have "
-                           "finished there: the next run checks", node=self.node)
+                           "finished there: the next run checks", node=self.node, closed=not silent)
 
     # --- files --------------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
@@ -250,6 +267,12 @@ class SSHTransport(ShellTransport):
                     handle.chmod(mode)
                     handle.set_pipelined(True)
                     handle.write(data)
+                # A pipelined write's failure (a full disk) is only an answer paramiko reads at close and drops:
+                # the file must hold every byte sent before it may take the target's name.
+                self.round_trips += 1
+                written = sftp.stat(tmp).st_size
+                if written != len(data):
+                    raise OSError(errno.EIO, f"the node kept {written} of {len(data)} bytes")
         except (OSError, paramiko.SSHException, EOFError) as exc:
             self._check_interrupted()
             created = not (isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.EACCES, errno.EEXIST))
