@@ -19,9 +19,25 @@ from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.transport.base import CommandResult, Transport
 
-#: strerror(ENOSPC), as every tool on the node prints it
-NO_SPACE = "No space left on device"
-DISK_FULL_HINT = "the disk of {node} is full where sparkctl writes: free space there (df -h), then run again"
+#: Causes a failed command's last lines name, whatever the command: what to call them and what to do.
+KNOWN_CAUSES = {
+    # strerror(ENOSPC), as every tool on the node prints it
+    "No space left on device": ("no space left on the device",
+                                "the disk of {node} is full where sparkctl writes: free space there (df -h), then "
+                                "run again"),
+    # the docker CLI when its daemon does not answer (docker/cli, client.ErrorConnectionFailed)
+    "Cannot connect to the Docker daemon": ("the docker daemon does not answer",
+                                            "on {node}: sudo systemctl start docker (systemctl status docker says "
+                                            "why it stopped), then run again"),
+}
+
+
+def known_cause(lines: list[str], node: str) -> tuple[str, str] | None:
+    """(what to call it, what to do) when a failed command's last lines name a cause of KNOWN_CAUSES."""
+    for marker, (cause, fix) in KNOWN_CAUSES.items():
+        if any(marker in line for line in lines):
+            return cause, fix.format(node=node)
+    return None
 
 
 @dataclass
@@ -153,8 +169,9 @@ class NodeContext:
         if not result.ok:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
-            if any(NO_SPACE in line for line in tail):
-                reason, hint = "no space left on the device", hint or DISK_FULL_HINT.format(node=self.name)
+            known = known_cause(tail, self.name)
+            if known is not None:
+                reason, hint = known[0], hint or known[1]
             raise TaskFailed(f"{what} failed on {self.name} ({reason})", hint=hint, details=tail)
         return result
 

@@ -35,6 +35,8 @@ KEEPALIVE_S = 5
 #: is noticed within KEEPALIVE_S + DEAD_AFTER_S, not after TCP's ~15 minutes of retransmissions. A node that is
 #: merely slow still acknowledges (its kernel does), so slowness never trips it.
 DEAD_AFTER_S = 10
+#: How long a TCP connect to the node's sshd port may take to tell "the node is there" from "the node is gone".
+PROBE_S = 2
 
 
 class SSHTransport(ShellTransport):
@@ -144,17 +146,26 @@ class SSHTransport(ShellTransport):
         return Unreachable(f"{where}: {str(exc) or type(exc).__name__}")
 
     def _session(self) -> paramiko.Channel:
-        """A new channel on the node's connection, reconnecting once if the connection was lost."""
+        """A new channel on the node's connection. A node that does not answer at all is unreachable at once; one
+        that answers slowly gets a second wait; a connection the node closed (sshd restarted) is reopened once."""
         self._check_interrupted()
         self.connect()
         try:
             return self._conn.transport.open_session(timeout=self.connect_timeout)
         except _LOST as exc:
             self._check_interrupted()
-            if self._died_of_silence(exc):
-                # no answer at all (a cut link, a node down): a reconnect would only wait as long again
+            if not self._answers():
+                # a cut link, a node down: a reconnect would only wait as long again
                 raise Unreachable(f"{self.where}: stopped answering ({exc})",
                                   "a link, the node's power or its network is down", node=self.node) from exc
+            if self._conn.transport is not None and self._conn.transport.is_active():
+                try:  # alive (its kernel answers) but slow to open a session: one more wait on this connection
+                    return self._conn.transport.open_session(timeout=self.connect_timeout)
+                except _LOST as again:
+                    self._check_interrupted()
+                    raise Unreachable(f"{self.where}: no session opened in {2 * self.connect_timeout:g}s ({again})",
+                                      "the node answers on its port but sshd does not serve: is it overloaded?",
+                                      node=self.node) from again
             log.debug("%s: connection lost (%s), reconnecting", self.where, exc)
         self.close()
         with self._open_lock:
@@ -164,6 +175,17 @@ class SSHTransport(ShellTransport):
             return self._conn.transport.open_session(timeout=self.connect_timeout)
         except _LOST as exc:
             raise Unreachable(f"{self.where}: connection lost: {exc}", node=self.node) from exc
+
+    def _answers(self) -> bool:
+        """Whether the node's sshd port takes a TCP connection now (its kernel answers even when it is slow). A
+        node reached through a jump host cannot be probed directly: assumed to answer (the reconnect then says)."""
+        if self._conn.gateway is not None:
+            return True
+        try:
+            with socket.create_connection((self.host, self.port), timeout=PROBE_S):
+                return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         with self._sftp_lock:
@@ -177,17 +199,6 @@ class SSHTransport(ShellTransport):
         if transport is not None:
             with contextlib.suppress(Exception):
                 transport.close()
-
-    def _died_of_silence(self, exc: BaseException) -> bool:
-        """The connection ended because the node stopped answering (a channel never opened, unacknowledged data),
-        not because it was closed (sshd restarted, the session killed): only a closed one is worth reopening."""
-        if "Timeout opening channel" in str(exc):
-            return True
-        transport = self._conn.transport
-        cause = transport.get_exception() if transport is not None else None
-        return any(isinstance(e, (socket.timeout, TimeoutError)) or (
-            isinstance(e, OSError) and e.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH))
-            for e in (exc, cause))
 
     def _check_interrupted(self) -> None:
         if self._interrupted:
@@ -238,11 +249,12 @@ class SSHTransport(ShellTransport):
             self._check_interrupted()
             if not self._conn.transport or not self._conn.transport.is_active():
                 raise self._lost_mid_command(self._conn.transport and self._conn.transport.get_exception())
+
             code = 255  # killed by a signal: sshd sent exit-signal, not exit-status
         return RawResult(code, b"".join(out), b"".join(err))
 
     def _lost_mid_command(self, exc: BaseException | None) -> Unreachable:
-        silent = exc is not None and self._died_of_silence(exc)
+        silent = not self._answers()  # what ended the connection (EOF, a reset) does not tell a cut from a restart
         why = f" ({exc})" if exc is not None and str(exc) else ""
         what = "stopped answering" if silent else "closed the connection"
         return Unreachable(f"{self.where}: {what} while a command ran{why}",

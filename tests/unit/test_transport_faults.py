@@ -28,7 +28,8 @@ def known_hosts(tmp_path):
 
 class Relay:
     """127.0.0.1:<port> -> sshd, byte for byte, until `silence()`: then it stops answering (it reads nothing and
-    sends nothing, the sockets stay open), as a node behind a pulled cable does."""
+    sends nothing, the sockets stay open) and, as a node behind a pulled cable, takes no new connection; with
+    `hang()` it still takes them (a node whose kernel answers while sshd is stuck)."""
 
     def __init__(self, target_port: int):
         self.server = socket.create_server(("127.0.0.1", 0))
@@ -60,6 +61,12 @@ class Relay:
                 (b if sock is a else a).sendall(data)
 
     def silence(self) -> None:
+        self.silent.set()
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # stops listening (close alone would not, under accept)
+        self.server.close()
+
+    def hang(self) -> None:
         self.silent.set()
 
     def close(self) -> None:
@@ -103,6 +110,22 @@ def test_a_node_that_stops_answering_is_unreachable_after_one_wait_not_two(sshd,
         assert "spark2 (127.0.0.1): stopped answering" in lost.value.message
         # the channel never opened: one connect_timeout (2 s), and no reconnect that would wait as long again
         assert waited < 2 * ssh.connect_timeout, waited
+    finally:
+        ssh.close()
+        relay.close()
+
+
+def test_a_node_that_answers_but_opens_no_session_gets_a_second_wait(sshd, users, known_hosts):  # noqa: F811
+    relay = Relay(sshd.port)
+    ssh = relayed(sshd, known_hosts, relay)
+    try:
+        assert ssh.run("true").ok
+        relay.hang()  # slow or stuck, not gone: its port still takes connections
+        started = time.monotonic()
+        with pytest.raises(Unreachable) as stuck:
+            ssh.run("true")
+        assert time.monotonic() - started >= 2 * ssh.connect_timeout
+        assert stuck.value.message == "spark2 (127.0.0.1): no session opened in 4s (Timeout opening channel.)"
     finally:
         ssh.close()
         relay.close()
