@@ -1,9 +1,11 @@
 """The lab's container image: a small Debian with sshd, Open MPI, mpi4py and the TensorRT-LLM stand-ins.
 
 No registry is reachable from a lab machine, so the image is built locally with mmdebstrap from the
-machine's own apt mirror and imported once into ONE shared image store that every node reads as an
+machine's own apt mirror and imported once into a shared image store that every node reads as an
 `additionalimagestores` entry. It is cached by a hash of its recipe (package list, mirror, hooks and the
-contents of every file baked in), so a reused machine skips the build.
+contents of every file baked in), so a reused machine skips the build. Each recipe has a store of its own: a lab
+of one recipe never sees its image replaced under its running containers by a build of another (two checkouts on
+one machine), which left those containers without their files ("exec: sh: not found").
 """
 
 from __future__ import annotations
@@ -22,14 +24,13 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lab.standins import IMAGE_STANDINS, fixture_repos_dir, standin_path
 
 TRTLLM_VERSION = "1.3.0rc12"
-IMAGE_STORE = "/var/lib/sparkctl-lab/image-store"
 IMAGE_REF = f"localhost/sparkctl-lab-trtllm:{TRTLLM_VERSION}"
 VERSION_LABEL = "com.nvidia.tensorrt-llm.version"
 RECIPE_LABEL = "sparkctl.lab.recipe"
 
 LAB_STATE_DIR = Path("/var/lib/sparkctl-lab")
 # A runroot of its own: sharing the machine's /run/containers/storage with another graphroot confuses podman.
-IMAGE_STORE_RUNROOT = "/run/sparkctl-lab/image-store"
+RUNROOT_DIR = Path("/run/sparkctl-lab")
 LOCK_PATH = LAB_STATE_DIR / "image.lock"
 BUILD_DIR = LAB_STATE_DIR / "image-build"
 
@@ -113,17 +114,28 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
         return IMAGE_REF
 
 
-def podman_store_args() -> list[str]:
-    """The podman options that address the shared image store directly (machine side)."""
-    return ["--root", IMAGE_STORE, "--runroot", IMAGE_STORE_RUNROOT, "--storage-driver", "overlay"]
+def image_store(recipe: str | None = None) -> str:
+    """The image store of this recipe (the current one by default)."""
+    return str(LAB_STATE_DIR / f"image-store-{(recipe or recipe_hash())[:16]}")
+
+
+def _runroot(store: str) -> str:
+    return str(RUNROOT_DIR / Path(store).name)
+
+
+def podman_store_args(store: str | None = None) -> list[str]:
+    """The podman options that address an image store directly (machine side): this recipe's by default."""
+    store = store or image_store()
+    return ["--root", store, "--runroot", _runroot(store), "--storage-driver", "overlay"]
 
 
 def installed_recipe() -> str | None:
-    """The recipe hash of the image in the store, or None when there is no image."""
-    if not shutil.which("podman") or not Path(IMAGE_STORE).is_dir():
+    """The recipe hash of the image in this recipe's store, or None when there is no image."""
+    store = image_store()
+    if not shutil.which("podman") or not Path(store).is_dir():
         return None
     result = subprocess.run(
-        ["podman", *podman_store_args(), "image", "inspect", "--format", "{{json .Labels}}", IMAGE_REF],
+        ["podman", *podman_store_args(store), "image", "inspect", "--format", "{{json .Labels}}", IMAGE_REF],
         capture_output=True,
         text=True,
         timeout=60,
@@ -269,8 +281,9 @@ def _bootstrap_rootfs(tarball: Path, overlay: Path, log: Log | None = None) -> N
 
 
 def _import_rootfs(tarball: Path, recipe: str) -> None:
-    Path(IMAGE_STORE).mkdir(parents=True, exist_ok=True)
-    Path(IMAGE_STORE_RUNROOT).mkdir(parents=True, exist_ok=True)
+    store = image_store(recipe)
+    Path(store).mkdir(parents=True, exist_ok=True)
+    Path(_runroot(store)).mkdir(parents=True, exist_ok=True)
     changes = [
         f'CMD ["{ENTRYPOINT_IN_IMAGE}"]',
         f"LABEL {VERSION_LABEL}={TRTLLM_VERSION}",
@@ -280,7 +293,7 @@ def _import_rootfs(tarball: Path, recipe: str) -> None:
         f"ENV SPARKCTL_LAB_TRTLLM_VERSION={TRTLLM_VERSION}",
         f"ENV SPARKCTL_LAB_TRTLLM_RELEASES={RELEASES_IN_IMAGE}",
     ]
-    podman = ["podman", *podman_store_args()]
+    podman = ["podman", *podman_store_args(store)]
     change_args = [arg for change in changes for arg in ("--change", change)]
     _run([*podman, "import", "--quiet", *change_args, str(tarball), IMAGE_REF], "podman import", timeout=600)
     # The previous build (now untagged) would otherwise stay in the store forever.

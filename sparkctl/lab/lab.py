@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.lab import inventory_writer, network, node, podman, systemd
-from sparkctl.lab.image import IMAGE_REF, IMAGE_STORE, ensure_image
+from sparkctl.lab.image import IMAGE_REF, ensure_image, image_store
 from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, validate_topology
 from sparkctl.lab.state import LabState, NodeRecord, Resource, process_is_alive, process_starttime
 from sparkctl.lab.teardown import teardown
@@ -153,13 +153,13 @@ class Lab:
             record.init = init
         state.record(Resource(kind="cgroup", name=names.cgroup))
         network.add_mgmt_bridge(state, names)
-        image_ref, image_store = IMAGE_REF, IMAGE_STORE
+        image_ref, store = IMAGE_REF, image_store()
         masked = systemd.units_to_mask(systemd.enabled_units())
         standins = _node_standins()
         for record in state.nodes:
             network.add_netns(state, names.node_netns(record.name))
             network.add_mgmt_link(state, names, record.index, record.name)
-            self._prepare_node(record, key.with_suffix(".pub").read_text(), masked, image_store, standins)
+            self._prepare_node(record, key.with_suffix(".pub").read_text(), masked, store, standins)
         network.build_fabric(state, names, {r.index: r.name for r in state.nodes})
         log(f"lab {names.lab_id}: {count} node(s) wired in {time.monotonic() - started:.1f}s; booting")
         for record in state.nodes:

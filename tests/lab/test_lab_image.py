@@ -46,7 +46,7 @@ def podman(lab_image, tmp_path_factory):
     root = tmp_path_factory.mktemp("podman")
     base = [
         "podman", "--root", str(root / "graph"), "--runroot", str(root / "run"), "--storage-driver", "overlay",
-        "--storage-opt", f"overlay.imagestore={image.IMAGE_STORE}", "--cgroup-manager", "cgroupfs",
+        "--storage-opt", f"overlay.imagestore={image.image_store()}", "--cgroup-manager", "cgroupfs",
         "--events-backend", "file", "--runtime", "runc",
     ]  # fmt: skip
 
