@@ -10,6 +10,7 @@ starts (the runner emits task_start in that node's thread, before the task runs)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from sparkctl.lab.node import CGROUP_ROOT
 from sparkctl.plan.paths import state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
+from tests.lab.conftest import ssh
 from tests.lab.fault_kit import NODE_TASKS, bootstrap_all, half_written, reset
 
 pytestmark = pytest.mark.lab
@@ -160,21 +162,27 @@ def test_sshd_restarted_mid_run_costs_nothing_but_a_new_connection(lab):
 def test_a_clock_days_off_is_refused_on_that_node_before_anything_changes(lab):
     if not Path(FAKETIME_LIB).exists():
         pytest.fail(f"{FAKETIME_LIB} missing: apt-get install libfaketime (scripts/test installs it)")
-    lab.exec(FAULTY, f"echo -3d > /etc/faketimerc && echo {FAKETIME_LIB} > /etc/ld.so.preload", check=True)
+    # the sessions sparkctl opens see the node's clock 3 days behind (pam_env reads /etc/environment at login);
+    # sshd itself, and what runs through sudo, keep the real one
+    lab.exec(FAULTY, "if [ -e /etc/environment ]; then cp /etc/environment /run/lab/environment.orig; fi; "
+                     f"printf 'LD_PRELOAD={FAKETIME_LIB}\\nFAKETIME=-3d\\nFAKETIME_DONT_FAKE_MONOTONIC=1\\n' "
+                     ">> /etc/environment", check=True)
     try:
-        shifted = lab.exec(FAULTY, ["date", "+%s"]).stdout
-        result, events = run_with(lab)
+        skew = int(ssh(lab, FAULTY, "date +%s").stdout) - time.time()
+        result, _ = run_with(lab)
     finally:
-        lab.exec(FAULTY, "rm -f /etc/ld.so.preload /etc/faketimerc", check=True)
-    assert int(lab.exec(FAULTY, ["date", "+%s"]).stdout) - int(shifted) > 2 * 86400  # the fault was real
+        lab.exec(FAULTY, "if [ -e /run/lab/environment.orig ]; then cp /run/lab/environment.orig /etc/environment; "
+                         "else rm -f /etc/environment; fi", check=True)
+    assert skew < -2 * 86400, skew  # the fault was real
 
-    assert result.exit_status() == ExitStatus.TASK_FAILED, failures(result)
+    assert result.exit_status() == ExitStatus.TASK_FAILED, failures(result) or result.unreachable
     ((task, node, message),) = failures(result)
     assert (task, node) == ("preflight.node", FAULTY)
     (problem,) = result.outcome(task, node).details
     assert problem.startswith("its clock is 3 d behind this controller's"), problem
     assert not [o for o in result.outcomes if o.node == FAULTY and o.status.value == "changed"]
     assert_healthy_node_finished(result)
+    assert abs(int(ssh(lab, FAULTY, "date +%s").stdout) - time.time()) < 60  # the fault removed
     assert_converges(lab)
 
 

@@ -58,22 +58,27 @@ class NodePreflight(Task):
 
 
 def _clock_problems(facts: Facts) -> list[str]:
-    offset = facts.clock_offset()
-    if offset is None or abs(offset) <= MAX_CLOCK_OFFSET_S:
+    offset = facts.clock_offset()  # beyond what the round trip explains: the decision never blames the network
+    if offset is None or abs(offset) <= MAX_CLOCK_OFFSET_S or facts.controller_time is None:
         return []
+    shown = facts.time - sum(facts.controller_time) / 2  # the middle of the round trip: what a person expects
     node_time = datetime.fromtimestamp(facts.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return [f"its clock is {_span(abs(offset))} {'ahead of' if offset > 0 else 'behind'} this controller's "
+    return [f"its clock is {_span(abs(shown))} {'ahead of' if offset > 0 else 'behind'} this controller's "
             f"(the node says {node_time}): TLS downloads (docker pull, the Hub) fail on a clock that far off; "
             "set it (sudo timedatectl set-ntp true, or sudo date -s ...); if every node says the same, this "
             "controller's clock is the wrong one"]
 
 
 def _span(seconds: float) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
-    return " ".join(p for p in parts if p) or f"{int(seconds)} s"
+    """Two units at most, the smaller one rounded: 3 d, 2 d 5 h, 4 h 10 min, 7 min."""
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = round(seconds / 3600)
+    if hours < 24:
+        return f"{minutes // 60} h {minutes % 60} min" if minutes % 60 else f"{minutes // 60} h"
+    days, rest = divmod(hours, 24)
+    return f"{days} d {rest} h" if rest else f"{days} d"
 
 
 def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
