@@ -42,14 +42,17 @@ def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) 
     facts = ctx.facts()
     live = {i: {"mtu": facts.interfaces[i].mtu, "addresses": [str(a) for a in facts.interfaces[i].ipv4()]}
             for i in interfaces if i in facts.interfaces}
+    # Each record is written under a temp name and renamed: records are never overwritten, so one cut short would
+    # stay short for good (and `cluster down --network` would restore it).
     lines = [f"install -d -m 700 {q(base)}",
-             f"[ -e {q(base)}/interfaces.json ] || printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
-             f"> {q(base)}/interfaces.json"]
+             f"[ -e {q(base)}/interfaces.json ] || {{ printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
+             f"> {q(base)}/.interfaces.json.tmp && mv -f {q(base)}/.interfaces.json.tmp {q(base)}/interfaces.json; }}"]
     for path in paths:
         name = posixpath.basename(path)
         lines.append(
             f"if [ ! -e {q(base)}/{q(name)} ] && [ ! -e {q(base)}/{q(name + '.absent')} ]; then "
-            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q(name)}; "
+            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q('.' + name + '.tmp')} && "
+            f"mv -f {q(base)}/{q('.' + name + '.tmp')} {q(base)}/{q(name)}; "
             f"else touch {q(base)}/{q(name + '.absent')}; fi; fi"
         )
     ctx.must("\n".join(lines), "recording the original netplan files", sudo=True)
