@@ -37,4 +37,20 @@ class InventoryError(BadInput):
 
 
 class Unreachable(SparkctlError):
+    """A node cannot be reached (or stopped answering). `node` names the node it came from, so a task that
+    reached a peer never carries the peer's loss as its own."""
+
     exit_status = ExitStatus.UNREACHABLE
+
+    def __init__(self, message: str, hint: str | None = None, *, node: str | None = None, closed: bool = False):
+        super().__init__(message, hint)
+        self.node = node
+        #: the connection was closed by the other end (sshd restarted, the session killed), not left silent: a
+        #: read-only step may simply be tried again on a new connection
+        self.closed = closed
+
+
+class Interrupted(BaseException):
+    """The person running sparkctl asked it to stop (Ctrl-C): raised by a transport instead of running or
+    waiting for a command. A BaseException, like KeyboardInterrupt, so no `except Exception` in a task turns
+    it into a failure."""

@@ -9,6 +9,8 @@ class ExitStatus(IntEnum):
     BAD_INPUT = 2
     UNREACHABLE = 3
     CHANGES_PENDING = 4
+    #: stopped by Ctrl-C (128 + SIGINT, what a shell reports for a process SIGINT ended)
+    INTERRUPTED = 130
 
     # doctor reuses 0/1: healthy / errors found
     HEALTHY = 0

@@ -154,13 +154,10 @@ class RecordedNodeContext(NodeContext):
             self.shows.netplan_files = sorted([*others, NetplanFile(call.target, content, call.mode)],
                                               key=lambda f: f.path)
 
-    def facts(self, refresh: bool = False) -> Facts:
-        with self._lock:
-            if self._facts is None or refresh:
-                self._facts = copy.deepcopy(self.shows)
-                self.facts_round_trips += 1
-                self.cluster.bump()
-            return self._facts
+    def _read_facts(self) -> Facts:
+        if isinstance(self.shows, BaseException):  # the node stopped answering
+            raise self.shows
+        return copy.deepcopy(self.shows)
 
 
 @dataclass

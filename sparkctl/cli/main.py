@@ -22,7 +22,12 @@ class SparkctlGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            # Ctrl-C outside a run (loading, connecting, at a prompt): one line and the shell's code for SIGINT,
+            # never click's "Aborted!" and exit 1 (the code of a failed task)
+            click.echo("\nsparkctl: interrupted; nothing more was started", err=True)
+            sys.exit(int(ExitStatus.INTERRUPTED))
+        except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
         except SparkctlError as exc:
             if ctx.find_root().params.get("debug"):
@@ -76,6 +81,9 @@ def configure_logging(debug: bool) -> None:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("sparkctl").setLevel(logging.DEBUG if debug else logging.NOTSET)
+    # paramiko's transport logs a lost connection as an ERROR (with a traceback); sparkctl reports it once, on the
+    # node it came from
+    logging.getLogger("paramiko.transport").setLevel(logging.NOTSET if debug else logging.CRITICAL)
 
 
 def _register() -> None:
@@ -107,7 +115,7 @@ def main() -> None:
         cli(prog_name="sparkctl")
     except KeyboardInterrupt:
         click.echo("sparkctl: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(int(ExitStatus.INTERRUPTED))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl.engine.events import Event
+from sparkctl.engine.outcome import CLUSTER_ROW as CLUSTER_ROW_KEY
 from sparkctl.secrets import redacted
 
 STATUS_STYLES = {
@@ -21,8 +22,10 @@ STATUS_STYLES = {
     "failed": "bold red",
     "skipped": "cyan",
     "unreachable": "bold magenta",
+    "interrupted": "bold yellow",
 }
 RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
+INTERRUPTED = "interrupted"
 WORD_WIDTH = len("would change")
 CLUSTER_LABEL = "cluster"
 
@@ -210,6 +213,17 @@ class ConsoleView:
         if self.verbosity >= 1:
             self.console.print(self._line("log", "dim", event, event.message), style="dim")
 
+    def _on_node_lost(self, event: Event) -> None:
+        self.console.print(self._line("lost", STATUS_STYLES["unreachable"], event, event.message))
+        if event.hint:
+            self._print_hint(event.hint)
+
+    def _on_interrupt(self, event: Event) -> None:
+        self.close()
+        self.console.print(Text(event.message or "interrupted", style=STATUS_STYLES["interrupted"]))
+        if event.hint:
+            self._print_hint(event.hint)
+
     def _on_progress(self, event: Event) -> None:
         """Bytes so far of a long transfer: the live status line in a terminal, else a line of its own."""
         if self._spinner is not None:
@@ -226,28 +240,60 @@ class ConsoleView:
     def _on_recap(self, event: Event) -> None:
         self.close()
         nodes = event.nodes or {}
+        columns = RECAP_COLUMNS + ((INTERRUPTED,) if any(INTERRUPTED in row for row in nodes.values()) else ())
         table = Table(title="RECAP", title_justify="left", box=box.SIMPLE_HEAD, title_style="bold")
         table.add_column("node")
-        for column in RECAP_COLUMNS:
+        for column in columns:
             table.add_column(column, justify="right")
         for node, counts in nodes.items():
-            row_style = next((STATUS_STYLES[c] for c in ("failed", "unreachable", "changed")
+            row_style = next((STATUS_STYLES[c] for c in ("failed", "unreachable", INTERRUPTED, "changed")
                               if counts.get(c)), "green")
             cells = [Text(str(counts.get(c, 0)), style=STATUS_STYLES[c] if counts.get(c) else "")
-                     for c in RECAP_COLUMNS]
+                     for c in columns]
             table.add_row(Text(node, style=row_style), *cells)
         self.console.print()
         self.console.print(table)
+        for line in self._left_undone(event):
+            self.console.print(line)
         self.console.print(self._verdict(event, nodes))
 
     @staticmethod
+    def _left_undone(event: Event) -> list[Text]:
+        """Which node is lost and why, what it and the cluster were left without; what a Ctrl-C cut and kept from
+        starting."""
+        lines = []
+        lost = event.data.get("lost") or {}
+        for node, about in lost.items():
+            during = f" during {about['during']}" if about.get("during") else " at the start"
+            lines.append(Text(f"{node} lost{during}: {about.get('reason')}", style=STATUS_STYLES["unreachable"]))
+            if about.get("undone"):
+                lines.append(Text(f"    not done on {node}: {', '.join(about['undone'])}"))
+        if lost and event.data.get("left_undone"):
+            lines.append(Text(f"    left undone, they need {', '.join(lost)}: {', '.join(event.data['left_undone'])}"))
+        if lost:
+            lines.append(Text(f"    run again once {', '.join(lost)} answer(s): the rerun picks up the rest",
+                              style="italic"))
+        stopped = event.data.get("interrupted")
+        if stopped:
+            cut = ", ".join(f"{c['task']} on {c.get('node') or CLUSTER_LABEL}" for c in stopped.get("cut", []))
+            lines.append(Text(f"cut by Ctrl-C: {cut or 'nothing (between tasks)'}", style=STATUS_STYLES[INTERRUPTED]))
+            if stopped.get("not_started"):
+                lines.append(Text(f"    not started: {', '.join(stopped['not_started'])}"))
+            lines.append(Text("    run again to finish: every task checks first, so the rerun picks up the rest",
+                              style="italic"))
+        return lines
+
+    @staticmethod
     def _verdict(event: Event, nodes: dict[str, dict[str, int]]) -> Text:
-        total = {c: sum(row.get(c, 0) for row in nodes.values()) for c in RECAP_COLUMNS}
+        total = {c: sum(row.get(c, 0) for row in nodes.values()) for c in (*RECAP_COLUMNS, INTERRUPTED)}
         took = f" in {event.duration:.1f}s" if event.duration is not None else ""
+        if event.data.get("interrupted"):
+            return Text(f"INTERRUPTED{took}: {total[INTERRUPTED]} task(s) cut, "
+                        f"{len(event.data['interrupted'].get('not_started', []))} not started", style="bold yellow")
         if total["failed"]:
             return Text(f"FAILED{took}: {total['failed']} task(s) failed", style="bold red")
         if total["unreachable"]:
-            lost = ", ".join(n for n, row in nodes.items() if row.get("unreachable"))
+            lost = ", ".join(n for n, row in nodes.items() if row.get("unreachable") and n != CLUSTER_ROW_KEY)
             return Text(f"UNREACHABLE{took}: {lost}", style="bold magenta")
         if event.check_mode:
             if total["changed"]:

@@ -5,7 +5,9 @@ It knows nothing about Sparks, click or rich; playbooks and the CLI build on it.
 
 from sparkctl.engine.events import EVENT_KINDS, Event, EventBus
 from sparkctl.engine.graph import Graph, GraphError, UnknownSelection
-from sparkctl.engine.runner import CLUSTER_ROW, NOT_SELECTED, Runner, RunResult, TaskOutcome
+from sparkctl.engine.outcome import CLUSTER_ROW, NOT_SELECTED, RunResult, TaskOutcome
+from sparkctl.engine.runner import Runner
+from sparkctl.engine.stops import Interruption, LostNodes
 from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "EventBus",
     "Graph",
     "GraphError",
+    "Interruption",
+    "LostNodes",
     "RunResult",
     "Runner",
     "Scope",

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
-EVENT_KINDS = ("run_start", "task_start", "task_changes", "task_result", "warning", "finding", "log", "recap")
+EVENT_KINDS = ("run_start", "task_start", "task_changes", "task_result", "node_lost", "interrupt", "warning", "finding",
+               "log", "recap")
 
 Sink = Callable[["Event"], None]
 

@@ -1,4 +1,9 @@
-"""The runner: walks a graph task by task, nodes in parallel, check -> apply -> check again."""
+"""The runner: walks a graph, nodes in parallel, check -> apply -> check again.
+
+Node-scope tasks that follow each other in a phase form a stage: each node walks the stage on its own, so a slow
+node holds up the others only where they must meet, at a cluster-scope task (or the end of a phase). A node lost
+mid-run leaves the run; the others finish what does not need it. A Ctrl-C cuts what runs and starts nothing more.
+"""
 
 from __future__ import annotations
 
@@ -7,113 +12,46 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.graph import Graph, UnknownSelection, did_you_mean
-from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
-from sparkctl.errors import SparkctlError, Unreachable
-from sparkctl.exitcodes import ExitStatus
+from sparkctl.engine.outcome import (
+    CLUSTER_ROW,
+    CUT_MESSAGE,
+    NOT_SELECTED,
+    RECAP_COLUMNS,
+    RunResult,
+    TaskOutcome,
+    change_dicts,
+)
+from sparkctl.engine.stops import Interruption, LostNodes
+from sparkctl.engine.task import Scope, Status, Task, TaskFailed
+from sparkctl.errors import Interrupted, SparkctlError, Unreachable
 
-#: The recap row for cluster-scope tasks; parentheses cannot appear in a host name, so it never clashes.
-CLUSTER_ROW = "(cluster)"
-NOT_SELECTED = "not selected (--only/--skip)"
-RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
-
-
-def change_dicts(changes: list[Change]) -> list[dict[str, str]]:
-    """Changes as events carry them: the summary and the diff, never the private payload."""
-    return [{"summary": c.summary, "diff": c.diff} if c.diff else {"summary": c.summary} for c in changes]
-
-
-@dataclass
-class TaskOutcome:
-    task: str
-    phase: str
-    node: str | None  # None: cluster scope
-    status: Status
-    message: str | None = None
-    hint: str | None = None
-    details: list[str] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
-    duration: float | None = None  # None: never ran (skipped)
-    would_change: bool = False
-    traceback: str | None = None
-    not_selected: bool = False
-
-    @property
-    def blocks_dependents(self) -> bool:
-        if self.status in (Status.FAILED, Status.UNREACHABLE):
-            return True
-        return self.status is Status.SKIPPED and not self.not_selected
-
-    def to_event(self) -> Event:
-        return Event(
-            "task_result", task=self.task, phase=self.phase, node=self.node, status=self.status.value,
-            message=self.message, hint=self.hint, details=list(self.details),
-            changes=change_dicts(self.changes),
-            duration=self.duration, would_change=self.would_change or None, traceback=self.traceback,
-            data={"reason": "not_selected"} if self.not_selected else {},
-        )
+__all__ = ["CLUSTER_ROW", "NOT_SELECTED", "RECAP_COLUMNS", "RunResult", "Runner", "TaskOutcome", "change_dicts"]
 
 
-@dataclass
-class RunResult:
-    nodes: list[str]  # the nodes of the run (after --limit), in inventory order
-    outcomes: list[TaskOutcome]
-    unreachable: dict[str, str]  # node -> why, whether known at start or found mid-run
-    check_mode: bool
-    duration: float
-
-    def outcome(self, task: str, node: str | None = None) -> TaskOutcome | None:
-        """The outcome of `task` on `node` (None: cluster scope); unreachable nodes answer unreachable."""
-        for o in self.outcomes:
-            if o.task == task and o.node == node:
-                return o
-        if node in self.unreachable:
-            return TaskOutcome(task, "", node, Status.UNREACHABLE, message=self.unreachable[node])
-        return None
-
-    def recap(self) -> dict[str, dict[str, int]]:
-        rows: dict[str, dict[str, int]] = {n: dict.fromkeys(RECAP_COLUMNS, 0) for n in self.nodes}
-        for o in self.outcomes:
-            row = rows.setdefault(o.node or CLUSTER_ROW, dict.fromkeys(RECAP_COLUMNS, 0))
-            if o.status is not Status.UNREACHABLE:
-                row[o.status.value] += 1
-        # Like Ansible: an unreachable node counts once, whatever the number of tasks it missed.
-        for node in self.unreachable:
-            rows[node]["unreachable"] = 1
-        return rows
-
-    @property
-    def failed(self) -> list[TaskOutcome]:
-        return [o for o in self.outcomes if o.status is Status.FAILED]
-
-    @property
-    def changed(self) -> list[TaskOutcome]:
-        return [o for o in self.outcomes if o.status is Status.CHANGED]
-
-    def exit_status(self) -> ExitStatus:
-        if self.failed:
-            return ExitStatus.TASK_FAILED
-        if self.unreachable:
-            return ExitStatus.UNREACHABLE
-        if self.check_mode and self.changed:
-            return ExitStatus.CHANGES_PENDING
-        return ExitStatus.SUCCESS
-
-    def recap_event(self) -> Event:
-        return Event("recap", nodes=self.recap(), exit_status=int(self.exit_status()),
-                     duration=self.duration, check_mode=self.check_mode)
+def stages(tasks: list[Task]) -> list[list[Task]]:
+    """Tasks in order, grouped: a cluster-scope task alone; node-scope tasks in a row of one phase together."""
+    out: list[list[Task]] = []
+    for task in tasks:
+        previous = out[-1][-1] if out else None
+        if (task.scope is Scope.NODE and previous is not None and previous.scope is Scope.NODE
+                and previous.phase == task.phase):
+            out[-1].append(task)
+        else:
+            out.append([task])
+    return out
 
 
 class Runner:
-    """Runs a graph over nodes. Between two tasks there is a barrier, so what a task reads is never stale."""
+    """Runs a graph over nodes. Each node-scope task's outcome is that node's; a cluster task meets every node."""
 
     def __init__(self, graph: Graph, *, nodes: list[str], node_contexts: dict[str, Any], cluster_context: Any,
                  unreachable: dict[str, str], forks: int = 32, check_mode: bool = False,
-                 emit: Callable[[Event], None], limit: set[str] | None = None):
+                 emit: Callable[[Event], None], limit: set[str] | None = None, lost: LostNodes | None = None,
+                 interruption: Interruption | None = None, on_stage: Callable[[bool], None] | None = None):
         if forks < 1:
             raise ValueError("forks must be at least 1")
         for name in limit or ():
@@ -121,18 +59,33 @@ class Runner:
                 raise UnknownSelection(f"--limit: unknown node '{name}'{did_you_mean(name, nodes)}")
         self.graph = graph
         self.nodes = [n for n in nodes if limit is None or n in limit]
-        self.unreachable = {n: why for n, why in unreachable.items() if n in self.nodes}
-        missing = [n for n in self.nodes if n not in self.unreachable and n not in node_contexts]
+        self.lost = lost if lost is not None else LostNodes()
+        for node, why in unreachable.items():
+            if node in self.nodes:
+                self.lost.lose(node, why)
+        self._unreachable_at_start = {n: w for n, w in self.lost.as_dict().items() if n in self.nodes}
+        missing = [n for n in self.nodes if n not in self.lost and n not in node_contexts]
         if missing:
             raise ValueError(f"no context for reachable node(s): {', '.join(missing)}")
         self.node_contexts = node_contexts
         self.cluster_context = cluster_context
         self.forks = forks
         self.check_mode = check_mode
+        self.interruption = interruption if interruption is not None else Interruption()
+        #: told before each stage whether it is node tasks (True) or a cluster task (False): the contexts pin or
+        #: refresh what the nodes see of each other
+        self._on_stage = on_stage
         self._emit_to = emit
         self._lock = threading.Lock()
         self._outcomes: list[TaskOutcome] = []
         self._by_key: dict[tuple[str, str | None], TaskOutcome] = {}
+        self._running: dict[tuple[str, str | None], None] = {}
+        self.lost.listen(self._on_lost)
+        self.interruption.on_request(self._on_interrupt)
+
+    @property
+    def unreachable(self) -> dict[str, str]:
+        return {n: w for n, w in self.lost.as_dict().items() if n in self.nodes}
 
     def _emit(self, event: Event) -> None:
         with self._lock:
@@ -142,114 +95,176 @@ class Runner:
         with self._lock:
             self._outcomes.append(outcome)
             self._by_key[(outcome.task, outcome.node)] = outcome
-            if outcome.status is Status.UNREACHABLE and outcome.node is not None:
-                self.unreachable.setdefault(outcome.node, outcome.message or "unreachable")
+            self._running.pop((outcome.task, outcome.node), None)
             self._emit_to(outcome.to_event())
+
+    def _on_lost(self, node: str, why: str, during: str | None) -> None:
+        if node in self.nodes:
+            self._emit(Event("node_lost", node=node, task=during, message=why,
+                             hint="left out of the rest of this run; the other nodes go on"))
+
+    def _on_interrupt(self) -> None:
+        with self._lock:
+            running = [f"{task} on {node or 'the cluster'}" for task, node in self._running]
+            self._emit_to(Event("interrupt", message="interrupted: cutting " + (", ".join(running) or "nothing")
+                                + "; nothing more starts", hint="press Ctrl-C again to stop at once"))
 
     def run(self) -> RunResult:
         started = time.monotonic()
         self._emit(Event("run_start", check_mode=self.check_mode,
                          data={"nodes": list(self.nodes), "tasks": len(self.graph)}))
-        for node, why in self.unreachable.items():
+        for node, why in self._unreachable_at_start.items():
             self._emit(Event("task_result", node=node, status=Status.UNREACHABLE.value, message=why))
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.nodes))),
                                 thread_name_prefix="sparkctl-node") as pool:
-            for task in self.graph.ordered():
-                if task.scope is Scope.CLUSTER:
-                    self._run_on_cluster(task)
+            for stage in stages(self.graph.ordered()):
+                if self.interruption.requested:
+                    break
+                if self._on_stage is not None:
+                    self._on_stage(stage[0].scope is Scope.NODE)
+                if stage[0].scope is Scope.CLUSTER:
+                    self._run_on_cluster(stage[0])
                 else:
-                    self._run_on_nodes(task, pool)
-        result = RunResult(nodes=list(self.nodes), outcomes=list(self._outcomes),
-                           unreachable=dict(self.unreachable), check_mode=self.check_mode,
-                           duration=time.monotonic() - started)
+                    self._run_stage(stage, pool)
+        return self._result(time.monotonic() - started)
+
+    def _result(self, duration: float) -> RunResult:
+        with self._lock:
+            outcomes = list(self._outcomes)
+            done = set(self._by_key)
+        unreachable = self.unreachable
+        lost_during = {n: self.lost.during(n) for n in self.lost.mid_run() if n in self.nodes}
+        undone = {n: [t.name for t in self.graph.ordered()
+                      if t.scope is Scope.NODE and self.graph.is_selected(t.name) and (t.name, n) not in done]
+                  for n in unreachable}
+        interrupted = self.interruption.requested
+        not_started = []
+        if interrupted:
+            for task in self.graph.ordered():
+                wanted = [None] if task.scope is Scope.CLUSTER else [n for n in self.nodes if n not in unreachable]
+                if self.graph.is_selected(task.name) and any((task.name, n) not in done for n in wanted):
+                    not_started.append(task.name)
+        result = RunResult(nodes=list(self.nodes), outcomes=outcomes, unreachable=unreachable,
+                           check_mode=self.check_mode, duration=duration, lost_during=lost_during, undone=undone,
+                           interrupted=interrupted, not_started=not_started)
         self._emit(result.recap_event())
         return result
 
-    def _run_on_nodes(self, task: Task, pool: ThreadPoolExecutor) -> None:
-        targets = [n for n in self.nodes if n not in self.unreachable]
-        if not self.graph.is_selected(task.name):
-            for node in targets:
-                self._record(TaskOutcome(task.name, task.phase, node, Status.SKIPPED, message=NOT_SELECTED,
-                                         not_selected=True))
-            return
-        runnable = []
-        for node in targets:
-            why = self._blocked_on_node(task, node)
-            if why:
-                self._record(TaskOutcome(task.name, task.phase, node, Status.SKIPPED, message=why))
-            else:
-                runnable.append(node)
-        futures = [pool.submit(self._execute, task, self.node_contexts[n], n) for n in runnable]
+    # --- node scope ------------------------------------------------------------------------------
+
+    def _run_stage(self, stage: list[Task], pool: ThreadPoolExecutor) -> None:
+        targets = [n for n in self.nodes if n not in self.lost]
+        futures = [pool.submit(self._walk_stage, stage, node) for node in targets]
         try:
             for future in futures:
                 future.result()  # the barrier; re-raises only what is not a task outcome (e.g. a broken sink)
         except BaseException:
-            # Ctrl-C or a broken sink: start nothing new; what runs already ends on its own timeouts.
+            # a broken sink or a KeyboardInterrupt outside the SIGINT handler: start nothing new
+            self.interruption.request()
             for future in futures:
                 future.cancel()
             raise
 
-    def _run_on_cluster(self, task: Task) -> None:
-        if not self.graph.is_selected(task.name):
-            self._record(TaskOutcome(task.name, task.phase, None, Status.SKIPPED, message=NOT_SELECTED,
-                                     not_selected=True))
-            return
-        why = self._blocked_on_cluster(task)
-        if why:
-            self._record(TaskOutcome(task.name, task.phase, None, Status.SKIPPED, message=why))
-            return
-        self._execute(task, self.cluster_context, None)
+    def _walk_stage(self, stage: list[Task], node: str) -> None:
+        """One node's way through a stage: its tasks in order, on its own pace."""
+        for task in stage:
+            if self.interruption.requested or node in self.lost:
+                return
+            if not self.graph.is_selected(task.name):
+                self._record(TaskOutcome(task.name, task.phase, node, Status.SKIPPED, message=NOT_SELECTED,
+                                         not_selected=True))
+                continue
+            blocked = self._blocked_on_node(task, node)
+            if blocked:
+                why, lost_node = blocked
+                self._record(TaskOutcome(task.name, task.phase, node, Status.SKIPPED, message=why,
+                                         lost_node=lost_node))
+                continue
+            self._execute(task, self.node_contexts[node], node)
 
     def _need_outcome(self, need: str, node: str | None) -> TaskOutcome | None:
         scope = self.graph.task(need).scope
         return self._by_key.get((need, None if scope is Scope.CLUSTER else node))
 
     @staticmethod
-    def _why_blocked(need: str, outcome: TaskOutcome) -> str:
+    def _why_blocked(need: str, outcome: TaskOutcome) -> tuple[str, str | None]:
         if outcome.status is Status.SKIPPED:
-            return outcome.message or f"needs {need}, skipped"  # already names the root cause
+            return outcome.message or f"needs {need}, skipped", outcome.lost_node  # names the root cause
         where = outcome.node or "the cluster"
         if outcome.status is Status.UNREACHABLE:
-            return f"needs {need}, {where} unreachable"
-        return f"needs {need}, failed on {where}"
+            lost = outcome.lost_node or outcome.node
+            return f"needs {need}, {lost or where} unreachable", lost
+        if outcome.status is Status.INTERRUPTED:
+            return f"needs {need}, cut on {where}", None
+        return f"needs {need}, failed on {where}", None
 
-    def _blocked_on_node(self, task: Task, node: str) -> str | None:
+    def _blocked_on_node(self, task: Task, node: str) -> tuple[str, str | None] | None:
         for need in self.graph.needs_closure(task.name):
             outcome = self._need_outcome(need, node)
             if outcome is not None and outcome.blocks_dependents:
                 return self._why_blocked(need, outcome)
         return None
 
-    def _blocked_on_cluster(self, task: Task) -> str | None:
-        for node in self.nodes:
-            if node in self.unreachable:
-                return f"needs every node, {node} unreachable"
+    # --- cluster scope ---------------------------------------------------------------------------
+
+    def _run_on_cluster(self, task: Task) -> None:
+        if not self.graph.is_selected(task.name):
+            self._record(TaskOutcome(task.name, task.phase, None, Status.SKIPPED, message=NOT_SELECTED,
+                                     not_selected=True))
+            return
+        blocked = self._blocked_on_cluster(task)
+        if blocked:
+            why, lost_node = blocked
+            self._record(TaskOutcome(task.name, task.phase, None, Status.SKIPPED, message=why,
+                                     lost_node=lost_node))
+            return
+        self._execute(task, self.cluster_context, None)
+
+    def _blocked_on_cluster(self, task: Task) -> tuple[str, str | None] | None:
+        out = [n for n in self.nodes if n in self.lost]
+        if out and task.needs_every_node:
+            return f"needs every node, {out[0]} unreachable", out[0]
         closure = self.graph.needs_closure(task.name)
         for need in closure:
             if self.graph.task(need).scope is Scope.CLUSTER:
                 outcome = self._need_outcome(need, None)
                 if outcome is not None and outcome.blocks_dependents:
                     return self._why_blocked(need, outcome)
+        blocked = {}
         for node in self.nodes:
+            if node in self.lost:
+                continue  # a task that does not need every node is judged on what was read of it
             for need in closure:
                 outcome = self._need_outcome(need, node)
                 if outcome is not None and outcome.blocks_dependents:
-                    return self._why_blocked(need, outcome)
-        return None
+                    blocked[node] = self._why_blocked(need, outcome)
+                    break
+        if not blocked:
+            return None
+        if task.needs_every_node or len(blocked) == len([n for n in self.nodes if n not in self.lost]):
+            return next(iter(blocked.values()))
+        return None  # it judges the nodes whose needs were met; the others are stopped on their own row
+
+    # --- one task --------------------------------------------------------------------------------
 
     def _execute(self, task: Task, ctx: Any, node: str | None) -> None:
-        self._emit(Event("task_start", task=task.name, phase=task.phase, node=node))
+        with self._lock:
+            self._running[(task.name, node)] = None
+            self._emit_to(Event("task_start", task=task.name, phase=task.phase, node=node))
         outcome = TaskOutcome(task.name, task.phase, node, Status.OK)
         started = time.monotonic()
         try:
+            if self.interruption.requested:
+                raise Interrupted(node or CLUSTER_ROW)
             self._converge(task, ctx, outcome)
         except TaskFailed as failure:
             outcome.status = Status.FAILED
             outcome.message, outcome.hint, outcome.details = failure.message, failure.hint, failure.details
         except Unreachable as lost:
-            # Only a node can vanish; a cluster task losing a node is that task failing.
-            outcome.status = Status.UNREACHABLE if node is not None else Status.FAILED
-            outcome.message, outcome.hint = lost.message, lost.hint
+            self._attribute(lost, task, node, outcome)
+        except Interrupted:
+            outcome.status = Status.INTERRUPTED
+            outcome.message = CUT_MESSAGE
         except SparkctlError as error:
             outcome.status = Status.FAILED
             outcome.message, outcome.hint = error.message, error.hint
@@ -259,6 +274,22 @@ class Runner:
             outcome.traceback = traceback.format_exc()
         outcome.duration = time.monotonic() - started
         self._record(outcome)
+
+    def _attribute(self, lost: Unreachable, task: Task, node: str | None, outcome: TaskOutcome) -> None:
+        """An unreachable node is the node the error came from, never the node whose task met it."""
+        where = lost.node or node
+        if where is None:  # a cluster task that cannot say which node: a failure of that task
+            outcome.status, outcome.message, outcome.hint = Status.FAILED, lost.message, lost.hint
+            return
+        self.lost.lose(where, lost.message, during=task.name)
+        outcome.message, outcome.hint = lost.message, lost.hint
+        if where == node:
+            outcome.status = Status.UNREACHABLE
+        elif node is None:
+            outcome.status, outcome.lost_node = Status.UNREACHABLE, where
+        else:
+            outcome.status, outcome.lost_node = Status.SKIPPED, where
+            outcome.message = f"needs {where}, which became unreachable: {lost.message}"
 
     def _converge(self, task: Task, ctx: Any, outcome: TaskOutcome) -> None:
         changes = task.check(ctx)

@@ -18,6 +18,7 @@ class Status(str, Enum):
     FAILED = "failed"
     SKIPPED = "skipped"
     UNREACHABLE = "unreachable"
+    INTERRUPTED = "interrupted"  # cut by Ctrl-C while it ran
 
 
 @dataclass
@@ -52,6 +53,9 @@ class Task:
     phase: ClassVar[str]
     scope: ClassVar[Scope] = Scope.NODE
     needs: ClassVar[tuple[str, ...]] = ()
+    #: Cluster scope: whether the task must reach every node. False for tasks that only judge facts already
+    #: read (a node lost mid-run is judged on what was last read of it), so the other nodes can go on.
+    needs_every_node: ClassVar[bool] = True
     description: ClassVar[str] = ""
     #: What check looks at and what apply changes, in words (playbooks.md).
     checks: ClassVar[str] = ""

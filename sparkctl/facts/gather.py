@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +20,8 @@ DEFAULT_TIMEOUT = 60.0
 
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
                  image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
-                 reach_addrs: Iterable[str] = (), timeout: float = DEFAULT_TIMEOUT) -> Facts:
+                 reach_addrs: Iterable[str] = (), guard_dirs: Iterable[str] = (),
+                 timeout: float = DEFAULT_TIMEOUT) -> Facts:
     """Read every fact of one node in ONE round trip. Never raises for what the node lacks.
 
     `reach_addrs`: the names or addresses sparkctl reaches this node by (its inventory host); the
@@ -27,10 +29,14 @@ def gather_facts(transport: Transport, node: str, *, container_names: Iterable[s
     """
     names, refs = list(container_names), list(image_refs)
     nonce = Framing().nonce
-    script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache)
+    script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache,
+                           guard_dirs=guard_dirs)
+    before = time.time()
     result = transport.run(script, timeout=timeout)
+    after = time.time()
     facts = facts_from_output(result.stdout, nonce, node, container_names=names, image_refs=refs,
                               hf_cache=hf_cache, reach_addrs=_resolved(reach_addrs, transport))
+    facts.controller_time = (before, after)
     if result.timed_out:
         facts.raw_errors.append(f"gather: timed out after {timeout:g}s; later sections are missing")
     return facts
@@ -124,6 +130,8 @@ class _FactsBuilder:
                                                       default=(f.hf_cache, None))
         f.hf_cache = expanded or f.hf_cache
         f.time = self.parsed("time", parse.parse_time, default=0.0)
+        if "netplan-guards" in self.sections:
+            f.netplan_guards_pending = self.parsed("netplan-guards", parse.parse_guards, default=[])
         f.firewall = self.parsed("firewall", parse.parse_firewall)
 
     def _fill_network(self) -> None:

@@ -228,10 +228,26 @@ class Facts:
     hf_cache: str = ""
     hf_cache_free_bytes: int | None = None
     time: float = 0.0
+    #: the controller's clock just before and just after the round trip that read `time`
+    controller_time: tuple[float, float] | None = None
+    #: netplan revert guards armed and still waiting (None: could not be read without a sudo password)
+    netplan_guards_pending: list[str] | None = field(default_factory=list)
     firewall: str | None = None
     raw_errors: list[str] = field(default_factory=list)
     #: what a caller read on the same connection right after the facts (e.g. `cluster status`)
     extra: object = None
+
+    def clock_offset(self) -> float | None:
+        """Seconds the node's clock is ahead (+) or behind (-) the controller's, beyond what the round trip can
+        explain; None when unknown."""
+        if not self.time or self.controller_time is None:
+            return None
+        before, after = self.controller_time
+        if self.time < before:
+            return self.time - before
+        if self.time > after:
+            return self.time - after
+        return 0.0
 
     @property
     def docker_denied(self) -> bool:

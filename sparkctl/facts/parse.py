@@ -269,3 +269,11 @@ def parse_firewall(text: str) -> str | None:
     if "iptables" in blocks:
         return _iptables_input_summary(blocks["iptables"])
     return None
+
+
+def parse_guards(text: str) -> list[str] | None:
+    """Pending netplan revert guards (their ids); None when they could not be read (sudo needs a password)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines == ["#unreadable"]:
+        return None
+    return [line for line in lines if line.isdigit()]

@@ -110,6 +110,23 @@ done"""))
     return sections
 
 
+#: Netplan revert guards armed by a run and neither confirmed nor reverted, whose process still waits: a run cut
+#: (Ctrl-C, SIGKILL, a lost link) between `netplan apply` and its confirmation leaves one, and it reverts the
+#: files later unless confirmed. Run as root (the state dirs are 0700 root); prints one guard id per line.
+GUARDS_SCRIPT = r"""for d in "$@"; do for p in "$d"/guard-*.pid; do
+  [ -e "$p" ] || continue; id=${p##*/guard-}; id=${id%.pid}
+  if [ -e "$d/confirmed-$id" ] || [ -e "$d/reverted-$id" ]; then continue; fi
+  pid=; read -r pid < "$p" 2>/dev/null
+  [ -n "$pid" ] && grep -q "revert-$id.sh" /proc/"$pid"/cmdline 2>/dev/null && printf '%s\n' "$id"
+done; done; true"""
+
+
+def _guards_section(guard_dirs: Iterable[str]) -> tuple[str, str]:
+    dirs = " ".join(q(d) for d in guard_dirs)
+    return ("netplan-guards", f'if [ "$_SUDO_OK" = 1 ]; then $_S sh -c {q(GUARDS_SCRIPT)} sh {dirs}; '
+                              "else echo '#unreadable'; fi")
+
+
 def _hf_cache_section(hf_cache: str) -> tuple[str, str]:
     # `~` is expanded on the node; df needs an existing path, so walk up to the nearest existing parent.
     return ("hf-cache", f"""p={q(hf_cache)}
@@ -125,9 +142,11 @@ CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker-inspect", "docker-
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
-                  hf_cache: str = "~/.cache/huggingface") -> str:
+                  hf_cache: str = "~/.cache/huggingface", guard_dirs: Iterable[str] = ()) -> str:
+    guard_dirs = list(guard_dirs)
     sections = (_STATIC_SECTIONS + _docker_sections(container_names, image_refs)
-                + [_hf_cache_section(hf_cache)] + _TAIL_SECTIONS)
+                + [_hf_cache_section(hf_cache)] + ([_guards_section(guard_dirs)] if guard_dirs else [])
+                + _TAIL_SECTIONS)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
     parts = [_PRELUDE.strip(), '_D=$(mktemp -d 2>/dev/null) || _D=""']
     for name, body in sections:

@@ -179,6 +179,7 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
             "netplan generate",
             f"{renderer.fallback_daemon} &",
             "/usr/sbin/sshd",
+            "/usr/local/bin/dockerd &",
             "trap 'exit 0' TERM INT",
             "while :; do sleep 3600 & wait $!; done",
         ]

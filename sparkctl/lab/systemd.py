@@ -22,6 +22,17 @@ KEEP_PREFIXES = ("ssh.", "sshd.", "dbus", "lldpd")
 ALWAYS_MASKED = ("console-getty.service", "getty.target")
 #: Enabled in every node whether or not the machine enables it (apt enables it, a machine may have disabled it).
 LLDPD_UNIT = "lldpd.service"
+#: The docker daemon's stand-in (lab/standins/node-bin/dockerd): `systemctl stop docker` works as on a Spark.
+DOCKER_UNIT = """[Unit]
+Description=Docker daemon (sparkctl lab stand-in: its socket; podman runs the containers)
+
+[Service]
+ExecStart=/usr/local/bin/dockerd
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 def enabled_units(etc_systemd: Path = Path("/etc/systemd/system")) -> set[str]:
@@ -65,6 +76,11 @@ def write_unit_config(etc_upper: Path, masked: list[str], renderer: Renderer | N
     for wants, unit in enable:
         (unit_dir / wants).mkdir(exist_ok=True)
         _symlink(f"/lib/systemd/system/{unit}", unit_dir / wants / unit)
+    docker = unit_dir / "docker.service"
+    if docker.is_symlink():
+        docker.unlink()  # the machine's docker.service was in the mask list
+    docker.write_text(DOCKER_UNIT)
+    _symlink("/etc/systemd/system/docker.service", unit_dir / "multi-user.target.wants" / "docker.service")
 
 
 def _symlink(target: str, link: Path) -> None:

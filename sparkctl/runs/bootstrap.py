@@ -33,7 +33,7 @@ def ask_for_gated_token(inventory: Inventory, result: RunResult, ask: TokenPromp
     Whether a repo is gated is known only once the Hub refuses it, so the prompt follows that refusal rather
     than asking on every run."""
     repos = gated_repos_failed(result.outcomes)
-    if not repos or result.check_mode:
+    if not repos or result.check_mode or result.interrupted:
         return False
     env = inventory.serve.hf_token_env
     try:

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sparkctl.engine import Event, Graph, Runner, RunResult
-from sparkctl.errors import BadInput
+from sparkctl.engine import Event, Graph, Interruption, LostNodes, Runner, RunResult
+from sparkctl.errors import BadInput, Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
+from sparkctl.runs.interrupts import ctrl_c_stops
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
@@ -48,10 +49,12 @@ class Session:
     """
 
     def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = 32,
-                 become_password: str | None = None):
+                 become_password: str | None = None, interruption: Interruption | None = None):
         check_limit(inventory, limit)
         self.inventory = inventory
         self.forks = forks
+        #: a Ctrl-C cuts every connection of the session, those opened later too
+        self.interruption = interruption if interruption is not None else Interruption()
         self._options = {"known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
                          "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
         self.names = [n.name for n in inventory.nodes if not limit or n.name in limit]
@@ -63,6 +66,8 @@ class Session:
         transports, unreachable = connect_all(addresses, forks=self.forks, **self._options)
         self.transports = {n: transports[n] for n in self.names if n in transports}
         self.unreachable = {n: str(unreachable[n]) for n in self.names if n in unreachable}
+        for transport in self.transports.values():
+            self.interruption.on_request(transport.interrupt)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -76,7 +81,11 @@ class Session:
 
     def open(self, name: str) -> Transport:
         """A NEW connection to the node's management address (proves the path still works); raises Unreachable."""
-        return open_transport(self.address(name), **self._options)
+        if self.interruption.requested:
+            raise Interrupted(name)
+        transport = open_transport(self.address(name), **self._options)
+        self.interruption.on_request(transport.interrupt)
+        return transport
 
     def gather(self, also: Callable[[Transport, Facts], object] | None = None) -> dict[str, Facts]:
         """Every reached node's facts, in parallel (one round trip each); a node lost while its facts are read
@@ -112,15 +121,18 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
     options = request.options
-    with Session(inventory, limit=request.limit, forks=request.forks,
-                 become_password=options.become_password) as session:
-        cluster = ClusterContext(inventory, options, emit, new_transport=session.open)
+    interruption = Interruption()
+    with ctrl_c_stops(interruption), Session(inventory, limit=request.limit, forks=request.forks,
+                                             become_password=options.become_password,
+                                             interruption=interruption) as session:
+        lost = LostNodes(session.unreachable)
+        cluster = ClusterContext(inventory, options, emit, new_transport=session.open, lost=lost)
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit)
+                        emit=emit, lost=lost, interruption=interruption, on_stage=cluster.begin_stage)
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

@@ -10,12 +10,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl.engine.events import Event
+from sparkctl.engine.stops import LostNodes
 from sparkctl.engine.task import TaskFailed
+from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
-from sparkctl.plan.paths import node_home, state_dir
+from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.transport.base import CommandResult, Transport
+
+#: Causes a failed command's last lines name, whatever the command: what to call them and what to do.
+KNOWN_CAUSES = {
+    # strerror(ENOSPC), as every tool on the node prints it
+    "No space left on device": ("no space left on the device",
+                                "the disk of {node} is full where sparkctl writes: free space there (df -h), then "
+                                "run again"),
+    # the docker CLI when its daemon does not answer (docker/cli, client.ErrorConnectionFailed)
+    "Cannot connect to the Docker daemon": ("the docker daemon does not answer",
+                                            "on {node}: sudo systemctl start docker (systemctl status docker says "
+                                            "why it stopped), then run again"),
+}
+
+
+def known_cause(lines: list[str], node: str) -> tuple[str, str] | None:
+    """(what to call it, what to do) when a failed command's last lines name a cause of KNOWN_CAUSES."""
+    for marker, (cause, fix) in KNOWN_CAUSES.items():
+        if any(marker in line for line in lines):
+            return cause, fix.format(node=node)
+    return None
 
 
 @dataclass
@@ -32,7 +54,7 @@ def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) ->
     """One round trip: everything sparkctl needs to know about one node of this inventory."""
     return gather_facts(transport, node.name, container_names=(inventory.container.name,),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
-                        reach_addrs=(str(node.host),))
+                        reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),))
 
 
 class NodeContext:
@@ -42,6 +64,10 @@ class NodeContext:
         self.name: str = node.name
         self.transport = transport
         self._facts: Facts | None = None
+        #: what was last read of the node: a peer plans from it once the node is lost
+        self._last_known: Facts | None = None
+        #: in a stage of node tasks, what its peers plan from: its facts as the stage began (begin_stage)
+        self._pinned: Facts | None = None
         self._lock = threading.Lock()
         self.facts_round_trips = 0
 
@@ -58,12 +84,51 @@ class NodeContext:
         return self.cluster.options
 
     def facts(self, refresh: bool = False) -> Facts:
+        """This node's facts, for a task of this node: read now if not read since the last change."""
+        self._raise_if_lost()
         with self._lock:
             if self._facts is None or refresh:
-                self._facts = gather_node_facts(self.transport, self.inventory, self.node)
+                try:
+                    self._facts = self._gather()
+                except Unreachable as exc:
+                    exc.node = exc.node or self.name
+                    raise
+                self._last_known = self._facts
                 self.facts_round_trips += 1
                 self.cluster.bump()
             return self._facts
+
+    def _gather(self) -> Facts:
+        try:
+            return self._read_facts()
+        except Unreachable as exc:
+            if not exc.closed:
+                raise
+            # closed under us (sshd restarted, the session killed): reading is safe to repeat, on a new connection
+            return self._read_facts()
+
+    def _read_facts(self) -> Facts:
+        """One round trip."""
+        return gather_node_facts(self.transport, self.inventory, self.node)
+
+    def known_facts(self) -> Facts | None:
+        """This node's facts as a PEER's task needs them (to plan): read now while the node is in the run; once
+        it is lost, what was last read of it (None if nothing was). A loss found here is the node's, never the
+        peer's: the node leaves the run and the peer goes on."""
+        if self.name in self.cluster.lost:
+            return self._last_known
+        if self._pinned is not None:
+            return self._pinned
+        try:
+            return self.facts()
+        except Unreachable as exc:
+            self.cluster.lost.lose(exc.node or self.name, exc.message, during="reading its facts for a peer")
+        return self._last_known
+
+    def _raise_if_lost(self) -> None:
+        why = self.cluster.lost.why(self.name)
+        if why is not None:
+            raise Unreachable(why, node=self.name)
 
     def invalidate(self) -> None:
         """Something on the node changed: the next facts() reads it again."""
@@ -72,7 +137,9 @@ class NodeContext:
         self.cluster.bump()
 
     def plan(self) -> ClusterPlan:
-        return self.cluster.plan()
+        plan = self.cluster.plan()
+        self._raise_if_lost()  # planned from what was last read of it: nothing left to do on it in this run
+        return plan
 
     def state_dir(self) -> str:
         """sparkctl's state dir on this node (the path the container spec mounts)."""
@@ -83,7 +150,12 @@ class NodeContext:
         return self.plan().nodes[self.name].container.mounts[0][0].rstrip("/")
 
     def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0, input: str | None = None) -> CommandResult:
-        result = self.transport.run(cmd, sudo=sudo, timeout=timeout, input=input)
+        self._raise_if_lost()
+        try:
+            result = self.transport.run(cmd, sudo=sudo, timeout=timeout, input=input)
+        except Unreachable as exc:
+            exc.node = exc.node or self.name
+            raise
         if self.options.verbosity >= 2:
             self.log(f"$ {cmd}\n{result.stdout}{result.stderr}".rstrip())
         elif self.options.verbosity >= 1:
@@ -97,6 +169,9 @@ class NodeContext:
         if not result.ok:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            known = known_cause(tail, self.name)
+            if known is not None:
+                reason, hint = known[0], hint or known[1]
             raise TaskFailed(f"{what} failed on {self.name} ({reason})", hint=hint, details=tail)
         return result
 
@@ -109,9 +184,11 @@ class NodeContext:
 
 class ClusterContext:
     def __init__(self, inventory: Inventory, options: RunOptions, emit: Callable[[Event], None],
-                 new_transport: Callable[[str], Transport] | None = None):
+                 new_transport: Callable[[str], Transport] | None = None, lost: LostNodes | None = None):
         self.inventory = inventory
         self._new_transport = new_transport
+        #: nodes out of the run (shared with the runner): never reached again, planned from what was last read
+        self.lost = lost if lost is not None else LostNodes()
         self.options = options
         self.emit = emit
         self.nodes: dict[str, NodeContext] = {}
@@ -161,12 +238,32 @@ class ClusterContext:
             raise TaskFailed("no way to open a new connection (internal)")
         return self._new_transport(node)
 
+    def begin_stage(self, node_scope: bool) -> None:
+        """Called by the runner before each stage. Before node tasks: read again, at this barrier and in
+        parallel, the facts an earlier change made stale, and pin every node's facts as what its PEERS plan from
+        until the stage ends: a node never waits for a slower peer in the middle of its own tasks (a node's tasks
+        change only that node, and its own checks read it fresh). Before a cluster task: unpin, reads are fresh."""
+        for ctx in self.nodes.values():
+            ctx._pinned = None
+        if not node_scope:
+            return
+        stale = [c for c in self.nodes.values() if c._facts is None and c._last_known is not None
+                 and c.name not in self.lost]
+        if stale:
+            with ThreadPoolExecutor(max_workers=min(32, len(stale))) as pool:
+                list(pool.map(lambda c: c.known_facts(), stale))
+        for ctx in self.nodes.values():
+            ctx._pinned = ctx._facts  # None when never read: a peer then reads it when it needs it
+        self.bump()
+
     def facts_by_node(self) -> dict[str, Facts]:
-        missing = [ctx for ctx in self.nodes.values() if ctx._facts is None]
+        """Every node's facts as planning needs them: a lost node's as last read (absent if never read)."""
+        missing = [ctx for ctx in self.nodes.values() if ctx._facts is None and ctx.name not in self.lost]
         if len(missing) > 1:
             with ThreadPoolExecutor(max_workers=min(32, len(missing))) as pool:
-                list(pool.map(lambda c: c.facts(), missing))
-        return {name: ctx.facts() for name, ctx in self.nodes.items()}
+                list(pool.map(lambda c: c.known_facts(), missing))
+        known = {name: ctx.known_facts() for name, ctx in self.nodes.items()}
+        return {name: facts for name, facts in known.items() if facts is not None}
 
     def run_on_all(self, scripts: dict[str, str], *, sudo: bool = False,
                    timeout: float = 60.0) -> dict[str, CommandResult]:

@@ -44,6 +44,9 @@ class Transport(Protocol):
 
     def close(self) -> None: ...
 
+    def interrupt(self) -> None:
+        """Ctrl-C: cut what runs now; every later call raises errors.Interrupted."""
+
 
 def q(value: object) -> str:
     """Quote one value for a POSIX shell line."""

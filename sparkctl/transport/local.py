@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 
+from sparkctl.errors import Interrupted
 from sparkctl.secrets import register_secret
 from sparkctl.transport.shell import KILL_AFTER, RawResult, RemoteFileError, ShellTransport
 
@@ -26,11 +28,25 @@ class LocalTransport(ShellTransport):
         self.user = getpass.getuser()
         self.become_password = become_password
         register_secret(become_password)
+        self._interrupted = False
+        self._running: set[subprocess.Popen] = set()
+        self._running_lock = threading.Lock()
 
     def connect(self) -> None:
         """Nothing to open; here so every transport can be connected the same way."""
 
+    def interrupt(self) -> None:
+        """Ctrl-C: the commands running now are stopped (their process groups get SIGTERM), nothing more starts."""
+        self._interrupted = True
+        with self._running_lock:
+            running = list(self._running)
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+
     def _exec(self, line: str, *, timeout: float, stdin: bytes | None) -> RawResult:
+        if self._interrupted:
+            raise Interrupted(self.node)
         self.round_trips += 1
         # A session of its own, so a timeout kills the whole process group, not just the shell.
         proc = subprocess.Popen(
@@ -38,6 +54,8 @@ class LocalTransport(ShellTransport):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        with self._running_lock:
+            self._running.add(proc)
         try:
             out, err = proc.communicate(input=stdin or b"", timeout=timeout + KILL_AFTER + 1)
         except subprocess.TimeoutExpired:
@@ -45,6 +63,11 @@ class LocalTransport(ShellTransport):
                 os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
             return RawResult(proc.returncode, out, err, timed_out=True)
+        finally:
+            with self._running_lock:
+                self._running.discard(proc)
+        if self._interrupted:
+            raise Interrupted(self.node)
         return RawResult(proc.returncode, out, err)
 
     def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:

@@ -89,6 +89,9 @@ class ShellTransport:
     def close(self) -> None:
         pass
 
+    def interrupt(self) -> None:
+        """Ctrl-C: cut what runs now, start nothing more (each later call raises errors.Interrupted)."""
+
     # --- the contract -------------------------------------------------------------------------
     def run(self, cmd: str, *, sudo: bool = False, timeout: float = 60.0,
             input: str | None = None) -> CommandResult:
@@ -112,7 +115,10 @@ class ShellTransport:
         )
         result = self._run(script, sudo=True, timeout=120.0, data=data, shown=f"put {path}")
         if not result.ok:
-            raise RemoteFileError(f"{self.node}: cannot write {path}: {_first_line(result)}")
+            why = _first_line(result)
+            hint = (f"free space on {self.node} (df -h {directory}), then run again"
+                    if "No space left" in why else None)
+            raise RemoteFileError(f"{self.node}: cannot write {path}: {why}", hint)
 
     def read(self, path: str, *, sudo: bool = False) -> str | None:
         return self._read_plain(path) if not sudo else self._read_with_cat(path, sudo=True)

@@ -18,7 +18,7 @@ import fabric
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
 
-from sparkctl.errors import Unreachable
+from sparkctl.errors import Interrupted, Unreachable
 from sparkctl.secrets import register_secret
 from sparkctl.transport.base import q
 from sparkctl.transport.hostkeys import host_key_name, removal_command, secure_client
@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 65536
 _LOST = (paramiko.SSHException, EOFError, OSError)
+#: An SSH keepalive after this many idle seconds (ssh's ServerAliveInterval): a silent connection still carries
+#: traffic, so a node whose link was cut has data left unacknowledged.
+KEEPALIVE_S = 5
+#: Data unacknowledged this long means the node is gone (TCP_USER_TIMEOUT). With the keepalive, a node cut off
+#: is noticed within KEEPALIVE_S + DEAD_AFTER_S, not after TCP's ~15 minutes of retransmissions. A node that is
+#: merely slow still acknowledges (its kernel does), so slowness never trips it.
+DEAD_AFTER_S = 10
+#: How long a TCP connect to the node's sshd port may take to tell "the node is there" from "the node is gone".
+PROBE_S = 2
 
 
 class SSHTransport(ShellTransport):
@@ -52,6 +61,7 @@ class SSHTransport(ShellTransport):
         self.connect_timeout = connect_timeout
         self._open_lock = threading.Lock()
         self._sftp_lock = threading.Lock()
+        self._interrupted = False
         self._conn = self._make_connection()
         self.user: str = self._conn.user
         self.host: str = self._conn.host
@@ -97,10 +107,15 @@ class SSHTransport(ShellTransport):
             except Exception as exc:  # noqa: BLE001 (every failure becomes one line)
                 self._conn.close()
                 raise self._unreachable(exc, time.monotonic() - started) from exc
-            self._conn.transport.set_keepalive(15)
+            _detect_dead_peer(self._conn)
             log.debug("%s: connected as %s in %.2fs", self.where, self.user, time.monotonic() - started)
 
     def _unreachable(self, exc: BaseException, elapsed: float = 0.0) -> Unreachable:
+        lost = self._describe_unreachable(exc, elapsed)
+        lost.node = self.node
+        return lost
+
+    def _describe_unreachable(self, exc: BaseException, elapsed: float) -> Unreachable:
         where, port, timeout = self.where, self.port, self.connect_timeout
         if isinstance(exc, paramiko.BadHostKeyException):
             return Unreachable(
@@ -131,11 +146,26 @@ class SSHTransport(ShellTransport):
         return Unreachable(f"{where}: {str(exc) or type(exc).__name__}")
 
     def _session(self) -> paramiko.Channel:
-        """A new channel on the node's connection, reconnecting once if the connection was lost."""
+        """A new channel on the node's connection. A node that does not answer at all is unreachable at once; one
+        that answers slowly gets a second wait; a connection the node closed (sshd restarted) is reopened once."""
+        self._check_interrupted()
         self.connect()
         try:
             return self._conn.transport.open_session(timeout=self.connect_timeout)
         except _LOST as exc:
+            self._check_interrupted()
+            if not self._answers():
+                # a cut link, a node down: a reconnect would only wait as long again
+                raise Unreachable(f"{self.where}: stopped answering ({exc})",
+                                  "a link, the node's power or its network is down", node=self.node) from exc
+            if self._conn.transport is not None and self._conn.transport.is_active():
+                try:  # alive (its kernel answers) but slow to open a session: one more wait on this connection
+                    return self._conn.transport.open_session(timeout=self.connect_timeout)
+                except _LOST as again:
+                    self._check_interrupted()
+                    raise Unreachable(f"{self.where}: no session opened in {2 * self.connect_timeout:g}s ({again})",
+                                      "the node answers on its port but sshd does not serve: is it overloaded?",
+                                      node=self.node) from again
             log.debug("%s: connection lost (%s), reconnecting", self.where, exc)
         self.close()
         with self._open_lock:
@@ -144,11 +174,35 @@ class SSHTransport(ShellTransport):
         try:
             return self._conn.transport.open_session(timeout=self.connect_timeout)
         except _LOST as exc:
-            raise Unreachable(f"{self.where}: connection lost: {exc}") from exc
+            raise Unreachable(f"{self.where}: connection lost: {exc}", node=self.node) from exc
+
+    def _answers(self) -> bool:
+        """Whether the node's sshd port takes a TCP connection now (its kernel answers even when it is slow). A
+        node reached through a jump host cannot be probed directly: assumed to answer (the reconnect then says)."""
+        if self._conn.gateway is not None:
+            return True
+        try:
+            with socket.create_connection((self.host, self.port), timeout=PROBE_S):
+                return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         with self._sftp_lock:
             self._conn.close()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: what runs now is cut (the connection closes under it) and nothing more starts. A command cut
+        this way is done or not done on the node: every change sparkctl makes is one atomic step or guarded."""
+        self._interrupted = True
+        transport = self._conn.transport
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted:
+            raise Interrupted(self.node)
 
     # --- commands -----------------------------------------------------------------------------
     def _exec(self, line: str, *, timeout: float, stdin: bytes | None) -> RawResult:
@@ -187,14 +241,25 @@ class SSHTransport(ShellTransport):
                 return RawResult(-1, b"".join(out), b"".join(err), timed_out=True)
             code = chan.recv_exit_status()
         except _LOST as exc:
-            raise Unreachable(f"{self.where}: connection lost while running a command: {exc}") from exc
+            self._check_interrupted()
+            raise self._lost_mid_command(exc) from exc
         finally:
             chan.close()
         if code == -1:
+            self._check_interrupted()
             if not self._conn.transport or not self._conn.transport.is_active():
-                raise Unreachable(f"{self.where}: connection lost while running a command")
+                raise self._lost_mid_command(self._conn.transport and self._conn.transport.get_exception())
+
             code = 255  # killed by a signal: sshd sent exit-signal, not exit-status
         return RawResult(code, b"".join(out), b"".join(err))
+
+    def _lost_mid_command(self, exc: BaseException | None) -> Unreachable:
+        silent = not self._answers()  # what ended the connection (EOF, a reset) does not tell a cut from a restart
+        why = f" ({exc})" if exc is not None and str(exc) else ""
+        what = "stopped answering" if silent else "closed the connection"
+        return Unreachable(f"{self.where}: {what} while a command ran{why}",
+                           "the node stopped answering (link, power, sshd); the command may or may not have "
+                           "finished there: the next run checks", node=self.node, closed=not silent)
 
     # --- files --------------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
@@ -204,6 +269,7 @@ class SSHTransport(ShellTransport):
     def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:
         directory, name = posixpath.split(path)
         tmp = posixpath.join(directory or ".", f".{name}.sparkctl-{secrets.token_hex(4)}")
+        self._check_interrupted()
         try:
             with self._sftp_lock:
                 sftp = self._sftp()
@@ -213,7 +279,19 @@ class SSHTransport(ShellTransport):
                     handle.chmod(mode)
                     handle.set_pipelined(True)
                     handle.write(data)
-        except OSError as exc:
+                # A pipelined write's failure (a full disk) is only an answer paramiko reads at close and drops:
+                # the file must hold every byte sent before it may take the target's name.
+                self.round_trips += 1
+                written = sftp.stat(tmp).st_size
+                if written != len(data):
+                    raise OSError(errno.EIO, f"the node kept {written} of {len(data)} bytes")
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            self._check_interrupted()
+            created = not (isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.EACCES, errno.EEXIST))
+            if created:  # a write cut short (disk full, lost connection) must not leave its temp file behind
+                self._remove_quietly(tmp)
+            if not isinstance(exc, OSError):
+                raise self._lost_mid_command(exc) from exc
             raise self._file_error(path, directory, exc) from exc
         try:
             if owner:
@@ -225,20 +303,30 @@ class SSHTransport(ShellTransport):
                 self.round_trips += 1
                 self._sftp().posix_rename(tmp, path)
         except BaseException:
-            with self._sftp_lock, contextlib.suppress(OSError):
-                self.round_trips += 1
-                self._sftp().remove(tmp)
+            self._remove_quietly(tmp)
             raise
+
+    def _remove_quietly(self, tmp: str) -> None:
+        if self._interrupted:
+            return  # the connection is closed; the temp name (.NAME.sparkctl-XXXX) is never read as the file
+        with self._sftp_lock, contextlib.suppress(OSError, paramiko.SSHException, EOFError, Unreachable):
+            self.round_trips += 1
+            self._sftp().remove(tmp)
 
     def _read_plain(self, path: str) -> str | None:
         """SFTP: no process on the node, several times faster than `cat` in a new session."""
+        self._check_interrupted()
         try:
             with self._sftp_lock:
                 sftp = self._sftp()
                 self.round_trips += 3  # open, read, close
                 with sftp.open(path, "rb") as handle:
                     data = handle.read()
+        except (paramiko.SSHException, EOFError) as exc:
+            self._check_interrupted()
+            raise self._lost_mid_command(exc) from exc
         except OSError as exc:
+            self._check_interrupted()
             if exc.errno == errno.ENOENT:
                 return None
             hint = "read it with sudo=True" if exc.errno == errno.EACCES else None
@@ -253,7 +341,49 @@ class SSHTransport(ShellTransport):
         if exc.errno == errno.EACCES:
             return RemoteFileError(f"{self.node}: cannot write {path}: permission denied",
                                    "write it with sudo=True")
-        return RemoteFileError(f"{self.node}: cannot write {path}: {exc}")
+        free = self._free_space(directory)
+        if free is not None and free < FULL_BELOW:
+            # SFTP says only "Failure" for a full disk (its protocol has no code for ENOSPC): ask df
+            return RemoteFileError(f"{self.node}: cannot write {path}: no space left on the device "
+                                   f"({free} bytes free in {directory})",
+                                   f"free space on {self.node} (df -h {directory}), then run again")
+        return RemoteFileError(f"{self.node}: cannot write {path}: {exc.strerror or exc}")
+
+    def _free_space(self, directory: str) -> int | None:
+        try:
+            result = self.run(f"df -P -B1 {q(directory or '.')} | awk 'NR==2 {{print $4}}'", timeout=15)
+        except Unreachable:
+            return None
+        text = result.stdout.strip()
+        return int(text) if result.ok and text.isdigit() else None
+
+
+#: Fewer free bytes than this in the target's file system, after a write failed: the disk is full.
+FULL_BELOW = 1 << 20
+
+
+def _detect_dead_peer(conn: fabric.Connection) -> None:
+    """SSH keepalives and a TCP user timeout on every hop's socket: a node cut off is noticed in seconds."""
+    hop: object = conn
+    while isinstance(hop, fabric.Connection):
+        transport = hop.transport
+        if transport is not None:
+            transport.set_keepalive(KEEPALIVE_S)
+            sock = transport.sock
+            if isinstance(sock, socket.socket):
+                _set_tcp_options(sock)
+        hop = hop.gateway
+
+
+def _set_tcp_options(sock: socket.socket) -> None:
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_USER_TIMEOUT", DEAD_AFTER_S * 1000), ("TCP_KEEPIDLE", KEEPALIVE_S),
+                        ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):  # Linux; elsewhere the SSH keepalive alone keeps the connection honest
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
 
 
 def _feed(chan: paramiko.Channel, data: bytes) -> None:

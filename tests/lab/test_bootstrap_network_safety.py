@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
+from sparkctl.errors import Unreachable
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.plan.paths import network_state_dir
@@ -71,8 +71,9 @@ def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_la
     lab.exec(node, ["touch", f"{network_state_dir(lab.names.cluster_name)}/applied-{run_id}"], check=True)
     assert poll(lambda: mgmt_addresses(lab, node) == [f"{moved}/24"], timeout=5), mgmt_addresses(lab, node)
     assert not port_open(mgmt_ip)
-    with pytest.raises(TaskFailed, match="could not be reached over a new management connection"):
+    with pytest.raises(Unreachable, match="could not be reached over a new management connection") as lost:
         safe.confirm(ctx, run_id)
+    assert lost.value.node == node  # the node out of the run: a cut cable and a cutting change look the same
     assert time.monotonic() - armed < timeout, "too slow to observe the cut before the revert"
 
     assert poll(lambda: port_open(mgmt_ip), timeout=timeout + 20, interval=0.2)

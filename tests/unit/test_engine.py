@@ -15,6 +15,7 @@ from sparkctl.engine import (
     EventBus,
     Graph,
     GraphError,
+    Interruption,
     Runner,
     Scope,
     Status,
@@ -22,7 +23,7 @@ from sparkctl.engine import (
     TaskFailed,
     UnknownSelection,
 )
-from sparkctl.errors import Unreachable
+from sparkctl.errors import Interrupted, Unreachable
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.journal import Journal, latest_runs, read_run
 from sparkctl.secrets import MASK, forget_secrets, register_secret
@@ -149,7 +150,7 @@ def test_converges_then_a_rerun_changes_nothing():
     assert again.recap()["spark1"] == {"ok": 1, "changed": 0, "failed": 0, "skipped": 0, "unreachable": 0}
 
 
-def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_between_tasks():
+def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_at_the_end_of_a_phase():
     meet = threading.Barrier(2, timeout=5)  # breaks (-> failed task) unless two nodes really run together
     live, peak, finished_first = [0], [0], []
     guard = threading.Lock()
@@ -166,14 +167,39 @@ def test_node_tasks_run_in_parallel_bounded_by_forks_with_a_barrier_between_task
             live[0] -= 1
             finished_first.append(ctx.name)
 
-    def second(ctx):
-        assert len(finished_first) == 6, "the next task started before the previous one ended everywhere"
+    def next_phase(ctx):
+        assert len(finished_first) == 6, "the next phase started before the previous one ended everywhere"
 
     names = [f"spark{i}" for i in range(1, 7)]
-    result, _, _ = run([Ensure("base.a", on_check=busy), Ensure("base.b", on_check=second)],
+    result, _, _ = run([Ensure("base.a", on_check=busy), Ensure("net.b", "net", on_check=next_phase)],
                        nodes=make_nodes(names), forks=2)
     assert peak[0] == 2
     assert {o.status for o in result.outcomes} == {Status.CHANGED}, [o.message for o in result.outcomes]
+
+
+def test_a_slow_node_holds_the_others_up_only_at_a_cluster_task():
+    """Node tasks in a row of one phase: each node walks them at its own pace; a cluster task meets them all."""
+    slow_started, fast_done = threading.Event(), threading.Event()
+
+    def hold_spark2(ctx):
+        if ctx.name == "spark2" and not slow_started.is_set():
+            slow_started.set()
+            assert fast_done.wait(5), "spark1 waited for spark2 between two node tasks"
+
+    def note_fast(ctx):
+        if ctx.name == "spark1":
+            fast_done.set()
+
+    seen_by_cluster = []
+    tasks = [Ensure("base.a", on_check=hold_spark2), Ensure("base.b", needs=("base.a",), on_check=note_fast),
+             Ensure("base.all", needs=("base.b",), scope=Scope.CLUSTER,
+                    on_check=lambda ctx: seen_by_cluster.append(sorted(n.name for n in ctx.values()
+                                                                       if n.state.get("base.b") == "on")))]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1", "spark2"]))
+    assert result.exit_status() == ExitStatus.SUCCESS, [o.message for o in result.outcomes]
+    order = [(e.task, e.node) for e in events if e.event == "task_result"]
+    assert order.index(("base.b", "spark1")) < order.index(("base.a", "spark2"))
+    assert seen_by_cluster[0] == ["spark1", "spark2"]  # the cluster task waited for both
 
 
 def test_a_failure_stops_its_dependents_on_that_node_only():
@@ -373,3 +399,104 @@ def test_a_broken_sink_stops_the_run_without_starting_more_nodes():
     with pytest.raises(BrokenPipeError):
         runner.run()
     assert len(set(task.checked)) < 8
+
+
+# -- faults mid-run: attribution, lost nodes, Ctrl-C -------------------------------------------------------
+
+class ReachesPeer(Ensure):
+    """A node task that reads a peer on the way (as planning reads every node's facts): the peer is gone."""
+
+    def __init__(self, name: str, peer: str, **kw):
+        super().__init__(name, **kw)
+        self.peer = peer
+
+    def check(self, ctx) -> list[Change]:
+        if ctx.name != self.peer:
+            raise Unreachable(f"{self.peer}: stopped answering", node=self.peer)
+        return super().check(ctx)
+
+
+def test_a_peer_lost_during_a_node_task_is_the_peer_s_never_the_node_s():
+    tasks = [ReachesPeer("base.a", peer="spark2"), Ensure("base.b"), Ensure("base.c", needs=("base.b",)),
+             Ensure("net.all", "net", scope=Scope.CLUSTER)]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1", "spark2"]))
+    met = result.outcome("base.a", "spark1")
+    assert met.status is Status.SKIPPED and met.lost_node == "spark2"
+    assert met.message == "needs spark2, which became unreachable: spark2: stopped answering"
+    assert result.unreachable == {"spark2": "spark2: stopped answering"}
+    # spark1 finishes every node task that does not need spark2; spark2 does nothing more
+    assert statuses(result, "base.b") == {"spark1": "changed"} and statuses(result, "base.c") == {"spark1": "changed"}
+    assert result.outcome("net.all").message == "needs every node, spark2 unreachable"
+    assert not [o for o in result.outcomes if o.status is Status.FAILED]
+    assert result.exit_status() == ExitStatus.UNREACHABLE
+    lost = [e for e in events if e.event == "node_lost"]
+    assert [(e.node, e.task) for e in lost] == [("spark2", "base.a")]
+    recap = events[-1].to_dict()
+    ran = {o.task for o in result.outcomes if o.node == "spark2"}  # base.a, unless spark1 lost it first
+    assert recap["lost"] == {"spark2": {"reason": "spark2: stopped answering", "during": "base.a",
+                                        "undone": [t for t in ("base.a", "base.b", "base.c") if t not in ran]}}
+    assert recap["left_undone"] == ["base.a", "net.all"]
+    assert recap["nodes"]["spark1"]["unreachable"] == 0 and recap["nodes"]["spark2"]["unreachable"] == 1
+
+
+def test_a_cluster_task_cut_by_a_lost_node_is_that_node_s_unreachability_not_a_failure():
+    def lose_spark3(_ctx):
+        raise Unreachable("spark3: the connection was lost while a command ran", node="spark3")
+
+    tasks = [Ensure("base.a"), Ensure("net.all", "net", scope=Scope.CLUSTER, on_check=lose_spark3),
+             Ensure("net.after", "net", needs=("net.all",), scope=Scope.CLUSTER), Ensure("serve.b", "serve")]
+    result, _, _ = run(tasks)
+    cut = result.outcome("net.all")
+    assert cut.status is Status.UNREACHABLE and cut.lost_node == "spark3"
+    assert result.outcome("net.after").message == "needs every node, spark3 unreachable"
+    assert statuses(result, "serve.b") == {"spark1": "changed", "spark2": "changed"}
+    assert result.recap()[CLUSTER_ROW]["unreachable"] == 1 and result.recap()["spark3"]["unreachable"] == 1
+    assert result.exit_status() == ExitStatus.UNREACHABLE
+
+
+def test_a_cluster_task_that_only_judges_facts_goes_on_without_a_lost_or_failed_node():
+    class Judge(Ensure):
+        needs_every_node = False
+
+    judged = []
+    tasks = [Fails("base.a", on={"spark2"}), ReachesPeer("base.b", peer="spark3"),
+             Judge("net.judge", "net", needs=("base.a",), scope=Scope.CLUSTER, on_check=lambda _c: judged.append(1)),
+             Ensure("net.apply", "net", needs=("net.judge",)),
+             Ensure("net.all", "net", needs=("net.apply",), scope=Scope.CLUSTER)]
+    result, _, _ = run(tasks)
+    assert judged and result.outcome("net.judge").status is Status.CHANGED
+    assert statuses(result, "net.apply") == {"spark1": "changed", "spark2": "skipped"}
+    assert result.outcome("net.apply", "spark2").message == "needs base.a, failed on spark2"
+    assert result.outcome("net.all").status is Status.SKIPPED
+
+
+def test_ctrl_c_cuts_what_runs_starts_nothing_more_and_exits_130():
+    interruption = Interruption()
+
+    def ctrl_c(ctx):
+        if ctx.name == "spark2":
+            interruption.request()  # what the SIGINT handler does
+            assert interruption.done.wait(5)
+            raise Interrupted("spark2")  # what a transport raises once interrupted
+
+    tasks = [Ensure("base.a"), Ensure("base.b", on_check=ctrl_c), Ensure("net.c", "net"),
+             Ensure("net.all", "net", scope=Scope.CLUSTER)]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1", "spark2"]), interruption=interruption)
+    assert result.outcome("base.b", "spark2").status is Status.INTERRUPTED
+    assert result.interrupted and result.exit_status() == ExitStatus.INTERRUPTED
+    spark1_started_b = result.outcome("base.b", "spark1") is not None
+    assert result.not_started == ([] if spark1_started_b else ["base.b"]) + ["net.c", "net.all"]
+    assert not [e for e in events if e.event == "task_start" and e.task in ("net.c", "net.all")]
+    notice = [e for e in events if e.event == "interrupt"]
+    assert len(notice) == 1 and "base.b on spark2" in notice[0].message
+    recap = events[-1].to_dict()
+    assert recap["exit_status"] == 130 and recap["nodes"]["spark2"]["interrupted"] == 1
+    assert {"task": "base.b", "node": "spark2"} in recap["interrupted"]["cut"]
+
+
+def test_the_stage_hook_marks_node_stages_and_cluster_tasks():
+    seen = []
+    tasks = [Ensure("base.a"), Ensure("base.b"), Ensure("base.all", scope=Scope.CLUSTER, needs=("base.b",)),
+             Ensure("net.c", "net")]
+    run(tasks, on_stage=seen.append)
+    assert seen == [True, False, True]

@@ -54,6 +54,9 @@ def test_every_standin_is_executable_and_says_it_is_a_stand_in():
 # --- docker -------------------------------------------------------------------------------------------
 @pytest.fixture
 def fake_podman(tmp_path):
+    daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # the daemon's socket answering
+    daemon.bind(str(tmp_path / "docker.sock"))
+    daemon.listen(64)
     calls = tmp_path / "podman-calls.jsonl"
     script = tmp_path / "podman"
     script.write_text(
@@ -64,12 +67,41 @@ def fake_podman(tmp_path):
     log_dir = tmp_path / "run-lab"
     log_dir.mkdir(mode=0o1777)
     log_dir.chmod(0o1777)
-    env = {"SPARKCTL_LAB_PODMAN": str(script), "SPARKCTL_LAB_DOCKER_LOG": str(log_dir / "docker.log")}
+    env = {"SPARKCTL_LAB_PODMAN": str(script), "SPARKCTL_LAB_DOCKER_LOG": str(log_dir / "docker.log"),
+           "SPARKCTL_LAB_DOCKER_SOCKET": str(tmp_path / "docker.sock")}
 
     def podman_calls():
         return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
 
-    return env, podman_calls, log_dir / "docker.log"
+    yield env, podman_calls, log_dir / "docker.log"
+    daemon.close()
+
+
+def test_docker_without_its_daemon_fails_as_docker_does(fake_podman, tmp_path):
+    env, podman_calls, _ = fake_podman
+    result = run("docker", "ps", env={**env, "SPARKCTL_LAB_DOCKER_SOCKET": str(tmp_path / "stopped.sock")})
+    assert result.returncode == 1
+    # the docker CLI's message (docker/cli: client.ErrorConnectionFailed)
+    assert result.stderr == ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                             "Is the docker daemon running?\n")
+    assert podman_calls() == []
+
+
+def test_dockerd_holds_its_socket_while_it_runs_and_removes_it_when_stopped(tmp_path):
+    path = tmp_path / "docker.sock"
+    daemon = subprocess.Popen([str(standin_path("dockerd"))],
+                              env={**os.environ, "SPARKCTL_LAB_DOCKER_SOCKET": str(path)})
+    try:
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))
+        assert oct(path.stat().st_mode & 0o777) == "0o660"
+    finally:
+        daemon.terminate()
+        assert daemon.wait(10) == 0
+    assert not path.exists()
 
 
 NVIDIA_RUN = [

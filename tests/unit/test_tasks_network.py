@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.engine.task import TaskFailed
+from sparkctl.errors import Unreachable
 from sparkctl.facts import NetplanFile
 from sparkctl.plan import paths as plan_paths
 from sparkctl.rules.netplan import conflicting_stanzas, interfaces_in, without_stanzas
@@ -125,13 +126,14 @@ def test_unplanned_address_removed_with_ip_addr_del():
     assert dels == ["ip addr del 192.168.200.12/24 dev enp1s0f1np1\nip addr del 192.168.200.14/24 dev enP2p1s0f1np1"]
 
 
-def test_lost_management_path_fails_and_leaves_the_revert_armed():
+def test_lost_management_path_is_unreachable_and_leaves_the_revert_armed():
     (case,) = [c for n, c in CASES if n == "create"]
     kit = kit_from_case(case)
     kit.refuse_fresh = True
     ctx = kit.node("spark1")
-    with pytest.raises(TaskFailed) as err:
+    with pytest.raises(Unreachable) as err:
         NetplanTask().apply(ctx, NetplanTask().check(ctx))
+    assert err.value.node == "spark1"  # the node out of the run, whoever met it
     assert "could not be reached over a new management connection" in err.value.message
     assert "restores its previous netplan files by itself within 60 s" in err.value.hint
     assert kit.fresh == [] and not any(c.target.startswith("touch ") for _, c in kit.log)

@@ -217,3 +217,31 @@ fabric: {port: 1}
     assert outcome(ClusterPreflight(), kit.cluster) == [
         "spark1 port 0 (enp1s0f0np0): a cable to spark2 port 1 (enp1s0f1np1) is on port 0, the inventory plans port "
         "1: move it to port 1 (or set fabric.port: auto)"]
+
+
+@pytest.mark.parametrize("offset, problem", [
+    (-3 * 86400, "its clock is 3 d behind this controller's (the node says 2026-01-01 00:00:00 UTC)"),
+    (2 * 3600 + 600, "its clock is 2 h 10 min ahead of this controller's (the node says 2026-01-01 00:00:00 UTC)"),
+    (299, None),  # minutes off for want of NTP: preflight.cluster warns about skew between nodes, not this
+    (-4, None),
+])
+def test_a_clock_far_off_the_controller_s_is_refused_on_that_node(offset, problem):
+    facts = spark_facts("spark1")
+    facts.time = 1767225600.0  # 2026-01-01T00:00:00Z, what the node said
+    # the controller's clock around the round trip that read it (1 s long)
+    facts.controller_time = (facts.time - offset - 0.5, facts.time - offset + 0.5)
+    kit = make_kit(inventory(), {"spark1": facts, "spark2": spark_facts("spark2")})
+    problems = outcome(NodePreflight(), kit.node("spark1"))
+    if problem is None:
+        assert problems == []
+    else:
+        (only,) = problems
+        assert only.startswith(problem + ": TLS downloads (docker pull, the Hub) fail on a clock that far off")
+
+
+def test_a_round_trip_too_slow_to_say_is_not_blamed_on_the_clock():
+    facts = spark_facts("spark1")
+    facts.time = 1767225600.0
+    facts.controller_time = (facts.time - 200, facts.time + 400)  # a 10-minute round trip brackets the node's time
+    kit = make_kit(inventory(), {"spark1": facts, "spark2": spark_facts("spark2")})
+    assert outcome(NodePreflight(), kit.node("spark1")) == []

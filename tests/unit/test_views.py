@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from sparkctl.cli.views import ConsoleView, JsonView
-from sparkctl.engine import Change, Event, EventBus, Graph, Runner, Scope, Task, TaskFailed
+from sparkctl.engine import Change, Event, EventBus, Graph, Interruption, Runner, Scope, Task, TaskFailed
+from sparkctl.errors import Interrupted, Unreachable
 
 DIFF = "--- a/etc/netplan/40-cx7.yaml\n+++ b/etc/netplan/40-cx7.yaml\n@@ -1 +1 @@\n-mtu: 1500\n+mtu: 9000\n"
 
@@ -176,3 +177,76 @@ def test_views_mask_registered_secrets():
         assert "rejected " + secrets.MASK in stream.getvalue()
     finally:
         secrets.forget_secrets()
+
+
+class LosesSpark2(Task):
+    """spark2 stops answering while its netplan runs."""
+
+    name, phase = "network.netplan", "network"
+
+    def check(self, ctx):
+        if ctx == "spark2":
+            raise Unreachable("spark2 (10.0.0.12): stopped answering while a command ran", node="spark2")
+        return [Change("write /etc/netplan/40-cx7.yaml")]
+
+    def apply(self, ctx, changes):
+        pass
+
+    def __init__(self):
+        self.done = set()
+
+
+class KeysTask(Task):
+    name, phase = "ssh.keys", "ssh"
+
+    def check(self, ctx):
+        return []
+
+
+def test_console_names_the_lost_node_where_and_what_was_left_undone():
+    class Once(LosesSpark2):
+        def check(self, ctx):
+            if ctx in self.done:
+                return []
+            self.done.add(ctx)
+            return super().check(ctx)
+
+    text = console_output(tasks=[Once(), KeysTask(), MeshTask()])
+    assert "lost          spark2   network.netplan  spark2 (10.0.0.12): stopped answering while a command ran" in text
+    assert "hint: left out of the rest of this run; the other nodes go on" in text
+    assert "skipped       cluster  ssh.mesh  needs every node, spark2 unreachable" in text
+    after = text.split("RECAP", 1)[1]
+    assert ("spark2 lost during network.netplan: spark2 (10.0.0.12): stopped answering while a command ran"
+            in after)
+    assert "not done on spark2: ssh.keys" in after
+    assert "left undone, they need spark2: ssh.mesh" in after
+    assert "UNREACHABLE in" in after and after.rstrip().endswith("spark2")
+
+
+def test_console_after_ctrl_c_says_what_was_cut_and_what_did_not_start():
+    interruption = Interruption()
+
+    class CtrlC(Task):
+        name, phase = "network.netplan", "network"
+
+        def check(self, ctx):
+            if ctx == "spark1":
+                interruption.request()
+                interruption.done.wait(5)
+                raise Interrupted("spark1")
+            return []
+
+    console = Console(record=True, width=120, force_terminal=False, color_system=None)
+    with ConsoleView(console) as view:
+        nodes = ["spark1"]
+        graph = Graph([CtrlC(), KeysTask(), MeshTask()], ["network", "ssh"])
+        Runner(graph, nodes=nodes, node_contexts={"spark1": "spark1"}, cluster_context=None, unreachable={},
+               emit=EventBus([view]), interruption=interruption).run()
+    text = console.export_text()
+    assert "interrupted: cutting network.netplan on spark1; nothing more starts" in text
+    assert "hint: press Ctrl-C again to stop at once" in text
+    header = next(line for line in text.split("RECAP", 1)[1].splitlines() if "node" in line)
+    assert header.split()[-1] == "interrupted"
+    assert "cut by Ctrl-C: network.netplan on spark1" in text
+    assert "not started: ssh.keys, ssh.mesh" in text
+    assert "INTERRUPTED in" in text and "1 task(s) cut, 2 not started" in text

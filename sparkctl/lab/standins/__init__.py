@@ -1,7 +1,8 @@
 """Lab stand-ins: scripts that play the parts of Spark software a lab machine does not have.
 
-`node-bin/` is installed by the lab runtime over each node's /usr/local/bin (docker wrapper,
-ibdev2netdev, ibv_devinfo, show_gids, nvidia-smi, udevadm); `image-bin/` is baked into the lab image's /usr/local/bin
+`node-bin/` is installed by the lab runtime over each node's /usr/local/bin (docker wrapper, the
+socket of its daemon (dockerd, run as docker.service), ibdev2netdev, ibv_devinfo, show_gids, nvidia-smi, udevadm);
+`image-bin/` is baked into the lab image's /usr/local/bin
 (entrypoint, trtllm-llmapi-launch, trtllm-serve, hf). Copy them with mode 0755: a wheel need
 not keep the executable bit.
 """
@@ -11,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 STANDINS_DIR = Path(__file__).resolve().parent
-NODE_STANDINS = ("docker", "ibdev2netdev", "ibv_devinfo", "show_gids", "nvidia-smi", "udevadm", "ib_write_bw",
-                 "ib_write_lat")
+NODE_STANDINS = ("docker", "dockerd", "ibdev2netdev", "ibv_devinfo", "show_gids", "nvidia-smi", "udevadm",
+                 "ib_write_bw", "ib_write_lat")
 IMAGE_STANDINS = ("trtllm-llmapi-launch", "trtllm-serve", "hf", "all_reduce_perf")
 IMAGE_ENTRYPOINT = "sparkctl-lab-entrypoint"
 

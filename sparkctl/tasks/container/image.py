@@ -7,7 +7,7 @@ import time
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Task, TaskFailed
-from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.context import NodeContext, known_cause
 from sparkctl.transport.base import q
 
 PULL_TIMEOUT = 3600.0
@@ -41,8 +41,10 @@ class ContainerImageTask(Task):
                     f"pulling {image} on {ctx.name} was refused: no registry login for {registry}",
                     hint=f"on {ctx.name}: docker login {registry} (user $oauthtoken, password: your NGC API key)")
             reason = "timed out" if code == TIMED_OUT else f"exit {code}"
-            raise TaskFailed(f"pulling {image} on {ctx.name} failed ({reason})",
-                             details=output.strip().splitlines()[-3:])
+            tail = output.strip().splitlines()[-3:]
+            known = known_cause(tail, ctx.name)
+            raise TaskFailed(f"pulling {image} on {ctx.name} failed ({known[0] if known else reason})",
+                             hint=known[1] if known else None, details=tail)
         ctx.log(f"pulled {image} in {time.monotonic() - started:.0f}s")
 
 

@@ -9,6 +9,7 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
 from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.keygen import keygen_line
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -81,8 +82,7 @@ class ContainerStateTask(Task):
             if change.payload[0] == "key":
                 key = posixpath.join(keys, change.payload[1])
                 comment = f"sparkctl-container-{cluster}@{ctx.name}"
-                lines.append(f"rm -f {q(key)} {q(key + '.pub')} && "
-                             f"ssh-keygen -q -t ed25519 -N '' -C {q(comment)} -f {q(key)}")
+                lines.append(keygen_line(q(key), comment))
         ctx.must(" && ".join(lines), "preparing sparkctl's state dir")
         for change in changes:
             if change.payload[0] == "file":

@@ -18,6 +18,7 @@ class ModelFitTask(Task):
     checks = ("per node: the target's weights / tp_size + the draft + a KV-cache reserve against the node's "
               "MemTotal; refused when larger, a warning above 90%")
     changes = "nothing (read-only)"
+    needs_every_node = False  # judged on each node's memory as last read
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         inv = ctx.inventory
@@ -26,9 +27,8 @@ class ModelFitTask(Task):
         spec = inv.serve_spec()
         ranks = min(spec.tp_size, len(inv.nodes))
         refused = []
-        for name, nctx in ctx.nodes.items():
-            verdict = fit_verdict(name, spec.model, spec.weights_gb, ranks, spec.draft_gb,
-                                  nctx.facts().mem_total_kb)
+        for name, facts in ctx.facts_by_node().items():
+            verdict = fit_verdict(name, spec.model, spec.weights_gb, ranks, spec.draft_gb, facts.mem_total_kb)
             if verdict.refused:
                 refused.append(verdict.line)
             elif verdict.verdict in ("tight", "unknown"):

@@ -97,14 +97,15 @@ class NetplanTask(Task):
     needs = ("preflight.node", "preflight.cluster")
     description = "address each fabric twin in its own subnet with MTU 9000, through netplan, safely"
     checks = ("the netplan file's content, stanzas for the same interfaces in other netplan files, NetworkManager "
-              "profiles competing for the twins (when it runs), fabric twins set down, and the live addresses and "
-              "MTU of the fabric interfaces")
+              "profiles competing for the twins (when it runs), fabric twins set down, the live addresses and MTU "
+              "of the fabric interfaces, and revert guards an interrupted run left armed")
     changes = ("brings a fabric twin that is set down Up (`ip link set <twin> up`), writes the netplan file (mode "
                "600, atomic), moves conflicting stanzas out (backed up), removes NetworkManager profiles that would "
                "take a twin from netplan's (backed up), arms a node-side revert, runs `netplan apply`, confirms over "
                "a new management connection, removes unplanned addresses from the fabric twins, waits for the "
                "planned addresses (on the twins that have carrier: the renderer configures the others when it "
-               "comes)")
+               "comes); a revert an interrupted run left armed is confirmed the same way (apply, then a new "
+               "connection)")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         plan = ctx.plan()
@@ -143,6 +144,11 @@ class NetplanTask(Task):
         drift = _live_drift(ctx, ifaces, _as_written(files, path, desired))
         if drift:
             changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
+        guards = safe.pending_guards(ctx)
+        if guards:
+            changes.append(Change(f"confirm the netplan change of an interrupted run (revert guard "
+                                  f"{', '.join(guards)} would restore the files it replaced): apply, then prove "
+                                  "the management path over a new connection", payload=("guards", guards, None)))
         return changes
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
@@ -150,6 +156,7 @@ class NetplanTask(Task):
         profiles = [(c.payload[1], c.payload[2]) for c in changes if c.payload[0] == "nm-profile"]
         set_up = [c.payload[1] for c in changes if c.payload[0] == "up"]
         live = any(c.payload[0] == "live" for c in changes)
+        earlier = [g for c in changes if c.payload[0] == "guards" for g in c.payload[1]]
         ifaces, wanted = _planned(ctx)
         try:
             if set_up:
@@ -167,8 +174,12 @@ class NetplanTask(Task):
                     ctx.transport.put(path, content, mode=0o600, owner="root:root", sudo=True)
                 applied_at = safe.netplan_apply(ctx, run_id)
                 safe.confirm(ctx, run_id, applied_at)
-            elif live:
+            elif live or earlier:
                 safe.netplan_apply(ctx)
+            # An earlier run's guard is confirmed only now: after this apply, over a new connection, like its own
+            # run would have. Unreachable here leaves it armed, and it restores what that run replaced.
+            for run_id in earlier:
+                safe.confirm(ctx, run_id)
             _remove_unplanned(ctx, ifaces, wanted)
             missing = safe.wait_for_addresses(ctx, wanted, ctx.inventory.fabric.mtu)
             if missing:

@@ -11,6 +11,8 @@ import posixpath
 import time
 
 from sparkctl.engine.task import TaskFailed
+from sparkctl.errors import Unreachable
+from sparkctl.facts.script import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.rules.networkmanager import is_keyfile, is_uuid
 from sparkctl.tasks.context import NodeContext
@@ -48,14 +50,17 @@ def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) 
     facts = ctx.facts()
     live = {i: {"mtu": facts.interfaces[i].mtu, "addresses": [str(a) for a in facts.interfaces[i].ipv4()]}
             for i in interfaces if i in facts.interfaces}
+    # Each record is written under a temp name and renamed: records are never overwritten, so one cut short would
+    # stay short for good (and `cluster down --network` would restore it).
     lines = [f"install -d -m 700 {q(base)}",
-             f"[ -e {q(base)}/interfaces.json ] || printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
-             f"> {q(base)}/interfaces.json"]
+             f"[ -e {q(base)}/interfaces.json ] || {{ printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
+             f"> {q(base)}/.interfaces.json.tmp && mv -f {q(base)}/.interfaces.json.tmp {q(base)}/interfaces.json; }}"]
     for path in paths:
         name = posixpath.basename(path)
         lines.append(
             f"if [ ! -e {q(base)}/{q(name)} ] && [ ! -e {q(base)}/{q(name + '.absent')} ]; then "
-            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q(name)}; "
+            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q('.' + name + '.tmp')} && "
+            f"mv -f {q(base)}/{q('.' + name + '.tmp')} {q(base)}/{q(name)}; "
             f"else touch {q(base)}/{q(name + '.absent')}; fi; fi"
         )
     ctx.must("\n".join(lines), "recording the original netplan files", sudo=True)
@@ -125,12 +130,26 @@ def confirm(ctx: NodeContext, run_id: str, applied_at: float | None = None) -> N
     if result is not None and result.exit_code != 255:
         raise TaskFailed(f"could not disarm the netplan revert on {ctx.name}; it reverts within {window} s",
                          details=[detail] if detail else [])
-    raise TaskFailed(
-        f"after netplan apply, {ctx.name} could not be reached over a new management connection",
+    # Unreachable, not failed: from here a cut cable and a change that cut the management path look the same,
+    # and either way the node is out of this run; its guard restores the previous files unless confirmed.
+    raise Unreachable(
+        f"after netplan apply, {ctx.name} could not be reached over a new management connection"
+        + (f" ({detail})" if detail else ""),
         hint=f"the node restores its previous netplan files by itself within {window} s; check that the "
              "fabric subnets do not overlap the management network or the controller's address",
-        details=[detail] if detail else [],
+        node=ctx.name,
     )
+
+
+def pending_guards(ctx: NodeContext) -> list[str]:
+    """Revert guards an earlier run armed and never confirmed (it was cut after arming), still waiting to
+    revert: from the facts, or read with sudo when the facts could not (sudo needs a password)."""
+    pending = ctx.facts().netplan_guards_pending
+    if pending is not None:
+        return pending
+    base = network_state_dir(ctx.inventory.cluster.name)
+    result = ctx.must(f"sh -c {q(GUARDS_SCRIPT)} sh {q(base)}", "reading the netplan revert guards", sudo=True)
+    return [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
 
 
 def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
@@ -11,6 +13,10 @@ from sparkctl.rules.twins import ABSENT, WRONG_PORT, twin_faults
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
 MAX_SKEW_S = 2.0
+#: A clock this far from the controller's is not drifting for want of NTP (seconds a day) but set wrong: TLS (docker
+#: pull, the Hugging Face Hub) then refuses certificates "not yet valid" or "expired", and the node's logs no longer
+#: line up with the others'. Refused on that node before anything changes.
+MAX_CLOCK_OFFSET_S = 300.0
 
 
 class NodePreflight(Task):
@@ -44,6 +50,7 @@ class NodePreflight(Task):
             problems.append(f"docker does not work for {facts.user} on {ctx.name}: {facts.docker_error or 'no answer'} "
                             "(see `docker info` on the node)")
         problems += _fabric_problems(ctx, facts)
+        problems += _clock_problems(facts)
         if facts.firewall:
             ports = f"22, {inv.container.ssh_port} (container ssh), {inv.serve.port} (serve)"
             ctx.warn(f"a firewall is active ({facts.firewall}); these TCP ports must be open between the "
@@ -51,6 +58,30 @@ class NodePreflight(Task):
         if problems:
             raise TaskFailed(f"{len(problems)} preflight problem(s) on {ctx.name}", details=problems)
         return []
+
+
+def _clock_problems(facts: Facts) -> list[str]:
+    offset = facts.clock_offset()  # beyond what the round trip explains: the decision never blames the network
+    if offset is None or abs(offset) <= MAX_CLOCK_OFFSET_S or facts.controller_time is None:
+        return []
+    shown = facts.time - sum(facts.controller_time) / 2  # the middle of the round trip: what a person expects
+    node_time = datetime.fromtimestamp(facts.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return [f"its clock is {_span(abs(shown))} {'ahead of' if offset > 0 else 'behind'} this controller's "
+            f"(the node says {node_time}): TLS downloads (docker pull, the Hub) fail on a clock that far off; "
+            "set it (sudo timedatectl set-ntp true, or sudo date -s ...); if every node says the same, this "
+            "controller's clock is the wrong one"]
+
+
+def _span(seconds: float) -> str:
+    """Two units at most, the smaller one rounded: 3 d, 2 d 5 h, 4 h 10 min, 7 min."""
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = round(seconds / 3600)
+    if hours < 24:
+        return f"{minutes // 60} h {minutes % 60} min" if minutes % 60 else f"{minutes // 60} h"
+    days, rest = divmod(hours, 24)
+    return f"{days} d {rest} h" if rest else f"{days} d"
 
 
 def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
@@ -94,6 +125,7 @@ class ClusterPreflight(Task):
               "(these stop the run); and, where LLDP tells (lldpd on either end of a cable), who is at the far end "
               "of each QSFP port vs the inventory's topology and ring order")
     changes = "nothing (read-only)"
+    needs_every_node = False  # judged on the facts read of each node; a node lost mid-run on what was last read
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         facts = ctx.facts_by_node()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkctl.engine.task import Change, Task
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.keygen import keygen_line
 from sparkctl.transport.base import q
 
 
@@ -24,6 +25,5 @@ class SshKeyTask(Task):
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         key = cluster_key_name(ctx.inventory.cluster.name)
         comment = f"sparkctl-{ctx.inventory.cluster.name}@{ctx.name}"
-        ctx.must(f'install -d -m 700 "$HOME"/.ssh && rm -f "$HOME"/.ssh/{q(key)} "$HOME"/.ssh/{q(key + ".pub")} && '
-                 f'ssh-keygen -q -t ed25519 -N "" -C {q(comment)} -f "$HOME"/.ssh/{q(key)}',
-                 "generating the cluster key")
+        path = '"$HOME"/.ssh/' + q(key)
+        ctx.must(f'install -d -m 700 "$HOME"/.ssh && {keygen_line(path, comment)}', "generating the cluster key")

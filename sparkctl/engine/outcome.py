@@ -1,0 +1,151 @@
+"""What a run produced: one outcome per task and node, and the run's result (recap, exit status, what a lost
+node or a Ctrl-C left undone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.engine.events import Event
+from sparkctl.engine.task import Change, Status
+from sparkctl.exitcodes import ExitStatus
+
+#: The recap row for cluster-scope tasks; parentheses cannot appear in a host name, so it never clashes.
+CLUSTER_ROW = "(cluster)"
+NOT_SELECTED = "not selected (--only/--skip)"
+RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
+#: A recap column only runs stopped by Ctrl-C have.
+INTERRUPTED_COLUMN = "interrupted"
+CUT_MESSAGE = "cut by Ctrl-C while it ran (its commands are done or not done on the node: the next run checks)"
+
+
+def change_dicts(changes: list[Change]) -> list[dict[str, str]]:
+    """Changes as events carry them: the summary and the diff, never the private payload."""
+    return [{"summary": c.summary, "diff": c.diff} if c.diff else {"summary": c.summary} for c in changes]
+
+
+@dataclass
+class TaskOutcome:
+    task: str
+    phase: str
+    node: str | None  # None: cluster scope
+    status: Status
+    message: str | None = None
+    hint: str | None = None
+    details: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    duration: float | None = None  # None: never ran (skipped)
+    would_change: bool = False
+    traceback: str | None = None
+    not_selected: bool = False
+    #: the node whose loss made this outcome (a cluster task cut or skipped, a peer's task skipped)
+    lost_node: str | None = None
+
+    @property
+    def blocks_dependents(self) -> bool:
+        if self.status in (Status.FAILED, Status.UNREACHABLE, Status.INTERRUPTED):
+            return True
+        return self.status is Status.SKIPPED and not self.not_selected
+
+    def to_event(self) -> Event:
+        data: dict[str, Any] = {}
+        if self.not_selected:
+            data["reason"] = "not_selected"
+        if self.lost_node:
+            data["lost_node"] = self.lost_node
+        return Event(
+            "task_result", task=self.task, phase=self.phase, node=self.node, status=self.status.value,
+            message=self.message, hint=self.hint, details=list(self.details),
+            changes=change_dicts(self.changes),
+            duration=self.duration, would_change=self.would_change or None, traceback=self.traceback,
+            data=data,
+        )
+
+
+@dataclass
+class RunResult:
+    nodes: list[str]  # the nodes of the run (after --limit), in inventory order
+    outcomes: list[TaskOutcome]
+    unreachable: dict[str, str]  # node -> why, whether known at start or found mid-run
+    check_mode: bool
+    duration: float
+    #: nodes lost during the run -> the task that was running when the loss was noticed
+    lost_during: dict[str, str | None] = field(default_factory=dict)
+    #: per lost node, its tasks that never ran (graph order)
+    undone: dict[str, list[str]] = field(default_factory=dict)
+    interrupted: bool = False
+    #: Ctrl-C: tasks that had not started on some node of the run (graph order)
+    not_started: list[str] = field(default_factory=list)
+
+    def outcome(self, task: str, node: str | None = None) -> TaskOutcome | None:
+        """The outcome of `task` on `node` (None: cluster scope); unreachable nodes answer unreachable."""
+        for o in self.outcomes:
+            if o.task == task and o.node == node:
+                return o
+        if node in self.unreachable:
+            return TaskOutcome(task, "", node, Status.UNREACHABLE, message=self.unreachable[node])
+        return None
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        columns = (*RECAP_COLUMNS, INTERRUPTED_COLUMN) if self.interrupted else RECAP_COLUMNS
+        rows: dict[str, dict[str, int]] = {n: dict.fromkeys(columns, 0) for n in self.nodes}
+        for o in self.outcomes:
+            row = rows.setdefault(o.node or CLUSTER_ROW, dict.fromkeys(columns, 0))
+            # Like Ansible: an unreachable node counts once, whatever the number of tasks it missed. A cluster
+            # task cut by a lost node counts on the cluster row.
+            if o.status is not Status.UNREACHABLE or o.node is None:
+                row[o.status.value] += 1
+        for node in self.unreachable:
+            rows[node]["unreachable"] = 1
+        return rows
+
+    @property
+    def failed(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status is Status.FAILED]
+
+    @property
+    def changed(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status is Status.CHANGED]
+
+    @property
+    def cut(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status is Status.INTERRUPTED]
+
+    @property
+    def left_undone(self) -> list[str]:
+        """Tasks skipped or cut on the nodes still in the run (or the cluster) because a node was lost."""
+        out: list[str] = []
+        for o in self.outcomes:
+            if o.lost_node and o.status in (Status.SKIPPED, Status.UNREACHABLE) and o.task not in out:
+                out.append(o.task)
+        return out
+
+    def exit_status(self) -> ExitStatus:
+        if self.interrupted:
+            return ExitStatus.INTERRUPTED
+        if self.failed:
+            return ExitStatus.TASK_FAILED
+        if self.unreachable:
+            return ExitStatus.UNREACHABLE
+        if self.check_mode and self.changed:
+            return ExitStatus.CHANGES_PENDING
+        return ExitStatus.SUCCESS
+
+    def recap_data(self) -> dict[str, Any]:
+        """What the recap says beyond the counts: which node is lost, why, during what, and what was left undone;
+        what a Ctrl-C cut and what it kept from starting."""
+        data: dict[str, Any] = {}
+        if self.unreachable:
+            data["lost"] = {node: {"reason": why, "during": self.lost_during.get(node),
+                                   "undone": list(self.undone.get(node, []))}
+                            for node, why in self.unreachable.items()}
+            if self.left_undone:
+                data["left_undone"] = self.left_undone
+        if self.interrupted:
+            data["interrupted"] = {"cut": [{"task": o.task, "node": o.node} for o in self.cut],
+                                   "not_started": list(self.not_started)}
+        return data
+
+    def recap_event(self) -> Event:
+        return Event("recap", nodes=self.recap(), exit_status=int(self.exit_status()),
+                     duration=self.duration, check_mode=self.check_mode, data=self.recap_data())

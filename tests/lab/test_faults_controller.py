@@ -1,0 +1,110 @@
+"""The controller stopped in the middle of a bootstrap (issues 17 and 18), at each phase: Ctrl-C (SIGINT) stops
+cleanly, a recap of what finished, what was cut and what did not start, the journal saying which task was cut,
+exit 130, no traceback, no "Aborted!"; SIGKILL just dies. Either way the management path stays intact (the
+node-side netplan revert guard protects it) and the next run converges, the one after changing nothing.
+
+The signal lands when the controller's --json stream shows the point's task starting; at the network point,
+when the node has applied netplan and the controller has not yet confirmed it (the guard's window).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from sparkctl.exitcodes import ExitStatus
+from sparkctl.runs.journal import latest_runs, read_run
+from tests.lab.conftest import poll
+from tests.lab.fault_kit import (
+    PHASE_ORDER,
+    POINTS,
+    Controller,
+    applied_marker,
+    bootstrap_all,
+    half_written,
+    pending_guards,
+    reachable,
+    reset,
+    xdg_state,
+)
+
+pytestmark = pytest.mark.lab
+
+WATCHED = "spark1"
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):
+    lab = lab_factory(2, "pair")
+    first = bootstrap_all(lab)
+    assert first.exit_code == 0, first.describe()
+    return lab
+
+
+def stop_at(lab, point: str, signum: int) -> Controller:
+    run = Controller(lab)
+    task = POINTS[point]
+    run.wait_for_start(task, None if task == "mpi.hostfile" else WATCHED)
+    if point == "network":
+        # between `netplan apply` and the confirmation: hold the controller where the guard alone protects the node
+        poll(lambda: applied_marker(lab, WATCHED), timeout=30, interval=0.005)
+        run.send(signal.SIGSTOP)
+        run.send(signum)
+        run.send(signal.SIGCONT)
+    else:
+        run.send(signum)
+    return run
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_ctrl_c_stops_cleanly_and_the_rerun_converges(lab, point):
+    reset(lab, point)
+    before = set(latest_runs(1000, xdg_state(lab) / "sparkctl" / "runs"))
+    run = stop_at(lab, point, signal.SIGINT)
+    code = run.finish()
+
+    assert code == ExitStatus.INTERRUPTED, run.describe()
+    assert "Traceback" not in run.stderr and "Aborted!" not in run.stderr, run.stderr
+    recap = run.recap
+    assert recap["exit_status"] == 130, run.describe()
+    stopped = recap["interrupted"]
+    # nothing at or after the point's phase ran to its end after the Ctrl-C: it was cut, or it did not start
+    cut = [(c["task"], c.get("node")) for c in stopped["cut"]]
+    for task, node in cut:
+        assert run.status_of(task, node) == "interrupted"
+    # nothing started after the Ctrl-C, and the rest of the playbook is listed as not started
+    kinds = [e.get("event") for e in run.stream]
+    assert "task_start" not in kinds[kinds.index("interrupt"):], run.describe()
+    assert PHASE_ORDER[-1] in stopped["not_started"]
+    assert set(stopped["not_started"]) >= set(PHASE_ORDER[PHASE_ORDER.index(POINTS[point]) + 1:]) - {
+        r["task"] for r in run.results()}
+    # the journal says the same, cut tasks included
+    journal = [p for p in latest_runs(1000, xdg_state(lab) / "sparkctl" / "runs") if p not in before]
+    assert len(journal) == 1
+    events = read_run(journal[0])
+    assert events[-1]["interrupted"] == stopped
+    assert {(e["task"], e.get("node")) for e in events if e.get("status") == "interrupted"} == set(cut)
+
+    assert_management_path_and_convergence(lab)
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_sigkill_of_the_controller_and_the_rerun_converges(lab, point):
+    reset(lab, point)
+    run = stop_at(lab, point, signal.SIGKILL)
+    assert run.finish() == -signal.SIGKILL
+    assert_management_path_and_convergence(lab)
+
+
+def assert_management_path_and_convergence(lab) -> None:
+    for node in ("spark1", "spark2"):
+        assert reachable(lab, node), f"the management path of {node} was lost"
+    rerun = bootstrap_all(lab)
+    assert rerun.exit_code == 0, rerun.describe()
+    again = bootstrap_all(lab)
+    assert again.exit_code == 0 and again.changed_total == 0, again.describe()
+    for node in ("spark1", "spark2"):
+        assert reachable(lab, node)
+        assert pending_guards(lab, node) == [], node  # an interrupted run's guard was confirmed, not left to fire
+        assert not half_written(lab, node), node
