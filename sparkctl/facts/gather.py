@@ -13,6 +13,8 @@ from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing, Section
 
 DEFAULT_TIMEOUT = 60.0
+#: What a docker command that `timeout` stopped tells: the daemon is slow or stuck, not absent.
+DOCKER_SLOW = "docker did not answer within 15 s (the daemon is overloaded or stuck)"
 
 
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
@@ -134,12 +136,26 @@ class _FactsBuilder:
         f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
 
+    def timed_out(self, name: str) -> bool:
+        """The section's command was stopped by `timeout` (exit 124; 137 when it had to be killed)."""
+        section = self.sections.get(name)
+        return bool(section and section.rc in (124, 137))
+
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:
         f = self.facts
         f.docker_cli = bool(self.text("docker-cli").strip())
         f.docker_access = f.docker_cli and self.ok("docker-info")
         if f.docker_cli and not f.docker_access:
-            f.docker_error = parse.parse_docker_error(self.text("docker-info"))
+            f.docker_error = (DOCKER_SLOW if self.timed_out("docker-info")
+                              else parse.parse_docker_error(self.text("docker-info")))
+        if f.docker_access and self.timed_out("docker-inspect"):
+            # docker answered `ps` but not `inspect` in time: the containers' state is not known (never "absent":
+            # that would have them created again over the running ones)
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown") for n in container_names}
+            f.raw_errors.append(f"docker-inspect: {DOCKER_SLOW}")
+            f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
+                                   default=dict.fromkeys(image_refs))
+            return
         if not f.docker_access:
             status = "unknown" if f.docker_cli else "absent"
             f.containers = {n: ContainerInfo(n, exists=False, status=status) for n in container_names}

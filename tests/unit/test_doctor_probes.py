@@ -22,8 +22,9 @@ def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
     assert subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True).returncode == 0
     assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
     # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
-    assert "ping -c 1 -W 2 -M do -s 8972 -I enp1s0f1np1 192.168.100.11" in script
-    assert "ping -c 1 -W 2 -M do -s 8972 -I enP2p1s0f1np1 192.168.101.11" in script
+    assert 'ping -c 1 -W 2 -M do -s "$_s" -I "$_i" "$_a"' in script
+    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
+    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
     assert "/health" in script  # the head probes the server
 
@@ -106,5 +107,6 @@ def test_the_whole_script_runs_to_the_end_with_stubbed_commands(tmp_path):
     assert p.port_owners == {2233: "sshd (pid 7)"}
     assert [x.verdict for x in p.pings] == ["ok", "ok"]
     assert [(x.peer, x.ok) for x in p.ssh] == [("spark2", False)] and "Permission denied" in p.ssh[0].error
-    assert p.container_hostfile == "" and len(p.container_ssh) == 2
+    # one try per ordered pair of containers, at the address the pair shares first (the one mpirun uses)
+    assert p.container_hostfile == "" and [c.target for c in p.container_ssh] == ["root@192.168.100.11"]
     assert p.hf_token_file is False and [m.state for m in p.models] == ["absent", "absent"]

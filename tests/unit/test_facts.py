@@ -278,3 +278,24 @@ def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path)
     for name in ("hostname", "id", "docker-cli", "docker-info", "docker-inspect", "docker-images", "firewall"):
         assert runs["concurrent"][name].output == runs["sequential"][name].output, name
     assert not list(tmp_path.parent.glob("tmp.*/speed"))  # the temp dir is removed
+
+
+def _sec(name: str, body: str, rc: int) -> str:
+    return f"@@sparkctl:n:begin {name}@@\n{body}\n@@sparkctl:n:end {name} {rc}@@\n"
+
+
+def test_a_docker_that_timed_out_is_slow_not_absent():
+    """Under load `timeout 15 docker ...` gives up (exit 124): the container is unknown, never "absent" (that
+    would have bootstrap create it again over the running one), and a slow `docker ps` is not a denial."""
+    slow_inspect = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 0) + \
+        _sec("docker-inspect", "", 124)
+    f = facts_from_output(slow_inspect, "n", "x", container_names=["trtllm-multinode"])
+    info = f.containers["trtllm-multinode"]
+    assert info.status == "unknown" and not info.exists and f.docker_access
+    assert any("did not answer" in e for e in f.raw_errors)
+    slow_ps = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 124)
+    f = facts_from_output(slow_ps, "n", "x", container_names=["trtllm-multinode"])
+    assert not f.docker_access and "did not answer" in f.docker_error and not f.docker_denied
+    absent = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 0) + _sec("docker-inspect", "[]", 1)
+    f = facts_from_output(absent, "n", "x", container_names=["trtllm-multinode"])
+    assert f.containers["trtllm-multinode"].status == "absent"

@@ -188,7 +188,7 @@ def test_verify_reports_each_failed_connection():
     assert err.value.message == "1 node-to-node ssh connection(s) failed"
     assert err.value.details == ["spark1 -> spark2 (192.168.100.11): Permission denied (publickey)."]
     script = kit.transport("spark1").commands[-1]
-    assert "ssh -o BatchMode=yes -o ConnectTimeout=5 192.168.100.11 true" in script
+    assert "_try spark2 192.168.100.11 ssh -o BatchMode=yes -o ConnectTimeout=5 $_K 192.168.100.11 true &" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from sparkctl.doctor.checks.ssh import blame
+from sparkctl.doctor.checks.ssh import blame, unchecked
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
@@ -47,6 +47,12 @@ def check_containers(s: Snapshot) -> list[Finding]:
         if not f.docker_access:
             continue  # node.docker_group / node.docker_missing say why
         info = f.containers.get(name)
+        if info is not None and info.status == "unknown":
+            out.append(Finding("container.unread", "warning", node, f"the state of container {name} could not "
+                               "be read", evidence="`docker inspect` did not answer within 15 s: not known to be "
+                               "missing or stopped", fix="run doctor again; `docker ps` on the node shows whether "
+                               "docker answers", phase=PHASE))
+            continue
         owner = _port_owner(s, node, port)
         # without sudo, ss names no process: a running container's port is then taken to be its own sshd
         foreign = owner is not None and not owner.startswith(SSHD_NAMES) and not (
@@ -142,6 +148,11 @@ def check_container_ssh(s: Snapshot) -> list[Finding]:
                 continue  # the peer's container is down: reported there
             if s.link_broken(node, probe.peer, probe.target):
                 continue  # the address is not Up on the peer: the fabric findings say why
+            if probe.unchecked:
+                out.append(unchecked("container.ssh_unchecked", node, probe, f"ssh from {node}'s container to "
+                                     f"{probe.peer}'s could not be checked", f"ssh {probe.target} true (in the "
+                                     "container)", PHASE))
+                continue
             out.append(Finding("container.ssh_broken", "error", blame(node, probe),
                                f"ssh from {node}'s container to {probe.peer}'s fails",
                                evidence=f"in {node}'s container: ssh {probe.target} true: {probe.error or 'failed'}; "

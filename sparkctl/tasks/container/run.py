@@ -61,6 +61,13 @@ class ContainerRunTask(Task):
     def check(self, ctx: NodeContext) -> list[Change]:
         spec = node_spec(ctx)
         current = ctx.facts().containers.get(spec.name)
+        if current is not None and current.status == "unknown":
+            # docker did not answer in time: ask once more before anything is decided
+            current = ctx.facts(refresh=True).containers.get(spec.name)
+            if current is not None and current.status == "unknown":
+                raise TaskFailed(f"the state of container {spec.name} on {ctx.name} could not be read: "
+                                 "docker did not answer in time", hint="nothing was changed; rerun when the node "
+                                 "is less busy (`docker ps` on the node shows whether docker answers)")
         if current is None or not current.exists:
             return [Change(f"create container {spec.name}", payload="create")]
         differences = spec_differences(spec, current)

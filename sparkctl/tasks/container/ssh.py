@@ -11,16 +11,18 @@ import posixpath
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import MPIRUN_TIMEOUT
+from sparkctl.rules.mesh import Try, container_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.container.state import CLIENT_KEY, HOST_KEY
 from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
 
 SSHD_WAIT_S = 30.0
-#: concurrent ssh tries one container sshd may receive from all its peers together (sshd's MaxStartups is 10)
-PROBES_PER_SSHD = 8
+MESH_WHAT = "container-to-container ssh connection"
+MESH_HINT = "`docker logs` of the container on the peer; its sshd port must be free"
 
 
 def desired_ssh_files(ctx: ClusterContext, pubs: dict[str, tuple[str, str]]) -> dict[str, str]:
@@ -61,7 +63,8 @@ class ContainerSshTask(Task):
         files on the node and in the container, and already try ssh to every peer from the container. The ssh
         verdicts count only when every file turns out right; they change nothing either way."""
         container = ctx.inventory.container.name
-        probes = container_ssh_probes(ctx)
+        tries = container_ssh_tries(ctx)
+        probes = container_ssh_probes(ctx, tries)
         framing = Framing()
         # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
         # docker exec): handed over, they save it a round trip and a docker exec per node.
@@ -88,8 +91,9 @@ class ContainerSshTask(Task):
                 f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} '
                 "2>/dev/null; fi",
                 "true"])
+        timeout = SSHD_WAIT_S + max(MPIRUN_TIMEOUT, container_mesh_timeout(tries)) + 30
         sections = {name: framing.split(result.stdout)
-                    for name, result in ctx.run_on_all(scripts, timeout=SSHD_WAIT_S + MPIRUN_TIMEOUT + 60).items()}
+                    for name, result in ctx.run_on_all(scripts, timeout=timeout).items()}
         if all("container-hostfile" in found for found in sections.values()):
             ctx.hand_over(HOSTFILE_TASK, sections)
         out = {n: {name: s.output for name, s in found.items()} for n, found in sections.items()}
@@ -119,16 +123,12 @@ class ContainerSshTask(Task):
                                               payload=(node, where, fname, content)))
         if changes:
             return changes
-        probed = container_ssh_probes(ctx)
-        failures = ssh_failures({n: f.get("ssh", "") for n, f in files.items() if n in probed})
-        if failures:
+        tries = container_ssh_tries(ctx)
+        verdicts = collect({n: (f.get("ssh", ""), "") for n, f in files.items()}, tries)
+        if any(v.state != "ok" for v in verdicts):
             # A peer's sshd may have come up while this node was already trying it: ask once more, now that
             # every one listens, and believe that answer.
-            failures = verify_container_ssh(ctx)
-        if failures:
-            raise TaskFailed(f"{len(failures)} container-to-container ssh connection(s) failed",
-                             hint="`docker logs` of the container on the peer; its sshd port must be free",
-                             details=failures)
+            verify_container_ssh(ctx)
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
@@ -176,53 +176,28 @@ def wait_for_sshd(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> None:
         raise sshd_not_listening(ctx, status)
 
 
-def container_ssh_probes(ctx: ClusterContext) -> dict[str, str]:
-    """Per node, the shell (run in its container) that tries ssh to every peer address on a subnet it shares."""
+def container_ssh_tries(ctx: ClusterContext) -> dict[str, list[Try]]:
+    """Per node, ssh from its container to every peer's container (rules/mesh.py container_tries)."""
     plan = ctx.plan()
-    scripts = {}
-    for node in ctx.nodes:
-        mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
-        lines = []
-        for peer in ctx.nodes:
-            if peer == node:
-                continue
-            for addr in plan.fabric.addresses.get(peer, {}).values():
-                if addr.network not in mine:
-                    continue
-                tag = f"{peer} {addr.ip}"
-                lines.append(f"{{ if out=$(ssh -o ConnectTimeout=5 root@{addr.ip} true 2>&1 </dev/null); then "
-                             f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(echo \"$out\" | tail -n1)\"; "
-                             "fi; } &")
-        if lines:
-            # Several at once (each verdict is one short write, never interleaved), but every node probes every
-            # peer at the same time and sshd starts dropping unauthenticated connections at 10 (MaxStartups).
-            at_once = max(1, PROBES_PER_SSHD // max(1, len(ctx.nodes) - 1))
-            batches = ["\n".join([*lines[i:i + at_once], "wait"]) for i in range(0, len(lines), at_once)]
-            scripts[node] = "\n".join(batches)
-    return scripts
+    names = list(ctx.nodes)
+    tries = {node: container_tries(plan.fabric, names, node) for node in names}
+    return {node: t for node, t in tries.items() if t}
 
 
-def ssh_failures(outputs: dict[str, str]) -> list[str]:
-    """PURE: the `ok`/`fail` lines of each node's ssh probes as failure lines (a node with none failed to run)."""
-    failures = []
-    for node, stdout in outputs.items():
-        seen = 0
-        for line in stdout.splitlines():
-            verdict, _, rest = line.partition(" ")
-            if verdict in ("ok", "fail"):
-                seen += 1
-            if verdict == "fail":
-                peer, _, err = rest.partition(" ")
-                ip, _, err = err.partition(" ")
-                failures.append(f"{node} container -> {peer} container ({ip}): {err or 'failed'}")
-        if not seen:
-            failures.append(f"{node}: could not run ssh in the container ({stdout.strip()[-200:] or 'no output'})")
-    return failures
+def container_ssh_probes(ctx: ClusterContext, tries: dict[str, list[Try]] | None = None) -> dict[str, str]:
+    """Per node, the shell (run in its container) that proves its outgoing pairs."""
+    tries = container_ssh_tries(ctx) if tries is None else tries
+    return {node: mesh_script(t) for node, t in tries.items()}
 
 
-def verify_container_ssh(ctx: ClusterContext) -> list[str]:
-    """ssh from every container to every peer address on a subnet it shares; failures as lines."""
+def verify_container_ssh(ctx: ClusterContext) -> None:
+    """Prove the container mesh again (one round trip per node); raise for what is not ok."""
     container = ctx.inventory.container.name
+    tries = container_ssh_tries(ctx)
     scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
-               for n, probe in container_ssh_probes(ctx).items()}
-    return ssh_failures({n: r.stdout for n, r in ctx.run_on_all(scripts, timeout=60).items()})
+               for n, probe in container_ssh_probes(ctx, tries).items()}
+    run_mesh(ctx, scripts, tries, timeout=container_mesh_timeout(tries), what=MESH_WHAT, hint=MESH_HINT)
+
+
+def container_mesh_timeout(tries: dict[str, list[Try]]) -> float:
+    return mesh_timeout(max((len(t) for t in tries.values()), default=0))

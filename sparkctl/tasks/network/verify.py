@@ -4,9 +4,9 @@ link."""
 from __future__ import annotations
 
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.rules.mesh import link_pings, parse_pings, ping_script
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.network.netplan import NetplanTask
-from sparkctl.transport.base import q
 
 
 class NetworkVerify(Task):
@@ -15,8 +15,9 @@ class NetworkVerify(Task):
     scope = Scope.CLUSTER
     needs = ("network.netplan",)
     description = "ping every peer on every twin with don't-fragment at MTU-28 bytes"
-    checks = ("from each node, a don't-fragment ping of MTU-28 bytes to every peer address on the same twin "
-              "subnet; on failure, a small ping tells an MTU problem from a dead link")
+    checks = ("from each node (all at once, each node's pings in parallel), a don't-fragment ping of MTU-28 bytes "
+              "to every peer address on the same twin subnet, tried twice; on failure, a small ping tells an MTU "
+              "problem from a dead link")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -30,29 +31,21 @@ class NetworkVerify(Task):
                 return []
         plan = ctx.plan()
         size = ctx.inventory.fabric.mtu - 28
-        script_by_node = {}
-        for name in ctx.nodes:
-            lines = []
-            for link in plan.fabric.links(name):
-                for peer, _pif, paddr in link.peers:
-                    tag = f"{link.interface}>{peer}:{paddr.ip}"
-                    lines.append(
-                        f"if ping -c 1 -W 2 -M do -s {size} -I {q(link.interface)} {q(str(paddr.ip))} >/dev/null 2>&1;"
-                        f" then echo {q('ok ' + tag)}; elif ping -c 1 -W 2 -I {q(link.interface)} "
-                        f"{q(str(paddr.ip))} >/dev/null 2>&1; then echo {q('mtu ' + tag)}; "
-                        f"else echo {q('dead ' + tag)}; fi")
-            script_by_node[name] = "\n".join(lines)
+        order = list(ctx.nodes)
+        scripts = {name: ping_script(link_pings(plan.fabric, order, name), size) for name in order}
         failures = []
-        results = ctx.run_on_all({n: s for n, s in script_by_node.items() if s}, timeout=60)
+        results = ctx.run_on_all({n: s for n, s in scripts.items() if s}, timeout=60)
         for name, result in results.items():
-            for line in result.stdout.splitlines():
-                verdict, _, tag = line.partition(" ")
+            for verdict, iface, peer, address in parse_pings(result.stdout):
+                tag = f"{iface}>{peer}:{address}"
                 if verdict == "mtu":
                     failures.append(f"{name} {tag}: jumbo ping ({size} bytes, don't fragment) fails but a small "
                                     "one passes: MTU mismatch on the peer or a switch port (set MTU 9000 on both "
                                     "ends; 9216 on switch ports)")
                 elif verdict == "dead":
                     failures.append(f"{name} {tag}: no answer (cable, port, or the peer's address)")
+            if result.timed_out:
+                failures.append(f"{name}: the pings did not finish within 60s (not checked)")
         if failures:
             raise TaskFailed(f"{len(failures)} fabric link check(s) failed", details=failures)
         return []

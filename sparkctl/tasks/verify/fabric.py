@@ -9,7 +9,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT, PROBE_RESULT, mpirun_line, probe_program, timed
+from sparkctl.plan.mpi import MPIRUN_TIMEOUT, probe_shell
 from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
 from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
 from sparkctl.rules.interface_settings import (
@@ -150,8 +150,11 @@ class FabricVerify(Task):
                 if summary:
                     ctx.emit(Event(event="log", task=self.name, node=node, message=summary))
         if probe and not _errors(mismatches):
+            head = extras.get(order[0], {})
+            ran = (head.get("probe", ""), head.get("probe-result", ""))
+            # nothing at all came back (the docker exec itself failed): run it on its own
             mismatches += self._probe(ctx, order, {n: facts[n].hostname for n in order}, envs, facts,
-                                      extras.get(order[0], {}).get("probe", ""))
+                                      ran if any(x.strip() for x in ran) else None)
         for m in mismatches:
             if m.severity == "warning":
                 ctx.emit(Event(event="warning", task=self.name, node=m.node, message=m.line()))
@@ -172,7 +175,7 @@ class FabricVerify(Task):
             log = posixpath.join(ctx.nodes[node].state_dir(), SERVE_LOG)
             inside = framing.section("hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
             if probe and node == order[0]:
-                inside += "\n" + framing.section("probe", f"{timed(mpirun_line(len(order), probe_program()))} 2>&1")
+                inside += "\n" + probe_shell(len(order), framing)
             exposure = exposure_script(management_addresses(ctx.nodes[node].facts()), ctx.inventory.container.ssh_port)
             scripts[node] = (f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n"
                              + framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")
@@ -181,24 +184,30 @@ class FabricVerify(Task):
         for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
             found = framing.texts(result.stdout)
             out[node] = {"hostfile": found.get("hostfile", ""), "nccl": found.get("nccl", ""),
-                         "probe": found.get("probe", ""), "exposure": found.get("exposure", "")}
+                         "probe": found.get("probe", ""), "probe-result": found.get("probe-result", ""),
+                         "exposure": found.get("exposure", "")}
         return out
 
     def _probe(self, ctx: ClusterContext, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
-               facts: dict[str, Facts], output: str = "") -> list[Mismatch]:
+               facts: dict[str, Facts], ran: tuple[str, str] | None = None) -> list[Mismatch]:
+        """ran: (mpirun's output, the report) when the probe rode along with the reads; None runs it here."""
         inv = ctx.inventory
         head = order[0]
-        if not output.strip():
-            # not run with the reads: run it on its own
-            result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(order), probe_program()),
-                                                       timeout=MPIRUN_TIMEOUT)
-            output = result.stdout + "\n" + result.stderr
-        line = next((ln.split(PROBE_RESULT, 1)[1] for ln in output.splitlines() if PROBE_RESULT in ln), None)
-        if line is None:
-            tail = output.strip().splitlines()[-4:]
+        if ran is None:
+            framing = Framing()
+            result = ctx.nodes[head].transport.exec_in(inv.container.name, probe_shell(len(order), framing),
+                                                       timeout=MPIRUN_TIMEOUT + 10)
+            found = framing.texts(result.stdout)
+            ran = (found.get("probe", "") + result.stderr, found.get("probe-result", ""))
+        output, text = ran
+        try:
+            report = json.loads(text) if text.strip() else None
+        except ValueError:
+            report = None
+        if not isinstance(report, dict):
+            tail = (output.strip() or text.strip()).splitlines()[-4:]
             raise TaskFailed(f"the MPI probe did not complete from {head}'s container", details=tail,
                              hint="python3 with mpi4py must be in the image; see mpi.hostfile for mpirun itself")
-        report = json.loads(line)
         seconds = max(report.get("seconds", 0.0), 1e-9)
         gbps = report.get("bytes", 0) / seconds / 1e9
         ctx.emit(Event(event="log", task=self.name, message=(
