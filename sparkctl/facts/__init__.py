@@ -11,9 +11,10 @@ from sparkctl.facts.model import (
     Interface,
     NetplanFile,
     RoceDevice,
+    Route,
 )
 
 __all__ = [
-    "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "RoceDevice", "facts_from_output",
+    "Address", "ContainerInfo", "Facts", "Interface", "NetplanFile", "RoceDevice", "Route", "facts_from_output",
     "gather_facts", "gather_local_controller_addrs",
 ]

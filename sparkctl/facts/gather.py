@@ -135,6 +135,8 @@ class _FactsBuilder:
             iface.speed_mbps = speeds.get(name)
         f.roce = self.parsed("roce", parse.parse_ibdev2netdev, default=[])
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
+        f.routes = self.parsed("routes", parse.parse_routes, default=[])
+        f.ipv4_conf = self.parsed("ipv4-conf", parse.parse_ipv4_conf, default={})
 
     def timed_out(self, name: str) -> bool:
         """The section's command was stopped by `timeout` (exit 124; 137 when it had to be killed)."""

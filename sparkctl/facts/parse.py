@@ -7,7 +7,7 @@ import json
 import re
 import shlex
 
-from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice
+from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice, Route
 from sparkctl.secrets import mask_env
 
 
@@ -65,6 +65,32 @@ def parse_name_values(text: str) -> dict[str, str]:
 def parse_carriers(text: str) -> dict[str, bool | None]:
     return {name: (value == "1") if value in ("0", "1") else None
             for name, value in parse_name_values(text).items()}
+
+
+def parse_routes(text: str) -> list[Route]:
+    """`ip -4 -o route show`: destination, gateway and device of each route (other attributes dropped)."""
+    routes = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        fields = {words[i]: words[i + 1] for i in range(1, len(words) - 1) if words[i] in ("via", "dev")}
+        routes.append(Route(words[0], fields.get("via"), fields.get("dev")))
+    return routes
+
+
+def parse_ipv4_conf(text: str) -> dict[str, str]:
+    """`ip_forward 0`, `conf/eth0/forwarding 1`, `conf/eth0/rp_filter 2` -> {"ip_forward": "0",
+    "eth0.forwarding": "1", "eth0.rp_filter": "2"}."""
+    out = {}
+    for line in text.splitlines():
+        path, _, value = line.strip().partition(" ")
+        if path.startswith("conf/"):
+            _, iface, key = path.split("/", 2)
+            out[f"{iface}.{key}"] = value.strip()
+        elif path:
+            out[path] = value.strip()
+    return out
 
 
 def parse_speeds(text: str) -> dict[str, int]:
@@ -126,7 +152,8 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
         name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
         image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
-        restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")))
+        restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
+        id=str(item.get("Id") or "") or None)
 
 
 def _started_at(value: str | None) -> str | None:

@@ -55,6 +55,12 @@ if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
   printf 'ethtool %s %s\n' "$nd" "$sp"
 done; fi"""),
     ("ssh-connection", r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
+    ("routes", "ip -4 -o route show table main 2>/dev/null"),
+    # forwarding and reverse-path filtering: a ring relays between neighbours (`read`: no fork per file)
+    ("ipv4-conf", r"""for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding \
+         /proc/sys/net/ipv4/conf/*/rp_filter; do
+  [ -e "$f" ] || continue; v=; read -r v < "$f" 2>/dev/null; printf '%s %s\n' "${f#/proc/sys/net/ipv4/}" "$v"
+done"""),
     # Netplan files are 0600 root: read with sudo -n when needed; base64 keeps any content intact.
     ("netplan", r"""for f in /etc/netplan/*.yaml; do
   [ -e "$f" ] || continue

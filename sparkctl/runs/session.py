@@ -11,6 +11,7 @@ from sparkctl.engine import Event, Graph, Runner, RunResult
 from sparkctl.errors import BadInput
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
+from sparkctl.runs.proofs import ProofFile
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
@@ -114,13 +115,18 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     options = request.options
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=options.become_password) as session:
-        cluster = ClusterContext(inventory, options, emit, new_transport=session.open)
+        cluster = ClusterContext(inventory, options, emit, new_transport=session.open,
+                                 records=ProofFile(inventory.cluster.name))
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+        def emit_noted(event: Event) -> None:
+            cluster.note(event)
+            emit(event)
+
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit)
+                        emit=emit_noted)
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

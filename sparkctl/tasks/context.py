@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import TaskFailed
@@ -33,6 +33,14 @@ def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) ->
     return gather_facts(transport, node.name, container_names=(inventory.container.name,),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
                         reach_addrs=(str(node.host),))
+
+
+class ProofRecords(Protocol):
+    """Where proofs a later run may rely on are kept (the controller's state dir; runs/proofs.py)."""
+
+    def get(self, key: str) -> Any | None: ...
+
+    def put(self, key: str, value: Any | None) -> None: ...
 
 
 class NodeContext:
@@ -109,8 +117,11 @@ class NodeContext:
 
 class ClusterContext:
     def __init__(self, inventory: Inventory, options: RunOptions, emit: Callable[[Event], None],
-                 new_transport: Callable[[str], Transport] | None = None):
+                 new_transport: Callable[[str], Transport] | None = None, records: ProofRecords | None = None):
         self.inventory = inventory
+        self.records = records
+        #: changes applied so far in this run, by any task (a proof on record is then not relied on)
+        self.changes_applied = 0
         self._new_transport = new_transport
         self.options = options
         self.emit = emit
@@ -126,6 +137,12 @@ class ClusterContext:
 
     def add(self, ctx: NodeContext) -> None:
         self.nodes[ctx.name] = ctx
+
+    def note(self, event: Event) -> None:
+        """Every event of the run passes here first (runs/session.py): count the changes applied."""
+        if event.event == "task_changes":
+            with self._generation_lock:
+                self.changes_applied += 1
 
     def bump(self) -> None:
         with self._generation_lock:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 
 from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import MPIRUN_TIMEOUT, mpirun_line
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
+from sparkctl.tasks.proof import proven, since
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
 
@@ -34,7 +36,8 @@ class HostfileTask(Task):
     description = "put the Open MPI hostfile in every container and prove mpirun reaches every node"
     checks = (f"{HOSTFILE_PATH} in every container (and run/openmpi-hostfile on every node) is the planned one: "
               "head first, then inventory order, one fabric address per line; then `mpirun -np N hostname` "
-              "from the head container returns every node's hostname in order")
+              "from the head container returns every node's hostname in order (not run again when the MPI probe "
+              "on record still holds: see verify.fabric)")
     changes = "writes the hostfile on the node and into each container (docker exec, atomic rename)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -89,6 +92,12 @@ class HostfileTask(Task):
         if head not in ctx.nodes:
             return
         expected = [ctx.nodes[n.name].facts().hostname for n in inv.nodes]
+        record = proven(ctx)
+        if record is not None:
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"mpirun hostname not run: the MPI probe of {since(record)} proved every rank in order and "
+                "nothing it depends on changed since")))
+            return
         if mpirun is None or mpirun.rc is None:
             result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
                                                        timeout=MPIRUN_TIMEOUT)

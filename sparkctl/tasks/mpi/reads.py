@@ -8,6 +8,7 @@ import posixpath
 from sparkctl.plan.mpi import mpirun_line, timed
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.proof import proven
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -23,13 +24,15 @@ def host_hostfile_path(ctx: NodeContext) -> str:
 def hostfile_reads(ctx: ClusterContext, framing: Framing) -> dict[str, tuple[str, str]]:
     """Per node, (shell on the node, shell in the container): sections `node-hostfile`, `container-hostfile`
     and, on the head, `mpirun` (`mpirun hostname`, its exit status as the section's), run only when the head's
-    hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours)."""
+    hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours) and
+    no MPI proof on record still holds (tasks/proof.py)."""
     want = ctx.plan().hostfile
     head = ctx.inventory.head.name
+    skip_mpirun = proven(ctx) is not None  # the MPI probe on record proves more, and nothing changed since
     out = {}
     for n, node in ctx.nodes.items():
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
-        if n == head:
+        if n == head and not skip_mpirun:
             mpirun = timed(mpirun_line(len(ctx.inventory.nodes), "hostname"))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
                        + framing.section("mpirun", f"{mpirun} 2>&1") + "\nfi")

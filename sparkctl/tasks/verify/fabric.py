@@ -22,6 +22,7 @@ from sparkctl.rules.interface_settings import (
     peer_pairs,
     subnet_mismatches,
 )
+from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -109,7 +110,13 @@ class FabricVerify(Task):
               "silently); each hostfile line is an address its node owns on an included interface; peers share subnets."
               " Then an mpi4py probe over mpirun: each rank's hostname, env and the interface its bytes crossed; the "
               "allreduce sum; its bandwidth. An NCCL log (serve log) when present: the network and devices NCCL really "
-              "used")
+              "used. The probe (and mpi.hostfile's `mpirun hostname`) is not run again when it passed less than 24 h "
+              "ago, nothing changed earlier in the same run, and nothing it depends on changed since, as "
+              "fingerprinted on the controller (~/.local/state/sparkctl/proofs/): sparkctl's version, the probe and "
+              "its mpirun line, the node order and planned hostfile, and per node its hostname, its container (id, "
+              "image, start time, restarts, env), each fabric interface (state, carrier, MTU, addresses), its fabric "
+              "routes, forwarding and rp_filter, and its firewall rules; the container ssh mesh and the hostfiles are "
+              "proven live before it on every run. A failed probe clears the record")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -130,8 +137,10 @@ class FabricVerify(Task):
             mismatches += node_mismatches(node, info.env, facts[node])
         mismatches += subnet_mismatches(peer_pairs(order, inv.topology), envs, facts,
                                         routed=inv.topology == "ring")
-        # The probe rides in the same round trip as the reads when nothing found so far rules it out.
-        probe = not _errors(mismatches) and len(envs) == len(order)
+        # The probe rides in the same round trip as the reads when nothing found so far rules it out, and
+        # when no proof on record still holds (tasks/proof.py).
+        on_record = proof.proven(ctx) if not _errors(mismatches) and len(envs) == len(order) else None
+        probe = not _errors(mismatches) and len(envs) == len(order) and on_record is None
         extras = self._read_node_files(ctx, order, probe)
         for node in order:
             for ip in exposed(extras.get(node, {}).get("exposure", "")):
@@ -149,7 +158,11 @@ class FabricVerify(Task):
                 mismatches += found
                 if summary:
                     ctx.emit(Event(event="log", task=self.name, node=node, message=summary))
-        if probe and not _errors(mismatches):
+        if on_record is not None and not _errors(mismatches):
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"MPI probe not run again: nothing it depends on changed since it passed at "
+                f"{proof.since(on_record)} ({on_record.get('summary', '')})")))
+        elif probe and not _errors(mismatches):
             head = extras.get(order[0], {})
             ran = (head.get("probe", ""), head.get("probe-result", ""))
             # nothing at all came back (the docker exec itself failed): run it on its own
@@ -160,6 +173,7 @@ class FabricVerify(Task):
                 ctx.emit(Event(event="warning", task=self.name, node=m.node, message=m.line()))
         errors = _errors(mismatches)
         if errors:
+            proof.forget(ctx)
             raise TaskFailed(f"{len(errors)} fabric setting(s) do not match the nodes",
                              hint="each line: node: setting=value: what the node really has (fix)",
                              details=[m.line() for m in errors])
@@ -205,18 +219,24 @@ class FabricVerify(Task):
         except ValueError:
             report = None
         if not isinstance(report, dict):
+            proof.forget(ctx)
             tail = (output.strip() or text.strip()).splitlines()[-4:]
             raise TaskFailed(f"the MPI probe did not complete from {head}'s container", details=tail,
                              hint="python3 with mpi4py must be in the image; see mpi.hostfile for mpirun itself")
         seconds = max(report.get("seconds", 0.0), 1e-9)
         gbps = report.get("bytes", 0) / seconds / 1e9
+        summary = (f"{report.get('size')} rank(s), allreduce sum "
+                   f"{'ok' if all(r.get('sum_ok') for r in report.get('ranks', [])) else 'WRONG'}, "
+                   f"{report.get('bytes', 0) / 2**20:.1f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw")
         ctx.emit(Event(event="log", task=self.name, message=(
-            f"MPI probe: {report.get('size')} rank(s), allreduce sum "
-            f"{'ok' if all(r.get('sum_ok') for r in report.get('ranks', [])) else 'WRONG'}, "
-            f"{report.get('bytes', 0) / 2**20:.1f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw "
-            "(Open MPI TCP; NCCL's RDMA path is faster)"),
+            f"MPI probe: {summary} (Open MPI TCP; NCCL's RDMA path is faster)"),
             data={"probe": {"ranks": report.get("size"), "seconds": seconds, "gbytes_per_s": gbps,
                             "interfaces": {order[r["rank"]]: r.get("tx_bytes", {}) for r in report.get("ranks", [])
                                            if r["rank"] < len(order)}}}))
-        return probe_mismatches(report, order, hostnames, envs, facts)
+        found = probe_mismatches(report, order, hostnames, envs, facts)
+        if _errors(found):
+            proof.forget(ctx)
+        elif not ctx.changes_applied:
+            proof.record(ctx, summary)
+        return found
 
