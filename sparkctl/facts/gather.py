@@ -137,6 +137,7 @@ class _FactsBuilder:
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
         f.routes = self.parsed("routes", parse.parse_routes, default=[])
         f.ipv4_conf = self.parsed("ipv4-conf", parse.parse_ipv4_conf, default={})
+        f.sysctl_files = self.parsed("sparkctl-sysctl", parse.parse_named_files, default={})
 
     def timed_out(self, name: str) -> bool:
         """The section's command was stopped by `timeout` (exit 124; 137 when it had to be killed)."""
@@ -165,5 +166,11 @@ class _FactsBuilder:
             return
         f.containers = self.parsed("docker-inspect", parse.parse_docker_inspect, container_names,
                                    default={n: ContainerInfo(n, exists=False) for n in container_names})
+        errors = parse.docker_inspect_errors(self.text("docker-inspect"))
+        if errors:
+            f.raw_errors.append(f"docker-inspect: {errors[-1]}")
+            for name, info in f.containers.items():
+                if not info.exists:  # not "absent": docker failed to say
+                    f.containers[name] = ContainerInfo(name, exists=False, status="unknown")
         f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
                                default=dict.fromkeys(image_refs))

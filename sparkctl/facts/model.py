@@ -117,6 +117,8 @@ class Facts:
     routes: list[Route] = field(default_factory=list)
     #: /proc/sys/net/ipv4: "ip_forward", "<iface>.forwarding", "<iface>.rp_filter" ("all" and "default" too)
     ipv4_conf: dict[str, str] = field(default_factory=dict)
+    #: sparkctl's files in /etc/sysctl.d: path -> content
+    sysctl_files: dict[str, str] = field(default_factory=dict)
     management_interfaces: list[str] = field(default_factory=list)
     netplan_files: list[NetplanFile] = field(default_factory=list)
     docker_cli: bool = False

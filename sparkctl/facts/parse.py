@@ -79,6 +79,16 @@ def parse_routes(text: str) -> list[Route]:
     return routes
 
 
+def parse_named_files(text: str) -> dict[str, str]:
+    """`<path> <base64 content>` lines -> {path: content}."""
+    out = {}
+    for line in text.splitlines():
+        path, _, encoded = line.strip().partition(" ")
+        if path:
+            out[path] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return out
+
+
 def parse_ipv4_conf(text: str) -> dict[str, str]:
     """`ip_forward 0`, `conf/eth0/forwarding 1`, `conf/eth0/rp_filter 2` -> {"ip_forward": "0",
     "eth0.forwarding": "1", "eth0.rp_filter": "2"}."""
@@ -161,9 +171,21 @@ def _started_at(value: str | None) -> str | None:
     return None if not value or value.startswith("0001-01-01") else value
 
 
+_NO_SUCH = re.compile(r"no such (container|object)", re.I)
+
+
+def docker_inspect_errors(text: str) -> list[str]:
+    """What `docker inspect` said on stderr (the gather script marks those lines `#err `), other than that a
+    name does not exist: docker could not tell (a broken storage, a daemon error)."""
+    return [line[5:].strip() for line in text.splitlines()
+            if line.startswith("#err ") and line[5:].strip() and not _NO_SUCH.search(line)]
+
+
 def parse_docker_inspect(text: str, names: list[str]) -> dict[str, ContainerInfo]:
-    """`docker inspect` JSON for the names asked; a name docker did not return does not exist."""
+    """`docker inspect` JSON for the names asked; a name docker did not return does not exist (unless it said
+    why it could not tell: Facts then calls it unknown)."""
     found: dict[str, dict] = {}
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("#err "))
     for item in json.loads(text) if text.strip() else []:
         found[str(item.get("Name", "")).lstrip("/")] = item
         found.setdefault(str(item.get("Id", "")), item)

@@ -56,6 +56,10 @@ if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
 done; fi"""),
     ("ssh-connection", r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
     ("routes", "ip -4 -o route show table main 2>/dev/null"),
+    # sparkctl's own sysctl.d files (a relaying ring node's forwarding): name and base64 content
+    ("sparkctl-sysctl", r"""for f in /etc/sysctl.d/*-sparkctl-*.conf; do
+  [ -f "$f" ] || continue; printf '%s ' "$f"; base64 < "$f" | tr -d '\n'; echo
+done"""),
     # forwarding and reverse-path filtering: a ring relays between neighbours (`read`: no fork per file)
     ("ipv4-conf", r"""for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding \
          /proc/sys/net/ipv4/conf/*/rp_filter; do
@@ -90,8 +94,10 @@ def _docker_sections(container_names: Iterable[str], image_refs: Iterable[str]) 
     refs = " ".join(q(r) for r in image_refs)
     sections = []
     if names:
-        sections.append(("docker-inspect", f"_has docker && _t 15 docker inspect --type container {names} "
-                                           "2>/dev/null"))
+        # stderr kept, each line marked: "no such container" is an answer, anything else (a broken storage) is not
+        sections.append(("docker-inspect", f"""_has docker && {{ _e=$(mktemp 2>/dev/null || echo /tmp/.sfi.$$)
+_t 15 docker inspect --type container {names} 2>"$_e"; _r=$?
+sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}"""))
     if refs:
         sections.append(("docker-images", f"""_has docker && for r in {refs}; do
   i=$(_t 15 docker image inspect --format '{{{{.Id}}}}' "$r" 2>/dev/null) && printf '%s %s\\n' "$i" "$r"

@@ -59,6 +59,11 @@ def network_state_dir(cluster: str) -> str:
     return posixpath.join(NETWORK_STATE_ROOT, cluster, "network")
 
 
+def sysctl_path(cluster: str) -> str:
+    """The sysctl.d file sparkctl keeps a node's kernel settings in (a relaying ring node's forwarding)."""
+    return f"/etc/sysctl.d/60-sparkctl-{cluster}.conf"
+
+
 def cluster_key_name(cluster: str) -> str:
     """The node's own ssh key for this cluster, in ~/.ssh."""
     return f"sparkctl-{cluster}_ed25519"

@@ -299,3 +299,18 @@ def test_a_docker_that_timed_out_is_slow_not_absent():
     absent = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 0) + _sec("docker-inspect", "[]", 1)
     f = facts_from_output(absent, "n", "x", container_names=["trtllm-multinode"])
     assert f.containers["trtllm-multinode"].status == "absent"
+
+
+def test_a_docker_that_could_not_tell_is_not_taken_for_an_absent_container():
+    """podman with a broken storage answers `Error: getting graph driver info ...` (exit 125) for a container
+    that runs: unknown, never absent; a plain `no such container` is absent."""
+    broken = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 0) + _sec(
+        "docker-inspect", '[]\n#err Error: getting graph driver info "d378": readlink /var/lib/containers/storage/'
+                          'overlay/l/QUDA: no such file or directory', 125)
+    f = facts_from_output(broken, "n", "x", container_names=["trtllm-multinode"])
+    assert f.containers["trtllm-multinode"].status == "unknown"
+    assert any("graph driver" in e for e in f.raw_errors)
+    gone = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker-info", "", 0) + _sec(
+        "docker-inspect", "[]\n#err Error: no such container trtllm-multinode", 125)
+    f = facts_from_output(gone, "n", "x", container_names=["trtllm-multinode"])
+    assert f.containers["trtllm-multinode"].status == "absent"

@@ -13,7 +13,7 @@ class NetworkVerify(Task):
     name = "network.verify"
     phase = "network"
     scope = Scope.CLUSTER
-    needs = ("network.netplan",)
+    needs = ("network.netplan", "network.forwarding")
     description = "ping every peer on every twin with don't-fragment at MTU-28 bytes"
     checks = ("from each node (all at once, each node's pings in parallel), a don't-fragment ping of MTU-28 bytes "
               "to every peer address on the same twin subnet, tried twice; on failure, a small ping tells an MTU "
