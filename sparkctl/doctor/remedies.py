@@ -130,6 +130,9 @@ REMEDIES: dict[str, Remedy] = {
     "netplan.drift": _by("the fabric netplan file is missing or differs from the plan", *NETWORK),
     # ssh
     "ssh.mesh_broken": _by("a node cannot ssh to a peer without a password", *SSH),
+    "ssh.mesh_unchecked": _person("a node-to-node ssh could not be tried (the peer's sshd reset or timed out the "
+                                  "handshake)", "note", "nothing is known broken: run doctor again; if it stays, "
+                                  "look at the peer's load and sshd's MaxStartups"),
     # container
     "port.taken": _person("a port sparkctl needs is taken by another process", "process",
                           "sparkctl stops only what it started: stop that process or choose another port"),
@@ -138,6 +141,12 @@ REMEDIES: dict[str, Remedy] = {
     "container.restarting": _by("the container keeps restarting", *CONTAINER),
     "container.spec_drift": _by("the container differs from the plan", *CONTAINER),
     "container.ssh_broken": _by("ssh between the containers fails", "container.state", "container.ssh"),
+    "container.ssh_unchecked": _person("a container-to-container ssh could not be tried (the peer's sshd reset or "
+                                       "timed out the handshake)", "note", "nothing is known broken: run doctor "
+                                       "again; if it stays, look at the peer's load"),
+    "container.unread": _person("docker did not say in time what state the container is in", "note",
+                                "nothing is known broken: run doctor again; `docker ps` on the node shows whether "
+                                "docker answers"),
     "container.ssh_exposed": _by("the container's sshd answers on the management address", *CONTAINER),
     "env.iface_absent": _by("a container interface setting names an interface the node lacks", *CONTAINER),
     "env.iface_down": _by("a container interface setting names a Down interface", *CONTAINER),

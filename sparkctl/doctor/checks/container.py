@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from sparkctl.doctor.checks.ssh import blame, unchecked
+from sparkctl.doctor.checks.ssh import UNCHECKED_FIX, blame, unchecked_evidence
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
@@ -149,9 +149,10 @@ def check_container_ssh(s: Snapshot) -> list[Finding]:
             if s.link_broken(node, probe.peer, probe.target):
                 continue  # the address is not Up on the peer: the fabric findings say why
             if probe.unchecked:
-                out.append(unchecked("container.ssh_unchecked", node, probe, f"ssh from {node}'s container to "
-                                     f"{probe.peer}'s could not be checked", f"ssh {probe.target} true (in the "
-                                     "container)", PHASE))
+                out.append(Finding("container.ssh_unchecked", "warning", node,
+                                   f"ssh from {node}'s container to {probe.peer}'s could not be checked",
+                                   evidence=unchecked_evidence(node, probe, f"ssh {probe.target} true (in the "
+                                                               "container)"), fix=UNCHECKED_FIX, phase=PHASE))
                 continue
             out.append(Finding("container.ssh_broken", "error", blame(node, probe),
                                f"ssh from {node}'s container to {probe.peer}'s fails",
