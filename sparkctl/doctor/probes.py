@@ -124,7 +124,8 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     log = serve_log_path(inventory, inv_node, facts)
     sections = [("ports", f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH")]
     if plan is not None and inventory.topology != "single":
-        pings = ping_script(link_pings(plan.fabric, order, node), inventory.fabric.mtu - 28)
+        routes = plan.nodes[node].routes if node in plan.nodes else None
+        pings = ping_script(link_pings(plan.fabric, order, node, routes), inventory.fabric.mtu - 28)
         sections.append(("ping", pings or "true"))
         sections.append(("ssh", _mesh_section(host_tries(inventory, plan.fabric, order, node))))
     if info is not None and info.running:

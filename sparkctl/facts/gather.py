@@ -154,7 +154,8 @@ class _FactsBuilder:
         if f.docker_access and self.timed_out("docker-inspect"):
             # docker answered `ps` but not `inspect` in time: the containers' state is not known (never "absent":
             # that would have them created again over the running ones)
-            f.containers = {n: ContainerInfo(n, exists=False, status="unknown") for n in container_names}
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown", error=DOCKER_SLOW)
+                            for n in container_names}
             f.raw_errors.append(f"docker-inspect: {DOCKER_SLOW}")
             f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
                                    default=dict.fromkeys(image_refs))
@@ -171,6 +172,7 @@ class _FactsBuilder:
             f.raw_errors.append(f"docker-inspect: {errors[-1]}")
             for name, info in f.containers.items():
                 if not info.exists:  # not "absent": docker failed to say
-                    f.containers[name] = ContainerInfo(name, exists=False, status="unknown")
+                    f.containers[name] = ContainerInfo(name, exists=False, status="unknown",
+                                                       error=f"docker inspect failed: {errors[-1]}")
         f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
                                default=dict.fromkeys(image_refs))

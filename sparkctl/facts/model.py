@@ -95,6 +95,8 @@ class ContainerInfo:
     restart_count: int = 0
     started_at: str | None = None
     id: str | None = None
+    #: why the state is "unknown": what docker said, or that it did not answer in time
+    error: str | None = None
 
 
 @dataclass

@@ -2,7 +2,7 @@
 made into one network: host routes to every address a node is not attached to, forwarding through the
 neighbours where two nodes are not adjacent.
 
-Routes go toward the node that owns the address, the short way round (clockwise on a tie), each twin's traffic
+Routes go toward the node that owns the address, the short way round (the same path both ways), each twin's traffic
 on the same twin of the cable (both twins of a cable carry half the peers' addresses). A neighbour's address on
 its other cable is reached through that neighbour itself: it accepts traffic for any of its own addresses, so a
 ring of 3 needs no forwarding. From 4 nodes on, the nodes in between relay: their fabric interfaces forward
@@ -23,10 +23,14 @@ RELAY_FROM = 4
 
 
 def ring_hop(order: list[str], node: str, peer: str) -> str:
-    """The neighbour `node` sends to on its way to `peer` (peer itself when adjacent)."""
+    """The neighbour `node` sends to on its way to `peer` (peer itself when adjacent): the short way round; on a
+    tie (two nodes opposite in a ring of even size) the earlier node of the two goes clockwise and the later one
+    counter-clockwise, so a reply retraces the request's path and arrives on the interface it left from (a
+    socket bound to a device, like `ping -I`, sees it)."""
     n, i, j = len(order), order.index(node), order.index(peer)
     clockwise, counter = (j - i) % n, (i - j) % n
-    return order[(i + 1) % n] if clockwise <= counter else order[(i - 1) % n]
+    forward = clockwise < counter or (clockwise == counter and i < j)
+    return order[(i + 1) % n] if forward else order[(i - 1) % n]
 
 
 def _twin_index(fabric: FabricPlan, node: str, iface: str) -> int:

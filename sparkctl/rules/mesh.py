@@ -171,11 +171,19 @@ class Ping:
     address: str
 
 
-def link_pings(fabric: FabricPlan, order: Sequence[str], node: str) -> list[Ping]:
-    """Every peer address on every twin subnet of the node, peers in the paced order of schedule()."""
+def link_pings(fabric: FabricPlan, order: Sequence[str], node: str,
+               routes: dict[str, list[tuple[str, str]]] | None = None) -> list[Ping]:
+    """Every peer address on every twin subnet of the node, and every address a route of the node leads to (a
+    ring's: through a neighbour, relayed beyond it), peers in the paced order of schedule()."""
     rank = {peer: i for i, peer in enumerate(schedule(order, node))} if node in order else {}
     pings = [Ping(link.interface, peer, str(paddr.ip)) for link in fabric.links(node)
              for peer, _pif, paddr in link.peers]
+    owners = {str(a.ip): peer for peer, addrs in fabric.addresses.items() for a in addrs.values()}
+    for iface, planned in (routes or {}).items():
+        for to, _via in planned:
+            address = to.split("/")[0]
+            if address in owners:
+                pings.append(Ping(iface, owners[address], address))
     return sorted(pings, key=lambda p: rank.get(p.peer, len(rank)))
 
 

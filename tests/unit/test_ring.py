@@ -69,6 +69,12 @@ def test_every_node_reaches_every_address_the_short_way_relayed_only_where_forwa
                 for relay, iface_in in path[1:-1]:
                     assert plan.nodes[relay].sysctl.get(f"net/ipv4/conf/{iface_in}/forwarding") == "1", \
                         f"{relay} relays from {iface_in} without forwarding there"
+                # the reply, to the address the request left from, retraces the path and comes in where it left
+                first_hop = plan.fabric.addresses[path[1][0]][path[1][1]].network
+                out_iface = next(i for i, a in plan.fabric.addresses[src].items() if a.network == first_hop)
+                back = walk(plan, dst, plan.fabric.addresses[src][out_iface].ip)
+                assert [node for node, _ in back] == [node for node, _ in reversed(path)], (path, back)
+                assert back[-1][1] == out_iface
     for name in order:
         sysctl = plan.nodes[name].sysctl
         if n == 3:
@@ -83,9 +89,10 @@ def test_every_node_reaches_every_address_the_short_way_relayed_only_where_forwa
 def test_each_twin_carries_its_own_half_and_ties_go_clockwise(tmp_path):
     plan = plan_cluster(ring(4, tmp_path))
     order = ["spark1", "spark2", "spark3", "spark4"]
-    assert ring_hop(order, "spark1", "spark3") == "spark2"   # two hops either way: clockwise
+    # two hops either way: the earlier node goes clockwise, the later one back the same way
+    assert ring_hop(order, "spark1", "spark3") == "spark2" and ring_hop(order, "spark3", "spark1") == "spark2"
+    assert ring_hop(order, "spark2", "spark4") == "spark3" and ring_hop(order, "spark4", "spark2") == "spark3"
     assert ring_hop(order, "spark1", "spark4") == "spark4"
-    assert ring_hop(order, "spark3", "spark1") == "spark4"
     for iface, routes in plan.nodes["spark1"].routes.items():
         for to, via in routes:
             to_iface = owner(plan, ipaddress.ip_network(to).network_address)[1]
@@ -108,3 +115,17 @@ def test_ring_settings_hostfile_ssh_and_the_plans_words(tmp_path):
     assert "both ports: the ring's port 0 to the next node, port 1 to the previous" in text
     assert "Open MPI (TCP):    enp1s0f0np0  (one interface, the same name on every node" in text
     assert "forwarding:" in text and "- to: 10.200.4.1/32\n          via: 10.200.0.2" in text
+
+
+def test_network_verify_pings_every_routed_address_too():
+    from sparkctl.rules.mesh import link_pings
+
+    inv = inventory("four-sparks-ring.yaml")
+    plan = plan_cluster(inv)
+    order = ["spark1", "spark2", "spark3", "spark4"]
+    pings = link_pings(plan.fabric, order, "spark1", plan.nodes["spark1"].routes)
+    reached = {p.address for p in pings}
+    others = {str(a.ip) for n in order[1:] for a in plan.fabric.addresses[n].values()}
+    assert reached == others  # every address of every other node: neighbours directly, the rest relayed
+    relayed = next(p for p in pings if p.address == "10.200.4.1")
+    assert (relayed.peer, relayed.interface) == ("spark3", "enp1s0f0np0")

@@ -49,9 +49,9 @@ def check_containers(s: Snapshot) -> list[Finding]:
         info = f.containers.get(name)
         if info is not None and info.status == "unknown":
             out.append(Finding("container.unread", "warning", node, f"the state of container {name} could not "
-                               "be read", evidence="`docker inspect` did not answer within 15 s: not known to be "
-                               "missing or stopped", fix="run doctor again; `docker ps` on the node shows whether "
-                               "docker answers", phase=PHASE))
+                               "be read", evidence=f"{info.error or '`docker inspect` did not say'}: not known to "
+                               "be missing or stopped", fix=f"run doctor again; `docker inspect {name}` on the node "
+                               "shows what docker says", phase=PHASE))
             continue
         owner = _port_owner(s, node, port)
         # without sudo, ss names no process: a running container's port is then taken to be its own sshd

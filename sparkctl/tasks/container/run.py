@@ -66,8 +66,9 @@ class ContainerRunTask(Task):
             current = ctx.facts(refresh=True).containers.get(spec.name)
             if current is not None and current.status == "unknown":
                 raise TaskFailed(f"the state of container {spec.name} on {ctx.name} could not be read: "
-                                 "docker did not answer in time", hint="nothing was changed; rerun when the node "
-                                 "is less busy (`docker ps` on the node shows whether docker answers)")
+                                 f"{current.error or 'docker did not say'}",
+                                 hint=f"nothing was changed; `docker inspect {spec.name}` on the node shows what "
+                                      "docker says (slow: rerun when the node is less busy)")
         if current is None or not current.exists:
             return [Change(f"create container {spec.name}", payload="create")]
         differences = spec_differences(spec, current)

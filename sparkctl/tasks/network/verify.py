@@ -16,8 +16,9 @@ class NetworkVerify(Task):
     needs = ("network.netplan", "network.forwarding")
     description = "ping every peer on every twin with don't-fragment at MTU-28 bytes"
     checks = ("from each node (all at once, each node's pings in parallel), a don't-fragment ping of MTU-28 bytes "
-              "to every peer address on the same twin subnet, tried twice; on failure, a small ping tells an MTU "
-              "problem from a dead link")
+              "to every peer address on the same twin subnet and, in a ring, to every address its routes lead to "
+              "(relayed by the nodes in between), tried twice; on failure, a small ping tells an MTU problem from a "
+              "dead link")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -32,7 +33,8 @@ class NetworkVerify(Task):
         plan = ctx.plan()
         size = ctx.inventory.fabric.mtu - 28
         order = list(ctx.nodes)
-        scripts = {name: ping_script(link_pings(plan.fabric, order, name), size) for name in order}
+        scripts = {name: ping_script(link_pings(plan.fabric, order, name, plan.nodes[name].routes), size)
+                   for name in order}
         failures = []
         results = ctx.run_on_all({n: s for n, s in scripts.items() if s}, timeout=60)
         for name, result in results.items():
