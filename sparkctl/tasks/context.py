@@ -132,7 +132,7 @@ class ClusterContext:
         # holding its own lock, and plan() gathers facts of every node.
         self._generation_lock = threading.Lock()
         self._plan_lock = threading.Lock()
-        self._handed_over: dict[str, tuple[int, Any]] = {}
+        self._handed_over: dict[str, tuple[tuple[int, int], Any]] = {}
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:
@@ -155,14 +155,15 @@ class ClusterContext:
         """Reads a task did on behalf of the NEXT task (they rode in its round trip), tagged with the current
         generation."""
         with self._generation_lock:
-            self._handed_over[key] = (self._generation, value)
+            self._handed_over[key] = ((self._generation, self.changes_applied), value)
 
     def take_over(self, key: str) -> Any | None:
-        """What hand_over left, once, and only if no node's facts were read or invalidated since (else None:
-        read again). A task that changes something re-checks, and that re-check hands over anew."""
+        """What hand_over left, once, and only if no node's facts were read or invalidated and no change was
+        applied since (else None: read again). A task that changes something re-checks, and that re-check hands
+        over anew."""
         with self._generation_lock:
-            generation, value = self._handed_over.pop(key, (None, None))
-            return value if generation == self._generation else None
+            stamp, value = self._handed_over.pop(key, (None, None))
+            return value if stamp == (self._generation, self.changes_applied) else None
 
     def head(self) -> NodeContext:
         """The head node's context; a run without it (--limit) cannot do what only the head does."""

@@ -45,10 +45,10 @@ def converged(rules=None, records=None):
 
 def probe_rules(cctx, env, result=None):
     hostfile = cctx.plan().hostfile
-    return {"spark1": [(r"docker exec", framed([("hostfile", hostfile), ("probe", ""),
+    return {"spark1": [(r"docker exec", framed([("container-hostfile", hostfile), ("probe", ""),
                                                 ("probe-result", (result or _probe_line(env)) + "\n"),
                                                 ("nccl", "")]))],
-            "spark2": [(r"docker exec", framed([("hostfile", hostfile), ("nccl", "")]))]}
+            "spark2": [(r"docker exec", framed([("container-hostfile", hostfile), ("nccl", "")]))]}
 
 
 def passed_once():
@@ -145,3 +145,29 @@ def test_the_record_file_round_trips_and_a_broken_one_is_no_record(tmp_path):
     records.path.write_text("{broken")
     assert records.get("mpi") is None
     assert records.path.parent == tmp_path and records.path.name == "lab_x.json"
+
+
+def test_a_noop_run_proves_the_container_mesh_and_verifies_in_one_round_trip_per_node():
+    """container.ssh's round trip carries mpi.hostfile's and verify.fabric's reads; with the MPI probe on record,
+    the MPI and verify phases need no round trip of their own (and mpirun runs nowhere)."""
+    from sparkctl.tasks.container.ssh import ContainerSshTask
+    from tests.unit.test_tasks_container import PUBS, _ssh_listing
+
+    cctx, facts, _ = passed_once()
+    inv = cctx.inventory
+    good = cctx.plan().hostfile
+    more = {"spark1": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""), ("exposure", "")),
+            "spark2": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""), ("exposure", ""))}
+    verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
+    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
+             for n in ("spark1", "spark2")}
+    records = cctx.records
+    cctx, _, events = converged(rules, records)
+    for node in ("spark1", "spark2"):
+        cctx.nodes[node]._facts = facts[node]
+    assert ContainerSshTask().check(cctx) == []
+    assert HostfileTask().check(cctx) == []
+    assert FabricVerify().check(cctx) == []
+    assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
+    assert not any("mpirun" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
+    assert any("MPI probe not run again" in (e.message or "") for e in events)

@@ -121,9 +121,9 @@ def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     hostfile = cctx.plan().hostfile
     env = cctx.plan().nodes["spark1"].container.env
-    rules = {"spark1": [(r"docker exec", framed([("hostfile", hostfile), ("probe", "mpirun said nothing\n"),
+    rules = {"spark1": [(r"docker exec", framed([("container-hostfile", hostfile), ("probe", "mpirun said nothing\n"),
                                                  ("probe-result", _probe_line(env) + "\n"), ("nccl", "")]))],
-             "spark2": [(r"docker exec", framed([("hostfile", hostfile), ("nccl", "")]))]}
+             "spark2": [(r"docker exec", framed([("container-hostfile", hostfile), ("nccl", "")]))]}
     cctx, events = cluster(inv, facts, rules)
     assert FabricVerify().check(cctx) == []
     for node in ("spark1", "spark2"):
@@ -140,8 +140,8 @@ def test_verify_does_not_probe_when_a_setting_is_already_wrong():
     for node in ("spark1", "spark2"):
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1,roceP2p1s0f9"
-    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", framed([("hostfile", cctx.plan().hostfile), ("nccl", "")]))]
-                                   for n in ("spark1", "spark2")})
+    reads = framed([("container-hostfile", cctx.plan().hostfile), ("nccl", "")])
+    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", reads)] for n in ("spark1", "spark2")})
     with pytest.raises(TaskFailed) as err:
         FabricVerify().check(cctx)
     assert "falls back to TCP" in " ".join(err.value.details)

@@ -16,6 +16,7 @@ from sparkctl.tasks.container.state import CLIENT_KEY, HOST_KEY
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
+from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
@@ -90,12 +91,15 @@ class ContainerSshTask(Task):
                 mpi_reads[name][0],
                 f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} '
                 "2>/dev/null; fi",
+                # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
+                node_reads(node, framing),
                 "true"])
         timeout = SSHD_WAIT_S + max(MPIRUN_TIMEOUT, container_mesh_timeout(tries)) + 30
         sections = {name: framing.split(result.stdout)
                     for name, result in ctx.run_on_all(scripts, timeout=timeout).items()}
         if all("container-hostfile" in found for found in sections.values()):
             ctx.hand_over(HOSTFILE_TASK, sections)
+            ctx.hand_over(VERIFY_TASK, {n: answers(framing.texts_of(found)) for n, found in sections.items()})
         out = {n: {name: s.output for name, s in found.items()} for n, found in sections.items()}
         not_listening = {n: f.get("sshd", "").strip() for n, f in out.items() if f.get("sshd", "").strip()
                          != "listening"}

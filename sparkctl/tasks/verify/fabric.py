@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import posixpath
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.plan.mpi import MPIRUN_TIMEOUT, probe_shell
-from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
-from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
+from sparkctl.rules.fabric import exposed
 from sparkctl.rules.interface_settings import (
     INTERFACE_SETTINGS,
     Mismatch,
@@ -25,6 +23,7 @@ from sparkctl.rules.interface_settings import (
 )
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, container_reads, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -185,26 +184,28 @@ class FabricVerify(Task):
         return []
 
     def _read_node_files(self, ctx: ClusterContext, order: list[str], probe: bool = False) -> dict[str, dict[str, str]]:
-        """Per node, one round trip: the container's hostfile and the serve log's NCCL lines; on the head, when
-        asked, the MPI probe's output too."""
+        """Per node: the container's hostfile, the serve log's NCCL lines, the exposure check (container.ssh's
+        round trip usually carried them: tasks/verify/reads.py); on the head, when asked, the MPI probe's output.
+        One round trip per node for what was not handed over, none on a no-op with the probe on record."""
         container = ctx.inventory.container.name
+        handed = ctx.take_over(VERIFY_TASK)
+        out: dict[str, dict[str, str]] = {}
+        if handed is not None and set(order) <= set(handed):
+            out = {node: dict(handed[node]) for node in order}
         framing = Framing()
         scripts = {}
         for node in order:
-            log = posixpath.join(ctx.nodes[node].state_dir(), SERVE_LOG)
-            inside = framing.section("hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
+            inside = container_reads(framing) if node not in out else ""
             if probe and node == order[0]:
                 inside += "\n" + probe_shell(len(order), framing)
-            exposure = exposure_script(management_addresses(ctx.nodes[node].facts()), ctx.inventory.container.ssh_port)
-            scripts[node] = (f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n"
-                             + framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")
-                             + "\n" + framing.section("exposure", exposure) + "\ntrue")
-        out = {}
+            if not inside.strip():
+                continue
+            host = node_reads(ctx.nodes[node], framing) if node not in out else ""
+            scripts[node] = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n{host}\ntrue"
         for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
             found = framing.texts(result.stdout)
-            out[node] = {"hostfile": found.get("hostfile", ""), "nccl": found.get("nccl", ""),
-                         "probe": found.get("probe", ""), "probe-result": found.get("probe-result", ""),
-                         "exposure": found.get("exposure", "")}
+            merged = out.setdefault(node, answers(found))
+            merged.update({"probe": found.get("probe", ""), "probe-result": found.get("probe-result", "")})
         return out
 
     def _probe(self, ctx: ClusterContext, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
