@@ -147,32 +147,35 @@ class _FactsBuilder:
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:
         f = self.facts
         f.docker_cli = bool(self.text("docker-cli").strip())
-        f.docker_access = f.docker_cli and self.ok("docker-info")
-        if f.docker_cli and not f.docker_access:
-            f.docker_error = (DOCKER_SLOW if self.timed_out("docker-info")
-                              else parse.parse_docker_error(self.text("docker-info")))
-        if f.docker_access and self.timed_out("docker-inspect"):
-            # docker answered `ps` but not `inspect` in time: the containers' state is not known (never "absent":
-            # that would have them created again over the running ones)
-            f.containers = {n: ContainerInfo(n, exists=False, status="unknown", error=DOCKER_SLOW)
-                            for n in container_names}
-            f.raw_errors.append(f"docker-inspect: {DOCKER_SLOW}")
-            f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
-                                   default=dict.fromkeys(image_refs))
-            return
-        if not f.docker_access:
-            status = "unknown" if f.docker_cli else "absent"
-            f.containers = {n: ContainerInfo(n, exists=False, status=status) for n in container_names}
+        if not f.docker_cli:
+            f.containers = {n: ContainerInfo(n, exists=False, status="absent") for n in container_names}
             f.images = dict.fromkeys(image_refs)
             return
-        f.containers = self.parsed("docker-inspect", parse.parse_docker_inspect, container_names,
-                                   default={n: ContainerInfo(n, exists=False) for n in container_names})
-        errors = parse.docker_inspect_errors(self.text("docker-inspect"))
-        if errors:
-            f.raw_errors.append(f"docker-inspect: {errors[-1]}")
-            for name, info in f.containers.items():
-                if not info.exists:  # not "absent": docker failed to say
-                    f.containers[name] = ContainerInfo(name, exists=False, status="unknown",
-                                                       error=f"docker inspect failed: {errors[-1]}")
-        f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
-                               default=dict.fromkeys(image_refs))
+        if "docker" not in self.sections:  # nothing to inspect: `docker ps` alone
+            f.docker_access = self.ok("docker-info")
+            if not f.docker_access:
+                f.docker_error = (DOCKER_SLOW if self.timed_out("docker-info")
+                                  else parse.parse_docker_error(self.text("docker-info")))
+            f.containers, f.images = {}, {}
+            return
+        if self.timed_out("docker"):
+            f.docker_access, f.docker_error = False, DOCKER_SLOW
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown", error=DOCKER_SLOW)
+                            for n in container_names}
+            f.images = dict.fromkeys(image_refs)
+            f.raw_errors.append(f"docker: {DOCKER_SLOW}")
+            return
+        try:
+            answer = parse.parse_docker_answer(self.text("docker"), container_names, image_refs)
+        except Exception as exc:  # noqa: BLE001 - one bad section must not cost the others
+            f.raw_errors.append(f"docker: {type(exc).__name__}: {exc}")
+            f.docker_access, f.docker_error = False, f"unreadable docker inspect output ({type(exc).__name__})"
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown") for n in container_names}
+            f.images = dict.fromkeys(image_refs)
+            return
+        f.docker_access = answer.reached
+        if not answer.reached:
+            f.docker_error = answer.error
+        elif answer.error:
+            f.raw_errors.append(f"docker: {answer.error}")
+        f.containers, f.images = answer.containers, answer.images

@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import shlex
+from dataclasses import dataclass
 
 from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice, Route
 from sparkctl.secrets import mask_env
@@ -171,35 +172,84 @@ def _started_at(value: str | None) -> str | None:
     return None if not value or value.startswith("0001-01-01") else value
 
 
-_NO_SUCH = re.compile(r"no such (container|object)", re.I)
+_NO_SUCH = re.compile(r"no such (container|object|image)", re.I)
+# docker could not be asked at all: the socket refused us (not in the docker group) or no daemon answers
+_UNREACHABLE = re.compile(r"permission denied.*(daemon socket|docker\.sock)|docker\.sock.*permission denied|"
+                          r"cannot connect to the docker daemon|is the docker daemon running", re.I)
 
 
-def docker_inspect_errors(text: str) -> list[str]:
-    """What `docker inspect` said on stderr (the gather script marks those lines `#err `), other than that a
-    name does not exist: docker could not tell (a broken storage, a daemon error)."""
-    return [line[5:].strip() for line in text.splitlines()
-            if line.startswith("#err ") and line[5:].strip() and not _NO_SUCH.search(line)]
+@dataclass
+class DockerAnswer:
+    """What one `docker inspect` of the containers and images said (the gather script's `docker` section)."""
+
+    reached: bool                       # docker answered (denied or down: False)
+    error: str | None                   # why not reached, or what it said besides "no such object"
+    containers: dict[str, ContainerInfo]
+    images: dict[str, str | None]
 
 
-def parse_docker_inspect(text: str, names: list[str]) -> dict[str, ContainerInfo]:
-    """`docker inspect` JSON for the names asked; a name docker did not return does not exist (unless it said
-    why it could not tell: Facts then calls it unknown)."""
+def _stderr_lines(text: str) -> list[str]:
+    return [line[5:].strip() for line in text.splitlines() if line.startswith("#err ") and line[5:].strip()]
+
+
+def _inspected_items(text: str) -> list[dict] | None:
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#err "))
+    try:
+        items = json.loads(body) if body.strip() else None
+    except ValueError:
+        return None
+    return items if isinstance(items, list) else None
+
+
+def _image_names(ref: str) -> set[str]:
+    """The spellings of an image reference docker and podman report (docker.io/library/ added or not)."""
+    names = {ref}
+    if "/" not in ref.split(":")[0].split("@")[0]:
+        names |= {f"docker.io/library/{ref}", f"library/{ref}"}
+    elif ref.count("/") == 1 and "." not in ref.split("/")[0] and ":" not in ref.split("/")[0]:
+        names.add(f"docker.io/{ref}")
+    return names
+
+
+def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerAnswer:
+    """The `docker` section: containers by name (a name docker did not return does not exist, unless it said
+    why it could not tell: then "unknown"), images by reference (their id, None when absent)."""
+    stderr = _stderr_lines(text)
+    unreachable = [line for line in stderr if _UNREACHABLE.search(line)]
+    items = _inspected_items(text)
+    if unreachable or items is None:
+        error = (unreachable or [line for line in stderr if not _NO_SUCH.search(line)] or
+                 ["docker inspect printed nothing"])[-1]
+        return DockerAnswer(False, error, {n: ContainerInfo(n, exists=False, status="unknown") for n in names},
+                            dict.fromkeys(refs))
+    other = [line for line in stderr if not _NO_SUCH.search(line)]
     found: dict[str, dict] = {}
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("#err "))
-    for item in json.loads(text) if text.strip() else []:
-        found[str(item.get("Name", "")).lstrip("/")] = item
-        found.setdefault(str(item.get("Id", "")), item)
-    return {name: _container_from_inspect(name, found[name]) if name in found else ContainerInfo(name, False)
-            for name in names}
-
-
-def parse_docker_images(text: str, refs: list[str]) -> dict[str, str | None]:
-    ids: dict[str, str] = {}
-    for line in text.splitlines():
-        image_id, _, ref = line.strip().partition(" ")
-        if ref:
-            ids[ref] = image_id
-    return {ref: ids.get(ref) for ref in refs}
+    images: list[dict] = []
+    for item in items:
+        if isinstance(item, dict) and "State" in item:
+            found[str(item.get("Name", "")).lstrip("/")] = item
+            found.setdefault(str(item.get("Id", "")), item)
+        elif isinstance(item, dict):
+            images.append(item)
+    containers = {}
+    for name in names:
+        if name in found:
+            containers[name] = _container_from_inspect(name, found[name])
+        elif other:  # not "absent": docker failed to say
+            containers[name] = ContainerInfo(name, exists=False, status="unknown",
+                                             error=f"docker inspect failed: {other[-1]}")
+        else:
+            containers[name] = ContainerInfo(name, exists=False)
+    image_ids: dict[str, str | None] = {}
+    for ref in refs:
+        spellings = _image_names(ref)
+        match = next((i for i in images if spellings & set(i.get("RepoTags") or []) or
+                      any(d.split("@")[-1] == ref.split("@")[-1] for d in i.get("RepoDigests") or [] if "@" in ref)),
+                     None)
+        if match is None and len(images) == 1 and len(refs) == 1:
+            match = images[0]  # inspected by the one reference asked
+        image_ids[ref] = str(match.get("Id")) if match is not None else None
+    return DockerAnswer(True, other[-1] if other else None, containers, image_ids)
 
 
 def parse_docker_error(output: str) -> str:

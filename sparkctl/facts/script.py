@@ -75,8 +75,6 @@ done"""),
   printf '%s %s %s\n' "$mode" "$c" "$f"
 done"""),
     ("docker-cli", "command -v docker"),
-    # `docker ps` proves what matters (this user can talk to the daemon) on Docker and Podman alike.
-    ("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null"),
 ]
 
 _TAIL_SECTIONS: list[tuple[str, str]] = [
@@ -90,19 +88,17 @@ if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""),
 
 
 def _docker_sections(container_names: Iterable[str], image_refs: Iterable[str]) -> list[tuple[str, str]]:
-    names = " ".join(q(n) for n in container_names)
-    refs = " ".join(q(r) for r in image_refs)
-    sections = []
-    if names:
-        # stderr kept, each line marked: "no such container" is an answer, anything else (a broken storage) is not
-        sections.append(("docker-inspect", f"""_has docker && {{ _e=$(mktemp 2>/dev/null || echo /tmp/.sfi.$$)
-_t 15 docker inspect --type container {names} 2>"$_e"; _r=$?
-sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}"""))
-    if refs:
-        sections.append(("docker-images", f"""_has docker && for r in {refs}; do
-  i=$(_t 15 docker image inspect --format '{{{{.Id}}}}' "$r" 2>/dev/null) && printf '%s %s\\n' "$i" "$r"
-done"""))
-    return sections
+    """ONE docker command for everything docker knows that sparkctl asks: `docker inspect` of the containers and
+    the images together (each docker call costs a client start, a daemon round trip and, with podman, its
+    storage locks). Its stderr is kept, each line marked `#err `: "no such object" is an answer, a refused
+    socket or a broken storage is not. With nothing to inspect, `docker ps` tells whether this user can talk to
+    the daemon (on Docker and Podman alike)."""
+    names = " ".join([*(q(n) for n in container_names), *(q(r) for r in image_refs)])
+    if not names:
+        return [("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null")]
+    return [("docker", f"""_has docker && {{ _e=$(mktemp 2>/dev/null || echo /tmp/.sfi.$$)
+_t 15 docker inspect {names} 2>"$_e"; _r=$?
+sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}""")]
 
 
 def _hf_cache_section(hf_cache: str) -> tuple[str, str]:
@@ -116,7 +112,7 @@ df -B1 --output=avail "$d" 2>/dev/null | tail -n 1""")
 
 #: Sections that wait on a daemon or walk a big table (docker/podman, nft, ss -p, ethtool): started together
 #: in the background at the top and printed in their place, so the round trip costs the slowest, not the sum.
-CONCURRENT = frozenset({"speed", "docker-info", "docker-inspect", "docker-images", "ss", "firewall"})
+CONCURRENT = frozenset({"speed", "docker-info", "docker", "ss", "firewall"})
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
