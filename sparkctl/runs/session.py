@@ -28,9 +28,9 @@ class RunRequest:
     @classmethod
     def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
            become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
-           skip: set[str] | None = None, forks: int = 32) -> RunRequest:
+           skip: set[str] | None = None, forks: int = 32, reprove: bool = False) -> RunRequest:
         options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
-                             become_password=become_password)
+                             become_password=become_password, reprove=reprove)
         return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
 
 

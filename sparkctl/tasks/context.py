@@ -26,6 +26,8 @@ class RunOptions:
     #: seconds the node waits for sparkctl's confirmation before it reverts a netplan change by itself
     netplan_confirm_timeout: float = 60.0
     become_password: str | None = field(default=None, repr=False)
+    #: run every proof again, none taken from the record (tasks/proof.py)
+    reprove: bool = False
 
 
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) -> Facts:

@@ -6,8 +6,8 @@ probe program and its mpirun line, the node order and the planned hostfile; per 
 container (id, image, start time, restarts, status, every env value), each planned fabric interface (state,
 carrier, MTU, IPv4 addresses), its fabric routes and forwarding, and its firewall rules. Proven live every run
 instead, before the MPI phase: the container ssh mesh (container.ssh) and each container's hostfile
-(mpi.hostfile). The record is not used when anything changed earlier in the same run, or when it is older
-than MAX_AGE_S.
+(mpi.hostfile). The record is not used when anything changed earlier in the same run, when it is older
+than MAX_AGE_S, or with --reprove.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def mpi_fingerprint(ctx: ClusterContext) -> str:
 
 def proven(ctx: ClusterContext) -> dict | None:
     """The record of the last probe that passed, when this run may rely on it instead of running mpirun."""
-    if ctx.records is None or ctx.changes_applied:
+    if ctx.records is None or ctx.changes_applied or ctx.options.reprove:
         return None
     record = ctx.records.get(KEY)
     if not isinstance(record, dict) or time.time() - float(record.get("at", 0)) > MAX_AGE_S:

@@ -171,3 +171,10 @@ def test_a_noop_run_proves_the_container_mesh_and_verifies_in_one_round_trip_per
     assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
     assert not any("mpirun" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
     assert any("MPI probe not run again" in (e.message or "") for e in events)
+
+
+def test_reprove_runs_the_probe_whatever_the_record_says():
+    cctx, _, _ = passed_once()
+    assert proof.proven(cctx) is not None
+    cctx.options.reprove = True
+    assert proof.proven(cctx) is None
