@@ -196,6 +196,17 @@ class ClusterContext:
             futures = {n: pool.submit(self.nodes[n].run, s, sudo=sudo, timeout=timeout) for n, s in scripts.items()}
             return {n: f.result() for n, f in futures.items()}
 
+    def each_node(self, work: dict[str, Callable[[], None]]) -> None:
+        """Run each node's work (its own steps in order) on all nodes at once; the first failure is raised after
+        every node finished (a node's half-done work is never abandoned mid-way)."""
+        if not work:
+            return
+        with ThreadPoolExecutor(max_workers=min(32, len(work))) as pool:
+            futures = [pool.submit(step) for step in work.values()]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
+
     def plan(self) -> ClusterPlan:
         """The desired state from the CURRENT facts of every node (recomputed after any change)."""
         while True:

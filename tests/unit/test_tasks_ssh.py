@@ -234,3 +234,15 @@ def test_config_block_merge_and_remove():
     assert remove_config_block(merge_config_block("", block, "c"), "c") == ""
     other = merge_config_block(merged, "Host x\n", "d")  # another cluster's block is left alone
     assert remove_config_block(other, "c").startswith("# BEGIN sparkctl d\n")
+
+
+def test_each_node_runs_every_nodes_steps_and_raises_a_failure_after_all_finished():
+    kit = mesh_kit({n: {} for n in ("spark1", "spark2")})
+    done = []
+
+    def fails():
+        raise TaskFailed("spark1 broke")
+
+    with pytest.raises(TaskFailed, match="spark1 broke"):
+        kit.cluster.each_node({"spark1": fails, "spark2": lambda: done.append("spark2")})
+    assert done == ["spark2"]

@@ -137,17 +137,25 @@ class ContainerSshTask(Task):
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
         container = ctx.inventory.container.name
+        by_node: dict[str, list[tuple[str, str, str]]] = {}
         for node, where, fname, content in (c.payload for c in changes):
+            by_node.setdefault(node, []).append((where, fname, content))
+
+        def write(node: str) -> None:
             nctx = ctx.nodes[node]
-            if where == "node":
-                nctx.transport.put(posixpath.join(nctx.state_dir(), "container-ssh", fname), content, mode=0o600)
-            else:
+            for where, fname, content in by_node[node]:
+                if where == "node":
+                    nctx.transport.put(posixpath.join(nctx.state_dir(), "container-ssh", fname), content, mode=0o600)
+                    continue
                 result = nctx.transport.exec_in(
                     container, f"umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/{fname}.sparkctl && "
                     f"mv -f /root/.ssh/{fname}.sparkctl /root/.ssh/{fname}", input=content, timeout=30)
                 if not result.ok:
                     raise TaskFailed(f"writing /root/.ssh/{fname} in {container} on {node} failed",
                                      details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+
+        # every node's files at once: each node's own in order
+        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
 
 
 def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:

@@ -72,17 +72,25 @@ class HostfileTask(Task):
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
         want = ctx.plan().hostfile
         container = ctx.inventory.container.name
+        by_node: dict[str, list[str]] = {}
         for node, where in (c.payload for c in changes):
+            by_node.setdefault(node, []).append(where)
+
+        def write(node: str) -> None:
             nctx = ctx.nodes[node]
-            if where == "node":
-                nctx.transport.put(host_hostfile_path(nctx), want, mode=0o644)
-                continue
-            tmp = HOSTFILE_PATH + ".sparkctl"
-            result = nctx.transport.exec_in(container, f"cat > {tmp} && chmod 644 {tmp} && mv -f {tmp} "
-                                            f"{HOSTFILE_PATH}", input=want, timeout=30)
-            if not result.ok:
-                raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
-                                 details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+            for where in by_node[node]:
+                if where == "node":
+                    nctx.transport.put(host_hostfile_path(nctx), want, mode=0o644)
+                    continue
+                tmp = HOSTFILE_PATH + ".sparkctl"
+                result = nctx.transport.exec_in(container, f"cat > {tmp} && chmod 644 {tmp} && mv -f {tmp} "
+                                                f"{HOSTFILE_PATH}", input=want, timeout=30)
+                if not result.ok:
+                    raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
+                                     details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+
+        # every node's at once: each node's own in order
+        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
 
     def _verify(self, ctx: ClusterContext, mpirun: Section | None = None) -> None:
         """`mpirun hostname` from the head returns every node's hostname in rank order. mpirun: what check()

@@ -112,10 +112,18 @@ class SshMeshTask(Task):
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+        by_node: dict[str, list[tuple[str, str, str]]] = {}
         for change in changes:
             node, name, content, home = change.payload
-            path = posixpath.join(home, ".ssh", name)
-            ctx.nodes[node].transport.put(path, content, mode=kept_mode(ctx.nodes[node], path))
+            by_node.setdefault(node, []).append((name, content, home))
+
+        def write(node: str) -> None:
+            for name, content, home in by_node[node]:
+                path = posixpath.join(home, ".ssh", name)
+                ctx.nodes[node].transport.put(path, content, mode=kept_mode(ctx.nodes[node], path))
+
+        # every node's files at once: each node's own in order
+        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
 
 
 def kept_mode(node_ctx: NodeContext, path: str) -> int:
