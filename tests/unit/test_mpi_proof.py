@@ -178,3 +178,43 @@ def test_reprove_runs_the_probe_whatever_the_record_says():
     assert proof.proven(cctx) is not None
     cctx.options.reprove = True
     assert proof.proven(cctx) is None
+
+
+def test_a_noop_container_phase_mpi_and_verify_are_one_round_trip_per_node():
+    """container.state's read carries container.ssh's (and so mpi.hostfile's and verify.fabric's): with the MPI
+    probe on record, everything from container.state to verify.fabric is one round trip per node."""
+    from sparkctl.plan.mpi import MPI_PROBE, probe_source
+    from sparkctl.tasks.container.ssh import ContainerSshTask
+    from sparkctl.tasks.container.state import ContainerStateTask
+    from tests.unit.test_tasks_container import PUBS, _ssh_listing
+
+    cctx, facts, _ = passed_once()
+    inv = cctx.inventory
+    good = cctx.plan().hostfile
+    entrypoint = cctx.plan().entrypoint
+    verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
+    state = (("file:entrypoint.sh", entrypoint), (f"file:run/{MPI_PROBE}", probe_source()),
+             ("have", "hf_cache\nrun\nkeydir\nclient\nhostkey"))
+
+    def answer(node):
+        listing = _ssh_listing(inv, facts, node, PUBS, verdicts[node],
+                               (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""),
+                                ("exposure", "")))
+        return lambda script: framed(list(state))(script) + listing(script)
+
+    rules = {}
+    for n in ("spark1", "spark2"):
+        reply = answer(n)
+        reply.wants_script = True
+        rules[n] = [(r":begin file:", reply)]
+    records = cctx.records
+    cctx, _, events = converged(rules, records)
+    for node in ("spark1", "spark2"):
+        cctx.nodes[node]._facts = facts[node]
+    for node in ("spark1", "spark2"):
+        assert ContainerStateTask().check(cctx.nodes[node]) == []
+    assert ContainerSshTask().check(cctx) == []
+    assert HostfileTask().check(cctx) == []
+    assert FabricVerify().check(cctx) == []
+    assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
+    assert not any("mpirun" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)

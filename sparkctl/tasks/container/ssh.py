@@ -11,8 +11,9 @@ import posixpath
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import MPIRUN_TIMEOUT
+from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
+from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import Try, container_tries, mesh_script, mesh_timeout
-from sparkctl.tasks.container.state import CLIENT_KEY, HOST_KEY
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
@@ -60,46 +61,21 @@ class ContainerSshTask(Task):
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx: ClusterContext) -> dict[str, dict[str, str]]:
-        """ONE round trip per node, all nodes at once: wait (on the node) for the container sshd, read the key
-        files on the node and in the container, and already try ssh to every peer from the container. The ssh
-        verdicts count only when every file turns out right; they change nothing either way."""
-        container = ctx.inventory.container.name
-        tries = container_ssh_tries(ctx)
-        probes = container_ssh_probes(ctx, tries)
-        framing = Framing()
-        # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
-        # docker exec): handed over, they save it a round trip and a docker exec per node.
-        mpi_reads = hostfile_reads(ctx, framing)
-        scripts = {}
-        for name, node in ctx.nodes.items():
-            keys = posixpath.join(node.state_dir(), "container-ssh")
-            inside = [framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
-                      for f in ("authorized_keys", "known_hosts")]
-            if probes.get(name):
-                # the ssh tries run alongside mpirun (read-only both); their verdicts are printed after it
-                inside += ['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)',
-                           f'( {probes[name]}\n) >"$_o" 2>&1 &', mpi_reads[name][1],
-                           "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')]
-            else:
-                inside.append(mpi_reads[name][1])
-            scripts[name] = "\n".join([
-                sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
-                framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
-                framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
-                framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
-                framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
-                mpi_reads[name][0],
-                f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} '
-                "2>/dev/null; fi",
-                # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
-                node_reads(node, framing),
-                "true"])
-        timeout = SSHD_WAIT_S + max(MPIRUN_TIMEOUT, container_mesh_timeout(tries)) + 30
-        sections = {name: framing.split(result.stdout)
-                    for name, result in ctx.run_on_all(scripts, timeout=timeout).items()}
+        """ONE round trip per node, all nodes at once (on a no-op, container.state's carried it: see
+        mesh_read_script): wait for the container sshd, read the key files on the node and in the container, and
+        already try ssh to every peer from the container. The ssh verdicts count only when every file turns out
+        right; they change nothing either way."""
+        handed = {node: ctx.take_over(READ_FOR.format(node=node)) for node in ctx.nodes}
+        if all(found is not None for found in handed.values()):
+            sections = dict(handed)
+        else:
+            framing = Framing()
+            scripts = {node: mesh_read_script(ctx, node, framing) for node in ctx.nodes}
+            sections = {name: framing.split(result.stdout)
+                        for name, result in ctx.run_on_all(scripts, timeout=mesh_read_timeout(ctx)).items()}
         if all("container-hostfile" in found for found in sections.values()):
             ctx.hand_over(HOSTFILE_TASK, sections)
-            ctx.hand_over(VERIFY_TASK, {n: answers(framing.texts_of(found)) for n, found in sections.items()})
+            ctx.hand_over(VERIFY_TASK, {n: answers(Framing.texts_of(found)) for n, found in sections.items()})
         out = {n: {name: s.output for name, s in found.items()} for n, found in sections.items()}
         not_listening = {n: f.get("sshd", "").strip() for n, f in out.items() if f.get("sshd", "").strip()
                          != "listening"}
@@ -156,6 +132,46 @@ class ContainerSshTask(Task):
 
         # every node's files at once: each node's own in order
         ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
+
+
+#: container.state's round trip carries a node's read (ClusterContext.hand_over, per node).
+READ_FOR = "container.ssh/{node}"
+
+
+def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
+    """One node's read: the container sshd waited for, the key files on the node and in the container, its
+    outgoing container pairs tried (alongside, in the same docker exec: mpi.hostfile's reads), and verify.fabric's
+    reads on the node. Sections: sshd, client, host, node-/in- authorized_keys and known_hosts, ssh,
+    node-hostfile, container-hostfile (mpirun), nccl, exposure."""
+    container = ctx.inventory.container.name
+    node = ctx.nodes[name]
+    probe = mesh_script(container_ssh_tries(ctx).get(name, []))
+    # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
+    # docker exec): handed over, they save it a round trip and a docker exec per node.
+    on_node, in_container = hostfile_reads(ctx, framing, only=name)[name]
+    keys = posixpath.join(node.state_dir(), "container-ssh")
+    inside = [framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null") for f in ("authorized_keys", "known_hosts")]
+    if probe:
+        # the ssh tries run alongside mpirun (read-only both); their verdicts are printed after it
+        inside += ['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)', f'( {probe}\n) >"$_o" 2>&1 &',
+                   in_container, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')]
+    else:
+        inside.append(in_container)
+    return "\n".join([
+        sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
+        framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
+        framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
+        framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
+        framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
+        on_node,
+        f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} 2>/dev/null; fi',
+        # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
+        node_reads(node, framing),
+        "true"])
+
+
+def mesh_read_timeout(ctx: ClusterContext) -> float:
+    return SSHD_WAIT_S + max(MPIRUN_TIMEOUT, container_mesh_timeout(container_ssh_tries(ctx))) + 30
 
 
 def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:
