@@ -111,3 +111,11 @@ def test_pings_are_retried_then_told_mtu_from_dead(tmp_path):
                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout
     assert sorted(parse_pings(out)) == [("dead", "eth1", "c", "10.0.0.3"), ("mtu", "eth0", "b", "10.0.0.2"),
                                         ("ok", "eth0", "a", "10.0.0.1")]
+
+
+def test_mpirun_may_take_longer_on_a_bigger_cluster():
+    from sparkctl.plan.mpi import mpirun_timeout, probe_shell
+    from sparkctl.transport.framing import Framing
+
+    assert mpirun_timeout(2) == 68 and mpirun_timeout(16) == 124
+    assert "timeout 124 mpirun -np 16" in probe_shell(16, Framing("n"))

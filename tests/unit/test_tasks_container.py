@@ -376,7 +376,8 @@ def test_hostfile_check_and_mpirun_share_one_round_trip_per_node():
         assert cctx.nodes[node].transport.round_trips == 1 and cctx.nodes[node].transport.execs == []
     head_cmd, = cctx.nodes["spark1"].transport.commands
     # mpirun runs only when the head's hostfile already is the planned one, under a timeout
-    assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 60" in head_cmd
+    # (sized for the cluster: an mpirun over 2 nodes may take 60 s + 4 s per node)
+    assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 68 mpirun" in head_cmd
     assert "mpirun" not in cctx.nodes["spark2"].transport.commands[0]
     rules["spark1"] = [(r"openmpi-hostfile", hostfiles(good, good, (
         "mpirun", "ORTE was unable to reliably start\n[1,0]<stdout>:spark1\n", 1)))]

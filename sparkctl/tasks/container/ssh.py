@@ -10,7 +10,7 @@ import posixpath
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT
+from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import Try, container_tries, mesh_script, mesh_timeout
@@ -171,7 +171,8 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
 
 
 def mesh_read_timeout(ctx: ClusterContext) -> float:
-    return SSHD_WAIT_S + max(MPIRUN_TIMEOUT, container_mesh_timeout(container_ssh_tries(ctx))) + 30
+    mesh = container_mesh_timeout(container_ssh_tries(ctx))
+    return SSHD_WAIT_S + max(mpirun_timeout(len(ctx.inventory.nodes)), mesh) + 30
 
 
 def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:

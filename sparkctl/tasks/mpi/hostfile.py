@@ -7,7 +7,7 @@ import re
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT, mpirun_line
+from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
@@ -50,8 +50,8 @@ class HostfileTask(Task):
             framing = Framing()
             scripts = {n: f"{on_node}\ndocker exec {q(container)} sh -c {q(inside)} 2>/dev/null || true"
                        for n, (on_node, inside) in hostfile_reads(ctx, framing).items()}
-            sections = {n: framing.split(r.stdout)
-                        for n, r in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items()}
+            timeout = mpirun_timeout(len(ctx.inventory.nodes)) + 30
+            sections = {n: framing.split(r.stdout) for n, r in ctx.run_on_all(scripts, timeout=timeout).items()}
         changes, mpirun = [], None
         for node, found in sections.items():
             if node == head:
@@ -108,7 +108,7 @@ class HostfileTask(Task):
             return
         if mpirun is None or mpirun.rc is None:
             result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
-                                                       timeout=MPIRUN_TIMEOUT)
+                                                       timeout=mpirun_timeout(len(inv.nodes)))
             ok, stdout, stderr = result.ok, result.stdout, result.stderr
         else:
             ok, stdout = mpirun.ok, mpirun.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.plan.mpi import mpirun_line, timed
+from sparkctl.plan.mpi import mpirun_line, mpirun_timeout, timed
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.proof import proven
@@ -36,7 +36,8 @@ def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = Non
             continue
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
         if n == head and not skip_mpirun:
-            mpirun = timed(mpirun_line(len(ctx.inventory.nodes), "hostname"))
+            ranks = len(ctx.inventory.nodes)
+            mpirun = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
                        + framing.section("mpirun", f"{mpirun} 2>&1") + "\nfi")
         out[n] = (framing.section("node-hostfile", f"cat {q(host_hostfile_path(node))} 2>/dev/null"), inside)

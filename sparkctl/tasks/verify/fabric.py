@@ -8,7 +8,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT, probe_shell
+from sparkctl.plan.mpi import mpirun_timeout, probe_shell
 from sparkctl.rules.fabric import exposed
 from sparkctl.rules.interface_settings import (
     INTERFACE_SETTINGS,
@@ -202,7 +202,7 @@ class FabricVerify(Task):
                 continue
             host = node_reads(ctx.nodes[node], framing) if node not in out else ""
             scripts[node] = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n{host}\ntrue"
-        for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
+        for node, result in ctx.run_on_all(scripts, timeout=mpirun_timeout(len(order)) + 30).items():
             found = framing.texts(result.stdout)
             merged = out.setdefault(node, answers(found))
             merged.update({"probe": found.get("probe", ""), "probe-result": found.get("probe-result", "")})
@@ -216,7 +216,7 @@ class FabricVerify(Task):
         if ran is None:
             framing = Framing()
             result = ctx.nodes[head].transport.exec_in(inv.container.name, probe_shell(len(order), framing),
-                                                       timeout=MPIRUN_TIMEOUT + 10)
+                                                       timeout=mpirun_timeout(len(order)) + 10)
             found = framing.texts(result.stdout)
             ran = (found.get("probe", "") + result.stderr, found.get("probe-result", ""))
         output, text = ran
