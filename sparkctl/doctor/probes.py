@@ -26,6 +26,7 @@ from sparkctl.rules.mesh import (
     host_tries,
     link_pings,
     mesh_script,
+    mesh_timeout,
     parse_pings,
     parse_verdicts,
     ping_script,
@@ -228,9 +229,11 @@ def _completion_text(status: str, body: str) -> tuple[str | None, str]:
 
 
 def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | None, facts: Facts, order: list[str],
-               *, want_logs: bool = False, timeout: float = PROBE_TIMEOUT) -> NodeProbe:
+               *, want_logs: bool = False, timeout: float | None = None) -> NodeProbe:
+    node = transport.node
     nonce = Framing().nonce
-    script = probe_script(inventory, plan, facts, transport.node, order, nonce=nonce, want_logs=want_logs)
+    script = probe_script(inventory, plan, facts, node, order, nonce=nonce, want_logs=want_logs)
+    timeout = probe_timeout(len(order)) if timeout is None else timeout
     try:
         result = transport.run(script, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a node lost mid-probe is a finding, not a crash
@@ -238,7 +241,24 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
     probe = parse_probe(result.stdout, nonce)
     if result.timed_out:
         probe.error = f"the probes timed out after {timeout:g}s"
+    if plan is not None and inventory.topology != "single":
+        # a pair whose try printed no verdict (the probe was cut short) is not checked, never silently fine
+        why = probe.error or "no verdict printed"
+        probe.ssh += _untried(host_tries(inventory, plan.fabric, order, node), probe.ssh, why)
+        info = facts.containers.get(inventory.container.name)
+        if info is not None and info.running:
+            probe.container_ssh += _untried(container_tries(plan.fabric, order, node), probe.container_ssh, why)
     return probe
+
+
+def _untried(tries: list[Try], verdicts: list[SshProbe], why: str) -> list[SshProbe]:
+    seen = {(v.peer, v.target) for v in verdicts}
+    return [SshProbe(t.peer, t.target, False, why, "unknown") for t in tries if (t.peer, t.target) not in seen]
+
+
+def probe_timeout(nodes: int) -> float:
+    """The probe round trip's limit: the host and container meshes (in parallel) retried to their limits."""
+    return max(PROBE_TIMEOUT, mesh_timeout(max(0, nodes - 1)) + 30)
 
 
 def run_probes(transports: dict[str, Transport], inventory: Inventory, plan: ClusterPlan | None,

@@ -110,3 +110,23 @@ def test_the_whole_script_runs_to_the_end_with_stubbed_commands(tmp_path):
     # one try per ordered pair of containers, at the address the pair shares first (the one mpirun uses)
     assert p.container_hostfile == "" and [c.target for c in p.container_ssh] == ["root@192.168.100.11"]
     assert p.hf_token_file is False and [m.state for m in p.models] == ["absent", "absent"]
+
+
+def test_a_pair_the_probe_never_reached_is_not_checked_never_silently_fine():
+    """The probe round trip cut short (its time limit, a lost node): every pair without a verdict comes back as
+    not checked, so doctor says so instead of passing it."""
+    from sparkctl.doctor.probes import probe_node, probe_timeout
+    from sparkctl.transport.base import CommandResult
+
+    class Cut:
+        node = "spark1"
+
+        def run(self, script, *, timeout=60.0, sudo=False, input=None):
+            return CommandResult(script, -1, "", "", timed_out=True)
+
+    s = healthy_snapshot()
+    probe = probe_node(Cut(), s.inventory, s.plan, s.facts["spark1"], ["spark1", "spark2"], timeout=1)
+    assert [(p.peer, p.state) for p in probe.ssh] == [("spark2", "unknown")]
+    assert [(p.peer, p.state) for p in probe.container_ssh] == [("spark2", "unknown")]
+    assert "timed out" in probe.ssh[0].error
+    assert probe_timeout(16) > probe_timeout(2) >= 60
