@@ -143,10 +143,10 @@ def main() -> None:
     ensure_image()
     rows = []
     for shape in args.shapes.split(","):
-        rows.append(measure(shape.strip(), args.repeat))
-        if args.serve and rows[-1]["nodes"] == 2:
-            rows.append(measure(shape.strip(), args.repeat, serve=True))
-        print_table(rows[-1:])  # as it goes: a long run shows its rows early
+        serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)
+        for serve in serves:
+            rows.append(measure(shape.strip(), args.repeat, serve=serve))
+            print_table(rows[-1:])  # as it goes: a long run shows its rows early
     print()
     print_table(rows)
 
