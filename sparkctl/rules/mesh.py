@@ -86,10 +86,11 @@ def host_tries(inventory: Inventory, fabric: FabricPlan, order: Sequence[str], n
     return [ssh_try(peer, *peer_route(inventory, fabric, node, peer)) for peer in schedule(order, node)]
 
 
-def container_tries(fabric: FabricPlan, order: Sequence[str], node: str) -> list[Try]:
-    """ssh from the node's container to every peer's container (root, the container's ssh config: its port,
-    key and pinned host keys), at the peer's address on the first subnet they share: the one mpirun's daemons
-    use. A peer with no shared subnet is reached through the routes the fabric plan gives (its first address)."""
+def container_tries(fabric: FabricPlan, order: Sequence[str], node: str, options: str = "") -> list[Try]:
+    """ssh from the node's container to every peer's container (root; inside the container its ssh config gives
+    the port, key and pinned host keys; from the node, `options` name them), at the peer's address on the first
+    subnet they share: the one mpirun's daemons use. A peer with no shared subnet is reached through the routes
+    the fabric plan gives (its first address)."""
     mine = {a.network for a in fabric.addresses.get(node, {}).values()}
     out = []
     for peer in schedule(order, node):
@@ -99,7 +100,7 @@ def container_tries(fabric: FabricPlan, order: Sequence[str], node: str) -> list
             first = fabric.first_address(peer)
             addr = next((a for a in theirs if a.ip == first), None)
         if addr is not None:
-            out.append(ssh_try(peer, str(addr.ip), user="root"))
+            out.append(ssh_try(peer, str(addr.ip), options, user="root"))
     return out
 
 

@@ -56,8 +56,12 @@ class ContainerSshTask(Task):
     description = "mesh the containers over ssh: every container's key authorized and host key pinned in all"
     checks = ("the container sshd listens on the container ssh port on every node (polled, bounded); "
               "/root/.ssh/authorized_keys in each container and container-ssh/ on each node hold every node's "
-              "container key, known_hosts every container's host key for [fabric ip]:port; then ssh from every "
-              "container to every peer address on a shared subnet")
+              "container key, known_hosts every container's host key for [fabric ip]:port; then ssh with every "
+              "container's key to every peer container (every ordered pair, at the address mpirun uses, paced like "
+              "ssh.verify), tried from the node with the container's key and pinned host keys (it shares the "
+              "node's network); the container's files read over an ssh to its own sshd (a `docker exec` only when "
+              "that fails or mpirun must run); a pair not ok is tried again from inside the containers, and that "
+              "answer decides")
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx: ClusterContext) -> dict[str, dict[str, str]]:
@@ -138,25 +142,45 @@ class ContainerSshTask(Task):
 READ_FOR = "container.ssh/{node}"
 
 
+def container_key_options(ctx: ClusterContext, name: str) -> str:
+    """ssh options that make an ssh on the NODE act as its container's client: the container's port, key and
+    pinned host keys (the state dir's container-ssh/, which the container mounts), no user or system config."""
+    keys = posixpath.join(ctx.nodes[name].state_dir(), "container-ssh")
+    return (f"-F /dev/null -p {int(ctx.inventory.container.ssh_port)} -i {q(posixpath.join(keys, CLIENT_KEY))} "
+            f"-o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
+            f"-o UserKnownHostsFile={q(posixpath.join(keys, 'known_hosts'))} -o GlobalKnownHostsFile=/dev/null")
+
+
 def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
     """One node's read: the container sshd waited for, the key files on the node and in the container, its
-    outgoing container pairs tried (alongside, in the same docker exec: mpi.hostfile's reads), and verify.fabric's
-    reads on the node. Sections: sshd, client, host, node-/in- authorized_keys and known_hosts, ssh,
-    node-hostfile, container-hostfile (mpirun), nccl, exposure."""
+    outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
+    client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
+    nccl, exposure.
+
+    No `docker exec` when nothing needs one: the pairs are tried from the node with the container's own key and
+    pinned host keys (the container shares the node's network; the peer's sshd and its authorized_keys are what
+    is proven), and the container's files are read over an ssh to the node's OWN container. mpirun (not on
+    record), or a container that does not answer its own ssh, is asked through `docker exec` as before."""
     container = ctx.inventory.container.name
     node = ctx.nodes[name]
-    probe = mesh_script(container_ssh_tries(ctx).get(name, []))
-    # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
-    # docker exec): handed over, they save it a round trip and a docker exec per node.
+    plan = ctx.plan()
+    options = container_key_options(ctx, name)
+    probe = mesh_script(container_tries(plan.fabric, list(ctx.nodes), name, options))
     on_node, in_container = hostfile_reads(ctx, framing, only=name)[name]
     keys = posixpath.join(node.state_dir(), "container-ssh")
-    inside = [framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null") for f in ("authorized_keys", "known_hosts")]
-    if probe:
-        # the ssh tries run alongside mpirun (read-only both); their verdicts are printed after it
-        inside += ['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)', f'( {probe}\n) >"$_o" 2>&1 &',
-                   in_container, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')]
+    inside = "\n".join([*(framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
+                           for f in ("authorized_keys", "known_hosts")), in_container, "true"])
+    docker = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null"
+    own = plan.fabric.first_address(name)
+    if own is not None and framing.begin("mpirun") not in in_container:
+        ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 root@{own} {q('sh -c ' + q(inside))}"
+        reader = f'if _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; else {docker}; fi'
     else:
-        inside.append(in_container)
+        reader = docker
+    if probe:
+        # the tries run alongside the reads (read-only both); their verdicts are printed after them
+        reader = "\n".join(['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)', f'( {probe}\n) >"$_o" 2>&1 &',
+                            reader, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')])
     return "\n".join([
         sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
         framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
@@ -164,7 +188,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
         framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
         framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
         on_node,
-        f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} 2>/dev/null; fi',
+        f'if [ "$st" = listening ]; then\n{reader}\nfi',
         # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
         node_reads(node, framing),
         "true"])
