@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -17,7 +18,35 @@ from sparkctl.secrets import redact_known, redacting_handler
 
 class SparkctlGroup(click.Group):
     """Turns expected errors into `sparkctl: error: ...` lines, and any other into one `internal error` line; the
-    traceback only with --debug."""
+    traceback only with --debug. Its commands are imported when asked for (LAZY), so a run pays only for the
+    modules of the command at hand: `cluster bootstrap` does not import doctor, serve or the lab."""
+
+    #: command name -> "module:attribute"; `optional` ones may fail to import (the lab, when its parts are broken)
+    LAZY = {
+        "inventory": "sparkctl.cli.inventory_cmd:inventory_group",
+        "cluster": "sparkctl.cli.cluster_cmd:cluster_group",
+        "playbooks": "sparkctl.cli.playbooks_cmd:playbooks_command",
+        "doctor": "sparkctl.cli.doctor_cmd:doctor_command",
+        "serve": "sparkctl.cli.serve_cmd:serve_group",
+        "fabric": "sparkctl.cli.fabric_cmd:fabric_group",
+        "lab": "sparkctl.cli.lab_cmd:lab_group",
+    }
+    OPTIONAL = frozenset({"lab"})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            module, _, attribute = self.LAZY[cmd_name].partition(":")
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ImportError:
+                if cmd_name in self.OPTIONAL:  # a broken lab must not break the product
+                    return None
+                raise
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -84,30 +113,6 @@ def configure_logging(debug: bool) -> None:
     # paramiko's transport logs a lost connection as an ERROR (with a traceback); sparkctl reports it once, on the
     # node it came from
     logging.getLogger("paramiko.transport").setLevel(logging.NOTSET if debug else logging.CRITICAL)
-
-
-def _register() -> None:
-    from sparkctl.cli.cluster_cmd import cluster_group
-    from sparkctl.cli.doctor_cmd import doctor_command
-    from sparkctl.cli.fabric_cmd import fabric_group
-    from sparkctl.cli.inventory_cmd import inventory_group
-    from sparkctl.cli.playbooks_cmd import playbooks_command
-    from sparkctl.cli.serve_cmd import serve_group
-
-    cli.add_command(inventory_group)
-    cli.add_command(cluster_group)
-    cli.add_command(playbooks_command)
-    cli.add_command(doctor_command)
-    cli.add_command(serve_group)
-    cli.add_command(fabric_group)
-    try:
-        from sparkctl.cli.lab_cmd import lab_group
-    except ImportError:  # the lab needs nothing extra, but a broken lab must not break the product
-        return
-    cli.add_command(lab_group)
-
-
-_register()
 
 
 def main() -> None:

@@ -29,7 +29,8 @@ def csv_set(value: str | None) -> set[str] | None:
 
 
 def run_options(func):
-    """--check --diff --limit --only --skip --forks -v --json --ask-become-pass --become-password-file."""
+    """--check --diff --limit --only --skip --forks -v --json --ask-become-pass --become-password-file --reprove
+    --revert-after."""
     options = [
         click.option("--check", is_flag=True, help="Change nothing: report what would change (exit 4 if anything)."),
         click.option("--diff", is_flag=True, help="Show unified diffs of the files that change (or would)."),
@@ -44,6 +45,8 @@ def run_options(func):
                      help=f"Prompt once for the sudo password (or set {BECOME_ENV})."),
         click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
                      help="Read the sudo password from this file (first line)."),
+        click.option("--reprove", is_flag=True, help="Run every proof again, also those a no-op rerun takes from the "
+                                                     "record (the MPI probe: see playbooks.md, verify.fabric)."),
         click.option("--revert-after", type=click.IntRange(10, 3600), default=60, show_default=True,
                      metavar="SECONDS", help="A node reverts a netplan change by itself unless sparkctl reaches "
                                              "it over a new connection within this time after the apply."),
@@ -89,7 +92,7 @@ def become_password(ask: bool, path: str | None) -> str | None:
 
 def build_request(params: dict) -> RunRequest:
     return RunRequest.of(check=params["check"], diff=params["diff"], verbosity=params["verbose"],
-                         revert_after=params["revert_after"],
+                         revert_after=params["revert_after"], reprove=params.get("reprove", False),
                          become_password=become_password(params["ask_become_pass"], params["become_password_file"]),
                          limit=csv_set(params["limit"]), only=csv_set(params["only"]), skip=csv_set(params["skip"]),
                          forks=params["forks"])

@@ -30,8 +30,18 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         where = {"pinned": "pinned in the inventory", "facts": "cabled (read from the node)",
                  "inventory": "fabric.port in the inventory", "default": "default port 1 (not connected: "
                  "bootstrap reads the cabled port from the node)",
-                 "peer": "the peer's port (no carrier on this node: preflight says why)"}[ports.source]
+                 "peer": "the peer's port (no carrier on this node: preflight says why)",
+                 "ring": "both ports: the ring's port 0 to the next node, port 1 to the previous"}[ports.source]
         out.append(f"fabric interfaces: {', '.join(ports.interfaces) or '-'}  ({where})")
+        env = node.container.env
+        mpi = env.get("OMPI_MCA_btl_tcp_if_include")
+        if inventory.topology == "ring" and mpi and mpi != env.get("NCCL_SOCKET_IFNAME"):
+            out.append(f"Open MPI (TCP):    {mpi}  (one interface, the same name on every node: Open MPI 4.1 pairs "
+                       "a peer's addresses with its own interfaces by list order; the ring's routes carry it to "
+                       "every node. NCCL and UCX use all the twins)")
+        if node.sysctl:
+            out.append(f"forwarding:        {', '.join(k for k in node.sysctl if k.endswith('.forwarding'))} = 1 "
+                       "(relays between its neighbours; rp_filter 2 on the same twins)")
         if ports.roce_devices:
             out.append(f"RoCE devices:      {', '.join(ports.roce_devices)}")
         for iface, addr in plan.fabric.addresses.get(name, {}).items():

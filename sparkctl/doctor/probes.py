@@ -21,6 +21,17 @@ from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
 from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
+from sparkctl.rules.mesh import (
+    Try,
+    container_tries,
+    host_tries,
+    link_pings,
+    mesh_script,
+    mesh_timeout,
+    parse_pings,
+    parse_verdicts,
+    ping_script,
+)
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing
@@ -62,49 +73,15 @@ def model_repos(inventory: Inventory) -> list[tuple[str, str]]:
     return repos
 
 
-def _ping_lines(plan: ClusterPlan, node: str, mtu: int) -> list[str]:
-    size = mtu - 28
-    lines = []
-    for link in plan.fabric.links(node):
-        for peer, _pif, paddr in link.peers:
-            tag = f"{link.interface} {peer} {paddr.ip}"
-            iface, ip = q(link.interface), q(str(paddr.ip))
-            lines.append(f"( if ping -c 1 -W 2 -M do -s {size} -I {iface} {ip} >/dev/null 2>&1; "
-                         f"then echo {q('ok ' + tag)};"
-                         f" elif ping -c 1 -W 2 -I {iface} {ip} >/dev/null 2>&1; then echo {q('mtu ' + tag)};"
-                         f" else echo {q('dead ' + tag)}; fi ) &")
-    return lines + ["wait"] if lines else []
-
-
-def _ssh_line(prefix: str, peer: str, target: str) -> str:
-    tag = f"{peer} {target}"
-    return (f"( if out=$({prefix}ssh -o BatchMode=yes -o ConnectTimeout=5 {target} true 2>&1 </dev/null); then "
-            f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(printf '%s' \"$out\" | tail -n 1)\"; fi ) &")
-
-
-def _peer_targets(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str]) -> list[tuple[str, str]]:
-    out = []
-    for peer in order:
-        if peer == node:
-            continue
-        ip = plan.fabric.first_address(peer)
-        out.append((peer, str(ip) if ip else str(inventory.node(peer).host)))
-    return out
+def _mesh_section(tries: list[Try]) -> str:
+    return mesh_script(tries) or "true"
 
 
 def _container_lines(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
-    mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
-    ssh = []
-    for peer in order:
-        if peer == node:
-            continue
-        for addr in plan.fabric.addresses.get(peer, {}).values():
-            if addr.network in mine:
-                ssh.append(_ssh_line("", peer, f"root@{addr.ip}"))
     inner = "\n".join([
         _section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
         _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
-        _section(nonce, "c-ssh", "\n".join([*ssh, "wait"]) if ssh else "true"),
+        _section(nonce, "c-ssh", _mesh_section(container_tries(plan.fabric, order, node))),
         _section(nonce, "c-settings", node_probes.CONTAINER_SETTINGS),
     ])
     return f"docker exec {q(inventory.container.name)} sh -c {q(inner)} 2>&1"
@@ -151,9 +128,10 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     sections = [("ports", f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH")]
     sections += node_probes.probe_sections(inventory.topology)
     if plan is not None and inventory.topology != "single":
-        sections.append(("ping", "\n".join(_ping_lines(plan, node, inventory.fabric.mtu)) or "true"))
-        ssh = [_ssh_line("", peer, q(target)) for peer, target in _peer_targets(inventory, plan, node, order)]
-        sections.append(("ssh", "\n".join([*ssh, "wait"]) if ssh else "true"))
+        routes = plan.nodes[node].routes if node in plan.nodes else None
+        pings = ping_script(link_pings(plan.fabric, order, node, routes), inventory.fabric.mtu - 28)
+        sections.append(("ping", pings or "true"))
+        sections.append(("ssh", _mesh_section(host_tries(inventory, plan.fabric, order, node))))
     if info is not None and info.running:
         sections.append(("exposure", exposure_script(management_addresses(facts), int(inventory.container.ssh_port))))
     if info is not None and info.exists and (not info.running or info.status == "restarting" or want_logs):
@@ -173,14 +151,20 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
                                        + _http(container, f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                                60)))
     parts = [_PRELUDE]
+    inside = _container_lines(inventory, plan, node, order, nonce) if info is not None and info.running and \
+        plan is not None else ""
+    if inside:
+        # the container's mesh runs alongside the host's (other sshds, other targets): the probe costs the
+        # slower of the two, not their sum
+        parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 & fi')
     for name, body in sections:
         if name == "health":
             parts.append(f"_health=$({body} | head -n 1)")
             parts.append(_section(nonce, name, "printf '%s\\n' \"$_health\""))
         else:
             parts.append(_section(nonce, name, body))
-    if info is not None and info.running and plan is not None:
-        parts.append(_container_lines(inventory, plan, node, order, nonce))
+    if inside:
+        parts.append(f'if [ -n "$_C" ]; then wait; cat "$_C"; rm -f "$_C"; else {inside}; fi')
     return "\n".join(parts) + "\nexit 0\n"
 
 
@@ -200,10 +184,8 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
         m = _SS_OWNER.search(line)
         if m:
             probe.port_owners.setdefault(int(m["port"]), f"{m['name']} (pid {m['pid']})")
-    for line in text("ping").splitlines():
-        fields = line.split()
-        if len(fields) == 4 and fields[0] in ("ok", "mtu", "dead"):
-            probe.pings.append(LinkProbe(fields[1], fields[2], fields[3], fields[0]))
+    for verdict, iface, peer, address in parse_pings(text("ping")):
+        probe.pings.append(LinkProbe(iface, peer, address, verdict))
     probe.ssh = _ssh_results(text("ssh"))
     probe.container_ssh = _ssh_results(text("c-ssh"))
     if "c-hostfile" in sections:
@@ -234,15 +216,7 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
 
 
 def _ssh_results(text: str) -> list[SshProbe]:
-    out = []
-    for line in text.splitlines():
-        verdict, _, rest = line.partition(" ")
-        if verdict not in ("ok", "fail"):
-            continue
-        peer, _, rest = rest.partition(" ")
-        target, _, error = rest.partition(" ")
-        out.append(SshProbe(peer, target, verdict == "ok", error.strip()))
-    return out
+    return [SshProbe(v.peer, v.target, v.state == "ok", v.error, v.state) for v in parse_verdicts("", text)]
 
 
 def _completion_text(status: str, body: str) -> tuple[str | None, str]:
@@ -259,9 +233,11 @@ def _completion_text(status: str, body: str) -> tuple[str | None, str]:
 
 
 def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | None, facts: Facts, order: list[str],
-               *, want_logs: bool = False, timeout: float = PROBE_TIMEOUT) -> NodeProbe:
+               *, want_logs: bool = False, timeout: float | None = None) -> NodeProbe:
+    node = transport.node
     nonce = Framing().nonce
-    script = probe_script(inventory, plan, facts, transport.node, order, nonce=nonce, want_logs=want_logs)
+    script = probe_script(inventory, plan, facts, node, order, nonce=nonce, want_logs=want_logs)
+    timeout = probe_timeout(len(order)) if timeout is None else timeout
     try:
         result = transport.run(script, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a node lost mid-probe is a finding, not a crash
@@ -269,7 +245,24 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
     probe = parse_probe(result.stdout, nonce)
     if result.timed_out:
         probe.error = f"the probes timed out after {timeout:g}s"
+    if plan is not None and inventory.topology != "single":
+        # a pair whose try printed no verdict (the probe was cut short) is not checked, never silently fine
+        why = probe.error or "no verdict printed"
+        probe.ssh += _untried(host_tries(inventory, plan.fabric, order, node), probe.ssh, why)
+        info = facts.containers.get(inventory.container.name)
+        if info is not None and info.running:
+            probe.container_ssh += _untried(container_tries(plan.fabric, order, node), probe.container_ssh, why)
     return probe
+
+
+def _untried(tries: list[Try], verdicts: list[SshProbe], why: str) -> list[SshProbe]:
+    seen = {(v.peer, v.target) for v in verdicts}
+    return [SshProbe(t.peer, t.target, False, why, "unknown") for t in tries if (t.peer, t.target) not in seen]
+
+
+def probe_timeout(nodes: int) -> float:
+    """The probe round trip's limit: the host and container meshes (in parallel) retried to their limits."""
+    return max(PROBE_TIMEOUT, mesh_timeout(max(0, nodes - 1)) + 30)
 
 
 def run_probes(transports: dict[str, Transport], inventory: Inventory, plan: ClusterPlan | None,

@@ -156,6 +156,9 @@ REMEDIES: dict[str, Remedy] = {
     "ssh.mesh_broken": _by("a node cannot ssh to a peer without a password", *SSH),
     "ssh.sshd_dropin": _person("an sshd drop-in breaks the node-to-node ssh mesh", "account",
                                "sshd's own configuration is the node owner's: sparkctl does not edit it"),
+    "ssh.mesh_unchecked": _person("a node-to-node ssh could not be tried (the peer's sshd reset or timed out the "
+                                  "handshake)", "note", "nothing is known broken: run doctor again; if it stays, "
+                                  "look at the peer's load and sshd's MaxStartups"),
     # container
     "env.image_setting": _person("the image sets an NCCL/UCX/Open MPI variable sparkctl does not", "inventory",
                                  "the value to use is the inventory's choice: container.env overrides the image"),
@@ -170,6 +173,12 @@ REMEDIES: dict[str, Remedy] = {
     "container.restarting": _by("the container keeps restarting", *CONTAINER),
     "container.spec_drift": _by("the container differs from the plan", *CONTAINER),
     "container.ssh_broken": _by("ssh between the containers fails", "container.state", "container.ssh"),
+    "container.ssh_unchecked": _person("a container-to-container ssh could not be tried (the peer's sshd reset or "
+                                       "timed out the handshake)", "note", "nothing is known broken: run doctor "
+                                       "again; if it stays, look at the peer's load"),
+    "container.unread": _person("docker did not say in time what state the container is in", "note",
+                                "nothing is known broken: run doctor again; `docker ps` on the node shows whether "
+                                "docker answers"),
     "container.ssh_exposed": _by("the container's sshd answers on the management address", *CONTAINER),
     "env.iface_absent": _by("a container interface setting names an interface the node lacks", *CONTAINER),
     "env.iface_down": _by("a container interface setting names a Down interface", *CONTAINER),

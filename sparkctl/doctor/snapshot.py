@@ -30,6 +30,13 @@ class SshProbe:
     target: str
     ok: bool
     error: str = ""
+    #: "ok", "fail" (the pair is broken) or "unknown" (the try could not run: the peer's sshd reset or timed out
+    #: the handshake)
+    state: str = ""
+
+    @property
+    def unchecked(self) -> bool:
+        return self.state == "unknown"
 
 
 @dataclass

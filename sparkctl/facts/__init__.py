@@ -16,9 +16,11 @@ from sparkctl.facts.model import (
     NmDevice,
     NmProfile,
     RoceDevice,
+    Route,
 )
 
 __all__ = [
     "Address", "ContainerInfo", "Facts", "Interface", "Lldp", "LldpNeighbor", "NetplanFile", "NetworkManagerView",
-    "NmDevice", "NmProfile", "RoceDevice", "facts_from_output", "gather_facts", "gather_local_controller_addrs",
+    "NmDevice", "NmProfile", "RoceDevice", "Route", "facts_from_output", "gather_facts",
+    "gather_local_controller_addrs",
 ]

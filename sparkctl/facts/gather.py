@@ -16,6 +16,8 @@ from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing, Section
 
 DEFAULT_TIMEOUT = 60.0
+#: What a docker command that `timeout` stopped tells: the daemon is slow or stuck, not absent.
+DOCKER_SLOW = "docker did not answer within 15 s (the daemon is overloaded or stuck)"
 
 
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
@@ -147,19 +149,47 @@ class _FactsBuilder:
         f.lldp = self.parsed("lldp", parse_lldp)
         f.nm = self.parsed("nm", parse_nmcli)
         f.session_ip = self.parsed("ssh-connection", parse.parse_ssh_connection)
+        f.routes = self.parsed("routes", parse.parse_routes, default=[])
+        f.ipv4_conf = self.parsed("ipv4-conf", parse.parse_ipv4_conf, default={})
+        f.sysctl_files = self.parsed("sparkctl-sysctl", parse.parse_named_files, default={})
+
+    def timed_out(self, name: str) -> bool:
+        """The section's command was stopped by `timeout` (exit 124; 137 when it had to be killed)."""
+        section = self.sections.get(name)
+        return bool(section and section.rc in (124, 137))
 
     def _fill_docker(self, container_names: list[str], image_refs: list[str]) -> None:
         f = self.facts
         f.docker_cli = bool(self.text("docker-cli").strip())
-        f.docker_access = f.docker_cli and self.ok("docker-info")
-        if f.docker_cli and not f.docker_access:
-            f.docker_error = parse.parse_docker_error(self.text("docker-info"))
-        if not f.docker_access:
-            status = "unknown" if f.docker_cli else "absent"
-            f.containers = {n: ContainerInfo(n, exists=False, status=status) for n in container_names}
+        if not f.docker_cli:
+            f.containers = {n: ContainerInfo(n, exists=False, status="absent") for n in container_names}
             f.images = dict.fromkeys(image_refs)
             return
-        f.containers = self.parsed("docker-inspect", parse.parse_docker_inspect, container_names,
-                                   default={n: ContainerInfo(n, exists=False) for n in container_names})
-        f.images = self.parsed("docker-images", parse.parse_docker_images, image_refs,
-                               default=dict.fromkeys(image_refs))
+        if "docker" not in self.sections:  # nothing to inspect: `docker ps` alone
+            f.docker_access = self.ok("docker-info")
+            if not f.docker_access:
+                f.docker_error = (DOCKER_SLOW if self.timed_out("docker-info")
+                                  else parse.parse_docker_error(self.text("docker-info")))
+            f.containers, f.images = {}, {}
+            return
+        if self.timed_out("docker"):
+            f.docker_access, f.docker_error = False, DOCKER_SLOW
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown", error=DOCKER_SLOW)
+                            for n in container_names}
+            f.images = dict.fromkeys(image_refs)
+            f.raw_errors.append(f"docker: {DOCKER_SLOW}")
+            return
+        try:
+            answer = parse.parse_docker_answer(self.text("docker"), container_names, image_refs)
+        except Exception as exc:  # noqa: BLE001 - one bad section must not cost the others
+            f.raw_errors.append(f"docker: {type(exc).__name__}: {exc}")
+            f.docker_access, f.docker_error = False, f"unreadable docker inspect output ({type(exc).__name__})"
+            f.containers = {n: ContainerInfo(n, exists=False, status="unknown") for n in container_names}
+            f.images = dict.fromkeys(image_refs)
+            return
+        f.docker_access = answer.reached
+        if not answer.reached:
+            f.docker_error = answer.error
+        elif answer.error:
+            f.raw_errors.append(f"docker: {answer.error}")
+        f.containers, f.images = answer.containers, answer.images

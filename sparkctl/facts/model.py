@@ -169,6 +169,17 @@ class Lldp:
         return [n for n in self.neighbors if n.interface == interface]
 
 
+@dataclass(frozen=True)
+class Route:
+    destination: str       # "192.168.3.0/24", "default"
+    via: str | None
+    device: str | None
+
+    def __str__(self) -> str:
+        return " ".join([self.destination] + ([f"via {self.via}"] if self.via else [])
+                        + ([f"dev {self.device}"] if self.device else []))
+
+
 @dataclass
 class NetplanFile:
     path: str
@@ -189,6 +200,9 @@ class ContainerInfo:
     mounts: list[dict] = field(default_factory=list)
     restart_count: int = 0
     started_at: str | None = None
+    id: str | None = None
+    #: why the state is "unknown": what docker said, or that it did not answer in time
+    error: str | None = None
 
 
 @dataclass
@@ -210,6 +224,11 @@ class Facts:
     lldp: Lldp | None = None  # None: not read
     nm: NetworkManagerView | None = None  # None: the node has no nmcli
     session_ip: str | None = None
+    routes: list[Route] = field(default_factory=list)
+    #: /proc/sys/net/ipv4: "ip_forward", "<iface>.forwarding", "<iface>.rp_filter" ("all" and "default" too)
+    ipv4_conf: dict[str, str] = field(default_factory=dict)
+    #: sparkctl's files in /etc/sysctl.d: path -> content
+    sysctl_files: dict[str, str] = field(default_factory=dict)
     management_interfaces: list[str] = field(default_factory=list)
     netplan_files: list[NetplanFile] = field(default_factory=list)
     docker_cli: bool = False
@@ -298,6 +317,9 @@ class Facts:
         """The ports whose twins are all Up (one cable brings both twins of its port Up)."""
         return {port: twins for port, twins in self.ports().items()
                 if twins and all(self.interface_up(t) for t in twins)}
+
+    def routes_on(self, interfaces: list[str] | tuple[str, ...]) -> list[Route]:
+        return [r for r in self.routes if r.device in interfaces]
 
     def interfaces_holding(self, ip: str) -> list[str]:
         return [name for name, iface in self.interfaces.items() if any(a.ip == ip for a in iface.addresses)]

@@ -6,8 +6,9 @@ import base64
 import json
 import re
 import shlex
+from dataclasses import dataclass
 
-from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice
+from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice, Route
 from sparkctl.secrets import mask_env
 
 
@@ -65,6 +66,42 @@ def parse_name_values(text: str) -> dict[str, str]:
 def parse_carriers(text: str) -> dict[str, bool | None]:
     return {name: (value == "1") if value in ("0", "1") else None
             for name, value in parse_name_values(text).items()}
+
+
+def parse_routes(text: str) -> list[Route]:
+    """`ip -4 -o route show`: destination, gateway and device of each route (other attributes dropped)."""
+    routes = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        fields = {words[i]: words[i + 1] for i in range(1, len(words) - 1) if words[i] in ("via", "dev")}
+        routes.append(Route(words[0], fields.get("via"), fields.get("dev")))
+    return routes
+
+
+def parse_named_files(text: str) -> dict[str, str]:
+    """`<path> <base64 content>` lines -> {path: content}."""
+    out = {}
+    for line in text.splitlines():
+        path, _, encoded = line.strip().partition(" ")
+        if path:
+            out[path] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return out
+
+
+def parse_ipv4_conf(text: str) -> dict[str, str]:
+    """`ip_forward 0`, `conf/eth0/forwarding 1`, `conf/eth0/rp_filter 2` -> {"ip_forward": "0",
+    "eth0.forwarding": "1", "eth0.rp_filter": "2"}."""
+    out = {}
+    for line in text.splitlines():
+        path, _, value = line.strip().partition(" ")
+        if path.startswith("conf/"):
+            _, iface, key = path.split("/", 2)
+            out[f"{iface}.{key}"] = value.strip()
+        elif path:
+            out[path] = value.strip()
+    return out
 
 
 def parse_speeds(text: str) -> dict[str, int]:
@@ -126,7 +163,8 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
         name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
         image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
-        restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")))
+        restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
+        id=str(item.get("Id") or "") or None)
 
 
 def _started_at(value: str | None) -> str | None:
@@ -134,23 +172,84 @@ def _started_at(value: str | None) -> str | None:
     return None if not value or value.startswith("0001-01-01") else value
 
 
-def parse_docker_inspect(text: str, names: list[str]) -> dict[str, ContainerInfo]:
-    """`docker inspect` JSON for the names asked; a name docker did not return does not exist."""
+_NO_SUCH = re.compile(r"no such (container|object|image)", re.I)
+# docker could not be asked at all: the socket refused us (not in the docker group) or no daemon answers
+_UNREACHABLE = re.compile(r"permission denied.*(daemon socket|docker\.sock)|docker\.sock.*permission denied|"
+                          r"cannot connect to the docker daemon|is the docker daemon running", re.I)
+
+
+@dataclass
+class DockerAnswer:
+    """What one `docker inspect` of the containers and images said (the gather script's `docker` section)."""
+
+    reached: bool                       # docker answered (denied or down: False)
+    error: str | None                   # why not reached, or what it said besides "no such object"
+    containers: dict[str, ContainerInfo]
+    images: dict[str, str | None]
+
+
+def _stderr_lines(text: str) -> list[str]:
+    return [line[5:].strip() for line in text.splitlines() if line.startswith("#err ") and line[5:].strip()]
+
+
+def _inspected_items(text: str) -> list[dict] | None:
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#err "))
+    try:
+        items = json.loads(body) if body.strip() else None
+    except ValueError:
+        return None
+    return items if isinstance(items, list) else None
+
+
+def _image_names(ref: str) -> set[str]:
+    """The spellings of an image reference docker and podman report (docker.io/library/ added or not)."""
+    names = {ref}
+    if "/" not in ref.split(":")[0].split("@")[0]:
+        names |= {f"docker.io/library/{ref}", f"library/{ref}"}
+    elif ref.count("/") == 1 and "." not in ref.split("/")[0] and ":" not in ref.split("/")[0]:
+        names.add(f"docker.io/{ref}")
+    return names
+
+
+def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerAnswer:
+    """The `docker` section: containers by name (a name docker did not return does not exist, unless it said
+    why it could not tell: then "unknown"), images by reference (their id, None when absent)."""
+    stderr = _stderr_lines(text)
+    unreachable = [line for line in stderr if _UNREACHABLE.search(line)]
+    items = _inspected_items(text)
+    if unreachable or items is None:
+        error = (unreachable or [line for line in stderr if not _NO_SUCH.search(line)] or
+                 ["docker inspect printed nothing"])[-1]
+        return DockerAnswer(False, error, {n: ContainerInfo(n, exists=False, status="unknown") for n in names},
+                            dict.fromkeys(refs))
+    other = [line for line in stderr if not _NO_SUCH.search(line)]
     found: dict[str, dict] = {}
-    for item in json.loads(text) if text.strip() else []:
-        found[str(item.get("Name", "")).lstrip("/")] = item
-        found.setdefault(str(item.get("Id", "")), item)
-    return {name: _container_from_inspect(name, found[name]) if name in found else ContainerInfo(name, False)
-            for name in names}
-
-
-def parse_docker_images(text: str, refs: list[str]) -> dict[str, str | None]:
-    ids: dict[str, str] = {}
-    for line in text.splitlines():
-        image_id, _, ref = line.strip().partition(" ")
-        if ref:
-            ids[ref] = image_id
-    return {ref: ids.get(ref) for ref in refs}
+    images: list[dict] = []
+    for item in items:
+        if isinstance(item, dict) and "State" in item:
+            found[str(item.get("Name", "")).lstrip("/")] = item
+            found.setdefault(str(item.get("Id", "")), item)
+        elif isinstance(item, dict):
+            images.append(item)
+    containers = {}
+    for name in names:
+        if name in found:
+            containers[name] = _container_from_inspect(name, found[name])
+        elif other:  # not "absent": docker failed to say
+            containers[name] = ContainerInfo(name, exists=False, status="unknown",
+                                             error=f"docker inspect failed: {other[-1]}")
+        else:
+            containers[name] = ContainerInfo(name, exists=False)
+    image_ids: dict[str, str | None] = {}
+    for ref in refs:
+        spellings = _image_names(ref)
+        match = next((i for i in images if spellings & set(i.get("RepoTags") or []) or
+                      any(d.split("@")[-1] == ref.split("@")[-1] for d in i.get("RepoDigests") or [] if "@" in ref)),
+                     None)
+        if match is None and len(images) == 1 and len(refs) == 1:
+            match = images[0]  # inspected by the one reference asked
+        image_ids[ref] = str(match.get("Id")) if match is not None else None
+    return DockerAnswer(True, other[-1] if other else None, containers, image_ids)
 
 
 def parse_docker_error(output: str) -> str:

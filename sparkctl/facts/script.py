@@ -60,6 +60,16 @@ if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
   printf 'ethtool %s %s\n' "$nd" "$sp"
 done; fi"""),
     ("ssh-connection", r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
+    ("routes", "ip -4 -o route show table main 2>/dev/null"),
+    # sparkctl's own sysctl.d files (a relaying ring node's forwarding): name and base64 content
+    ("sparkctl-sysctl", r"""for f in /etc/sysctl.d/*-sparkctl-*.conf; do
+  [ -f "$f" ] || continue; printf '%s ' "$f"; base64 < "$f" | tr -d '\n'; echo
+done"""),
+    # forwarding and reverse-path filtering: a ring relays between neighbours (`read`: no fork per file)
+    ("ipv4-conf", r"""for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding \
+         /proc/sys/net/ipv4/conf/*/rp_filter; do
+  [ -e "$f" ] || continue; v=; read -r v < "$f" 2>/dev/null; printf '%s %s\n' "${f#/proc/sys/net/ipv4/}" "$v"
+done"""),
     # Netplan files are 0600 root: read with sudo -n when needed; base64 keeps any content intact.
     ("netplan", r"""for f in /etc/netplan/*.yaml; do
   [ -e "$f" ] || continue
@@ -82,8 +92,6 @@ done"""),
     connection show $_u 2>&1; fi )
 else echo '#absent'; fi"""),
     ("docker-cli", "command -v docker"),
-    # `docker ps` proves what matters (this user can talk to the daemon) on Docker and Podman alike.
-    ("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null"),
 ]
 
 _TAIL_SECTIONS: list[tuple[str, str]] = [
@@ -97,17 +105,17 @@ if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""),
 
 
 def _docker_sections(container_names: Iterable[str], image_refs: Iterable[str]) -> list[tuple[str, str]]:
-    names = " ".join(q(n) for n in container_names)
-    refs = " ".join(q(r) for r in image_refs)
-    sections = []
-    if names:
-        sections.append(("docker-inspect", f"_has docker && _t 15 docker inspect --type container {names} "
-                                           "2>/dev/null"))
-    if refs:
-        sections.append(("docker-images", f"""_has docker && for r in {refs}; do
-  i=$(_t 15 docker image inspect --format '{{{{.Id}}}}' "$r" 2>/dev/null) && printf '%s %s\\n' "$i" "$r"
-done"""))
-    return sections
+    """ONE docker command for everything docker knows that sparkctl asks: `docker inspect` of the containers and
+    the images together (each docker call costs a client start, a daemon round trip and, with podman, its
+    storage locks). Its stderr is kept, each line marked `#err `: "no such object" is an answer, a refused
+    socket or a broken storage is not. With nothing to inspect, `docker ps` tells whether this user can talk to
+    the daemon (on Docker and Podman alike)."""
+    names = " ".join([*(q(n) for n in container_names), *(q(r) for r in image_refs)])
+    if not names:
+        return [("docker-info", "_has docker && _t 15 docker ps -q 2>&1 >/dev/null")]
+    return [("docker", f"""_has docker && {{ _e=$(mktemp 2>/dev/null || echo /tmp/.sfi.$$)
+_t 15 docker inspect {names} 2>"$_e"; _r=$?
+sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}""")]
 
 
 #: Netplan revert guards armed by a run and neither confirmed nor reverted, whose process still waits: a run cut
@@ -138,7 +146,7 @@ df -B1 --output=avail "$d" 2>/dev/null | tail -n 1""")
 
 #: Sections that wait on a daemon or walk a big table (docker/podman, nft, ss -p, ethtool): started together
 #: in the background at the top and printed in their place, so the round trip costs the slowest, not the sum.
-CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker-inspect", "docker-images", "ss", "firewall"})
+CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker", "ss", "firewall"})
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),

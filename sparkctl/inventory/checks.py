@@ -37,11 +37,13 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 # The validation context key that makes the model skip cross-field checks (the loader runs them itself,
 # with locations, on whatever parts did validate).
 SKIP_CROSS_CHECKS = "sparkctl_skip_cross_checks"
+#: The largest ring sparkctl builds (plan/ring.py RING_SIZES).
+MAX_RING = 8
 # What each topology needs: (fits(node_count), in words, what to use instead)
 TOPOLOGY_FIT = {
     "single": (lambda n: n == 1, "exactly 1 node", "pair for 2 nodes, ring or switch for more"),
     "pair": (lambda n: n == 2, "exactly 2 nodes", "single for 1 node, ring or switch for more"),
-    "ring": (lambda n: n >= 3, "3 or more nodes", "single for 1 node, pair for 2"),
+    "ring": (lambda n: 3 <= n <= MAX_RING, f"3 to {MAX_RING} nodes", "single for 1 node, pair for 2"),
     "switch": (lambda n: n >= 2, "2 or more nodes", "single for 1 node"),
 }
 #: serve.config sections that are mappings in every TensorRT-LLM release (llm_args.py): never a plain value.
@@ -159,9 +161,16 @@ def _fabric_problems(parts: InventoryParts) -> Iterator[Problem]:
                "switch: every node cabled to a switch)")
         return
     fits, needs, instead = TOPOLOGY_FIT[topology]
+    if topology == "ring" and count > MAX_RING:
+        yield (("fabric", "topology"), f"a ring of {count} nodes cannot work well: its farthest nodes would be "
+                                       f"{count // 2} hops apart, relayed by the nodes in between; sparkctl builds "
+                                       f"rings of 3 to {MAX_RING} (use a switch)")
+        return
     if not fits(count):
         yield (("fabric", "topology"), f"{topology} needs {needs}, the inventory has {count} (use {instead})")
         return
+    if topology == "ring":
+        yield from _ring_problems(parts)
 
     if fabric.subnets is None:
         subnets = default_subnets(topology, count)
@@ -180,6 +189,20 @@ def _fabric_problems(parts: InventoryParts) -> Iterator[Problem]:
                 loc = ("fabric", "subnets", position) if explicit else ("nodes", index, "host")
                 yield (loc, f"{subnet} overlaps the management network: node {node.name} is reached at "
                             f"{address} (choose fabric.subnets apart from the management addresses)")
+
+
+def _ring_problems(parts: InventoryParts) -> Iterator[Problem]:
+    """What a ring cannot be: a ring cables BOTH ports of every node (port 0 to the next node, port 1 to the
+    previous), so one port, or two pinned twin names, cannot describe it."""
+    fabric = parts.fabric
+    if fabric is not None and fabric.port != "auto":
+        yield (("fabric", "port"), f"a ring uses both ports of every node (port 0 to the next node, port 1 to the "
+                                   f"previous), not port {fabric.port} alone (remove fabric.port)")
+    for index, node in enumerate(parts.nodes):
+        if node is not None and node.fabric.interfaces:
+            yield (("nodes", index, "fabric", "interfaces"),
+                   f"{node.name}: a ring uses the four twins of both ports; two pinned names cannot describe it "
+                   "(remove nodes[].fabric.interfaces)")
 
 
 def _explicit_subnet_problems(subnets: list[ipaddress.IPv4Network], topology: str,

@@ -50,7 +50,8 @@ def inventory_document(directory: Path, cluster_name: str, nodes: list[tuple[str
             "port": 22,
         },
         "nodes": [{"name": name, "host": host} for name, host in nodes],
-        "fabric": {"topology": topology, "port": port},
+        # a ring cables both ports: fabric.port would say otherwise
+        "fabric": {"topology": topology} if topology == "ring" else {"topology": topology, "port": port},
         "container": {"image": image},
     }
 

@@ -168,7 +168,7 @@ class Lab:
         for record in state.nodes:
             network.add_netns(state, names.node_netns(record.name))
             network.add_mgmt_link(state, names, record.index, record.name)
-            self._prepare_node(record, key.with_suffix(".pub").read_text(), masked, store, standins)
+            self._prepare_node(record, key.with_suffix(".pub").read_text(), masked, image_store, standins)
         network.build_fabric(state, names, {r.index: r.name for r in state.nodes})
         log(f"lab {names.lab_id}: {count} node(s) wired in {time.monotonic() - started:.1f}s; booting")
         for record in state.nodes:

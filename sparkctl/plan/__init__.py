@@ -13,6 +13,7 @@ from sparkctl.plan.container import (
     render_hostfile,
 )
 from sparkctl.plan.fabric import FabricPlan, PlanError, plan_fabric, render_netplan
+from sparkctl.plan.ring import forwarding_settings, render_sysctl, ring_routes
 from sparkctl.plan.serve import launch_command, render_serve_config
 
 __all__ = ["ClusterPlan", "FabricPlan", "PlanError", "NodePlan", "plan_cluster"]
@@ -24,6 +25,11 @@ class NodePlan:
     rank: int
     netplan: str | None
     container: ContainerSpec
+    #: sysctls the node needs (a relaying ring node's forwarding), and the file that keeps them; {} / None: none
+    sysctl: dict[str, str]
+    sysctl_file: str | None
+    #: the netplan file's routes: {interface: [(destination, via)]} (a ring's, plan/ring.py)
+    routes: dict[str, list[tuple[str, str]]]
 
 
 @dataclass
@@ -39,12 +45,19 @@ class ClusterPlan:
 def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
     facts_by_node = facts_by_node or {}
     fabric = plan_fabric(inventory, facts_by_node)
+    order = [n.name for n in inventory.nodes]
+    ring = inventory.topology == "ring"
     nodes = {}
     for rank, node in enumerate(inventory.nodes):
-        netplan = render_netplan(inventory, node.name, fabric) if fabric.ports[node.name].interfaces else None
+        routes = ring_routes(fabric, order, node.name) if ring else None
+        netplan = render_netplan(inventory, node.name, fabric, routes) if fabric.ports[node.name].interfaces \
+            else None
+        sysctl = forwarding_settings(fabric, order, node.name) if ring else {}
         nodes[node.name] = NodePlan(
             name=node.name, rank=rank, netplan=netplan,
             container=container_spec(inventory, node, fabric, facts_by_node.get(node.name)),
+            sysctl=sysctl, sysctl_file=render_sysctl(inventory.cluster.name, node.name, sysctl) if sysctl else None,
+            routes=routes or {},
         )
     return ClusterPlan(
         fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric),

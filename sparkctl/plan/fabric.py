@@ -24,7 +24,7 @@ class NodePorts:
     ports: tuple[int | None, ...]          # physical port per pair of twins (None when pinned by name)
     interfaces: tuple[str, ...]
     roce_devices: tuple[str, ...]
-    source: str                            # "pinned" | "facts" | "inventory" | "default" | "peer"
+    source: str                            # "pinned" | "facts" | "inventory" | "default" | "peer" | "ring"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def select_ports(inventory: Inventory, node: Node, facts: Facts | None) -> NodeP
     wanted = inventory.fabric.port
     if topology == "ring":
         ports: tuple[int, ...] = (0, 1)
-        source = "inventory"
+        source = "ring"
     elif wanted in (0, 1):
         ports = (int(wanted),)
         source = "facts" if facts is not None and int(wanted) in facts.up_ports() else "inventory"
@@ -239,35 +239,11 @@ def _first_free(subnet: ipaddress.IPv4Network, used: set[ipaddress.IPv4Address])
     return ipaddress.IPv4Address(candidate)
 
 
-def neighbour_routes(plan: FabricPlan, node: str) -> dict[str, list[tuple[str, str]]]:
-    """Host routes to a neighbour's addresses on cables that are not ours: {interface: [(to, via)]}.
-
-    In a ring every node owns addresses on two cables, and a peer may hand out any of them: the hostfile line
-    (ssh, ORTE), Open MPI's single TCP BTL address (plan/container.py ring_mpi_interface), NCCL's bootstrap
-    address. Without a route the cable we are not on gives "Network is unreachable". The neighbour accepts
-    traffic for any of its own addresses on the link we share, so a /32 through it needs no forwarding, and
-    the reply takes the same cable back (the sender's address is on that cable or has its /32 there too).
-    """
-    mine = plan.addresses.get(node, {})
-    attached = {a.network for a in mine.values()}
-    routes: dict[str, list[tuple[str, str]]] = {}
-    for peer, theirs in plan.addresses.items():
-        if peer == node:
-            continue
-        shared = [(iface, peer_addr) for iface, addr in mine.items()
-                  for peer_addr in theirs.values() if peer_addr.network == addr.network]
-        if not shared:
-            continue  # not a neighbour: a ring of 4+ would need a relay
-        out_iface, gateway = shared[0]
-        for addr in theirs.values():
-            if addr.network not in attached:
-                routes.setdefault(out_iface, []).append((f"{addr.ip}/32", str(gateway.ip)))
-    return routes
-
-
-def render_netplan(inventory: Inventory, node: str, plan: FabricPlan) -> str:
+def render_netplan(inventory: Inventory, node: str, plan: FabricPlan,
+                   routes: dict[str, list[tuple[str, str]]] | None = None) -> str:
+    """routes: {interface: [(destination, via)]} (a ring's, plan/ring.py)."""
     addrs = plan.addresses.get(node, {})
-    routes = neighbour_routes(plan, node) if inventory.topology == "ring" else {}
+    routes = routes or {}
     interfaces = [
         {"name": iface, "addresses": [str(addrs[iface])] if iface in addrs else [],
          "routes": routes.get(iface, [])}

@@ -1,7 +1,13 @@
 """sparkctl's MPI probe, run by mpirun in the containers (one rank per node).
 
 Each rank reports its hostname, the settings it saw and the interfaces whose tx byte counters grew
-during an allreduce (the interface Open MPI really used); rank 0 checks the sum and prints one JSON line.
+during an allreduce (the interface Open MPI really used); rank 0 checks the sum and writes one JSON report to
+the file named by its third argument (atomically: a temp file renamed).
+
+Not to stdout: mpirun forwards a rank's output in chunks of at most 4 KiB (ORTE_IOF_BASE_MSG_MAX) and, with
+--tag-output, puts its `[1,0]<stdout>:` tag before EVERY chunk, mid-line. At 16 ranks the report is ~7 KiB, so
+the tag landed inside it: between two tokens (the JSON no longer parsed) or inside a key such as
+"OMPI_MCA_oob_tcp_if_include" (the rank then seemed to have that setting unset).
 Only the Python standard library and mpi4py: it runs in any image that has them.
 """
 
@@ -14,8 +20,6 @@ import time
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include",
             "OMPI_MCA_oob_tcp_if_include")
-# plan/mpi.py PROBE_RESULT: the line sparkctl looks for among mpirun's tagged output
-MARKER = "@@sparkctl-mpi-probe@@"
 
 
 def tx_bytes():
@@ -36,6 +40,7 @@ def main():
     rank, size = comm.Get_rank(), comm.Get_size()
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20  # doubles per rank
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    result = sys.argv[3] if len(sys.argv) > 3 else None
     send = array.array("d", [float(rank + 1)]) * count
     recv = array.array("d", [0.0]) * count
     comm.Barrier()
@@ -58,8 +63,14 @@ def main():
     reports = comm.gather(report, root=0)
     if rank == 0:
         payload = 8 * count * rounds
-        print(MARKER + json.dumps({"size": size, "bytes": payload, "seconds": max(r["seconds"] for r in reports),
-                                   "expected_sum": expected, "ranks": reports}), flush=True)
+        text = json.dumps({"size": size, "bytes": payload, "seconds": max(r["seconds"] for r in reports),
+                           "expected_sum": expected, "ranks": reports})
+        if result is None:
+            print(text, flush=True)
+            return
+        with open(result + ".part", "w") as handle:
+            handle.write(text + "\n")
+        os.replace(result + ".part", result)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,16 @@ def network_state_dir(cluster: str) -> str:
     return posixpath.join(NETWORK_STATE_ROOT, cluster, "network")
 
 
+#: The container's keys in the state dir's container-ssh/ (mounted read-only at /tmp/.ssh in the container).
+CONTAINER_CLIENT_KEY = "id_ed25519"
+CONTAINER_HOST_KEY = "ssh_host_ed25519_key"
+
+
+def sysctl_path(cluster: str) -> str:
+    """The sysctl.d file sparkctl keeps a node's kernel settings in (a relaying ring node's forwarding)."""
+    return f"/etc/sysctl.d/60-sparkctl-{cluster}.conf"
+
+
 def cluster_key_name(cluster: str) -> str:
     """The node's own ssh key for this cluster, in ~/.ssh."""
     return f"sparkctl-{cluster}_ed25519"

@@ -14,14 +14,17 @@ def peer_route(inventory: Inventory, fabric: FabricPlan, node: str, peer: str) -
     """How `node` reaches `peer` with the cluster key: (address, extra ssh options).
 
     On a link they share: the peer's address there and no options (the ssh config block names that address).
-    A peer with no shared link (non-neighbours in a ring of 4+): its management address, its ssh port and the
-    cluster key named outright. A peer's first address is not always on a link of ours (in a ring it may face
-    the next node).
+    A peer with no shared link (non-neighbours in a ring of 4+): its first fabric address, which the ring's
+    routes reach through the nodes in between (plan/ring.py); without such routes, its management address, its
+    ssh port and the cluster key named outright.
     """
     for link in fabric.links(node):
         for other, _iface, address in link.peers:
             if other == peer:
                 return str(address.ip), ""
+    first = fabric.first_address(peer)
+    if inventory.topology == "ring" and first is not None:
+        return str(first), ""
     spec = inventory.node(peer)
     port = int(spec.port or inventory.ssh.port or 22)
     # ssh expands the ~ of -i itself: the line works unquoted and inside a double-quoted variable alike

@@ -12,6 +12,7 @@ from sparkctl.errors import BadInput, Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.runs.interrupts import ctrl_c_stops
+from sparkctl.runs.proofs import ProofFile
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
@@ -28,9 +29,9 @@ class RunRequest:
     @classmethod
     def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
            become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
-           skip: set[str] | None = None, forks: int = 32) -> RunRequest:
+           skip: set[str] | None = None, forks: int = 32, reprove: bool = False) -> RunRequest:
         options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
-                             become_password=become_password)
+                             become_password=become_password, reprove=reprove)
         return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
 
 
@@ -126,13 +127,18 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
                                              become_password=options.become_password,
                                              interruption=interruption) as session:
         lost = LostNodes(session.unreachable)
-        cluster = ClusterContext(inventory, options, emit, new_transport=session.open, lost=lost)
+        cluster = ClusterContext(inventory, options, emit, new_transport=session.open, lost=lost,
+                                 records=ProofFile(inventory.cluster.name))
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+        def emit_noted(event: Event) -> None:
+            cluster.note(event)
+            emit(event)
+
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit, lost=lost, interruption=interruption, on_stage=cluster.begin_stage)
+                        emit=emit_noted, lost=lost, interruption=interruption, on_stage=cluster.begin_stage)
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

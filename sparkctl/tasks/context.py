@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.stops import LostNodes
@@ -48,6 +48,8 @@ class RunOptions:
     #: seconds the node waits for sparkctl's confirmation before it reverts a netplan change by itself
     netplan_confirm_timeout: float = 60.0
     become_password: str | None = field(default=None, repr=False)
+    #: run every proof again, none taken from the record (tasks/proof.py)
+    reprove: bool = False
 
 
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) -> Facts:
@@ -55,6 +57,14 @@ def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) ->
     return gather_facts(transport, node.name, container_names=(inventory.container.name,),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
                         reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),))
+
+
+class ProofRecords(Protocol):
+    """Where proofs a later run may rely on are kept (the controller's state dir; runs/proofs.py)."""
+
+    def get(self, key: str) -> Any | None: ...
+
+    def put(self, key: str, value: Any | None) -> None: ...
 
 
 class NodeContext:
@@ -184,8 +194,12 @@ class NodeContext:
 
 class ClusterContext:
     def __init__(self, inventory: Inventory, options: RunOptions, emit: Callable[[Event], None],
-                 new_transport: Callable[[str], Transport] | None = None, lost: LostNodes | None = None):
+                 new_transport: Callable[[str], Transport] | None = None, lost: LostNodes | None = None,
+                 records: ProofRecords | None = None):
         self.inventory = inventory
+        self.records = records
+        #: changes applied so far in this run, by any task (a proof on record is then not relied on)
+        self.changes_applied = 0
         self._new_transport = new_transport
         #: nodes out of the run (shared with the runner): never reached again, planned from what was last read
         self.lost = lost if lost is not None else LostNodes()
@@ -198,11 +212,17 @@ class ClusterContext:
         # holding its own lock, and plan() gathers facts of every node.
         self._generation_lock = threading.Lock()
         self._plan_lock = threading.Lock()
-        self._handed_over: dict[str, tuple[int, Any]] = {}
+        self._handed_over: dict[str, tuple[tuple[int, int], Any]] = {}
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:
         self.nodes[ctx.name] = ctx
+
+    def note(self, event: Event) -> None:
+        """Every event of the run passes here first (runs/session.py): count the changes applied."""
+        if event.event == "task_changes":
+            with self._generation_lock:
+                self.changes_applied += 1
 
     def bump(self) -> None:
         with self._generation_lock:
@@ -216,14 +236,15 @@ class ClusterContext:
         """Reads a task did on behalf of the NEXT task (they rode in its round trip), tagged with the current
         generation."""
         with self._generation_lock:
-            self._handed_over[key] = (self._generation, value)
+            self._handed_over[key] = ((self._generation, self.changes_applied), value)
 
     def take_over(self, key: str) -> Any | None:
-        """What hand_over left, once, and only if no node's facts were read or invalidated since (else None:
-        read again). A task that changes something re-checks, and that re-check hands over anew."""
+        """What hand_over left, once, and only if no node's facts were read or invalidated and no change was
+        applied since (else None: read again). A task that changes something re-checks, and that re-check hands
+        over anew."""
         with self._generation_lock:
-            generation, value = self._handed_over.pop(key, (None, None))
-            return value if generation == self._generation else None
+            stamp, value = self._handed_over.pop(key, (None, None))
+            return value if stamp == (self._generation, self.changes_applied) else None
 
     def head(self) -> NodeContext:
         """The head node's context; a run without it (--limit) cannot do what only the head does."""
@@ -273,6 +294,17 @@ class ClusterContext:
         with ThreadPoolExecutor(max_workers=min(32, len(scripts))) as pool:
             futures = {n: pool.submit(self.nodes[n].run, s, sudo=sudo, timeout=timeout) for n, s in scripts.items()}
             return {n: f.result() for n, f in futures.items()}
+
+    def each_node(self, work: dict[str, Callable[[], None]]) -> None:
+        """Run each node's work (its own steps in order) on all nodes at once; the first failure is raised after
+        every node finished (a node's half-done work is never abandoned mid-way)."""
+        if not work:
+            return
+        with ThreadPoolExecutor(max_workers=min(32, len(work))) as pool:
+            futures = [pool.submit(step) for step in work.values()]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
 
     def plan(self) -> ClusterPlan:
         """The desired state from the CURRENT facts of every node (recomputed after any change)."""

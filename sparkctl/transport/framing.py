@@ -68,7 +68,11 @@ class Framing:
 
     def texts(self, stdout: str) -> dict[str, str]:
         """Each section's output only."""
-        return {name: s.output for name, s in self.split(stdout).items()}
+        return self.texts_of(self.split(stdout))
+
+    @staticmethod
+    def texts_of(sections: dict[str, Section]) -> dict[str, str]:
+        return {name: s.output for name, s in sections.items()}
 
 
 def _checked(name: str) -> str:

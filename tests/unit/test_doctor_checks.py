@@ -498,3 +498,25 @@ def test_a_ring_cabled_out_of_order_is_a_wrong_cable_on_every_node_with_the_map(
                                                                                   (1, "enp1s0f1np1"))]
     assert all("inventory init" in f.fix for f in wrong)
     assert len(d.cabling.problems) == 6
+
+
+def test_a_pair_that_could_not_be_checked_is_a_warning_not_a_broken_pair():
+    """An overloaded sshd resets the handshake (MaxStartups): doctor says it could not check, not that it broke."""
+    s = healthy_snapshot()
+    reset = "kex_exchange_identification: read: Connection reset by peer"
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, reset, "unknown")
+    s.probes["spark2"].container_ssh[0] = SshProbe("spark1", "root@192.168.100.10", False, reset, "unknown")
+    d = diagnose(s)
+    assert d.errors == [] and d.healthy
+    warnings = {(f.id, f.node) for f in d.findings if f.severity == "warning"}
+    assert {("ssh.mesh_unchecked", "spark1"), ("container.ssh_unchecked", "spark2")} <= warnings
+    assert all("not known to be broken" in f.evidence for f in d.findings if f.id.endswith("_unchecked"))
+
+
+def test_a_container_docker_did_not_report_is_unread_not_missing():
+    s = healthy_snapshot()
+    s.facts["spark2"].containers["trtllm-multinode"] = dataclasses.replace(
+        s.facts["spark2"].containers["trtllm-multinode"], exists=False, running=False, status="unknown")
+    d = diagnose(s)
+    assert d.errors == [], [(f.id, f.node) for f in d.errors]
+    assert ("container.unread", "spark2", "warning") in {(f.id, f.node, f.severity) for f in d.findings}

@@ -6,6 +6,7 @@ Where the lab can hold such a fault, tests/lab/test_doctor.py seeds it too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -19,7 +20,7 @@ from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.findings import Diagnosis
 from sparkctl.doctor.node_probes import Setting
 from sparkctl.doctor.remedies import KINDS, REMEDIES
-from sparkctl.doctor.snapshot import LinkProbe
+from sparkctl.doctor.snapshot import LinkProbe, SshProbe
 from sparkctl.facts import Lldp
 from sparkctl.facts.lldp import parse_lldp
 from sparkctl.runs import doctor as doctor_run
@@ -183,6 +184,21 @@ def nm_not_running(s):
         s.facts[name].interfaces["enp1s0f1np1"].mac = nm_tests.BOUND_MAC
 
 
+def mesh_unchecked(s):
+    reset = "kex_exchange_identification: read: Connection reset by peer"
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, reset, "unknown")
+
+
+def container_ssh_unchecked(s):
+    reset = "kex_exchange_identification: read: Connection reset by peer"
+    s.probes["spark2"].container_ssh[0] = SshProbe("spark1", "root@192.168.100.10", False, reset, "unknown")
+
+
+def container_unread(s):
+    s.facts["spark2"].containers["trtllm-multinode"] = dataclasses.replace(
+        s.facts["spark2"].containers["trtllm-multinode"], exists=False, running=False, status="unknown")
+
+
 FAULTS = {
     "node.unreachable": base.fault_unreachable, "node.ssh_auth": base.fault_ssh_auth,
     "node.host_key_changed": host_key_changed, "node.user_mismatch": base.fault_user,
@@ -201,7 +217,9 @@ FAULTS = {
     "env.image_setting": probed(image_setting), "env.file_setting": probed(file_setting),
     "env.host_setting": probed(host_setting), "ssh.sshd_dropin": probed(sshd_dropin),
     "node.cma_reserved": probed(cma_reserved), "node.swap_in_use": probed(swap_in_use),
-    "fabric.lldp_unavailable": lldp_unavailable, "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running,
+    "ssh.mesh_unchecked": mesh_unchecked, "container.ssh_unchecked": container_ssh_unchecked,
+    "container.unread": container_unread, "fabric.lldp_unavailable": lldp_unavailable,
+    "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running,
 }
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}

@@ -22,8 +22,9 @@ def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
     assert subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True).returncode == 0
     assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
     # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
-    assert "ping -c 1 -W 2 -M do -s 8972 -I enp1s0f1np1 192.168.100.11" in script
-    assert "ping -c 1 -W 2 -M do -s 8972 -I enP2p1s0f1np1 192.168.101.11" in script
+    assert 'ping -c 1 -W 2 -M do -s "$_s" -I "$_i" "$_a"' in script
+    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
+    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
     assert "/health" in script  # the head probes the server
 
@@ -106,5 +107,26 @@ def test_the_whole_script_runs_to_the_end_with_stubbed_commands(tmp_path):
     assert p.port_owners == {2233: "sshd (pid 7)"}
     assert [x.verdict for x in p.pings] == ["ok", "ok"]
     assert [(x.peer, x.ok) for x in p.ssh] == [("spark2", False)] and "Permission denied" in p.ssh[0].error
-    assert p.container_hostfile == "" and len(p.container_ssh) == 2
+    # one try per ordered pair of containers, at the address the pair shares first (the one mpirun uses)
+    assert p.container_hostfile == "" and [c.target for c in p.container_ssh] == ["root@192.168.100.11"]
     assert p.hf_token_file is False and [m.state for m in p.models] == ["absent", "absent"]
+
+
+def test_a_pair_the_probe_never_reached_is_not_checked_never_silently_fine():
+    """The probe round trip cut short (its time limit, a lost node): every pair without a verdict comes back as
+    not checked, so doctor says so instead of passing it."""
+    from sparkctl.doctor.probes import probe_node, probe_timeout
+    from sparkctl.transport.base import CommandResult
+
+    class Cut:
+        node = "spark1"
+
+        def run(self, script, *, timeout=60.0, sudo=False, input=None):
+            return CommandResult(script, -1, "", "", timed_out=True)
+
+    s = healthy_snapshot()
+    probe = probe_node(Cut(), s.inventory, s.plan, s.facts["spark1"], ["spark1", "spark2"], timeout=1)
+    assert [(p.peer, p.state) for p in probe.ssh] == [("spark2", "unknown")]
+    assert [(p.peer, p.state) for p in probe.container_ssh] == [("spark2", "unknown")]
+    assert "timed out" in probe.ssh[0].error
+    assert probe_timeout(16) > probe_timeout(2) >= 60

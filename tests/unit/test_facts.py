@@ -90,7 +90,8 @@ def test_dgx_release():
 
 
 def test_docker_inspect_real_podman_output_redacts_secrets():
-    info = p.parse_docker_inspect(fixture("docker-inspect.podman-created.json"), ["sfx-facts-test", "nope"])
+    info = p.parse_docker_answer(fixture("docker-inspect.podman-created.json"), ["sfx-facts-test", "nope"],
+                                 []).containers
     c = info["sfx-facts-test"]
     assert c.exists and not c.running and c.status == "created" and c.started_at is None
     assert c.image == "localhost/sfx-scratch:facts" and c.image_id.startswith("3a23e68e")
@@ -99,6 +100,26 @@ def test_docker_inspect_real_podman_output_redacts_secrets():
     assert c.env["HF_TOKEN"] == MASK and "not-a-real-token" not in repr(c)
     assert c.mounts[0]["Destination"] == "/root/.cache/huggingface" and c.mounts[0]["RW"] is False
     assert not info["nope"].exists and info["nope"].status == "absent"
+
+
+def test_one_docker_inspect_answers_for_the_container_and_the_image():
+    """The gather script asks docker once (container and image together): real podman output of both."""
+    ref = "localhost/sparkctl-lab-trtllm:1.3.0rc12"
+    answer = p.parse_docker_answer(fixture("docker-inspect.podman-container-and-image.json")
+                                   + '#err Error: inspecting object: no such object: "nvcr.io/x:1"',
+                                   ["trtllm-multinode"], [ref, "nvcr.io/x:1"])
+    assert answer.reached and answer.error is None
+    c = answer.containers["trtllm-multinode"]
+    assert c.exists and c.running and c.id and c.image == ref and c.env["OMPI_MCA_btl_tcp_if_include"]
+    assert answer.images[ref].startswith("6e62f1ae") and answer.images["nvcr.io/x:1"] is None
+    # a socket that refuses us, or no daemon: docker was not reached, nothing is "absent"
+    denied = p.parse_docker_answer("[]\n#err permission denied while trying to connect to the Docker daemon socket "
+                                   "at unix:///var/run/docker.sock", ["trtllm-multinode"], [ref])
+    assert not denied.reached and denied.error.startswith("permission denied")
+    assert denied.containers["trtllm-multinode"].status == "unknown"
+    # docker.io short names match the library spelling podman reports
+    hub = '[{"Id": "abc", "RepoTags": ["docker.io/library/ubuntu:24.04"]}]'
+    assert p.parse_docker_answer(hub, [], ["ubuntu:24.04", "x:1"]).images == {"ubuntu:24.04": "abc", "x:1": None}
 
 
 def test_firewall_summaries():
@@ -279,11 +300,45 @@ def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path)
         out = subprocess.run(["sh", "-c", prelude + script], capture_output=True, text=True, timeout=60).stdout
         runs[mode] = Framing("n").split(out)
     names = list(runs["concurrent"])
-    assert names == list(runs["sequential"]) and set(names) >= CONCURRENT
-    assert names.index("speed") < names.index("ssh-connection") < names.index("docker-info")
+    # docker-info runs only when there is nothing to inspect
+    assert names == list(runs["sequential"]) and set(names) >= CONCURRENT - {"docker-info"}
+    assert names.index("speed") < names.index("ssh-connection") < names.index("docker")
     # this machine's interfaces, sockets and memory move between two runs (other labs): compare what does not
     for name in names:
         assert runs["concurrent"][name].rc == runs["sequential"][name].rc, name
-    for name in ("hostname", "id", "docker-cli", "docker-info", "docker-inspect", "docker-images", "firewall"):
+    for name in ("hostname", "id", "docker-cli", "docker", "firewall"):
         assert runs["concurrent"][name].output == runs["sequential"][name].output, name
     assert not list(tmp_path.parent.glob("tmp.*/speed"))  # the temp dir is removed
+
+
+def _sec(name: str, body: str, rc: int) -> str:
+    return f"@@sparkctl:n:begin {name}@@\n{body}\n@@sparkctl:n:end {name} {rc}@@\n"
+
+
+def test_a_docker_that_timed_out_is_slow_not_absent():
+    """Under load `timeout 15 docker ...` gives up (exit 124): the container is unknown, never "absent" (that
+    would have bootstrap create it again over the running one), and a slow `docker ps` is not a denial."""
+    slow = _sec("docker-cli", "/usr/bin/docker", 0) + _sec("docker", "", 124)
+    f = facts_from_output(slow, "n", "x", container_names=["trtllm-multinode"])
+    info = f.containers["trtllm-multinode"]
+    assert info.status == "unknown" and not info.exists and "did not answer" in info.error
+    assert not f.docker_access and "did not answer" in f.docker_error and not f.docker_denied
+    absent = _sec("docker-cli", "/usr/bin/docker", 0) + _sec(
+        "docker", '[]\n#err Error: inspecting object: no such object: "trtllm-multinode"', 125)
+    f = facts_from_output(absent, "n", "x", container_names=["trtllm-multinode"])
+    assert f.docker_access and f.containers["trtllm-multinode"].status == "absent"
+
+
+def test_a_docker_that_could_not_tell_is_not_taken_for_an_absent_container():
+    """podman with a broken storage answers `Error: getting graph driver info ...` (exit 125) for a container
+    that runs: unknown, never absent; a plain `no such container` is absent."""
+    broken = _sec("docker-cli", "/usr/bin/docker", 0) + _sec(
+        "docker", '[]\n#err Error: getting graph driver info "d378": readlink /var/lib/containers/storage/'
+                  'overlay/l/QUDA: no such file or directory', 125)
+    f = facts_from_output(broken, "n", "x", container_names=["trtllm-multinode"])
+    assert f.containers["trtllm-multinode"].status == "unknown"
+    assert any("graph driver" in e for e in f.raw_errors)
+    gone = _sec("docker-cli", "/usr/bin/docker", 0) + _sec(
+        "docker", "[]\n#err Error: no such container trtllm-multinode", 125)
+    f = facts_from_output(gone, "n", "x", container_names=["trtllm-multinode"])
+    assert f.containers["trtllm-multinode"].status == "absent"

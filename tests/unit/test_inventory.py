@@ -249,7 +249,9 @@ def test_wrong_number_of_subnets(inv_file):
                   "for more)"),
     ("pair", 3, "pair needs exactly 2 nodes, the inventory has 3 (use single for 1 node, ring or switch for "
                 "more)"),
-    ("ring", 2, "ring needs 3 or more nodes, the inventory has 2 (use single for 1 node, pair for 2)"),
+    ("ring", 2, "ring needs 3 to 8 nodes, the inventory has 2 (use single for 1 node, pair for 2)"),
+    ("ring", 9, "a ring of 9 nodes cannot work well: its farthest nodes would be 4 hops apart, relayed by the "
+                "nodes in between; sparkctl builds rings of 3 to 8 (use a switch)"),
     ("switch", 1, "switch needs 2 or more nodes, the inventory has 1 (use single for 1 node)"),
 ])
 def test_topology_that_does_not_fit(inv_file, topology, nodes, expected):
@@ -257,6 +259,17 @@ def test_topology_that_does_not_fit(inv_file, topology, nodes, expected):
     path = inv_file(f"user: nvidia\nnodes:\n{node_lines}fabric:\n  topology: {topology}\n"
                     "serve: {tp_size: 1}\n")
     assert only_problem(path) == f"inv.yaml:{nodes + 4}: fabric.topology: {expected}"
+
+
+def test_a_ring_uses_both_ports_not_one_and_not_two_pinned_twins(inv_file):
+    three = PAIR + "  - {name: spark3, host: 10.0.0.13}\n"
+    port = inv_file(three + "fabric:\n  topology: ring\n  port: 1\n")
+    assert only_problem(port) == ("inv.yaml:10: fabric.port: a ring uses both ports of every node (port 0 to the "
+                                  "next node, port 1 to the previous), not port 1 alone (remove fabric.port)")
+    pinned = inv_file(PAIR.replace("    host: 10.0.0.11\n", "    host: 10.0.0.11\n    fabric: {interfaces: "
+                                   "[enp1s0f0np0, enP2p1s0f0np0]}\n")
+                      + "  - {name: spark3, host: 10.0.0.13}\nfabric:\n  topology: ring\n")
+    assert "nodes[0].fabric.interfaces: spark1: a ring uses the four twins of both ports" in only_problem(pinned)
 
 
 def test_three_nodes_need_a_topology(inv_file):

@@ -93,9 +93,10 @@ def test_ring_open_mpi_uses_one_interface_with_the_same_name_on_every_node():
 def test_ring_routes_reach_each_neighbours_far_cable_through_the_shared_one():
     plan = plan_cluster(inventory("three-sparks-ring.yaml"))
     netplan = plan.nodes["spark1"].netplan
-    # spark2's cable-1 addresses via spark2's end of cable 0; spark3's cable-1 ends via spark3's end of cable 2
-    for to, via in (("10.200.2.1/32", "10.200.0.2"), ("10.200.3.1/32", "10.200.0.2"),
-                    ("10.200.2.2/32", "10.200.4.1"), ("10.200.3.2/32", "10.200.4.1")):
+    # spark2's cable-1 addresses via spark2's end of cable 0; spark3's cable-1 ends via spark3's end of cable 2;
+    # each twin's address through the same twin of the shared cable (both twins carry traffic)
+    for to, via in (("10.200.2.1/32", "10.200.0.2"), ("10.200.3.1/32", "10.200.1.2"),
+                    ("10.200.2.2/32", "10.200.4.1"), ("10.200.3.2/32", "10.200.5.1")):
         assert f"- to: {to}\n          via: {via}\n" in netplan
     # so every node's hostfile (MPI) address is reachable from every other node, over the direct cable
     for node in ("spark1", "spark2", "spark3"):

@@ -175,6 +175,31 @@ def test_an_ssh_port_answering_on_the_management_address_recreates_the_container
     assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
 
 
+def test_a_container_docker_did_not_report_in_time_is_asked_again_never_recreated():
+    """Under load `docker inspect` may time out: the container is then unknown, and container.run neither creates
+    it over the running one nor calls the port taken; asked again, the second answer decides."""
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    slow = ContainerInfo("trtllm-multinode", False, status="unknown")
+    answers = [running_like_plan(cctx, "spark1")]
+    ctx = cctx.nodes["spark1"]
+
+    def facts_again(refresh=False, _f=facts["spark1"]):
+        if refresh:
+            _f.containers["trtllm-multinode"] = answers.pop(0)
+        return _f
+
+    facts["spark1"].containers["trtllm-multinode"] = slow
+    ctx.facts = facts_again
+    assert ContainerRunTask().check(ctx) == []
+    answers[:] = [slow]
+    facts["spark1"].containers["trtllm-multinode"] = slow
+    with pytest.raises(TaskFailed) as err:
+        ContainerRunTask().check(ctx)
+    assert "could not be read" in err.value.message and "nothing was changed" in err.value.hint
+    assert not any(c.startswith("docker run") for c in ctx.transport.commands)
+
+
 def test_wrong_socket_ifname_recreates_with_diff():
     inv, facts = pair()
     cctx, _ = cluster(inv, facts)
@@ -366,7 +391,8 @@ def test_hostfile_check_and_mpirun_share_one_round_trip_per_node():
         assert cctx.nodes[node].transport.round_trips == 1 and cctx.nodes[node].transport.execs == []
     head_cmd, = cctx.nodes["spark1"].transport.commands
     # mpirun runs only when the head's hostfile already is the planned one, under a timeout
-    assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 60" in head_cmd
+    # (sized for the cluster: an mpirun over 2 nodes may take 60 s + 4 s per node)
+    assert "mpirun" in head_cmd and shlex.quote(good.rstrip("\n")) in head_cmd and "timeout 68 mpirun" in head_cmd
     assert "mpirun" not in cctx.nodes["spark2"].transport.commands[0]
     rules["spark1"] = [(r"openmpi-hostfile", hostfiles(good, good, (
         "mpirun", "ORTE was unable to reliably start\n[1,0]<stdout>:spark1\n", 1)))]
@@ -397,9 +423,9 @@ PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
 def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_inside():
     inv, facts = pair()
     rules = {"spark1": [(r":begin client@@", _ssh_listing(
-                 inv, facts, "spark1", PUBS, "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n"))],
+                 inv, facts, "spark1", PUBS, "ok spark2 root@192.168.100.11\n"))],
              "spark2": [(r":begin client@@", _ssh_listing(
-                 inv, facts, "spark2", PUBS, "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"))]}
+                 inv, facts, "spark2", PUBS, "ok spark1 root@192.168.100.10\n"))]}
     cctx, _ = cluster(inv, facts, rules)
     assert ContainerSshTask().check(cctx) == []
     for node in ("spark1", "spark2"):
@@ -410,17 +436,17 @@ def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_insid
 def test_container_ssh_failure_is_asked_again_before_it_is_believed():
     """A peer's sshd may come up while the first try runs: one separate retry decides."""
     inv, facts = pair()
-    first = {"spark1": "fail spark2 192.168.100.11 Connection refused\nok spark2 192.168.101.11\n",
-             "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
-    for retry, expect_fail in (("ok spark2 192.168.100.11\nok spark2 192.168.101.11\n", False),
-                               ("fail spark2 192.168.100.11 Permission denied (publickey)\n", True)):
+    first = {"spark1": "fail spark2 root@192.168.100.11 Connection refused\n",
+             "spark2": "ok spark1 root@192.168.100.10\n"}
+    for retry, expect_fail in (("ok spark2 root@192.168.100.11\n", False),
+                               ("fail spark2 root@192.168.100.11 Permission denied (publickey)\n", True)):
         rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, first[n])),
                      (r"^docker exec", retry if n == "spark1" else first[n])] for n in ("spark1", "spark2")}
         cctx, _ = cluster(inv, facts, rules)
         if expect_fail:
             with pytest.raises(TaskFailed) as err:
                 ContainerSshTask().check(cctx)
-            assert "spark1 container -> spark2 container (192.168.100.11): Permission denied" in err.value.details[0]
+            assert "spark1 -> spark2 (root@192.168.100.11): Permission denied" in err.value.details[0]
         else:
             assert ContainerSshTask().check(cctx) == []
         assert len(cctx.nodes["spark1"].transport.commands) == 2
@@ -433,8 +459,8 @@ def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_f
     mpi = {"spark1": (("node-hostfile", good), ("container-hostfile", good),
                       ("mpirun", "[1,0]<stdout>:spark1\n[1,1]<stdout>:spark2\n", 0)),
            "spark2": (("node-hostfile", good), ("container-hostfile", good))}
-    verdicts = {"spark1": "ok spark2 192.168.100.11\nok spark2 192.168.101.11\n",
-                "spark2": "ok spark1 192.168.100.10\nok spark1 192.168.101.10\n"}
+    verdicts = {"spark1": "ok spark2 root@192.168.100.11\n",
+                "spark2": "ok spark1 root@192.168.100.10\n"}
     rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], mpi[n]))]
              for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)

@@ -148,24 +148,35 @@ def test_ssh_keys_generates_a_key_for_real_in_a_temp_home(tmp_path):
     def shell(cmd: str) -> int:
         return subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, timeout=30).returncode
 
-    transport.respond("^test -s", exit_code=1)
+    def run_here(script: str) -> str:  # the node is this machine, its home the temp dir
+        return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30).stdout
+
+    run_here.wants_script = True
+    transport.respond("begin key@@", run_here)
     changes = SshKeyTask().check(ctx)
     assert [c.summary for c in changes] == ["generate the cluster key ~/.ssh/sparkctl-spark-pair_ed25519"]
     SshKeyTask().apply(ctx, changes)
-    check_cmd, apply_cmd = transport.commands
-    assert shell(check_cmd) == 1
-    assert shell(apply_cmd) == 0
-    assert shell(check_cmd) == 0
+    assert shell(transport.commands[1]) == 0
+    assert SshKeyTask().check(ctx) == []
     pub = (tmp_path / ".ssh" / "sparkctl-spark-pair_ed25519.pub").read_text()
     assert pub.startswith("ssh-ed25519 ") and pub.rstrip().endswith(" sparkctl-spark-pair@spark1")
     assert oct((tmp_path / ".ssh").stat().st_mode & 0o777) == "0o700"
+
+
+def framed_key_missing(script: str) -> str:
+    """ssh.keys' read answered: no key on the node."""
+    nonce = nonce_of(script)
+    return f"@@sparkctl:{nonce}:begin key@@\n\n@@sparkctl:{nonce}:end key 1@@\n"
+
+
+framed_key_missing.wants_script = True  # type: ignore[attr-defined]
 
 
 def test_ssh_keys_quotes_a_hostile_cluster_name(tmp_path):
     inv = inventory()
     inv.cluster.name = "x'; touch pwned; '"
     kit = make_kit(inv, {"spark1": spark_facts("spark1")})
-    kit.transport("spark1").respond("^test -s", exit_code=1)
+    kit.transport("spark1").respond("begin key@@", framed_key_missing)
     ctx = kit.node("spark1")
     SshKeyTask().apply(ctx, SshKeyTask().check(ctx))
     for cmd in kit.transport("spark1").commands:
@@ -188,7 +199,7 @@ def test_verify_reports_each_failed_connection():
     assert err.value.message == "1 node-to-node ssh connection(s) failed"
     assert err.value.details == ["spark1 -> spark2 (192.168.100.11): Permission denied (publickey)."]
     script = kit.transport("spark1").commands[-1]
-    assert "ssh -o BatchMode=yes -o ConnectTimeout=5 192.168.100.11 true" in script
+    assert "_try spark2 192.168.100.11 ssh -o BatchMode=yes -o ConnectTimeout=5 $_K 192.168.100.11 true &" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -234,3 +245,46 @@ def test_config_block_merge_and_remove():
     assert remove_config_block(merge_config_block("", block, "c"), "c") == ""
     other = merge_config_block(merged, "Host x\n", "d")  # another cluster's block is left alone
     assert remove_config_block(other, "c").startswith("# BEGIN sparkctl d\n")
+
+
+def test_each_node_runs_every_nodes_steps_and_raises_a_failure_after_all_finished():
+    kit = mesh_kit({n: {} for n in ("spark1", "spark2")})
+    done = []
+
+    def fails():
+        raise TaskFailed("spark1 broke")
+
+    with pytest.raises(TaskFailed, match="spark1 broke"):
+        kit.cluster.each_node({"spark1": fails, "spark2": lambda: done.append("spark2")})
+    assert done == ["spark2"]
+
+
+def test_a_noop_ssh_phase_is_one_round_trip_per_node():
+    """ssh.keys' read carries ssh.mesh's files and this node's half of ssh.verify's mesh; on a no-op the phase
+    costs one round trip per node. A pair that was not ok there is tried again by ssh.verify, which decides."""
+    pubs = {n: f"ssh-ed25519 K{n[-1]} sparkctl-spark-pair@{n}" for n in ("spark1", "spark2")}
+    files = {n: {"pub": pubs[n], "hostkey": f"ssh-ed25519 H{n[-1]}"} for n in ("spark1", "spark2")}
+    kit = mesh_kit(files)
+    converged = SshMeshTask().desired(kit.cluster, read_ssh_files(kit.cluster))
+    peer = {"spark1": ("spark2", "192.168.100.11"), "spark2": ("spark1", "192.168.100.10")}
+    for first_try in ("ok", "unknown"):
+        kit = make_kit(inventory(), {n: spark_facts(n, addresses=FABRIC[n], mtu=9000) for n in files})
+        for node in files:
+            state = dict(files[node], **converged[node])
+            read = ssh_read_output(state)
+            verdict = f"{first_try} {peer[node][0]} {peer[node][1]} kex_exchange_identification: reset\n"
+
+            def answer_keys(script, read=read, verdict=verdict):
+                nonce = nonce_of(script)
+                return (f"@@sparkctl:{nonce}:begin key@@\n\n@@sparkctl:{nonce}:end key 0@@\n" + read(script)
+                        + f"@@sparkctl:{nonce}:begin mesh@@\n{verdict}@@sparkctl:{nonce}:end mesh 0@@\n")
+
+            answer_keys.wants_script = True
+            kit.transport(node).respond(r"begin key@@", answer_keys)
+            kit.transport(node).respond(r"^_K=", f"ok {peer[node][0]} {peer[node][1]}\n")
+        for node in files:
+            assert SshKeyTask().check(kit.node(node)) == []
+        assert SshMeshTask().check(kit.cluster) == []
+        assert SshVerify().check(kit.cluster) == []
+        trips = [kit.transport(n).round_trips for n in files]
+        assert trips == ([1, 1] if first_try == "ok" else [2, 2]), first_try

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from sparkctl.engine.task import TaskFailed
-from sparkctl.plan.mpi import PROBE_RESULT
 from sparkctl.rules.interface_settings import hostfile_mismatches, node_mismatches, subnet_mismatches
 from sparkctl.tasks.verify.fabric import FabricVerify, nccl_log_findings, probe_mismatches
 from tests.taskkit import framed
@@ -112,7 +111,7 @@ def test_ring_peers_share_a_subnet_on_any_fabric_twin_not_only_the_mpi_one():
 def _probe_line(hostfile_env: dict) -> str:
     ranks = [{"rank": r, "hostname": f"spark{r + 1}", "env": hostfile_env, "sum_ok": True,
               "tx_bytes": {"enp1s0f1np1": 1 << 20}, "seconds": 0.01} for r in range(2)]
-    return PROBE_RESULT + json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
+    return json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
 
 
 def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
@@ -122,9 +121,9 @@ def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     hostfile = cctx.plan().hostfile
     env = cctx.plan().nodes["spark1"].container.env
-    rules = {"spark1": [(r"docker exec", framed([("hostfile", hostfile), ("probe", _probe_line(env) + "\n"),
-                                                 ("nccl", "")]))],
-             "spark2": [(r"docker exec", framed([("hostfile", hostfile), ("nccl", "")]))]}
+    rules = {"spark1": [(r"docker exec", framed([("container-hostfile", hostfile), ("probe", "mpirun said nothing\n"),
+                                                 ("probe-result", _probe_line(env) + "\n"), ("nccl", "")]))],
+             "spark2": [(r"docker exec", framed([("container-hostfile", hostfile), ("nccl", "")]))]}
     cctx, events = cluster(inv, facts, rules)
     assert FabricVerify().check(cctx) == []
     for node in ("spark1", "spark2"):
@@ -141,9 +140,47 @@ def test_verify_does_not_probe_when_a_setting_is_already_wrong():
     for node in ("spark1", "spark2"):
         facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node)
     facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1,roceP2p1s0f9"
-    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", framed([("hostfile", cctx.plan().hostfile), ("nccl", "")]))]
-                                   for n in ("spark1", "spark2")})
+    reads = framed([("container-hostfile", cctx.plan().hostfile), ("nccl", "")])
+    cctx, _ = cluster(inv, facts, {n: [(r"docker exec", reads)] for n in ("spark1", "spark2")})
     with pytest.raises(TaskFailed) as err:
         FabricVerify().check(cctx)
     assert "falls back to TCP" in " ".join(err.value.details)
     assert not any("mpi_probe" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
+
+
+def test_the_probe_report_survives_16_ranks_through_a_file(tmp_path):
+    """The report of 16 ranks is ~7 KiB: through mpirun's tagged stdout it was cut every 4 KiB with a tag inside
+    (a key then read as unset, or the JSON broke). Written to a file by rank 0, it arrives whole."""
+    import subprocess
+    import sys
+
+    from sparkctl.plan.mpi import probe_source
+    from sparkctl.transport.framing import Framing
+
+    fake = tmp_path / "mpi4py"
+    fake.mkdir()
+    # a stand-in MPI for a 16-rank gather in one process: every rank's report is rank 0's, renumbered
+    (fake / "__init__.py").write_text("")
+    (fake / "MPI.py").write_text(
+        "DOUBLE = SUM = None\n"
+        "class _C:\n"
+        "    def Get_rank(self): return 0\n"
+        "    def Get_size(self): return 16\n"
+        "    def Barrier(self): pass\n"
+        "    def Allreduce(self, s, r, op=None):\n"
+        "        r[0][:] = type(r[0])('d', [136.0]) * len(r[0])\n"
+        "    def gather(self, x, root=0): return [dict(x, rank=i, hostname=f'spark{i + 1}') for i in range(16)]\n"
+        "COMM_WORLD = _C()\n")
+    (tmp_path / "mpi_probe.py").write_text(probe_source())
+    result = tmp_path / "report.json"
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "OMPI_MCA_oob_tcp_if_include": "enp1s0f1np1"}
+    subprocess.run([sys.executable, str(tmp_path / "mpi_probe.py"), "16", "1", str(result)], env=env, check=True)
+    report = json.loads(result.read_text())
+    assert len(result.read_text()) > 4096 and len(report["ranks"]) == 16
+    assert all(r["env"]["OMPI_MCA_oob_tcp_if_include"] == "enp1s0f1np1" for r in report["ranks"])
+    assert not (tmp_path / "report.json.part").exists()
+    # and the head's shell reads it back in its own section, apart from mpirun's output
+    framing = Framing("n0")
+    from sparkctl.plan.mpi import probe_shell
+    shell = probe_shell(16, framing)
+    assert '"$_r"' in shell and "--tag-output" in shell and framing.begin("probe-result") in shell

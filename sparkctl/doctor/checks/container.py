@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from sparkctl.doctor.checks.ssh import blame
+from sparkctl.doctor.checks.ssh import UNCHECKED_FIX, blame, unchecked_evidence
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
@@ -52,6 +52,12 @@ def check_containers(s: Snapshot) -> list[Finding]:
         if not f.docker_access:
             continue  # node.docker_group / node.docker_missing say why
         info = f.containers.get(name)
+        if info is not None and info.status == "unknown":
+            out.append(Finding("container.unread", "warning", node, f"the state of container {name} could not "
+                               "be read", evidence=f"{info.error or '`docker inspect` did not say'}: not known to "
+                               "be missing or stopped", fix=f"run doctor again; `docker inspect {name}` on the node "
+                               "shows what docker says", phase=PHASE))
+            continue
         owner = _port_owner(s, node, port)
         # without sudo, ss names no process: a running container's port is then taken to be its own sshd
         foreign = owner is not None and not owner.startswith(SSHD_NAMES) and not (
@@ -153,6 +159,12 @@ def check_container_ssh(s: Snapshot) -> list[Finding]:
                 continue  # the peer's container is down: reported there
             if s.link_broken(node, probe.peer, probe.target):
                 continue  # the address is not Up on the peer: the fabric findings say why
+            if probe.unchecked:
+                out.append(Finding("container.ssh_unchecked", "warning", node,
+                                   f"ssh from {node}'s container to {probe.peer}'s could not be checked",
+                                   evidence=unchecked_evidence(node, probe, f"ssh {probe.target} true (in the "
+                                                               "container)"), fix=UNCHECKED_FIX, phase=PHASE))
+                continue
             out.append(Finding("container.ssh_broken", "error", blame(node, probe),
                                f"ssh from {node}'s container to {probe.peer}'s fails",
                                evidence=f"in {node}'s container: ssh {probe.target} true: {probe.error or 'failed'}; "

@@ -14,12 +14,28 @@ def blame(source: str, probe: SshProbe) -> str:
     return probe.peer if any(e in probe.error for e in _REFUSED_BY_PEER) else source
 
 
+def unchecked_evidence(node: str, probe: SshProbe, command: str) -> str:
+    """Why a pair whose try could not run (its sshd reset or timed out the handshake, after retries) is not
+    reported as broken, nor as proven."""
+    return (f"on {node}: {command}: {probe.error or 'no answer'} (the handshake was reset or timed out, tried "
+            "again, same): not known to be broken")
+
+
+UNCHECKED_FIX = "run doctor again; if it stays, look at the peer's load and sshd's MaxStartups"
+
+
 def check_host_mesh(s: Snapshot) -> list[Finding]:
     out = []
     fix = s.bootstrap('ssh')
     for node in s.order:
         for probe in s.probe(node).ssh:
             if probe.ok or s.link_broken(node, probe.peer, probe.target):
+                continue
+            if probe.unchecked:
+                out.append(Finding("ssh.mesh_unchecked", "warning", node,
+                                   f"ssh {node} -> {probe.peer} could not be checked",
+                                   evidence=unchecked_evidence(node, probe, f"ssh -o BatchMode=yes {probe.target} "
+                                                               "true"), fix=UNCHECKED_FIX, phase="ssh"))
                 continue
             where = blame(node, probe)
             out.append(Finding("ssh.mesh_broken", "error", where, f"ssh {node} -> {probe.peer} fails",

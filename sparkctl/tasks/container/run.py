@@ -62,6 +62,14 @@ class ContainerRunTask(Task):
     def check(self, ctx: NodeContext) -> list[Change]:
         spec = node_spec(ctx)
         current = ctx.facts().containers.get(spec.name)
+        if current is not None and current.status == "unknown":
+            # docker did not answer in time: ask once more before anything is decided
+            current = ctx.facts(refresh=True).containers.get(spec.name)
+            if current is not None and current.status == "unknown":
+                raise TaskFailed(f"the state of container {spec.name} on {ctx.name} could not be read: "
+                                 f"{current.error or 'docker did not say'}",
+                                 hint=f"nothing was changed; `docker inspect {spec.name}` on the node shows what "
+                                      "docker says (slow: rerun when the node is less busy)")
         if current is None or not current.exists:
             return [Change(f"create container {spec.name}", payload="create")]
         differences = spec_differences(spec, current)

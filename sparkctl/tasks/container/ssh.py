@@ -10,17 +10,21 @@ import posixpath
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT
-from sparkctl.tasks.container.state import CLIENT_KEY, HOST_KEY
+from sparkctl.plan.mpi import mpirun_timeout
+from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
+from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
+from sparkctl.rules.mesh import Try, container_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
+from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
 
 SSHD_WAIT_S = 30.0
-#: concurrent ssh tries one container sshd may receive from all its peers together (sshd's MaxStartups is 10)
-PROBES_PER_SSHD = 8
+MESH_WHAT = "container-to-container ssh connection"
+MESH_HINT = "`docker logs` of the container on the peer; its sshd port must be free"
 
 
 def desired_ssh_files(ctx: ClusterContext, pubs: dict[str, tuple[str, str]]) -> dict[str, str]:
@@ -52,46 +56,30 @@ class ContainerSshTask(Task):
     description = "mesh the containers over ssh: every container's key authorized and host key pinned in all"
     checks = ("the container sshd listens on the container ssh port on every node (polled, bounded); "
               "/root/.ssh/authorized_keys in each container and container-ssh/ on each node hold every node's "
-              "container key, known_hosts every container's host key for [fabric ip]:port; then ssh from every "
-              "container to every peer address on a shared subnet")
+              "container key, known_hosts every container's host key for [fabric ip]:port; then ssh with every "
+              "container's key to every peer container (every ordered pair, at the address mpirun uses, paced like "
+              "ssh.verify), tried from the node with the container's key and pinned host keys (it shares the "
+              "node's network); the container's files read over an ssh to its own sshd (a `docker exec` only when "
+              "that fails or mpirun must run); a pair not ok is tried again from inside the containers, and that "
+              "answer decides")
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx: ClusterContext) -> dict[str, dict[str, str]]:
-        """ONE round trip per node, all nodes at once: wait (on the node) for the container sshd, read the key
-        files on the node and in the container, and already try ssh to every peer from the container. The ssh
-        verdicts count only when every file turns out right; they change nothing either way."""
-        container = ctx.inventory.container.name
-        probes = container_ssh_probes(ctx)
-        framing = Framing()
-        # mpi.hostfile runs next and reads the hostfiles and `mpirun hostname` (after the ssh tries, in the same
-        # docker exec): handed over, they save it a round trip and a docker exec per node.
-        mpi_reads = hostfile_reads(ctx, framing)
-        scripts = {}
-        for name, node in ctx.nodes.items():
-            keys = posixpath.join(node.state_dir(), "container-ssh")
-            inside = [framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
-                      for f in ("authorized_keys", "known_hosts")]
-            if probes.get(name):
-                # the ssh tries run alongside mpirun (read-only both); their verdicts are printed after it
-                inside += ['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)',
-                           f'( {probes[name]}\n) >"$_o" 2>&1 &', mpi_reads[name][1],
-                           "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')]
-            else:
-                inside.append(mpi_reads[name][1])
-            scripts[name] = "\n".join([
-                sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
-                framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
-                framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
-                framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
-                framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
-                mpi_reads[name][0],
-                f'if [ "$st" = listening ]; then docker exec {q(container)} sh -c {q(chr(10).join(inside))} '
-                "2>/dev/null; fi",
-                "true"])
-        sections = {name: framing.split(result.stdout)
-                    for name, result in ctx.run_on_all(scripts, timeout=SSHD_WAIT_S + MPIRUN_TIMEOUT + 60).items()}
+        """ONE round trip per node, all nodes at once (on a no-op, container.state's carried it: see
+        mesh_read_script): wait for the container sshd, read the key files on the node and in the container, and
+        already try ssh to every peer from the container. The ssh verdicts count only when every file turns out
+        right; they change nothing either way."""
+        handed = {node: ctx.take_over(READ_FOR.format(node=node)) for node in ctx.nodes}
+        if all(found is not None for found in handed.values()):
+            sections = dict(handed)
+        else:
+            framing = Framing()
+            scripts = {node: mesh_read_script(ctx, node, framing) for node in ctx.nodes}
+            sections = {name: framing.split(result.stdout)
+                        for name, result in ctx.run_on_all(scripts, timeout=mesh_read_timeout(ctx)).items()}
         if all("container-hostfile" in found for found in sections.values()):
             ctx.hand_over(HOSTFILE_TASK, sections)
+            ctx.hand_over(VERIFY_TASK, {n: answers(Framing.texts_of(found)) for n, found in sections.items()})
         out = {n: {name: s.output for name, s in found.items()} for n, found in sections.items()}
         not_listening = {n: f.get("sshd", "").strip() for n, f in out.items() if f.get("sshd", "").strip()
                          != "listening"}
@@ -119,31 +107,96 @@ class ContainerSshTask(Task):
                                               payload=(node, where, fname, content)))
         if changes:
             return changes
-        probed = container_ssh_probes(ctx)
-        failures = ssh_failures({n: f.get("ssh", "") for n, f in files.items() if n in probed})
-        if failures:
+        tries = container_ssh_tries(ctx)
+        verdicts = collect({n: (f.get("ssh", ""), "") for n, f in files.items()}, tries)
+        if any(v.state != "ok" for v in verdicts):
             # A peer's sshd may have come up while this node was already trying it: ask once more, now that
             # every one listens, and believe that answer.
-            failures = verify_container_ssh(ctx)
-        if failures:
-            raise TaskFailed(f"{len(failures)} container-to-container ssh connection(s) failed",
-                             hint="`docker logs` of the container on the peer; its sshd port must be free",
-                             details=failures)
+            verify_container_ssh(ctx)
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
         container = ctx.inventory.container.name
+        by_node: dict[str, list[tuple[str, str, str]]] = {}
         for node, where, fname, content in (c.payload for c in changes):
+            by_node.setdefault(node, []).append((where, fname, content))
+
+        def write(node: str) -> None:
             nctx = ctx.nodes[node]
-            if where == "node":
-                nctx.transport.put(posixpath.join(nctx.state_dir(), "container-ssh", fname), content, mode=0o600)
-            else:
+            for where, fname, content in by_node[node]:
+                if where == "node":
+                    nctx.transport.put(posixpath.join(nctx.state_dir(), "container-ssh", fname), content, mode=0o600)
+                    continue
                 result = nctx.transport.exec_in(
                     container, f"umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/{fname}.sparkctl && "
                     f"mv -f /root/.ssh/{fname}.sparkctl /root/.ssh/{fname}", input=content, timeout=30)
                 if not result.ok:
                     raise TaskFailed(f"writing /root/.ssh/{fname} in {container} on {node} failed",
                                      details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+
+        # every node's files at once: each node's own in order
+        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
+
+
+#: container.state's round trip carries a node's read (ClusterContext.hand_over, per node).
+READ_FOR = "container.ssh/{node}"
+
+
+def container_key_options(ctx: ClusterContext, name: str) -> str:
+    """ssh options that make an ssh on the NODE act as its container's client: the container's port, key and
+    pinned host keys (the state dir's container-ssh/, which the container mounts), no user or system config."""
+    keys = posixpath.join(ctx.nodes[name].state_dir(), "container-ssh")
+    return (f"-F /dev/null -p {int(ctx.inventory.container.ssh_port)} -i {q(posixpath.join(keys, CLIENT_KEY))} "
+            f"-o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
+            f"-o UserKnownHostsFile={q(posixpath.join(keys, 'known_hosts'))} -o GlobalKnownHostsFile=/dev/null")
+
+
+def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
+    """One node's read: the container sshd waited for, the key files on the node and in the container, its
+    outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
+    client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
+    nccl, exposure.
+
+    No `docker exec` when nothing needs one: the pairs are tried from the node with the container's own key and
+    pinned host keys (the container shares the node's network; the peer's sshd and its authorized_keys are what
+    is proven), and the container's files are read over an ssh to the node's OWN container. mpirun (not on
+    record), or a container that does not answer its own ssh, is asked through `docker exec` as before."""
+    container = ctx.inventory.container.name
+    node = ctx.nodes[name]
+    plan = ctx.plan()
+    options = container_key_options(ctx, name)
+    probe = mesh_script(container_tries(plan.fabric, list(ctx.nodes), name, options))
+    on_node, in_container = hostfile_reads(ctx, framing, only=name)[name]
+    keys = posixpath.join(node.state_dir(), "container-ssh")
+    inside = "\n".join([*(framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
+                           for f in ("authorized_keys", "known_hosts")), in_container, "true"])
+    docker = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null"
+    own = plan.fabric.first_address(name)
+    if own is not None and framing.begin("mpirun") not in in_container:
+        ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 root@{own} {q('sh -c ' + q(inside))}"
+        reader = f'if _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; else {docker}; fi'
+    else:
+        reader = docker
+    if probe:
+        # the tries run alongside the reads (read-only both); their verdicts are printed after them
+        reader = "\n".join(['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)', f'( {probe}\n) >"$_o" 2>&1 &',
+                            reader, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')])
+    return "\n".join([
+        sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
+        framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
+        framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
+        framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
+        framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
+        on_node,
+        f'if [ "$st" = listening ]; then\n{reader}\nfi',
+        # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
+        node_reads(node, framing),
+        "true"])
+
+
+def mesh_read_timeout(ctx: ClusterContext) -> float:
+    mesh = container_mesh_timeout(container_ssh_tries(ctx))
+    return SSHD_WAIT_S + max(mpirun_timeout(len(ctx.inventory.nodes)), mesh) + 30
 
 
 def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:
@@ -176,53 +229,28 @@ def wait_for_sshd(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> None:
         raise sshd_not_listening(ctx, status)
 
 
-def container_ssh_probes(ctx: ClusterContext) -> dict[str, str]:
-    """Per node, the shell (run in its container) that tries ssh to every peer address on a subnet it shares."""
+def container_ssh_tries(ctx: ClusterContext) -> dict[str, list[Try]]:
+    """Per node, ssh from its container to every peer's container (rules/mesh.py container_tries)."""
     plan = ctx.plan()
-    scripts = {}
-    for node in ctx.nodes:
-        mine = {a.network for a in plan.fabric.addresses.get(node, {}).values()}
-        lines = []
-        for peer in ctx.nodes:
-            if peer == node:
-                continue
-            for addr in plan.fabric.addresses.get(peer, {}).values():
-                if addr.network not in mine:
-                    continue
-                tag = f"{peer} {addr.ip}"
-                lines.append(f"{{ if out=$(ssh -o ConnectTimeout=5 root@{addr.ip} true 2>&1 </dev/null); then "
-                             f"echo {q('ok ' + tag)}; else echo {q('fail ' + tag)} \"$(echo \"$out\" | tail -n1)\"; "
-                             "fi; } &")
-        if lines:
-            # Several at once (each verdict is one short write, never interleaved), but every node probes every
-            # peer at the same time and sshd starts dropping unauthenticated connections at 10 (MaxStartups).
-            at_once = max(1, PROBES_PER_SSHD // max(1, len(ctx.nodes) - 1))
-            batches = ["\n".join([*lines[i:i + at_once], "wait"]) for i in range(0, len(lines), at_once)]
-            scripts[node] = "\n".join(batches)
-    return scripts
+    names = list(ctx.nodes)
+    tries = {node: container_tries(plan.fabric, names, node) for node in names}
+    return {node: t for node, t in tries.items() if t}
 
 
-def ssh_failures(outputs: dict[str, str]) -> list[str]:
-    """PURE: the `ok`/`fail` lines of each node's ssh probes as failure lines (a node with none failed to run)."""
-    failures = []
-    for node, stdout in outputs.items():
-        seen = 0
-        for line in stdout.splitlines():
-            verdict, _, rest = line.partition(" ")
-            if verdict in ("ok", "fail"):
-                seen += 1
-            if verdict == "fail":
-                peer, _, err = rest.partition(" ")
-                ip, _, err = err.partition(" ")
-                failures.append(f"{node} container -> {peer} container ({ip}): {err or 'failed'}")
-        if not seen:
-            failures.append(f"{node}: could not run ssh in the container ({stdout.strip()[-200:] or 'no output'})")
-    return failures
+def container_ssh_probes(ctx: ClusterContext, tries: dict[str, list[Try]] | None = None) -> dict[str, str]:
+    """Per node, the shell (run in its container) that proves its outgoing pairs."""
+    tries = container_ssh_tries(ctx) if tries is None else tries
+    return {node: mesh_script(t) for node, t in tries.items()}
 
 
-def verify_container_ssh(ctx: ClusterContext) -> list[str]:
-    """ssh from every container to every peer address on a subnet it shares; failures as lines."""
+def verify_container_ssh(ctx: ClusterContext) -> None:
+    """Prove the container mesh again (one round trip per node); raise for what is not ok."""
     container = ctx.inventory.container.name
+    tries = container_ssh_tries(ctx)
     scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
-               for n, probe in container_ssh_probes(ctx).items()}
-    return ssh_failures({n: r.stdout for n, r in ctx.run_on_all(scripts, timeout=60).items()})
+               for n, probe in container_ssh_probes(ctx, tries).items()}
+    run_mesh(ctx, scripts, tries, timeout=container_mesh_timeout(tries), what=MESH_WHAT, hint=MESH_HINT)
+
+
+def container_mesh_timeout(tries: dict[str, list[Try]]) -> float:
+    return mesh_timeout(max((len(t) for t in tries.values()), default=0))

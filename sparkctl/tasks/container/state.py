@@ -8,13 +8,15 @@ import posixpath
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
+from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
+from sparkctl.tasks.container.ssh import READ_FOR, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
-CLIENT_KEY = "id_ed25519"
-HOST_KEY = "ssh_host_ed25519_key"
+CLIENT_KEY = CONTAINER_CLIENT_KEY
+HOST_KEY = CONTAINER_HOST_KEY
 
 
 class ContainerStateTask(Task):
@@ -23,7 +25,8 @@ class ContainerStateTask(Task):
     needs = ("preflight.node", "preflight.cluster")
     description = "write the files the container mounts: entrypoint, container keys, run dir, MPI probe"
     checks = ("in ~/.local/state/sparkctl/<cluster>/: entrypoint.sh and run/mpi_probe.py match sparkctl's "
-              "versions; container-ssh/ (mode 700) holds the container's client key and host key")
+              "versions; container-ssh/ (mode 700) holds the container's client key and host key (the same round "
+              "trip reads what container.ssh checks: a no-op container phase is one round trip per node)")
     changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
                "with ssh-keygen on the node (private keys never leave it)")
 
@@ -44,7 +47,17 @@ class ContainerStateTask(Task):
             '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
             f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
             f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey', "true"])))
-        sections = framing.texts(ctx.must("\n".join(lines), "reading sparkctl's state dir").stdout)
+        # container.ssh's read of this node rides along (the phase is one round trip per node on a no-op); it
+        # counts there only if nothing changed in between (container.run starting or recreating the container)
+        try:
+            carried, timeout = mesh_read_script(ctx.cluster, ctx.name, framing), mesh_read_timeout(ctx.cluster)
+        except TaskFailed:
+            carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
+        result = ctx.must("\n".join([*lines, carried]), "reading sparkctl's state dir", timeout=max(60.0, timeout))
+        found = framing.split(result.stdout)
+        if carried and "sshd" in found:
+            ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)
+        sections = Framing.texts_of(found)
         have = set(sections.get("have", "").split())
         if "hf_cache_not_writable" in have:
             # typically made by an earlier `docker run -v` (NVIDIA's procedure): docker creates it owned by root

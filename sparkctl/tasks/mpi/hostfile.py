@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 
 from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT, mpirun_line
+from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
+from sparkctl.tasks.proof import proven, since
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
 
@@ -34,7 +36,8 @@ class HostfileTask(Task):
     description = "put the Open MPI hostfile in every container and prove mpirun reaches every node"
     checks = (f"{HOSTFILE_PATH} in every container (and run/openmpi-hostfile on every node) is the planned one: "
               "head first, then inventory order, one fabric address per line; then `mpirun -np N hostname` "
-              "from the head container returns every node's hostname in order")
+              "from the head container returns every node's hostname in order (not run again when the MPI probe "
+              "on record still holds: see verify.fabric)")
     changes = "writes the hostfile on the node and into each container (docker exec, atomic rename)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -47,8 +50,8 @@ class HostfileTask(Task):
             framing = Framing()
             scripts = {n: f"{on_node}\ndocker exec {q(container)} sh -c {q(inside)} 2>/dev/null || true"
                        for n, (on_node, inside) in hostfile_reads(ctx, framing).items()}
-            sections = {n: framing.split(r.stdout)
-                        for n, r in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items()}
+            timeout = mpirun_timeout(len(ctx.inventory.nodes)) + 30
+            sections = {n: framing.split(r.stdout) for n, r in ctx.run_on_all(scripts, timeout=timeout).items()}
         changes, mpirun = [], None
         for node, found in sections.items():
             if node == head:
@@ -69,17 +72,25 @@ class HostfileTask(Task):
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
         want = ctx.plan().hostfile
         container = ctx.inventory.container.name
+        by_node: dict[str, list[str]] = {}
         for node, where in (c.payload for c in changes):
+            by_node.setdefault(node, []).append(where)
+
+        def write(node: str) -> None:
             nctx = ctx.nodes[node]
-            if where == "node":
-                nctx.transport.put(host_hostfile_path(nctx), want, mode=0o644)
-                continue
-            tmp = HOSTFILE_PATH + ".sparkctl"
-            result = nctx.transport.exec_in(container, f"cat > {tmp} && chmod 644 {tmp} && mv -f {tmp} "
-                                            f"{HOSTFILE_PATH}", input=want, timeout=30)
-            if not result.ok:
-                raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
-                                 details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+            for where in by_node[node]:
+                if where == "node":
+                    nctx.transport.put(host_hostfile_path(nctx), want, mode=0o644)
+                    continue
+                tmp = HOSTFILE_PATH + ".sparkctl"
+                result = nctx.transport.exec_in(container, f"cat > {tmp} && chmod 644 {tmp} && mv -f {tmp} "
+                                                f"{HOSTFILE_PATH}", input=want, timeout=30)
+                if not result.ok:
+                    raise TaskFailed(f"writing {HOSTFILE_PATH} in {container} on {node} failed",
+                                     details=(result.stderr or result.stdout).strip().splitlines()[-3:])
+
+        # every node's at once: each node's own in order
+        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
 
     def _verify(self, ctx: ClusterContext, mpirun: Section | None = None) -> None:
         """`mpirun hostname` from the head returns every node's hostname in rank order. mpirun: what check()
@@ -89,9 +100,15 @@ class HostfileTask(Task):
         if head not in ctx.nodes:
             return
         expected = [ctx.nodes[n.name].facts().hostname for n in inv.nodes]
+        record = proven(ctx)
+        if record is not None:
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"mpirun hostname not run: the MPI probe of {since(record)} proved every rank in order and "
+                "nothing it depends on changed since")))
+            return
         if mpirun is None or mpirun.rc is None:
             result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
-                                                       timeout=MPIRUN_TIMEOUT)
+                                                       timeout=mpirun_timeout(len(inv.nodes)))
             ok, stdout, stderr = result.ok, result.stdout, result.stderr
         else:
             ok, stdout = mpirun.ok, mpirun.output

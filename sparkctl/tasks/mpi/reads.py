@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.plan.mpi import mpirun_line, timed
+from sparkctl.plan.mpi import mpirun_line, mpirun_timeout, timed
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.proof import proven
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -20,17 +21,23 @@ def host_hostfile_path(ctx: NodeContext) -> str:
     return posixpath.join(ctx.state_dir(), "run", "openmpi-hostfile")
 
 
-def hostfile_reads(ctx: ClusterContext, framing: Framing) -> dict[str, tuple[str, str]]:
+def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = None) -> dict[str, tuple[str, str]]:
     """Per node, (shell on the node, shell in the container): sections `node-hostfile`, `container-hostfile`
     and, on the head, `mpirun` (`mpirun hostname`, its exit status as the section's), run only when the head's
-    hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours)."""
+    hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours) and
+    no MPI proof on record still holds (tasks/proof.py)."""
     want = ctx.plan().hostfile
     head = ctx.inventory.head.name
+    # the MPI probe on record proves more, and nothing changed since
+    skip_mpirun = (only is None or only == head) and proven(ctx) is not None
     out = {}
     for n, node in ctx.nodes.items():
+        if only is not None and n != only:
+            continue
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
-        if n == head:
-            mpirun = timed(mpirun_line(len(ctx.inventory.nodes), "hostname"))
+        if n == head and not skip_mpirun:
+            ranks = len(ctx.inventory.nodes)
+            mpirun = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
                        + framing.section("mpirun", f"{mpirun} 2>&1") + "\nfi")
         out[n] = (framing.section("node-hostfile", f"cat {q(host_hostfile_path(node))} 2>/dev/null"), inside)

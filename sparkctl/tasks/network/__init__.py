@@ -1,8 +1,9 @@
 """Phase network: netplan addresses on the fabric twins, applied safely, proven by jumbo pings; and its undo."""
 
 from sparkctl.tasks.network.down import NetworkDown
+from sparkctl.tasks.network.forwarding import ForwardingTask
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.tasks.network.verify import NetworkVerify
 
-TASKS = [NetplanTask(), NetworkVerify()]
+TASKS = [NetplanTask(), ForwardingTask(), NetworkVerify()]
 DOWN_TASKS = [NetworkDown()]

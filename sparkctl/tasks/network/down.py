@@ -7,10 +7,11 @@ import json
 import posixpath
 
 from sparkctl.engine.task import Change, Task
-from sparkctl.plan.paths import network_state_dir
+from sparkctl.plan.paths import network_state_dir, sysctl_path
 from sparkctl.rules.networkmanager import is_keyfile
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.network import safe_apply as safe
+from sparkctl.tasks.network.forwarding import ORIGINAL, restore_script
 from sparkctl.tasks.network.safe_apply import NM_BACKUP
 from sparkctl.transport.base import q
 
@@ -30,8 +31,12 @@ def _read_originals(ctx: NodeContext) -> dict[str, str] | None:
     return files or None
 
 
+#: What the record holds besides netplan files (NetworkManager's profiles are under NM_BACKUP/).
+NOT_NETPLAN = frozenset({"interfaces.json", ORIGINAL})
+
+
 def _netplan_names(originals: dict[str, str]) -> list[str]:
-    return sorted(n for n in originals if n != "interfaces.json" and "/" not in n)
+    return sorted(n for n in originals if n not in NOT_NETPLAN and "/" not in n)
 
 
 def _nm_profiles(originals: dict[str, str]) -> list[tuple[str, str]]:
@@ -50,22 +55,23 @@ def _nm_profiles(originals: dict[str, str]) -> list[tuple[str, str]]:
 class NetworkDown(Task):
     name = "down.network"
     phase = "network"
-    description = ("restore the netplan files, NetworkManager profiles, fabric addresses and MTUs recorded before "
-                   "sparkctl's first change")
+    description = ("restore the netplan files, NetworkManager profiles, fabric addresses, MTUs and forwarding "
+                   "recorded before sparkctl's first change")
     checks = "the record under /var/lib/sparkctl/<cluster>/network/original against the node's files and addresses"
     changes = ("restores or removes each netplan file sparkctl changed, puts back the NetworkManager profiles it "
                "removed, re-applies netplan (with the node-side revert guard), removes the fabric addresses and MTUs "
-               "sparkctl set, then deletes the record")
+               "sparkctl set, removes its sysctl.d file and sets the forwarding values back, then deletes the record")
 
     def check(self, ctx: NodeContext) -> list[Change]:
         originals = _read_originals(ctx)
         if originals is None:
             return []
-        return [Change("restore the network as it was before bootstrap: " + ", ".join(
-            [f"remove /etc/netplan/{n[:-7]}" if n.endswith(".absent") else f"restore /etc/netplan/{n}"
-             for n in _netplan_names(originals)]
-            + [f"restore the NetworkManager profile {path}" for path, _ in _nm_profiles(originals)]),
-            payload=originals)]
+        words = [f"remove /etc/netplan/{n[:-7]}" if n.endswith(".absent") else f"restore /etc/netplan/{n}"
+                 for n in _netplan_names(originals)]
+        words += [f"restore the NetworkManager profile {path}" for path, _ in _nm_profiles(originals)]
+        if ORIGINAL in originals:
+            words.append(f"remove {sysctl_path(ctx.inventory.cluster.name)} and restore the forwarding settings")
+        return [Change("restore the network as it was before bootstrap: " + ", ".join(words), payload=originals)]
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         originals = changes[0].payload
@@ -100,7 +106,10 @@ class NetworkDown(Task):
                         cmds.append(f"ip addr add {q(addr)} dev {q(iface)}")
                 if nic.mtu != was["mtu"]:
                     cmds.append(f"ip link set dev {q(iface)} mtu {int(was['mtu'])}")
-            cmds.append(f"rm -rf {q(network_state_dir(ctx.inventory.cluster.name))}")
+            state = network_state_dir(ctx.inventory.cluster.name)
+            cmds.append(f"rm -f {q(sysctl_path(ctx.inventory.cluster.name))}")
+            cmds.append(restore_script(posixpath.join(state, "original", ORIGINAL)))
+            cmds.append(f"rm -rf {q(state)}")
             ctx.must("\n".join(cmds), "restoring the fabric addresses", sudo=True)
         finally:
             ctx.invalidate()

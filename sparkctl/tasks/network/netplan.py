@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ipaddress
 from dataclasses import replace
 
 from sparkctl.engine.diff import unified_diff
@@ -51,6 +52,7 @@ def _live_drift(ctx: NodeContext, ifaces: list[str], files: list[NetplanFile]) -
     words = {"absent": "{i} is absent", "missing": "{i} lacks {want}", "mtu": "{i} mtu {have}, want {want}"}
     out = [f"{d.interface} has unplanned {', '.join(unplanned[d.interface])}" if d.kind == "unplanned"
            else words[d.kind].format(i=d.interface, have=d.have, want=d.want) for d in drift]
+    out += [f"{iface} lacks the route {to} via {via}" for iface, to, via in missing_routes(ctx)]
     nets = [a.network for a in plan.fabric.addresses.get(ctx.name, {}).values()]
     if len(nets) != len(set(nets)):
         out.append("two twins share a subnet")
@@ -73,6 +75,14 @@ def _hint(ctx: NodeContext, ifaces: list[str]) -> str:
     if any(renderer_of(ctx.facts().netplan_files, i) == NETWORKMANAGER for i in ifaces):
         return "see `nmcli device` and `journalctl -u NetworkManager` on the node (NetworkManager renders netplan)"
     return "see `journalctl -u systemd-networkd` on the node"
+
+
+def missing_routes(ctx: NodeContext) -> list[tuple[str, str, str]]:
+    """(interface, destination, via) of each planned route the node does not have (netplan apply adds them)."""
+    live = {(ipaddress.ip_network(r.destination, strict=False), r.via, r.device) for r in ctx.facts().routes
+            if r.destination != "default"}
+    return [(iface, to, via) for iface, routes in ctx.plan().nodes[ctx.name].routes.items() for to, via in routes
+            if (ipaddress.ip_network(to, strict=False), via, iface) not in live]
 
 
 def readable_netplan_files(ctx: NodeContext) -> list[NetplanFile]:

@@ -10,10 +10,10 @@ from ipaddress import IPv4Interface
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.plan import ClusterPlan
+from sparkctl.rules.mesh import link_pings, parse_pings, ping_script
 from sparkctl.rules.twins import twin_faults
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.network.netplan import NetplanTask
-from sparkctl.transport.base import q
 
 #: how long the fabric twins may take to be Up with their addresses (a CX-7 link trains for a few seconds)
 WAIT_FOR_TWINS_S = 20.0
@@ -23,10 +23,12 @@ class NetworkVerify(Task):
     name = "network.verify"
     phase = "network"
     scope = Scope.CLUSTER
-    needs = ("network.netplan",)
+    needs = ("network.netplan", "network.forwarding")
     description = "ping every peer on every twin with don't-fragment at MTU-28 bytes"
-    checks = ("from each node, a don't-fragment ping of MTU-28 bytes to every peer address on the same twin "
-              "subnet; on failure, a small ping tells an MTU problem from a dead link")
+    checks = ("from each node (all at once, each node's pings in parallel), a don't-fragment ping of MTU-28 bytes "
+              "to every peer address on the same twin subnet and, in a ring, to every address its routes lead to "
+              "(relayed by the nodes in between), tried twice; on failure, a small ping tells an MTU problem from a "
+              "dead link")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -47,32 +49,26 @@ class NetworkVerify(Task):
                       if not f.interface_up(i)}
         details = {i: list(f.consequences) for i, f in enumerate(faults)}
         size = ctx.inventory.fabric.mtu - 28
-        script_by_node = {}
-        for name in ctx.nodes:
-            lines = []
-            for link in plan.fabric.links(name):
-                if (name, link.interface) in explained:
-                    continue
-                for peer, pif, paddr in link.peers:
-                    if (peer, pif) in explained:
-                        continue
-                    tag = f"{link.interface}>{peer}:{paddr.ip}"
-                    lines.append(
-                        f"if ping -c 1 -W 2 -M do -s {size} -I {q(link.interface)} {q(str(paddr.ip))} >/dev/null 2>&1;"
-                        f" then echo {q('ok ' + tag)}; elif ping -c 1 -W 2 -I {q(link.interface)} "
-                        f"{q(str(paddr.ip))} >/dev/null 2>&1; then echo {q('mtu ' + tag)}; "
-                        f"else echo {q('dead ' + tag)}; fi")
-            script_by_node[name] = "\n".join(lines)
-        results = ctx.run_on_all({n: s for n, s in script_by_node.items() if s}, timeout=60)
+        order = list(ctx.nodes)
+        # an address whose interface is explained is not pinged either (a ring's relayed routes lead to it too)
+        owner = {str(a.ip): (peer, iface) for peer, addrs in plan.fabric.addresses.items()
+                 for iface, a in addrs.items()}
+        scripts = {name: ping_script([p for p in link_pings(plan.fabric, order, name, plan.nodes[name].routes)
+                                      if (name, p.interface) not in explained
+                                      and owner.get(p.address) not in explained], size)
+                   for name in order}
+        results = ctx.run_on_all({n: s for n, s in scripts.items() if s}, timeout=60)
         for name, result in results.items():
-            for line in result.stdout.splitlines():
-                verdict, _, tag = line.partition(" ")
+            for verdict, iface, peer, address in parse_pings(result.stdout):
+                tag = f"{iface}>{peer}:{address}"
                 if verdict == "mtu":
                     failures.append(f"{name} {tag}: jumbo ping ({size} bytes, don't fragment) fails but a small "
                                     "one passes: MTU mismatch on the peer or a switch port (set MTU 9000 on both "
                                     "ends; 9216 on switch ports)")
                 elif verdict == "dead":
                     failures.append(f"{name} {tag}: no answer (cable, port, or the peer's address)")
+            if result.timed_out:
+                failures.append(f"{name}: the pings did not finish within 60s (not checked)")
         if failures:
             lines = [line for i, failure in enumerate(failures) for line in [failure, *(
                 f"  because of it: {c}" for c in details.get(i, []))]]

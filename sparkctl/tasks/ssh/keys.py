@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.task import Change, Task
+from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.paths import cluster_key_name
+from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
+from sparkctl.tasks.ssh.mesh import ssh_files_script
 from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+#: What ssh.keys' round trip reads for the next tasks of the phase (ClusterContext.hand_over, per node).
+FILES_FOR = "ssh.mesh/{node}"
+VERDICTS_FOR = "ssh.verify/{node}"
 
 
 class SshKeyTask(Task):
@@ -14,13 +21,35 @@ class SshKeyTask(Task):
     phase = "ssh"
     needs = ("preflight.node", "preflight.cluster")
     description = "give each node its own ed25519 key for this cluster (never a private key copied around)"
-    checks = "~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist"
+    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same round trip reads the files ssh.mesh "
+              "judges and tries this node's ssh.verify pairs: a no-op ssh phase is one round trip per node)")
     changes = "generates the key on the node (the private key never leaves it)"
 
     def check(self, ctx: NodeContext) -> list[Change]:
-        key = cluster_key_name(ctx.inventory.cluster.name)
-        r = ctx.run(f'test -s "$HOME"/.ssh/{q(key)} && test -s "$HOME"/.ssh/{q(key + ".pub")}')
-        return [] if r.ok else [Change(f"generate the cluster key ~/.ssh/{key}")]
+        """One round trip for the whole phase on a no-op: the key, the files ssh.mesh judges and, when the key is
+        there, this node's half of ssh.verify's mesh (its outgoing pairs). Handed over; they count only if nothing
+        changes before those tasks run."""
+        cluster = ctx.inventory.cluster.name
+        key = cluster_key_name(cluster)
+        framing = Framing()
+        try:
+            order = list(ctx.cluster.nodes)
+            tries = host_tries(ctx.inventory, ctx.plan().fabric, order, ctx.name) if len(order) > 1 else []
+        except TaskFailed:
+            tries = []  # no plan yet: ssh.mesh says why
+        has_key = f'test -s "$HOME"/.ssh/{q(key)} && test -s "$HOME"/.ssh/{q(key + ".pub")}'
+        parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
+        if tries:
+            parts.append(framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi"))
+        result = ctx.run("\n".join(parts), timeout=mesh_timeout(len(tries)))
+        sections = framing.split(result.stdout)
+        if "key" not in sections:
+            raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])
+        ctx.cluster.hand_over(FILES_FOR.format(node=ctx.name),
+                              {name: (s.output if s.ok else None) for name, s in sections.items()})
+        if "mesh" in sections and sections["mesh"].rc is not None:
+            ctx.cluster.hand_over(VERDICTS_FOR.format(node=ctx.name), sections["mesh"].output)
+        return [] if sections["key"].ok else [Change(f"generate the cluster key ~/.ssh/{key}")]
 
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         key = cluster_key_name(ctx.inventory.cluster.name)

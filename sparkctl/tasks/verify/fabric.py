@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import posixpath
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
-from sparkctl.plan.mpi import MPIRUN_TIMEOUT, PROBE_RESULT, mpirun_line, probe_program, timed
-from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
-from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
+from sparkctl.plan.mpi import mpirun_timeout, probe_shell
+from sparkctl.rules.fabric import exposed
 from sparkctl.rules.interface_settings import (
     INTERFACE_SETTINGS,
     Mismatch,
+    fabric_up,
     hostfile_mismatches,
     included_interfaces,
     management_names,
@@ -22,7 +21,9 @@ from sparkctl.rules.interface_settings import (
     peer_pairs,
     subnet_mismatches,
 )
+from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, container_reads, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -34,8 +35,11 @@ def _errors(mismatches: list[Mismatch]) -> list[Mismatch]:
 
 
 def probe_mismatches(report: dict, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
-                     facts_by_node: dict[str, Facts]) -> list[Mismatch]:
-    """PURE: what the probe's ranks saw and did against what each node should have."""
+                     facts_by_node: dict[str, Facts], routed: bool = False) -> list[Mismatch]:
+    """PURE: what the probe's ranks saw and did against what each node should have.
+
+    routed (a ring): Open MPI binds one interface, but its bytes to a peer leave by the ring's route to that peer,
+    over whichever fabric twin faces it: any of the node's fabric twins is then the expected path."""
     out = []
     ranks = sorted(report.get("ranks", []), key=lambda r: r["rank"])
     if len(ranks) != len(order):
@@ -69,7 +73,8 @@ def probe_mismatches(report: dict, order: list[str], hostnames: dict[str, str], 
             out.append(Mismatch(node, "OMPI_MCA_btl_tcp_if_include", env.get("OMPI_MCA_btl_tcp_if_include", ""),
                                 f"the allreduce crossed {', '.join(mgmt)} (management)",
                                 "restrict btl/oob to the fabric twins"))
-        elif used and not set(used) & set(included_interfaces(env, facts)):
+        elif used and not set(used) & set(included_interfaces(env, facts)) and not (
+                routed and set(used) <= set(fabric_up(facts))):
             out.append(Mismatch(node, "OMPI_MCA_btl_tcp_if_include", env.get("OMPI_MCA_btl_tcp_if_include", ""),
                                 f"the allreduce crossed {', '.join(used)}, not an included interface",
                                 "rerun bootstrap", "warning"))
@@ -109,7 +114,13 @@ class FabricVerify(Task):
               "silently); each hostfile line is an address its node owns on an included interface; peers share subnets."
               " Then an mpi4py probe over mpirun: each rank's hostname, env and the interface its bytes crossed; the "
               "allreduce sum; its bandwidth. An NCCL log (serve log) when present: the network and devices NCCL really "
-              "used")
+              "used. The probe (and mpi.hostfile's `mpirun hostname`) is not run again when it passed less than 24 h "
+              "ago, nothing changed earlier in the same run, and nothing it depends on changed since, as "
+              "fingerprinted on the controller (~/.local/state/sparkctl/proofs/): sparkctl's version, the probe and "
+              "its mpirun line, the node order and planned hostfile, and per node its hostname, its container (id, "
+              "image, start time, restarts, env), each fabric interface (state, carrier, MTU, addresses), its fabric "
+              "routes, forwarding and rp_filter, and its firewall rules; the container ssh mesh and the hostfiles are "
+              "proven live before it on every run. A failed probe clears the record")
     changes = "nothing (read-only)"
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -130,8 +141,10 @@ class FabricVerify(Task):
             mismatches += node_mismatches(node, info.env, facts[node])
         mismatches += subnet_mismatches(peer_pairs(order, inv.topology), envs, facts,
                                         routed=inv.topology == "ring")
-        # The probe rides in the same round trip as the reads when nothing found so far rules it out.
-        probe = not _errors(mismatches) and len(envs) == len(order)
+        # The probe rides in the same round trip as the reads when nothing found so far rules it out, and
+        # when no proof on record still holds (tasks/proof.py).
+        on_record = proof.proven(ctx) if not _errors(mismatches) and len(envs) == len(order) else None
+        probe = not _errors(mismatches) and len(envs) == len(order) and on_record is None
         extras = self._read_node_files(ctx, order, probe)
         for node in order:
             for ip in exposed(extras.get(node, {}).get("exposure", "")):
@@ -149,65 +162,87 @@ class FabricVerify(Task):
                 mismatches += found
                 if summary:
                     ctx.emit(Event(event="log", task=self.name, node=node, message=summary))
-        if probe and not _errors(mismatches):
+        if on_record is not None and not _errors(mismatches):
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"MPI probe not run again: nothing it depends on changed since it passed at "
+                f"{proof.since(on_record)} ({on_record.get('summary', '')})")))
+        elif probe and not _errors(mismatches):
+            head = extras.get(order[0], {})
+            ran = (head.get("probe", ""), head.get("probe-result", ""))
+            # nothing at all came back (the docker exec itself failed): run it on its own
             mismatches += self._probe(ctx, order, {n: facts[n].hostname for n in order}, envs, facts,
-                                      extras.get(order[0], {}).get("probe", ""))
+                                      ran if any(x.strip() for x in ran) else None)
         for m in mismatches:
             if m.severity == "warning":
                 ctx.emit(Event(event="warning", task=self.name, node=m.node, message=m.line()))
         errors = _errors(mismatches)
         if errors:
+            proof.forget(ctx)
             raise TaskFailed(f"{len(errors)} fabric setting(s) do not match the nodes",
                              hint="each line: node: setting=value: what the node really has (fix)",
                              details=[m.line() for m in errors])
         return []
 
     def _read_node_files(self, ctx: ClusterContext, order: list[str], probe: bool = False) -> dict[str, dict[str, str]]:
-        """Per node, one round trip: the container's hostfile and the serve log's NCCL lines; on the head, when
-        asked, the MPI probe's output too."""
+        """Per node: the container's hostfile, the serve log's NCCL lines, the exposure check (container.ssh's
+        round trip usually carried them: tasks/verify/reads.py); on the head, when asked, the MPI probe's output.
+        One round trip per node for what was not handed over, none on a no-op with the probe on record."""
         container = ctx.inventory.container.name
+        handed = ctx.take_over(VERIFY_TASK)
+        out: dict[str, dict[str, str]] = {}
+        if handed is not None and set(order) <= set(handed):
+            out = {node: dict(handed[node]) for node in order}
         framing = Framing()
         scripts = {}
         for node in order:
-            log = posixpath.join(ctx.nodes[node].state_dir(), SERVE_LOG)
-            inside = framing.section("hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
+            inside = container_reads(framing) if node not in out else ""
             if probe and node == order[0]:
-                inside += "\n" + framing.section("probe", f"{timed(mpirun_line(len(order), probe_program()))} 2>&1")
-            exposure = exposure_script(management_addresses(ctx.nodes[node].facts()), ctx.inventory.container.ssh_port)
-            scripts[node] = (f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n"
-                             + framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")
-                             + "\n" + framing.section("exposure", exposure) + "\ntrue")
-        out = {}
-        for node, result in ctx.run_on_all(scripts, timeout=MPIRUN_TIMEOUT + 30).items():
+                inside += "\n" + probe_shell(len(order), framing)
+            if not inside.strip():
+                continue
+            host = node_reads(ctx.nodes[node], framing) if node not in out else ""
+            scripts[node] = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null\n{host}\ntrue"
+        for node, result in ctx.run_on_all(scripts, timeout=mpirun_timeout(len(order)) + 30).items():
             found = framing.texts(result.stdout)
-            out[node] = {"hostfile": found.get("hostfile", ""), "nccl": found.get("nccl", ""),
-                         "probe": found.get("probe", ""), "exposure": found.get("exposure", "")}
+            merged = out.setdefault(node, answers(found))
+            merged.update({"probe": found.get("probe", ""), "probe-result": found.get("probe-result", "")})
         return out
 
     def _probe(self, ctx: ClusterContext, order: list[str], hostnames: dict[str, str], envs: dict[str, dict[str, str]],
-               facts: dict[str, Facts], output: str = "") -> list[Mismatch]:
+               facts: dict[str, Facts], ran: tuple[str, str] | None = None) -> list[Mismatch]:
+        """ran: (mpirun's output, the report) when the probe rode along with the reads; None runs it here."""
         inv = ctx.inventory
         head = order[0]
-        if not output.strip():
-            # not run with the reads: run it on its own
-            result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(order), probe_program()),
-                                                       timeout=MPIRUN_TIMEOUT)
-            output = result.stdout + "\n" + result.stderr
-        line = next((ln.split(PROBE_RESULT, 1)[1] for ln in output.splitlines() if PROBE_RESULT in ln), None)
-        if line is None:
-            tail = output.strip().splitlines()[-4:]
+        if ran is None:
+            framing = Framing()
+            result = ctx.nodes[head].transport.exec_in(inv.container.name, probe_shell(len(order), framing),
+                                                       timeout=mpirun_timeout(len(order)) + 10)
+            found = framing.texts(result.stdout)
+            ran = (found.get("probe", "") + result.stderr, found.get("probe-result", ""))
+        output, text = ran
+        try:
+            report = json.loads(text) if text.strip() else None
+        except ValueError:
+            report = None
+        if not isinstance(report, dict):
+            proof.forget(ctx)
+            tail = (output.strip() or text.strip()).splitlines()[-4:]
             raise TaskFailed(f"the MPI probe did not complete from {head}'s container", details=tail,
                              hint="python3 with mpi4py must be in the image; see mpi.hostfile for mpirun itself")
-        report = json.loads(line)
         seconds = max(report.get("seconds", 0.0), 1e-9)
         gbps = report.get("bytes", 0) / seconds / 1e9
+        summary = (f"{report.get('size')} rank(s), allreduce sum "
+                   f"{'ok' if all(r.get('sum_ok') for r in report.get('ranks', [])) else 'WRONG'}, "
+                   f"{report.get('bytes', 0) / 2**20:.1f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw")
         ctx.emit(Event(event="log", task=self.name, message=(
-            f"MPI probe: {report.get('size')} rank(s), allreduce sum "
-            f"{'ok' if all(r.get('sum_ok') for r in report.get('ranks', [])) else 'WRONG'}, "
-            f"{report.get('bytes', 0) / 2**20:.1f} MiB in {seconds * 1000:.0f} ms = {gbps:.2f} GB/s algbw "
-            "(Open MPI TCP; NCCL's RDMA path is faster)"),
+            f"MPI probe: {summary} (Open MPI TCP; NCCL's RDMA path is faster)"),
             data={"probe": {"ranks": report.get("size"), "seconds": seconds, "gbytes_per_s": gbps,
                             "interfaces": {order[r["rank"]]: r.get("tx_bytes", {}) for r in report.get("ranks", [])
                                            if r["rank"] < len(order)}}}))
-        return probe_mismatches(report, order, hostnames, envs, facts)
+        found = probe_mismatches(report, order, hostnames, envs, facts, routed=inv.topology == "ring")
+        if _errors(found):
+            proof.forget(ctx)
+        else:
+            proof.record(ctx, summary)
+        return found
 

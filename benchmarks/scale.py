@@ -1,0 +1,155 @@
+"""One table: fresh and no-op `cluster bootstrap` and `doctor` on labs of 2, 4, 8 and 16 nodes (pair, ring, switch),
+with the controller's peak memory and the machine's load at every measurement.
+
+Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8switch,16switch] [--repeat 3]
+[--serve]`. Every lab is brought up fresh (the lab image is built first if needed, outside the timing) and torn
+down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it (start-up,
+connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor; "mem MB" is
+the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's TensorRT-LLM
+stand-in) to show the serve phases' share of a no-op rerun.
+
+The lab runs every node on this one machine: the N x (N-1) ssh handshakes that prove the meshes all land on its
+cores, so a 16-node figure here is an upper bound a real cluster (16 machines) does not see. Compare rows of the
+same run, not runs on a busy machine: the `load` column is `uptime`'s 1-minute load before and after each figure.
+Printed, never asserted (the issue's targets are listed under the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_SHAPES = "2pair,4ring,4switch,8ring,8switch,16switch"
+
+
+@dataclass
+class Figure:
+    seconds: list[float] = field(default_factory=list)
+    peak_kb: int = 0
+    loads: list[float] = field(default_factory=list)
+    exits: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+    def load_span(self) -> str:
+        return f"{min(self.loads):.1f}-{max(self.loads):.1f}" if self.loads else "-"
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
+    """Run one sparkctl command, adding its wall time and peak RSS (wait4's rusage of that child) to figure."""
+    figure.loads.append(load1())
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    figure.seconds.append(time.monotonic() - started)
+    figure.peak_kb = max(figure.peak_kb, usage.ru_maxrss)
+    figure.exits.append(os.waitstatus_to_exitcode(status))
+    figure.loads.append(load1())
+    return out
+
+
+def changed_count(out: str) -> int:
+    return sum(1 for line in out.splitlines() if line.startswith("{") and json.loads(line).get("status") == "changed"
+               and json.loads(line).get("event") == "task_result")
+
+
+def doctor_errors(out: str) -> int:
+    try:
+        return sum(1 for f in json.loads(out)["findings"] if f["severity"] == "error")
+    except (ValueError, KeyError):
+        return -1
+
+
+def measure(shape: str, repeat: int, serve: bool = False) -> dict:
+    from sparkctl.lab.inventory_writer import add_serve_section
+    from sparkctl.lab.lab import Lab
+
+    size = int(shape.rstrip("abcdefghijklmnopqrstuvwxyz"))
+    topology = shape[len(str(size)):]
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as directory:
+        env = {**os.environ, "XDG_STATE_HOME": str(Path(directory) / "state"), "HF_TOKEN": "lab"}
+        up = Figure()
+        up.loads.append(load1())
+        started = time.monotonic()
+        lab = Lab.up(Path(directory) / "lab", nodes=size, topology=topology)
+        up.seconds.append(time.monotonic() - started)
+        try:
+            if serve:
+                add_serve_section(Path(lab.inventory_path), "qwen3-235b-eagle3")
+            inventory = str(lab.inventory_path)
+            bootstrap = ["sparkctl", "cluster", "bootstrap", inventory, "--json"]
+            fresh, noop, doctor = Figure(), Figure(), Figure()
+            out = run(bootstrap, fresh, env)
+            fresh.notes.append(f"{changed_count(out)} changed")
+            noop_changed = 0
+            for _ in range(repeat):
+                noop_changed += changed_count(run(bootstrap, noop, env))
+            errors = [doctor_errors(run(["sparkctl", "doctor", inventory, "--json"], doctor, env))
+                      for _ in range(repeat)]
+        finally:
+            lab.down()
+    return {"shape": f"{size} {topology}{' +serve' if serve else ''}", "nodes": size, "topology": topology,
+            "serve": serve, "up": up, "fresh": fresh, "noop": noop, "noop_changed": noop_changed,
+            "doctor": doctor, "doctor_errors": max(errors)}
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'shape':<16} {'lab up s':>8} {'fresh s':>8} {'exit':>4} {'no-op s':>8} {'(min)':>6} {'chg':>3} "
+          f"{'exit':>4} {'doctor s':>8} {'(min)':>6} {'errors':>6} {'mem MB':>6}  load during (1 min)")
+    for r in rows:
+        fresh, noop, doc = r["fresh"], r["noop"], r["doctor"]
+        peak = max(fresh.peak_kb, noop.peak_kb, doc.peak_kb) / 1024
+        loads = fresh.loads + noop.loads + doc.loads
+        print(f"{r['shape']:<16} {r['up'].median:>8.1f} {fresh.median:>8.2f} {max(fresh.exits):>4} "
+              f"{noop.median:>8.2f} {min(noop.seconds):>6.2f} {r['noop_changed']:>3} {max(noop.exits):>4} "
+              f"{doc.median:>8.2f} {min(doc.seconds):>6.2f} {r['doctor_errors']:>6} {peak:>6.0f}  "
+              f"{min(loads):.1f}-{max(loads):.1f}")
+    two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
+    two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
+    sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
+    print("targets (issue 15): 2-node no-op <= 1.5 s (<= 2.5 s with serve); 16-node switch no-op <= 2x the 2-node "
+          "one; doctor on 16 <= 2x doctor on 2; 0 changed on a rerun; 0 doctor errors; memory < 150 MB")
+    if two:
+        print(f"  2-node no-op {two['noop'].median:.2f} s" + (f", with serve {two_serve['noop'].median:.2f} s"
+                                                               if two_serve else ""))
+    if two and sixteen:
+        print(f"  16/2 no-op: {sixteen['noop'].median / two['noop'].median:.1f}x; "
+              f"16/2 doctor: {sixteen['doctor'].median / two['doctor'].median:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"default {DEFAULT_SHAPES}")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--serve", action="store_true", help="also a pair that serves")
+    args = parser.parse_args()
+    from sparkctl.lab.image import ensure_image
+
+    ensure_image()
+    rows = []
+    for shape in args.shapes.split(","):
+        serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)
+        for serve in serves:
+            rows.append(measure(shape.strip(), args.repeat, serve=serve))
+            print_table(rows[-1:])  # as it goes: a long run shows its rows early
+    print()
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

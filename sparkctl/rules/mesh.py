@@ -1,0 +1,210 @@
+"""PURE: proving every ordered pair of a mesh (ssh between nodes, ssh between containers, pings across links)
+from each node at once, paced so no target is flooded, and reading the verdicts back.
+
+One script per node: it tries its own outgoing pairs, a few at a time, and prints one verdict line per pair.
+Bootstrap's verify tasks and doctor's probes both use it, so they agree on what a broken pair is.
+
+Pacing: node i's r-th try goes to node i+r (mod N). In each step every node receives exactly ONE try, so
+with WAVE tries in flight per node, a target sees about WAVE new connections at once, whatever N is. OpenSSH's
+default `MaxStartups 10:30:100` starts dropping unauthenticated connections past 10 (REFERENCE.md, "Where real
+Sparks differ"); WAVE leaves room for nodes drifting a wave apart, and for mpirun's and sparkctl's own sessions.
+
+Verdicts: `ok`, `fail` (the pair is broken: refused, denied, host key, no route) and `unknown` (the try could
+not run: the target reset or timed out the handshake, which is what an overloaded sshd does; retried first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sparkctl.inventory import Inventory
+from sparkctl.plan.fabric import FabricPlan
+from sparkctl.plan.ssh import peer_route
+from sparkctl.transport.base import q
+
+#: Tries one node has in flight at once (and so, about the new connections one target receives at once).
+WAVE = 4
+#: Tries per pair when the handshake was reset or timed out (not when the pair is plainly broken).
+ATTEMPTS = 3
+CONNECT_TIMEOUT = 5
+
+# What an overloaded sshd does to a connection it will not serve (MaxStartups, a full accept queue): the try
+# could not run, the pair is not known to be broken. ssh's own words (OpenSSH 9.x, sshconnect.c / kex.c).
+_TRANSIENT = ("kex_exchange_identification", "Connection reset by peer", "Connection closed by remote host",
+              "banner exchange", "Broken pipe", "ssh_dispatch_run_fatal")
+
+# The check's session carries nothing, so its key exchange only has to be cheap: OpenSSH 9.x offers
+# sntrup761x25519 first, which cost about 2x the CPU of curve25519 per connection on both ends in the lab
+# (measured: ~210 vs ~95 ms per host ssh). `^` puts curve25519 first and keeps every default behind it;
+# an ssh that does not know `^` (before OpenSSH 8.2) simply goes without.
+_PRELUDE = r"""_K="-o KexAlgorithms=^curve25519-sha256"; ssh -G $_K _ >/dev/null 2>&1 || _K=""
+_try() { _p=$1; _t=$2; shift 2; _n=0
+  while :; do _n=$((_n+1))
+    _e=$("$@" </dev/null 2>&1 >/dev/null) && { echo "ok $_p $_t"; return; }
+    _r=$?; _l=$(printf '%s' "$_e" | tr -d '\r' | grep -v '^Warning: Permanently added' | tail -n 1)
+    case $_e in
+      TRANSIENT)
+        if [ "$_n" -lt ATTEMPTS ]; then sleep "0.$((_n * 3))"; continue; fi
+        echo "unknown $_p $_t ${_l:-no answer}"; return ;;
+    esac
+    echo "fail $_p $_t ${_l:-exit status $_r}"; return
+  done
+}"""
+
+
+def prelude() -> str:
+    """The shell functions every mesh script starts with (`_try PEER TARGET argv...`)."""
+    patterns = "|".join(f"*{q(t)}*" for t in _TRANSIENT)
+    return _PRELUDE.replace("TRANSIENT", patterns).replace("ATTEMPTS", str(ATTEMPTS))
+
+
+def schedule(order: Sequence[str], node: str) -> list[str]:
+    """The peers `node` tries, in the order it tries them: node i's r-th try goes to node i+r, so in every
+    step each node is the target of exactly one try."""
+    i = list(order).index(node)
+    return [order[(i + r) % len(order)] for r in range(1, len(order))]
+
+
+@dataclass(frozen=True)
+class Try:
+    peer: str
+    target: str            # what the verdict names (an address, or user@address)
+    argv: str              # the command, already quoted for the shell, with $_K where ssh options go
+
+
+def ssh_try(peer: str, target: str, options: str = "", user: str | None = None) -> Try:
+    """`ssh -o BatchMode=yes ... target true`: passwordless, host key pinned (no prompt), quick to give up."""
+    where = f"{user}@{target}" if user else target
+    extra = f" {options}" if options else ""
+    argv = (f"ssh -o BatchMode=yes -o ConnectTimeout={CONNECT_TIMEOUT} $_K{extra} {q(where)} true")
+    return Try(peer, where, argv)
+
+
+def host_tries(inventory: Inventory, fabric: FabricPlan, order: Sequence[str], node: str) -> list[Try]:
+    """ssh from the node to every other node as the cluster user, the way plan/ssh.py peer_route reaches it."""
+    return [ssh_try(peer, *peer_route(inventory, fabric, node, peer)) for peer in schedule(order, node)]
+
+
+def container_tries(fabric: FabricPlan, order: Sequence[str], node: str, options: str = "") -> list[Try]:
+    """ssh from the node's container to every peer's container (root; inside the container its ssh config gives
+    the port, key and pinned host keys; from the node, `options` name them), at the peer's address on the first
+    subnet they share: the one mpirun's daemons use. A peer with no shared subnet is reached through the routes
+    the fabric plan gives (its first address)."""
+    mine = {a.network for a in fabric.addresses.get(node, {}).values()}
+    out = []
+    for peer in schedule(order, node):
+        theirs = list(fabric.addresses.get(peer, {}).values())
+        addr = next((a for a in theirs if a.network in mine), None)
+        if addr is None:
+            first = fabric.first_address(peer)
+            addr = next((a for a in theirs if a.ip == first), None)
+        if addr is not None:
+            out.append(ssh_try(peer, str(addr.ip), options, user="root"))
+    return out
+
+
+def waves(tries: Sequence[Try], wave: int = WAVE) -> str:
+    """The tries in waves of `wave` (each try in the background, then `wait`), in the order given."""
+    lines = []
+    for start in range(0, len(tries), wave):
+        batch = tries[start:start + wave]
+        lines += [f"_try {q(t.peer)} {q(t.target)} {t.argv} &" for t in batch]
+        lines.append("wait")
+    return "\n".join(lines)
+
+
+def mesh_script(tries: Sequence[Try], wave: int = WAVE) -> str:
+    """The whole script of one node (prelude and waves); empty when there is nothing to try."""
+    return f"{prelude()}\n{waves(tries, wave)}" if tries else ""
+
+
+def mesh_timeout(tries: int, wave: int = WAVE) -> float:
+    """How long one node's script may take: every wave's tries all retried to their connect timeout."""
+    rounds = -(-tries // max(1, wave))
+    return 30.0 + rounds * ATTEMPTS * (CONNECT_TIMEOUT + 2)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    peer: str
+    target: str
+    state: str             # "ok" | "fail" | "unknown"
+    error: str = ""
+
+
+def parse_verdicts(node: str, stdout: str) -> list[Verdict]:
+    out = []
+    for line in stdout.splitlines():
+        state, _, rest = line.partition(" ")
+        if state not in ("ok", "fail", "unknown"):
+            continue
+        peer, _, rest = rest.partition(" ")
+        target, _, error = rest.partition(" ")
+        out.append(Verdict(node, peer, target, state, error.strip()))
+    return out
+
+
+def missing_verdicts(node: str, tries: Sequence[Try], verdicts: Sequence[Verdict], why: str) -> list[Verdict]:
+    """An `unknown` for every try that printed no verdict (the script was cut short, the node went away)."""
+    seen = {(v.peer, v.target) for v in verdicts}
+    return [Verdict(node, t.peer, t.target, "unknown", why) for t in tries if (t.peer, t.target) not in seen]
+
+
+#: Pings one node has in flight at once (ICMP has no MaxStartups; this only keeps a big node's burst small).
+PING_WAVE = 8
+
+_PING_PRELUDE = r"""_ping() { _i=$1; _p=$2; _a=$3; _s=$4; _n=0
+  while :; do _n=$((_n+1))
+    if ping -c 1 -W 2 -M do -s "$_s" -I "$_i" "$_a" >/dev/null 2>&1; then echo "ok $_i $_p $_a"; return; fi
+    [ "$_n" -lt 2 ] && continue
+    if ping -c 1 -W 2 -I "$_i" "$_a" >/dev/null 2>&1; then echo "mtu $_i $_p $_a"; else echo "dead $_i $_p $_a"; fi
+    return
+  done
+}"""
+
+
+@dataclass(frozen=True)
+class Ping:
+    interface: str
+    peer: str
+    address: str
+
+
+def link_pings(fabric: FabricPlan, order: Sequence[str], node: str,
+               routes: dict[str, list[tuple[str, str]]] | None = None) -> list[Ping]:
+    """Every peer address on every twin subnet of the node, and every address a route of the node leads to (a
+    ring's: through a neighbour, relayed beyond it), peers in the paced order of schedule()."""
+    rank = {peer: i for i, peer in enumerate(schedule(order, node))} if node in order else {}
+    pings = [Ping(link.interface, peer, str(paddr.ip)) for link in fabric.links(node)
+             for peer, _pif, paddr in link.peers]
+    owners = {str(a.ip): peer for peer, addrs in fabric.addresses.items() for a in addrs.values()}
+    for iface, planned in (routes or {}).items():
+        for to, _via in planned:
+            address = to.split("/")[0]
+            if address in owners:
+                pings.append(Ping(iface, owners[address], address))
+    return sorted(pings, key=lambda p: rank.get(p.peer, len(rank)))
+
+
+def ping_script(pings: Sequence[Ping], size: int, wave: int = PING_WAVE) -> str:
+    """Don't-fragment pings of `size` bytes, a few at a time, each tried twice before a small ping tells an MTU
+    problem (`mtu`) from a dead link (`dead`); one line per ping: `VERDICT IFACE PEER ADDRESS`."""
+    if not pings:
+        return ""
+    lines = [_PING_PRELUDE]
+    for start in range(0, len(pings), wave):
+        lines += [f"_ping {q(p.interface)} {q(p.peer)} {q(p.address)} {int(size)} &" for p in pings[start:start + wave]]
+        lines.append("wait")
+    return "\n".join(lines)
+
+
+def parse_pings(stdout: str) -> list[tuple[str, str, str, str]]:
+    """(verdict, interface, peer, address) per ping line."""
+    out = []
+    for line in stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] in ("ok", "mtu", "dead"):
+            out.append((fields[0], fields[1], fields[2], fields[3]))
+    return out

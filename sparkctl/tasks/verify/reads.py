@@ -1,0 +1,36 @@
+"""What verify.fabric reads on every node, as framed shell: besides its own round trip, container.ssh's carries it
+along on a no-op run (one docker exec and one round trip per node saved) and hands the answers over."""
+
+from __future__ import annotations
+
+import posixpath
+
+from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
+from sparkctl.rules.fabric import exposure_script, management_addresses
+from sparkctl.tasks.context import NodeContext
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+#: The task the reads are handed over to (ClusterContext.hand_over).
+VERIFY_TASK = "verify.fabric"
+#: The section names, inside the container (hostfile) and on the node (the rest).
+CONTAINER_HOSTFILE = "container-hostfile"
+
+
+def container_reads(framing: Framing) -> str:
+    """Shell for the container: its hostfile (mpi.hostfile's read is the same section)."""
+    return framing.section(CONTAINER_HOSTFILE, f"cat {HOSTFILE_PATH} 2>/dev/null")
+
+
+def node_reads(ctx: NodeContext, framing: Framing) -> str:
+    """Shell for the node: the serve log's NCCL lines, and whether the container's sshd answers on the node's
+    management address."""
+    log = posixpath.join(ctx.state_dir(), SERVE_LOG)
+    exposure = exposure_script(management_addresses(ctx.facts()), ctx.inventory.container.ssh_port)
+    return "\n".join([framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000"),
+                      framing.section("exposure", exposure)])
+
+
+def answers(found: dict[str, str]) -> dict[str, str]:
+    return {"hostfile": found.get(CONTAINER_HOSTFILE, ""), "nccl": found.get("nccl", ""),
+            "exposure": found.get("exposure", "")}
