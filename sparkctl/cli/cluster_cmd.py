@@ -74,8 +74,9 @@ def status(file: str, limit: str | None, forks: int) -> None:
     found = cluster_status(inventory, csv_set(limit), forks)
     # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
     Console(width=None if sys.stdout.isatty() else 180).print(
-        status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile))
-    sys.exit(int(ExitStatus.UNREACHABLE if found.unreachable else ExitStatus.SUCCESS))
+        status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown))
+    lost = [n for n in found.shown if n in found.unreachable]
+    sys.exit(int(ExitStatus.UNREACHABLE if lost else ExitStatus.SUCCESS))
 
 
 @cluster_group.command("down")

@@ -48,13 +48,15 @@ def _container(facts: Facts, name: str, expected_hash: str | None) -> str:
 
 
 def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dict[str, str],
-                 spec_hashes: dict[str, str], hostfile: str | None = None) -> Table:
+                 spec_hashes: dict[str, str], hostfile: str | None = None, shown: list[str] | None = None) -> Table:
     table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
     for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "hostfile",
                 "ports listening"):
         table.add_column(col)
     ssh_port, serve_port = inventory.container.ssh_port, inventory.serve.port
     for node in inventory.nodes:
+        if shown is not None and node.name not in shown:
+            continue
         if node.name in unreachable:
             table.add_row(node.name, redacted(f"[red]no[/] {unreachable[node.name]}"), "", "", "", "", "", "")
             continue

@@ -39,6 +39,14 @@ def _clean(event: Event) -> Event:
     )
 
 
+def _short_list(names: list[str], most: int = 4) -> str:
+    """Task names, or past `most` of them their phases (`preflight.node` -> preflight) and a count."""
+    if len(names) <= most:
+        return ", ".join(names)
+    phases = list(dict.fromkeys(n.split(".", 1)[0] for n in names))
+    return f"{len(names)} tasks of {', '.join(phases)}"
+
+
 class ConsoleView:
     """Live per-node progress, one line per task per node as it finishes, and a recap table at the end.
 
@@ -83,6 +91,10 @@ class ConsoleView:
         if self.check_mode:
             self.console.print(Text("check mode: nothing will be changed, changes are reported as "
                                     "'would change'", style="bold"))
+        added = event.data.get("added_needs") or []
+        if added:
+            self.console.print(Text(f"also running what the selected tasks need: {_short_list(added)}",
+                                    style="dim"))
 
     def _on_task_start(self, event: Event) -> None:
         self._running[(event.task, event.node)] = None
@@ -250,13 +262,19 @@ class ConsoleView:
             lost = ", ".join(n for n, row in nodes.items() if row.get("unreachable"))
             return Text(f"UNREACHABLE{took}: {lost}", style="bold magenta")
         if event.check_mode:
-            if total["changed"]:
-                return Text(f"check mode{took}: {total['changed']} task(s) would change; "
+            pending = int(event.data.get("pending") or 0)
+            unknown = f", {pending} cannot know until those are applied" if pending else ""
+            if total["changed"] or pending:
+                return Text(f"check mode{took}: {total['changed']} task(s) would change{unknown}; "
                             "run without --check to apply", style="bold yellow")
             return Text(f"check mode{took}: nothing would change", style="bold green")
+        verified = event.data.get("verified")
+        proof = "" if verified is None else "; verified" if verified else \
+            f"; NOT verified: {event.data.get('not_verified')}"
+        style = "bold green" if verified is not False else "bold yellow"
         if total["changed"]:
-            return Text(f"OK{took}: {total['changed']} task(s) changed, all verified", style="bold green")
-        return Text(f"OK{took}: nothing to change", style="bold green")
+            return Text(f"OK{took}: {total['changed']} task(s) changed{proof}", style=style)
+        return Text(f"OK{took}: nothing to change{proof}", style=style)
 
 
 class JsonView:

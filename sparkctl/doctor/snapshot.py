@@ -77,6 +77,8 @@ class Snapshot:
     #: the controller's clock when the facts were read: the reference for clock skew
     controller_time: float | None = None
     controller_time_slack: float = 0.0
+    #: --limit: the nodes diagnosed (every node is read: the plan is the whole cluster's); None: all
+    limit: frozenset[str] | None = None
 
     @property
     def order(self) -> list[str]:
@@ -86,6 +88,11 @@ class Snapshot:
     @property
     def all_nodes(self) -> list[str]:
         return [n.name for n in self.inventory.nodes]
+
+    @property
+    def diagnosed(self) -> list[str]:
+        """The nodes whose findings are reported (--limit), in inventory order."""
+        return [n for n in self.all_nodes if self.limit is None or n in self.limit]
 
     def probe(self, node: str) -> NodeProbe:
         return self.probes.get(node) or NodeProbe()

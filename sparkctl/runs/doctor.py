@@ -56,15 +56,17 @@ class DoctorOutcome:
 
 
 def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
-    """One look at the cluster: facts, plan and probes of every reachable node."""
+    """One look at the cluster: facts and plan of every reachable node, the probes of those diagnosed (--limit
+    reads every node's facts all the same: the plan is the whole cluster's)."""
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=request.become_password) as session:
         before = time.time()
         facts = session.gather()
         after = time.time()
         plan, plan_error = doctor_plan(inventory, facts)
-        probes = run_probes({n: t for n, t in session.transports.items() if n in facts}, inventory, plan, facts,
-                            want_logs=bool(request.bundle), forks=request.forks)
+        diagnosed = set(session.limited)
+        probes = run_probes({n: t for n, t in session.transports.items() if n in facts and n in diagnosed},
+                            inventory, plan, facts, want_logs=bool(request.bundle), forks=request.forks)
         unreachable = dict(session.unreachable)
     for node, probe in probes.items():
         if probe.error and "connection lost" in probe.error:
@@ -74,7 +76,8 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
     return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
                     {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
                     become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
-                    controller_time_slack=(after - before) / 2)
+                    controller_time_slack=(after - before) / 2,
+                    limit=frozenset(request.limit) if request.limit else None)
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:

@@ -17,7 +17,7 @@ def bootstrap_tasks() -> list[Task]:
 
 def bootstrap_graph() -> Graph:
     """`sparkctl cluster bootstrap`: set up or repair the whole cluster; a second run changes nothing."""
-    return Graph(bootstrap_tasks(), BOOTSTRAP_PHASES)
+    return Graph(bootstrap_tasks(), BOOTSTRAP_PHASES, verify_phase="verify")
 
 
 DOWN_PHASES = ["container", "ssh", "network"]

@@ -42,7 +42,8 @@ def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
 
 
 class Session:
-    """Connections to the inventory's nodes (those of `limit`), each opened once and reused.
+    """Connections to every node of the inventory, each opened once and reused. `limit` only names the nodes a
+    run may change (and the ones a report shows): what the cluster shares is read from all of them.
 
     `transports` holds the nodes reached, `unreachable` why each other one was not.
     """
@@ -51,10 +52,11 @@ class Session:
                  become_password: str | None = None):
         check_limit(inventory, limit)
         self.inventory = inventory
+        self.limit = set(limit) if limit else None
         self.forks = forks
         self._options = {"known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
                          "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
-        self.names = [n.name for n in inventory.nodes if not limit or n.name in limit]
+        self.names = [n.name for n in inventory.nodes]
         self.transports: dict[str, Transport] = {}
         self.unreachable: dict[str, str] = {}
 
@@ -68,6 +70,11 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         for transport in self.transports.values():
             transport.close()
+
+    @property
+    def limited(self) -> list[str]:
+        """The nodes of --limit (all when none), in inventory order."""
+        return [n for n in self.names if self.limit is None or n in self.limit]
 
     def address(self, name: str) -> NodeAddress:
         target = self.inventory.ssh_target(name)
@@ -114,13 +121,13 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     options = request.options
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=options.become_password) as session:
-        cluster = ClusterContext(inventory, options, emit, new_transport=session.open)
+        cluster = ClusterContext(inventory, options, emit, new_transport=session.open, limit=request.limit)
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit)
+                        emit=emit, limit=request.limit)
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

@@ -21,6 +21,8 @@ class ClusterStatus:
     spec_hashes: dict[str, str] = field(default_factory=dict)
     #: the planned hostfile, when a plan could be made
     hostfile: str | None = None
+    #: the nodes to show (--limit; all when none), in inventory order
+    shown: list[str] = field(default_factory=list)
 
 
 def container_hostfile(inventory: Inventory):
@@ -36,9 +38,10 @@ def container_hostfile(inventory: Inventory):
 
 
 def cluster_status(inventory: Inventory, limit: set[str] | None = None, forks: int = 32) -> ClusterStatus:
+    """Every node is read (the planned spec and hostfile depend on all of them); --limit picks the rows."""
     with Session(inventory, limit=limit, forks=forks) as session:
         facts = session.gather(also=container_hostfile(inventory))
-        status = ClusterStatus(facts, dict(session.unreachable))
+        status = ClusterStatus(facts, dict(session.unreachable), shown=session.limited)
     try:
         plan = plan_cluster(inventory, facts)
     except SparkctlError:

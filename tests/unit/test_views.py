@@ -176,3 +176,29 @@ def test_views_mask_registered_secrets():
         assert "rejected " + secrets.MASK in stream.getvalue()
     finally:
         secrets.forget_secrets()
+
+
+@pytest.mark.parametrize("data, check_mode, expected", [
+    ({"verified": True}, False, "OK in 1.0s: nothing to change; verified"),
+    ({"verified": False, "not_verified": "verify.fabric was not selected"}, False,
+     "OK in 1.0s: nothing to change; NOT verified: verify.fabric was not selected"),
+    ({}, False, "OK in 1.0s: nothing to change"),
+    ({"pending": 3}, True, "check mode in 1.0s: 0 task(s) would change, 3 cannot know until those are applied"),
+])
+def test_the_closing_line_says_verified_only_when_verify_passed(data, check_mode, expected):
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("recap", nodes={"spark1": {"ok": 1}}, duration=1.0, check_mode=check_mode, exit_status=0,
+               data=data))
+    assert expected in console.export_text()
+
+
+def test_the_start_line_names_what_only_pulled_in():
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("run_start", data={"nodes": ["spark1"], "added_needs": ["preflight.node", "container.run"]}))
+    view(Event("run_start", data={"nodes": ["spark1"], "added_needs": [
+        "preflight.node", "preflight.cluster", "network.netplan", "container.run", "mpi.hostfile"]}))
+    text = console.export_text()
+    assert "also running what the selected tasks need: preflight.node, container.run" in text
+    assert "5 tasks of preflight, network, container, mpi" in text

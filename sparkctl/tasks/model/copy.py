@@ -162,10 +162,7 @@ class ModelCopyTask(Task):
         inv = ctx.inventory
         if not copy_mode(inv):
             return []
-        head = inv.head.name
-        if head not in ctx.nodes:
-            raise TaskFailed(f"the head node {head} is not part of this run (it is where the copies come from)",
-                             hint="do not --limit it away")
+        head = ctx.head().name
         dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items()}
         results = ctx.run_on_all({name: manifest_script(d) for name, d in dirs.items()}, timeout=300)
         manifests = {}
@@ -191,7 +188,7 @@ class ModelCopyTask(Task):
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
                 changes.append(Change(f"copy {source.repo} from {head} to {peer} over the fabric ({what})",
-                                      payload=(peer, source, dest.path, paths, size, _total(wanted))))
+                                      payload=(peer, source, dest.path, paths, size, _total(wanted)), node=peer))
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

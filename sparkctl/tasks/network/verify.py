@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
-from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.base import q
 
 
@@ -18,16 +17,11 @@ class NetworkVerify(Task):
     checks = ("from each node, a don't-fragment ping of MTU-28 bytes to every peer address on the same twin "
               "subnet; on failure, a small ping tells an MTU problem from a dead link")
     changes = "nothing (read-only)"
+    read_only = True
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         if ctx.inventory.topology == "single":
             return []
-        if ctx.options.check:
-            pending = sorted(name for name, node in ctx.nodes.items() if NetplanTask().check(node))
-            if pending:
-                ctx.warn(f"not run in check mode: the fabric settings of {', '.join(pending)} are not applied yet",
-                         task=self.name)
-                return []
         plan = ctx.plan()
         size = ctx.inventory.fabric.mtu - 28
         script_by_node = {}

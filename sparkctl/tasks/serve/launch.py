@@ -57,21 +57,21 @@ class ServeLaunchTask(Task):
         handle = ServerHandle.of(head)
         record = handle.read_record()
         if record is None:
-            return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}")]
+            return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]
         pid = record.get("pid")
         if not handle.alive(pid):
             return [Change(f"restart the server on {head.name}: mpirun (pid {pid}) is gone "
-                           "(its log: run/serve/serve.log)")]
+                           "(its log: run/serve/serve.log)", node=head.name)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
             if record.get("command") != command:
                 diff += unified_diff("launch line", (record.get("command") or "") + "\n", command + "\n") or ""
             return [Change(f"restart the server on {head.name}: the config or launch line changed",
-                           diff=diff or None)]
+                           diff=diff or None, node=head.name)]
         status, why = head_client(head.transport, ctx.inventory).health_detail()
         if status != 200:
             return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
-                           f"{status or 'nothing'}" + (f" ({why})" if why else ""))]
+                           f"{status or 'nothing'}" + (f" ({why})" if why else ""), node=head.name)]
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

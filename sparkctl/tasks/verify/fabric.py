@@ -111,6 +111,7 @@ class FabricVerify(Task):
               "allreduce sum; its bandwidth. An NCCL log (serve log) when present: the network and devices NCCL really "
               "used")
     changes = "nothing (read-only)"
+    read_only = True
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         inv = ctx.inventory
