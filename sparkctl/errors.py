@@ -38,3 +38,9 @@ class InventoryError(BadInput):
 
 class Unreachable(SparkctlError):
     exit_status = ExitStatus.UNREACHABLE
+
+
+class ClusterBusy(SparkctlError):
+    """Another run holds the cluster lock: nothing was done (one line naming the holder)."""
+
+    exit_status = ExitStatus.BUSY

@@ -27,6 +27,7 @@ from sparkctl.plan import plan_cluster
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
 from sparkctl.transport.framing import MARKER
+from sparkctl.transport.held import HeldCommand
 
 REPO = Path(__file__).resolve().parent.parent
 FACT_CAPTURES = REPO / "tests" / "fixtures" / "facts"
@@ -48,7 +49,7 @@ PLANNED = "@planned"
 
 @dataclass
 class Call:
-    kind: str                     # "run" | "put" | "read" | "exec_in"
+    kind: str                     # "run" | "put" | "read" | "exec_in" | "hold"
     target: str                   # the command, or the path
     sudo: bool = False
     input: str | None = None
@@ -120,6 +121,12 @@ class RecordingTransport:
         self._record(Call("exec_in", f"{container}: {cmd}", input=input))
         return self._answer(cmd)
 
+    def hold(self, script: str, *args: str, what: str = "held command") -> HeldCommand:
+        """A held command (the cluster lock) on a node where nobody holds it: granted, released on request."""
+        self.round_trips += 1
+        self._record(Call("hold", what))
+        return HeldCommand(GrantingStream(), what)
+
     def close(self) -> None:
         self.closed = True
 
@@ -134,6 +141,24 @@ class RecordingTransport:
     @property
     def puts(self) -> list[Call]:
         return [c for c in self.calls if c.kind == "put"]
+
+
+class GrantingStream:
+    """The node side of runs.lock's hold script, when the lock is free: `acquired`, then `released` on request."""
+
+    def __init__(self) -> None:
+        self.out = b"sparkctl-lock acquired\n"
+
+    def recv(self, timeout: float) -> bytes | None:
+        data, self.out = self.out, b""
+        return data or None
+
+    def send(self, data: bytes) -> None:
+        if data.strip() == b"release":
+            self.out += b"sparkctl-lock released\n"
+
+    def close(self) -> None:
+        pass
 
 
 # --- contexts on recorded facts -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def journaled_run(command: str, inventory: Inventory, graph: Graph, request: Run
                   view: Callable[[Event], None]) -> RunResult:
     """One run of `graph`, its events to `view` and to the run journal."""
     with Journal(command=command) as journal:
-        return run_playbook(inventory, graph, request, EventBus([view, journal]))
+        return run_playbook(inventory, graph, request, EventBus([view, journal]), command=command)
 
 
 def ask_for_gated_token(inventory: Inventory, result: RunResult, ask: TokenPrompt) -> bool:

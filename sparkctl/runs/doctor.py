@@ -93,7 +93,7 @@ def repair(inventory: Inventory, diagnosis: Diagnosis, request: DoctorRequest, e
         return Repair(only, None, manual)
     run = RunRequest(options=RunOptions(become_password=request.become_password), limit=request.limit, only=only,
                      forks=request.forks)
-    return Repair(only, run_playbook(inventory, graph, run, emit), manual)
+    return Repair(only, run_playbook(inventory, graph, run, emit, command="doctor --fix"), manual)
 
 
 def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: Callable[[Diagnosis], None],

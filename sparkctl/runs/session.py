@@ -3,14 +3,16 @@ a task graph over it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sparkctl.engine import Event, Graph, Runner, RunResult
 from sparkctl.errors import BadInput
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
+from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
@@ -39,6 +41,39 @@ def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
     if unknown:
         raise BadInput(f"--limit: no node named {', '.join(unknown)} in the inventory",
                        hint=f"nodes: {', '.join(sorted(known))}")
+
+
+def after_start(emit: Callable[[Event], None], notes: list[Event]) -> Callable[[Event], None]:
+    """`emit`, which sends `notes` right after the run's first event (run_start)."""
+    if not notes:
+        return emit
+    pending = list(notes)
+
+    def sink(event: Event) -> None:
+        emit(event)
+        while pending and event.event == "run_start":
+            emit(pending.pop(0))
+    return sink
+
+
+@contextmanager
+def held_lock(session: Session, command: str, request: RunRequest,
+              emit: Callable[[Event], None]) -> Iterator[list[Event]]:
+    """The cluster lock for a run that may change the nodes (not --check). Yields what to say once the run has
+    started: a stale lock taken over."""
+    if request.options.check:
+        yield []
+        return
+    def warn(node: str, message: str) -> None:
+        emit(Event("warning", node=node, message=message))
+
+    lock = ClusterLock(session.inventory.cluster.name, session.transports, Holder.now(command, request.limit),
+                       warn=warn)
+    with lock:
+        yield [Event("warning", node=node, message=(
+            f"took over a stale cluster lock: {gone.describe() if gone else 'a run'} ended without releasing it "
+            "(killed, or its connection lost); this run checks everything again"))
+            for node, gone in lock.stale.items()]
 
 
 class Session:
@@ -111,8 +146,11 @@ class Session:
         return out
 
 
-def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None]) -> RunResult:
-    """Walk `graph` over the inventory's nodes (those of --limit), reporting through `emit`."""
+def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None],
+                 command: str = "bootstrap") -> RunResult:
+    """Walk `graph` over the inventory's nodes (changing those of --limit), reporting through `emit`. A run that
+    may change something holds the cluster lock on the nodes (runs.lock) from before the first task to the
+    end; --check does not need it."""
     check_limit(inventory, request.limit)
     try:
         graph = graph.select(request.only, request.skip)
@@ -120,7 +158,9 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
         raise BadInput(str(exc)) from exc
     options = request.options
     with Session(inventory, limit=request.limit, forks=request.forks,
-                 become_password=options.become_password) as session:
+                 become_password=options.become_password) as session, \
+            held_lock(session, command, request, emit) as notes:
+        emit = after_start(emit, notes)
         cluster = ClusterContext(inventory, options, emit, new_transport=session.open, limit=request.limit)
         for node in inventory.nodes:
             if node.name in session.transports:

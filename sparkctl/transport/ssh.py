@@ -196,6 +196,15 @@ class SSHTransport(ShellTransport):
             code = 255  # killed by a signal: sshd sent exit-signal, not exit-status
         return RawResult(code, b"".join(out), b"".join(err))
 
+    def _open_stream(self, line: str) -> ChannelStream:
+        chan = self._session()
+        try:
+            chan.exec_command(line)
+        except _LOST as exc:
+            chan.close()
+            raise Unreachable(f"{self.where}: connection lost while starting a command: {exc}") from exc
+        return ChannelStream(chan)
+
     # --- files --------------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
         self.connect()
@@ -254,6 +263,32 @@ class SSHTransport(ShellTransport):
             return RemoteFileError(f"{self.node}: cannot write {path}: permission denied",
                                    "write it with sudo=True")
         return RemoteFileError(f"{self.node}: cannot write {path}: {exc}")
+
+
+class ChannelStream:
+    """A held command's channel (transport.held)."""
+
+    def __init__(self, chan: paramiko.Channel):
+        self._chan = chan
+
+    def recv(self, timeout: float) -> bytes | None:
+        if not self._chan.recv_ready():
+            if self._chan.eof_received or self._chan.closed:
+                return b""
+            select.select([self._chan], [], [], max(0.0, timeout))
+            if not self._chan.recv_ready():
+                return b"" if self._chan.eof_received or self._chan.closed else None
+        return self._chan.recv(_CHUNK)
+
+    def send(self, data: bytes) -> None:
+        if self._chan.closed or not self._chan.get_transport() or not self._chan.get_transport().is_active():
+            raise EOFError("channel closed")
+        self._chan.sendall(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(*_LOST):
+            self._chan.shutdown_write()
+        self._chan.close()
 
 
 def _feed(chan: paramiko.Channel, data: bytes) -> None:
