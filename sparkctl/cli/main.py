@@ -47,6 +47,8 @@ def _print_error(exc: SparkctlError) -> None:
                    err=True)
         return
     click.echo(f"sparkctl: error: {exc.message}", err=True)
+    for line in exc.details:
+        click.echo(f"  {line}", err=True)
     if exc.hint:
         click.echo(f"  hint: {exc.hint}", err=True)
 
@@ -76,6 +78,9 @@ def configure_logging(debug: bool) -> None:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("sparkctl").setLevel(logging.DEBUG if debug else logging.NOTSET)
+    # paramiko logs every failed handshake with its traceback from its own thread; sparkctl already says why
+    # in one line per node (transport.ssh). --debug shows them.
+    logging.getLogger("paramiko.transport").setLevel(logging.NOTSET if debug else logging.CRITICAL)
 
 
 def _register() -> None:

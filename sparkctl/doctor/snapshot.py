@@ -79,6 +79,8 @@ class Snapshot:
     controller_time_slack: float = 0.0
     #: --limit: the nodes diagnosed (every node is read: the plan is the whole cluster's); None: all
     limit: frozenset[str] | None = None
+    #: why each unreachable node was (errors.Unreachable.kind): network, auth, host_key, lost
+    unreachable_kinds: dict[str, str] = field(default_factory=dict)
 
     @property
     def order(self) -> list[str]:

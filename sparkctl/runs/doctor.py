@@ -68,16 +68,19 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
         probes = run_probes({n: t for n, t in session.transports.items() if n in facts and n in diagnosed},
                             inventory, plan, facts, want_logs=bool(request.bundle), forks=request.forks)
         unreachable = dict(session.unreachable)
+        kinds = dict(session.unreachable_kinds)
     for node, probe in probes.items():
         if probe.error and "connection lost" in probe.error:
             unreachable[node] = probe.error  # powered off between the facts and the probes
+            kinds[node] = "lost"
             facts.pop(node, None)
     order = [n.name for n in inventory.nodes]
     return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
                     {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
                     become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
                     controller_time_slack=(after - before) / 2,
-                    limit=frozenset(request.limit) if request.limit else None)
+                    limit=frozenset(request.limit) if request.limit else None,
+                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds})
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:

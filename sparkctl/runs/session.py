@@ -94,12 +94,15 @@ class Session:
         self.names = [n.name for n in inventory.nodes]
         self.transports: dict[str, Transport] = {}
         self.unreachable: dict[str, str] = {}
+        #: what kind of failure each unreachable node met (errors.Unreachable.kind): network, auth, host_key, lost
+        self.unreachable_kinds: dict[str, str] = {}
 
     def __enter__(self) -> Session:
         addresses = [self.address(name) for name in self.names]
         transports, unreachable = connect_all(addresses, forks=self.forks, **self._options)
         self.transports = {n: transports[n] for n in self.names if n in transports}
         self.unreachable = {n: str(unreachable[n]) for n in self.names if n in unreachable}
+        self.unreachable_kinds = {n: unreachable[n].kind for n in self.unreachable}
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -140,6 +143,7 @@ class Session:
             for name, facts, extra, error in pool.map(one, list(self.transports)):
                 if facts is None:
                     self.unreachable[name] = error
+                    self.unreachable_kinds[name] = "lost"
                 else:
                     facts.extra = extra
                     out[name] = facts

@@ -75,9 +75,10 @@ class SSHTransport(ShellTransport):
                                  connect_timeout=max(1, math.ceil(self.connect_timeout)),
                                  connect_kwargs=connect_kwargs)
         # fabric installs AutoAddPolicy on every client, jump hosts included: replace it everywhere.
+        self._policies = []
         hop: object = conn
         while isinstance(hop, fabric.Connection):
-            secure_client(hop.client, self.known_hosts_path)
+            self._policies.append(secure_client(hop.client, self.known_hosts_path))
             hop = hop.gateway
         return conn
 
@@ -97,35 +98,48 @@ class SSHTransport(ShellTransport):
             except Exception as exc:  # noqa: BLE001 (every failure becomes one line)
                 self._conn.close()
                 raise self._unreachable(exc, time.monotonic() - started) from exc
+            for policy in self._policies:
+                policy.commit()
             self._conn.transport.set_keepalive(15)
             log.debug("%s: connected as %s in %.2fs", self.where, self.user, time.monotonic() - started)
 
     def _unreachable(self, exc: BaseException, elapsed: float = 0.0) -> Unreachable:
+        """One line that names the cause: the network, the login, or the host key (Unreachable.kind)."""
         where, port, timeout = self.where, self.port, self.connect_timeout
         if isinstance(exc, paramiko.BadHostKeyException):
             return Unreachable(
                 f"{where}: host key CHANGED for {host_key_name(self.host, port)} (known_hosts has "
                 f"{_describe(exc.expected_key)}, the server offers {_describe(exc.key)}); refusing to connect",
                 f"if the node was reinstalled, forget the old key: "
-                f"{removal_command(self.known_hosts_path, self.host, port)}")
-        if isinstance(exc, paramiko.AuthenticationException):
-            return Unreachable(f"{where}: authentication failed for user {self.user}",
-                               "check identity_file / ssh-agent")
+                f"{removal_command(self.known_hosts_path, self.host, port)}", kind="host_key")
+        auth = _auth_failure(exc)
+        if auth is not None:
+            return Unreachable(f"{where}: authentication failed for user {self.user}: {auth}",
+                               "set ssh.identity_file in the inventory to a key the node accepts (or load it into "
+                               f"ssh-agent); test with: ssh -p {port} {self.user}@{self.host} true", kind="auth")
         if isinstance(exc, NoValidConnectionsError):
             codes = {getattr(e, "errno", None) for e in exc.errors.values()}
             if codes == {errno.ECONNREFUSED}:
-                return Unreachable(f"{where}: connection refused on port {port}")
+                return Unreachable(f"{where}: connection refused on port {port}",
+                                   "is sshd running on the node, on that port?")
             exc = next(iter(exc.errors.values()))
         if isinstance(exc, (socket.timeout, TimeoutError)):
-            return Unreachable(f"{where}: timed out after {timeout:g}s")
+            return Unreachable(f"{where}: no answer on port {port} within {timeout:g}s",
+                               "is the node powered on and on this network?")
         if isinstance(exc, socket.gaierror):
             return Unreachable(f"{where}: cannot resolve {self.host}: {exc.strerror}")
         if isinstance(exc, ConnectionRefusedError):
-            return Unreachable(f"{where}: connection refused on port {port}")
-        if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc) or elapsed >= timeout * 0.9):
-            return Unreachable(
-                f"{where}: timed out after {timeout:g}s waiting for the SSH handshake on port {port}",
-                "is an SSH server listening there?")
+            return Unreachable(f"{where}: connection refused on port {port}",
+                               "is sshd running on the node, on that port?")
+        if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
+            cause = exc.__context__
+            if isinstance(cause, (socket.timeout, TimeoutError)) or (cause is None and elapsed >= timeout * 0.9):
+                return Unreachable(f"{where}: port {port} accepted the connection but sent no SSH banner within "
+                                   f"{timeout:g}s", "is an SSH server listening there?")
+            return Unreachable(f"port {port} on {where} accepted and closed the connection: is it an SSH server, "
+                               "is the lab down?")
+        if isinstance(exc, paramiko.SSHException) and "protocol version" in str(exc):
+            return Unreachable(f"port {port} on {where} answers, but not as an SSH server ({exc})")
         if isinstance(exc, OSError) and exc.strerror:
             return Unreachable(f"{where}: {exc.strerror.lower()} (port {port})")
         return Unreachable(f"{where}: {str(exc) or type(exc).__name__}")
@@ -297,6 +311,19 @@ def _feed(chan: paramiko.Channel, data: bytes) -> None:
         chan.shutdown_write()
     except _LOST:
         pass  # the command exited or the channel was closed on timeout: its result says so
+
+
+def _auth_failure(exc: BaseException) -> str | None:
+    """Why the login was refused, when that is what happened (paramiko says it several ways)."""
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return "the private key is encrypted (load it into ssh-agent, or use a key without a passphrase)"
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        return f"the node accepts only {', '.join(exc.allowed_types) or 'other methods'}"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return "the node refused every key offered"
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
+        return "no key to offer (no ssh.identity_file, no ssh-agent, no ~/.ssh/id_* key)"
+    return None
 
 
 def _describe(key: paramiko.PKey) -> str:

@@ -188,6 +188,24 @@ def fault_ssh_auth(s):
     s.unreachable["spark2"] = "spark2 (10.0.0.12:22): authentication failed for user nvidia"
 
 
+def fault_ssh_no_key(s):
+    """paramiko's 'No authentication methods available': told by its kind, whatever the words."""
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): no key to offer"
+    s.unreachable_kinds["spark2"] = "auth"
+
+
+def fault_not_ssh(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = ("port 22 on spark2 (10.0.0.12) accepted and closed the connection: is it an SSH "
+                               "server, is the lab down?")
+
+
+def fault_ssh_refused(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): connection refused on port 22"
+
+
 def fault_user(s):
     s.facts["spark2"].user = "ubuntu"
 
@@ -252,6 +270,9 @@ CASES = [
     (fault_container_ssh, "container.ssh_broken", "spark2"),
     (fault_unreachable, "node.unreachable", "spark2"),
     (fault_ssh_auth, "node.ssh_auth", "spark2"),
+    (fault_ssh_no_key, "node.ssh_auth", "spark2"),
+    (fault_not_ssh, "node.not_ssh", "spark2"),
+    (fault_ssh_refused, "node.ssh_refused", "spark2"),
     (fault_user, "node.user_mismatch", "spark2"),
     (fault_sudo, "node.sudo_password", "spark1"),
     (fault_docker_group, "node.docker_group", "spark2"),

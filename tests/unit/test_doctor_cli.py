@@ -53,7 +53,7 @@ def test_unreachable_nodes_are_findings_in_json_and_exit_1(refusing_inventory):
     report = json.loads(result.stdout)
     assert report["healthy"] is False
     assert [(f["id"], f["node"], f["severity"]) for f in report["findings"]] == [
-        ("node.unreachable", "spark1", "error"), ("node.unreachable", "spark2", "error")]
+        ("node.ssh_refused", "spark1", "error"), ("node.ssh_refused", "spark2", "error")]
     assert "connection refused" in report["findings"][0]["evidence"]
     assert report["findings"][0]["fix"]
 
