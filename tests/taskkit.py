@@ -403,3 +403,28 @@ def answer(stdout: str | Callable[..., str], script: str) -> str:
 def normalize_run_id(text: str) -> str:
     """The netplan revert id is a timestamp: replace it so commands compare exactly."""
     return re.sub(r"(revert|confirmed|reverted|applied|guard)-\d+", r"\1-RUNID", text)
+
+
+# --- reading --json output -----------------------------------------------------------------------------------
+
+def json_lines(stdout: str) -> list[dict]:
+    """Every line of a --json output, each checked against the published schema (cli/json_schema.py)."""
+    import json
+
+    from sparkctl.cli.json_schema import validate_line
+
+    lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    for line in lines:
+        validate_line(line)
+    return lines
+
+
+def doctor_report(stdout: str) -> dict:
+    """`doctor --json` read back: the report line's fields, and `findings` (those of the last diagnosis)."""
+    lines = json_lines(stdout)
+    report = lines[-1]
+    assert report["event"] == "report" and report["report"] == "doctor", report
+    findings = [line for line in lines if line["event"] == "finding"]
+    if any(f.get("diagnosis") == "after-fix" for f in findings):
+        findings = [f for f in findings if f.get("diagnosis") == "after-fix"]
+    return {**report, "findings": findings, "lines": lines}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import IO
 
@@ -12,7 +14,7 @@ from rich.status import Status as Spinner
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl.engine.events import Event
+from sparkctl.engine.events import CONNECT_TASK, Event
 from sparkctl.secrets import redacted
 
 STATUS_STYLES = {
@@ -39,6 +41,27 @@ def _clean(event: Event) -> Event:
     )
 
 
+#: A step this long shows its duration on its result line even without -v.
+LONG_STEP_S = 10.0
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+class _Live:
+    """A renderable whose text is computed when rich draws it (the spinner redraws several times a second)."""
+
+    def __init__(self, text: Callable[[], str]):
+        self._text = text
+
+    def __rich__(self) -> Text:
+        return Text(self._text())
+
+
 def _short_list(names: list[str], most: int = 4) -> str:
     """Task names, or past `most` of them their phases (`preflight.node` -> preflight) and a count."""
     if len(names) <= most:
@@ -62,7 +85,8 @@ class ConsoleView:
         self.check_mode = False
         self._node_width = len(CLUSTER_LABEL)
         self._phase_shown: str | None = None
-        self._running: dict[tuple[str | None, str | None], None] = {}
+        #: what runs now -> since when (monotonic): the spinner says how long each has been running
+        self._running: dict[tuple[str | None, str | None], float] = {}
         self._progress: dict[tuple[str | None, str | None], str] = {}
         self._spinner: Spinner | None = None
 
@@ -97,35 +121,39 @@ class ConsoleView:
                                     style="dim"))
 
     def _on_task_start(self, event: Event) -> None:
-        self._running[(event.task, event.node)] = None
+        self._running[(event.task, event.node)] = time.monotonic()
         if not self.console.is_terminal:
             return
         if self._spinner is None:
-            self._spinner = Spinner("", console=self.console)
+            # the text is rendered anew at every refresh of the spinner: the elapsed time moves on its own
+            self._spinner = Spinner(_Live(self._spinner_text), console=self.console)
             self._spinner.start()
-        self._spinner.update(self._spinner_text())
 
     def _spinner_text(self) -> str:
         by_task: dict[str | None, list[str]] = {}
-        for task, node in self._running:
+        started: dict[str | None, float] = {}
+        for (task, node), since in list(self._running.items()):
             progress = self._progress.get((task, node))
             by_task.setdefault(task, []).append(f"{node or CLUSTER_LABEL} ({progress})" if progress
                                                  else node or CLUSTER_LABEL)
-        return "  ".join(f"{task}: {', '.join(nodes)}" for task, nodes in by_task.items()) or "working"
+            started[task] = min(since, started.get(task, since))
+        now = time.monotonic()
+        return "  ".join(f"{task}: {', '.join(nodes)} [{_elapsed(now - started[task])}]"
+                         for task, nodes in by_task.items()) or "working"
 
     def _line(self, word: str, style: str, event: Event, text: str | None) -> Text:
         line = Text()
         line.append(f"{word:<{WORD_WIDTH}}", style=style)
         line.append("  ")
         line.append(f"{event.node or CLUSTER_LABEL:<{self._node_width}}", style="bold")
-        if event.task:
+        if event.task and event.task != CONNECT_TASK:
             line.append("  ")
             line.append(event.task)
         if text:
             line.append("  ")
             line.append(text)
-        if self.verbosity >= 1 and event.duration is not None:
-            line.append(f"  ({event.duration:.1f}s)", style="dim")
+        if event.duration is not None and (self.verbosity >= 1 or event.duration >= LONG_STEP_S):
+            line.append(f"  ({_elapsed(event.duration)})", style="dim")
         return line
 
     def _phase_header(self, event: Event) -> None:
@@ -143,8 +171,6 @@ class ConsoleView:
     def _on_task_result(self, event: Event) -> None:
         self._running.pop((event.task, event.node), None)
         self._progress.pop((event.task, event.node), None)
-        if self._spinner is not None:
-            self._spinner.update(self._spinner_text())
         status = event.status or "ok"
         if status == "skipped" and event.data.get("reason") == "not_selected" and self.verbosity < 1:
             return
@@ -209,9 +235,11 @@ class ConsoleView:
     def _on_finding(self, event: Event) -> None:
         severity = str(event.data.get("severity") or event.status or "finding")
         style = {"error": "bold red", "warning": "yellow", "ok": "green"}.get(severity, "blue")
-        self.console.print(self._line(severity, style, event, event.message))
-        if event.hint:
-            self._print_hint(event.hint)
+        text = event.message or " ".join(str(event.data[k]) for k in ("id", "summary") if event.data.get(k))
+        self.console.print(self._line(severity, style, event, text))
+        hint = event.hint or event.data.get("fix")
+        if hint:
+            self._print_hint(str(hint))
         for detail in event.details:
             self.console.print(Text(f"    | {detail}"), soft_wrap=True)
 
@@ -229,7 +257,6 @@ class ConsoleView:
             if key not in self._running and (event.task, None) in self._running:
                 key, text = (event.task, None), f"{event.node}: {text}"  # a cluster task's transfer to a node
             self._progress[key] = text
-            self._spinner.update(self._spinner_text())
         else:
             self.console.print(self._line("progress", "dim", event, event.message), style="dim")
 
@@ -251,6 +278,23 @@ class ConsoleView:
         self.console.print()
         self.console.print(table)
         self.console.print(self._verdict(event, nodes))
+        if event.data.get("endpoint"):
+            self.console.print(self._endpoint(event.data["endpoint"], event.data.get("smoke") or {}))
+
+    @staticmethod
+    def _endpoint(url: str, smoke: dict) -> Text:
+        line = Text("endpoint: ", style="bold")
+        line.append(f"{url}/v1", style="bold cyan")
+        said = [f"answered in {smoke['seconds']:.1f}s"] if smoke.get("seconds") is not None else []
+        if smoke.get("answer"):
+            said.append(repr(smoke["answer"][:60]))
+        if smoke.get("acceptance_length"):
+            said.append(f"acceptance length {smoke['acceptance_length']:.2f}")
+        if smoke.get("reachable_from_here") is False:
+            said.append("not reachable from this machine (see the log line above)")
+        if said:
+            line.append("\nsmoke test: " + "; ".join(said))
+        return line
 
     @staticmethod
     def _verdict(event: Event, nodes: dict[str, dict[str, int]]) -> Text:

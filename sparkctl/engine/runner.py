@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkctl.engine.events import Event
+from sparkctl.engine.events import CONNECT_TASK, Event
 from sparkctl.engine.graph import Graph, UnknownSelection, did_you_mean
 from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
 from sparkctl.errors import SparkctlError, Unreachable
@@ -181,7 +181,8 @@ class Runner:
 
     def __init__(self, graph: Graph, *, nodes: list[str], node_contexts: dict[str, Any], cluster_context: Any,
                  unreachable: dict[str, str], forks: int = 32, check_mode: bool = False,
-                 emit: Callable[[Event], None], limit: set[str] | None = None):
+                 emit: Callable[[Event], None], limit: set[str] | None = None,
+                 start: dict[str, Any] | None = None):
         if forks < 1:
             raise ValueError("forks must be at least 1")
         for name in limit or ():
@@ -201,6 +202,8 @@ class Runner:
         self.forks = forks
         self.check_mode = check_mode
         self._emit_to = emit
+        #: what run_start says beyond the engine's own (the command, the cluster, versions)
+        self._start = dict(start or {})
         self._lock = threading.Lock()
         self._outcomes: list[TaskOutcome] = []
         self._by_key: dict[tuple[str, str | None], TaskOutcome] = {}
@@ -219,14 +222,15 @@ class Runner:
 
     def run(self) -> RunResult:
         started = time.monotonic()
-        start: dict[str, Any] = {"nodes": list(self.nodes), "tasks": len(self.graph)}
+        start: dict[str, Any] = {**self._start, "nodes": list(self.nodes), "tasks": len(self.graph)}
         if self.outside:
             start["outside_limit"] = list(self.outside)
         if self.graph.added:
             start["added_needs"] = list(self.graph.added)
         self._emit(Event("run_start", check_mode=self.check_mode, data=start))
         for node, why in self.unreachable.items():
-            self._emit(Event("task_result", node=node, status=Status.UNREACHABLE.value, message=why))
+            self._emit(Event("task_result", task=CONNECT_TASK, node=node, status=Status.UNREACHABLE.value,
+                             message=why))
         for node, why in self.unreadable.items():
             self._emit(Event("warning", node=node, message=f"outside --limit and unreachable: {why}",
                              hint="the cluster-wide tasks need to read every node: bring it back, or remove it "
@@ -398,7 +402,7 @@ class Runner:
         if outcome.outside:
             self._emit(Event("warning", task=task.name, phase=task.phase,
                              message=f"left alone outside --limit: {len(outcome.outside)} change(s)",
-                             details=[c.summary if c.node is None or c.summary.startswith(c.node)
+                             details=[c.summary if c.node is None or c.node in c.summary
                                       else f"{c.node}: {c.summary}" for c in outcome.outside],
                              hint=f"run with --limit {','.join(self._outside_nodes(outcome.outside))} (or without "
                                   "--limit) to change them"))

@@ -22,7 +22,7 @@ TokenPrompt = Callable[[list[str], str], "str | None"]
 def journaled_run(command: str, inventory: Inventory, graph: Graph, request: RunRequest,
                   view: Callable[[Event], None]) -> RunResult:
     """One run of `graph`, its events to `view` and to the run journal."""
-    with Journal(command=command) as journal:
+    with Journal(command=command, cluster=inventory.cluster.name) as journal:
         return run_playbook(inventory, graph, request, EventBus([view, journal]), command=command)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.doctor.bundle import write_bundle
 from sparkctl.doctor.diagnose import run_checks
-from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
+from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection
 from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
@@ -109,7 +109,7 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
     # a finding of the nodes' (no token there), not a reason to stop
     with contextlib.suppress(SecretUnreadable):
         secret_from_env(inventory.serve.hf_token_env)
-    with Journal(command="doctor") as journal:
+    with Journal(command="doctor", cluster=inventory.cluster.name) as journal:
         diagnosis, snapshot = diagnose(inventory, request)
         _journal(diagnosis, journal, "first")
         outcome = DoctorOutcome(diagnosis, snapshot)
@@ -122,14 +122,20 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
     if request.bundle:
         try:
             outcome.bundle_sha256 = write_bundle(request.bundle, outcome.diagnosis, outcome.snapshot,
-                                                 latest_runs(BUNDLE_JOURNALS))
+                                                 latest_runs(BUNDLE_JOURNALS, cluster=inventory.cluster.name))
         except OSError as exc:
             raise SparkctlError(f"cannot write the bundle {request.bundle}: {exc.strerror or exc}") from exc
     return outcome
 
 
+def finding_event(f: Finding, label: str | None = None) -> Event:
+    """A finding as the event `doctor --json` prints and the journal keeps (docs/events.md)."""
+    data = {k: v for k, v in f.to_dict().items() if k not in ("node", "phase", "details")}
+    if label:
+        data["diagnosis"] = label
+    return Event("finding", node=f.node, phase=f.phase, details=list(f.details), data=data)
+
+
 def _journal(diagnosis: Diagnosis, journal: Journal, label: str) -> None:
     for f in diagnosis.findings:
-        journal(Event("finding", node=None if f.node == CLUSTER else f.node, phase=f.phase, status=f.severity,
-                      message=f"{f.id}: {f.summary}", hint=f.fix, details=[f.evidence] if f.evidence else [],
-                      data={"severity": f.severity, "code": f.id, "pass": label}))
+        journal(finding_event(f, label))

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+from sparkctl import __version__
 from sparkctl.engine import Event, Graph, Runner, RunResult
 from sparkctl.errors import BadInput
 from sparkctl.facts import Facts
@@ -41,6 +43,32 @@ def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
     if unknown:
         raise BadInput(f"--limit: no node named {', '.join(unknown)} in the inventory",
                        hint=f"nodes: {', '.join(sorted(known))}")
+
+
+def run_identity(inventory: Inventory, command: str, request: RunRequest, session: Session) -> dict[str, Any]:
+    """What run_start says about the run itself: the command, the cluster, sparkctl's version, the limit and
+    why each unreachable node is (errors.Unreachable.kind)."""
+    out: dict[str, Any] = {"command": command, "cluster": inventory.cluster.name, "sparkctl": __version__}
+    if request.limit:
+        out["limit"] = [n for n in session.names if n in request.limit]
+    if session.unreachable_kinds:
+        out["unreachable"] = dict(session.unreachable_kinds)
+    return out
+
+
+def with_endpoint(emit: Callable[[Event], None]) -> Callable[[Event], None]:
+    """`emit`, whose recap also carries the endpoint and the smoke test's result when the run served (the
+    closing lines of a serving run say where to send requests)."""
+    smoke: dict[str, Any] = {}
+
+    def sink(event: Event) -> None:
+        if event.event == "log" and isinstance(event.data.get("smoke"), dict):
+            smoke.update(event.data["smoke"])
+        if event.event == "recap" and smoke:
+            event.data.setdefault("endpoint", smoke.get("endpoint"))
+            event.data.setdefault("smoke", {k: v for k, v in smoke.items() if k != "endpoint"})
+        emit(event)
+    return sink
 
 
 def after_start(emit: Callable[[Event], None], notes: list[Event]) -> Callable[[Event], None]:
@@ -164,14 +192,14 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=options.become_password) as session, \
             held_lock(session, command, request, emit) as notes:
-        emit = after_start(emit, notes)
+        emit = with_endpoint(after_start(emit, notes))
         cluster = ClusterContext(inventory, options, emit, new_transport=session.open, limit=request.limit)
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit, limit=request.limit)
+                        emit=emit, limit=request.limit, start=run_identity(inventory, command, request, session))
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

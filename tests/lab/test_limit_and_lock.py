@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from tests.taskkit import doctor_report
+
 pytestmark = pytest.mark.lab
 
 CONTAINER = "trtllm-multinode"
@@ -69,7 +71,7 @@ def same_state(before: dict[str, str], lab) -> list[str]:
 def doctor_errors(lab) -> list[dict]:
     proc = subprocess.run(["sparkctl", "doctor", str(lab.inventory_path), "--json"], capture_output=True,
                           text=True, timeout=300)
-    return [f for f in json.loads(proc.stdout)["findings"] if f["severity"] == "error"]
+    return [f for f in doctor_report(proc.stdout)["findings"] if f["severity"] == "error"]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,7 @@ def test_limit_leaves_drift_outside_it_alone_and_says_so(converged):
     rc, events, _ = bootstrap(lab, "--limit", "spark1", "--check")
     left = [e for e in events if e["event"] == "warning" and e.get("task") == "mpi.hostfile"]
     assert left and left[0]["message"] == "left alone outside --limit: 1 change(s)"
-    assert left[0]["details"] == ["spark2: update /etc/openmpi-hostfile in the container"]
+    assert left[0]["details"] == ["update spark2: /etc/openmpi-hostfile in the container"]
     assert "--limit spark2" in left[0]["hint"]
     assert same_state({"spark2": spark2}, lab) == []
     rc, events, _ = bootstrap(lab, "--limit", "spark2")
@@ -134,11 +136,11 @@ def test_doctor_limit_reports_the_limited_node_only(converged):
     try:
         proc = subprocess.run(["sparkctl", "doctor", str(lab.inventory_path), "--limit", "spark1", "--json"],
                               capture_output=True, text=True, timeout=300)
-        assert "spark2" not in {f.get("node") for f in json.loads(proc.stdout)["findings"]
+        assert "spark2" not in {f.get("node") for f in doctor_report(proc.stdout)["findings"]
                                 if f["severity"] == "error"}
         proc = subprocess.run(["sparkctl", "doctor", str(lab.inventory_path), "--limit", "spark2", "--json"],
                               capture_output=True, text=True, timeout=300)
-        found = {(f["id"], f["node"]) for f in json.loads(proc.stdout)["findings"] if f["severity"] == "error"}
+        found = {(f["id"], f["node"]) for f in doctor_report(proc.stdout)["findings"] if f["severity"] == "error"}
         assert ("fabric.mtu_mismatch", "spark2") in found and proc.returncode == 1
     finally:
         lab.exec("spark2", ["sh", "-c", "ip link set enP2p1s0f1np1 mtu 9000"], check=True)

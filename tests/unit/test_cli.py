@@ -139,7 +139,7 @@ def test_bootstrap_json_last_line_is_the_recap(run, unreachable_inventory, tmp_p
     assert recap["nodes"]["spark1"]["unreachable"] == 1 and recap["nodes"]["spark2"]["unreachable"] == 1
     assert sum(e["event"] == "recap" for e in events) == 1
     # the same events reached the run journal
-    journals = list((tmp_path / "state" / "sparkctl" / "runs").glob("*-bootstrap.jsonl"))
+    journals = list((tmp_path / "state" / "sparkctl" / "runs" / "nowhere").glob("*-bootstrap.jsonl"))
     assert len(journals) == 1
     assert json.loads(journals[0].read_text().splitlines()[-1])["event"] == "recap"
 

@@ -20,6 +20,7 @@ from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection, tasks_for
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.secrets import MASK, forget_secrets, register_secret
+from tests.taskkit import doctor_report
 from tests.unit.test_doctor_checks import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
 
 TOKEN = "hf_" + "Ab1" * 12
@@ -50,7 +51,7 @@ fabric: {{topology: pair}}
 def test_unreachable_nodes_are_findings_in_json_and_exit_1(refusing_inventory):
     result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--json"])
     assert result.exit_code == 1, result.output
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     assert report["healthy"] is False
     assert [(f["id"], f["node"], f["severity"]) for f in report["findings"]] == [
         ("node.ssh_refused", "spark1", "error"), ("node.ssh_refused", "spark2", "error")]

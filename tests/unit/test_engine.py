@@ -22,6 +22,7 @@ from sparkctl.engine import (
     TaskFailed,
     UnknownSelection,
 )
+from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.errors import Unreachable
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.journal import Journal, latest_runs, read_run
@@ -395,7 +396,7 @@ def test_durations_and_recap_event_shape():
     result, events, _ = run([Ensure("base.a", on_check=lambda ctx: time.sleep(0.01))])
     assert all(o.duration >= 0.01 for o in result.outcomes)
     recap = events[-1].to_dict()
-    assert set(recap) == {"event", "time", "nodes", "exit_status", "duration", "check_mode"}
+    assert set(recap) == {"schema", "event", "time", "nodes", "exit_status", "duration", "check_mode"}
     assert recap["nodes"]["spark1"] == {"ok": 0, "changed": 1, "failed": 0, "skipped": 0, "unreachable": 0}
     assert recap["check_mode"] is False
     json.dumps([e.to_dict() for e in events])  # everything JSON-safe
@@ -403,7 +404,8 @@ def test_durations_and_recap_event_shape():
 
 def test_event_to_dict_has_no_noise_and_round_trips():
     event = Event("task_result", task="a", node=None, status=Status.OK, changes=[], would_change=False)
-    assert event.to_dict().keys() == {"event", "time", "task", "status"}
+    assert event.to_dict().keys() == {"schema", "event", "time", "task", "status"}
+    assert event.to_dict()["schema"] == SCHEMA_VERSION
     assert event.to_dict()["status"] == "ok"
     assert Event.from_dict({**event.to_dict(), "severity": "x"}).data == {"severity": "x"}
     with pytest.raises(ValueError):

@@ -70,7 +70,8 @@ class ServeSmokeTask(Task):
         ctx.emit(Event(event="log", task=self.name,
                        message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
                        data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
-                                       "acceptance_length": acceptance, "reachable_from_here": reach == 200}}))
+                                       "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
+                                       "reachable_from_here": reach == 200, "model": inv.serve_spec().model}}))
         if reach != 200:
             port = inv.serve_spec().port
             ctx.emit(Event(event="log", task=self.name,
