@@ -20,7 +20,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.plan.ssh import peer_route
-from sparkctl.rules.serving import copy_mode
+from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, repo_path
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text
@@ -163,7 +163,7 @@ class ModelCopyTask(Task):
         if not copy_mode(inv):
             return []
         head = ctx.head().name
-        dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items()}
+        dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items() if serves(inv, name)}
         results = ctx.run_on_all({name: manifest_script(d) for name, d in dirs.items()}, timeout=300)
         manifests = {}
         for name, result in results.items():
@@ -178,7 +178,7 @@ class ModelCopyTask(Task):
                 raise TaskFailed(f"{head} has no snapshot of {source.repo} to copy",
                                  hint="model.fetch downloads it on the head: run it (do not --skip it)")
             for peer in ctx.nodes:
-                if peer == head:
+                if peer == head or not serves(inv, peer):
                     continue
                 dest = dirs[peer][index]
                 peer_entries = manifests[peer].get(dest.repo, (None, {}))[1]
