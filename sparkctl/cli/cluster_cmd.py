@@ -82,8 +82,11 @@ def status(file: str, limit: str | None, forks: int, as_json: bool) -> None:
     nodes = status_nodes(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown)
     exit_status = ExitStatus.UNREACHABLE if any(not n["reachable"] for n in nodes) else ExitStatus.SUCCESS
     if as_json:
-        report_line("cluster status", exit_status, cluster=inventory.cluster.name, nodes=nodes)
+        extra = {"busy": found.busy} if found.busy else {}
+        report_line("cluster status", exit_status, cluster=inventory.cluster.name, nodes=nodes, **extra)
     else:
+        if found.busy:
+            click.echo(f"note: {found.busy} is changing the cluster now: what follows may be mid-change", err=True)
         print_table(f"cluster {inventory.cluster.name}", HEADERS, [status_cells(n) for n in nodes])
     sys.exit(int(exit_status))
 

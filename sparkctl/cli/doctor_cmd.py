@@ -14,8 +14,9 @@ from sparkctl.cli.report import json_line, json_option, report_line, verbose_opt
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.doctor.remedies import remedies_markdown
+from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.runs.doctor import DoctorRequest, Repair, finding_event, run_doctor
+from sparkctl.runs.doctor import STDOUT, DoctorRequest, Repair, finding_event, run_doctor
 from sparkctl.secrets import redacted
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
@@ -78,7 +79,8 @@ def _list_remedies(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @json_option
 @click.option("--fix", is_flag=True, help="Run the bootstrap tasks that own the errors found, then check again.")
 @click.option("--bundle", "bundle_path", type=click.Path(dir_okay=False),
-              help="Write a support bundle (tar.gz, secrets redacted) to this path.")
+              help="Write a support bundle (tar.gz, secrets redacted) to this path ('-': stdout; the report then "
+                   "goes to stderr).")
 @click.option("--limit", metavar="NODE[,NODE]", help="Diagnose (and with --fix, change) these nodes only; every node "
                                                      "is read: what the cluster shares is judged from all of them.")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
@@ -93,10 +95,12 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
     Exit 0 when no errors are found, 1 otherwise. With --json: one `finding` line per finding, the repair run's
     events with --fix, then a `report` line (docs/events.md).
     """
+    if bundle_path == STDOUT and as_json:
+        raise BadInput("--bundle - and --json both want stdout", hint="write the bundle to a file")
     inventory = load(file, warn=not as_json)
     request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
                             become_password=become_password(ask_become_pass, become_password_file))
-    console = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    console = Console(stderr=as_json or bundle_path == STDOUT, highlight=False, soft_wrap=True)
     repair_view = ConsoleView(console, verbosity=verbose) if not as_json else JsonView(sys.stdout)
 
     def before_repair(diagnosis: Diagnosis) -> None:
@@ -125,7 +129,11 @@ def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None,
         _show_repair(console, outcome.repair)
         console.print(Text("\nafter the repair:", style="bold"))
     render_diagnosis(console, diagnosis, verbose=verbose > 0)
-    if bundle_path:
+    if outcome.bundle_bytes is not None:
+        sys.stdout.buffer.write(outcome.bundle_bytes)
+        sys.stdout.buffer.flush()
+        console.print(Text(f"bundle: stdout\nsha256: {outcome.bundle_sha256}"))
+    elif bundle_path:
         console.print(Text(f"bundle: {bundle_path}\nsha256: {outcome.bundle_sha256}"))
     sys.exit(int(exit_status))
 

@@ -161,6 +161,8 @@ REMEDIES: dict[str, Remedy] = {
     "nccl.warn": _person("NCCL warned in the serve log", "software",
                          "the warning's own words say what NCCL met; read the serve log around it"),
     # doctor itself
+    "doctor.run_in_progress": _person("another run held the cluster lock while doctor looked", "note",
+                                      "nothing to repair: look again once that run has ended"),
     "doctor.outside_unreadable": _person("a node outside --limit could not be read", "hardware",
                                          "bring the node back (power, network, sshd), then diagnose again"),
     "doctor.check_failed": _person("a doctor check crashed", "sparkctl",

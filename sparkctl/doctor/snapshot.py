@@ -81,6 +81,8 @@ class Snapshot:
     limit: frozenset[str] | None = None
     #: why each unreachable node was (errors.Unreachable.kind): network, auth, host_key, lost
     unreachable_kinds: dict[str, str] = field(default_factory=dict)
+    #: a run holding the cluster lock while doctor looked (what it saw may be mid-change)
+    busy: str | None = None
 
     @property
     def order(self) -> list[str]:

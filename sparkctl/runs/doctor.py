@@ -5,11 +5,12 @@ Everything it finds is journaled."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkctl.doctor.bundle import write_bundle
+from sparkctl.doctor.bundle import bundle_bytes, write_bundle
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection
@@ -22,9 +23,12 @@ from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, Session, run_playbook
+from sparkctl.runs.status import holder_now
 from sparkctl.secrets import SecretUnreadable, secret_from_env
 from sparkctl.tasks.context import RunOptions
 
+#: --bundle -: the tar.gz goes to stdout.
+STDOUT = "-"
 #: Run journals a support bundle carries, newest first.
 BUNDLE_JOURNALS = 5
 
@@ -53,6 +57,8 @@ class DoctorOutcome:
     snapshot: Snapshot
     repair: Repair | None = None
     bundle_sha256: str | None = None
+    #: --bundle -: the tar.gz, for the command to write to stdout
+    bundle_bytes: bytes | None = None
 
 
 def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
@@ -67,6 +73,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
         diagnosed = set(session.limited)
         probes = run_probes({n: t for n, t in session.transports.items() if n in facts and n in diagnosed},
                             inventory, plan, facts, want_logs=bool(request.bundle), forks=request.forks)
+        busy = holder_now(inventory, session)
         unreachable = dict(session.unreachable)
         kinds = dict(session.unreachable_kinds)
     for node, probe in probes.items():
@@ -80,7 +87,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
                     become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
                     controller_time_slack=(after - before) / 2,
                     limit=frozenset(request.limit) if request.limit else None,
-                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds})
+                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds}, busy=busy)
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:
@@ -103,7 +110,7 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
                repair_emit: Callable[[Event], None]) -> DoctorOutcome:
     """The whole command. `before_repair` shows the first diagnosis when a repair follows; `repair_emit` gets
     the repair run's events (the journal gets them too)."""
-    if request.bundle:
+    if request.bundle and request.bundle != STDOUT:
         check_writable(request.bundle, "--bundle")
     # the token is read only so that redaction knows it (bundle, journal, output); an unreadable token file is
     # a finding of the nodes' (no token there), not a reason to stop
@@ -119,7 +126,11 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
                                     lambda event: (journal(event), repair_emit(event)))
             outcome.diagnosis, outcome.snapshot = diagnose(inventory, request)
             _journal(outcome.diagnosis, journal, "after-fix")
-    if request.bundle:
+    if request.bundle == STDOUT:
+        outcome.bundle_bytes = bundle_bytes(outcome.diagnosis, outcome.snapshot,
+                                            latest_runs(BUNDLE_JOURNALS, cluster=inventory.cluster.name))
+        outcome.bundle_sha256 = hashlib.sha256(outcome.bundle_bytes).hexdigest()
+    elif request.bundle:
         try:
             outcome.bundle_sha256 = write_bundle(request.bundle, outcome.diagnosis, outcome.snapshot,
                                                  latest_runs(BUNDLE_JOURNALS, cluster=inventory.cluster.name))

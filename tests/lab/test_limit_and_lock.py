@@ -184,6 +184,7 @@ def test_a_second_bootstrap_exits_at_once_naming_the_holder_and_read_only_comman
                                                        "busy: bootstrap by ")
         assert f"(pid {first.pid})" in lines[0] and "(lock on spark1)" in lines[0]
         assert status.returncode == 0, status.stderr
+        assert f"(pid {first.pid})" in status.stderr and "is changing the cluster now" in status.stderr
     finally:
         out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err

@@ -392,3 +392,13 @@ def test_a_healthy_single_spark_has_no_findings():
         labels={SPEC_LABEL: spec.spec_hash()}, mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
     d = run_checks(Snapshot(inv, {name: f}, {}, {name: NodeProbe(hf_token_file=True)}, plan))
     assert d.findings == []
+
+
+def test_a_run_holding_the_lock_while_doctor_looked_is_said():
+    from sparkctl.doctor.checks.node import check_busy
+
+    s = healthy_snapshot()
+    assert check_busy(s) == []
+    s.busy = "bootstrap by nvidia@ctl (pid 42) since 2026-01-02 03:04:05Z (12 s ago)"
+    [finding] = check_busy(s)
+    assert finding.id == "doctor.run_in_progress" and finding.severity == "warning" and "pid 42" in finding.evidence

@@ -72,6 +72,20 @@ def test_bundle_from_the_cli_prints_its_sha256(refusing_inventory, tmp_path):
     assert any(n.endswith("/findings.json") for n in names) and any(n.endswith("/unreachable.json") for n in names)
 
 
+def test_bundle_to_stdout(refusing_inventory):
+    import io
+
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", "-"])
+    assert result.exit_code == 1
+    payload = result.stdout_bytes
+    digest = hashlib.sha256(payload).hexdigest()
+    assert f"sha256: {digest}" in result.stderr and "node.ssh_refused" in result.stderr
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        assert any(n.endswith("/findings.json") for n in tar.getnames())
+    refused = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", "-", "--json"])
+    assert refused.exit_code == 2 and "both want stdout" in refused.stderr
+
+
 def test_limit_names_an_unknown_node(refusing_inventory):
     result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--limit", "spark9"])
     assert result.exit_code == 2 and "spark9" in result.output

@@ -57,6 +57,14 @@ def check_reachability(s: Snapshot) -> list[Finding]:
     return out
 
 
+def check_busy(s: Snapshot) -> list[Finding]:
+    if not s.busy:
+        return []
+    return [Finding("doctor.run_in_progress", "warning", CLUSTER, "another run is changing the cluster now",
+                    evidence=f"{s.busy} holds the cluster lock; what doctor saw may be mid-change",
+                    fix="wait for that run to end, then run doctor again")]
+
+
 def check_access(s: Snapshot) -> list[Finding]:
     out = []
     for node in s.order:
@@ -186,4 +194,5 @@ def check_image_release(s: Snapshot) -> list[Finding]:
     return out
 
 
-CHECKS = [check_reachability, check_access, check_clock_skew, check_memory, check_hf_cache_disk, check_image_release]
+CHECKS = [check_reachability, check_busy, check_access, check_clock_skew, check_memory, check_hf_cache_disk,
+          check_image_release]
