@@ -3,6 +3,7 @@ a task graph over it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from sparkctl.errors import BadInput
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.runs.lock import ClusterLock, Holder
+from sparkctl.runs.outputs import unwritable_reason
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
@@ -104,6 +106,18 @@ def held_lock(session: Session, command: str, request: RunRequest,
             for node, gone in lock.stale.items()]
 
 
+def check_known_hosts(inventory: Inventory) -> None:
+    """A known_hosts file in a folder that does not exist is refused before connecting (ssh makes ~/.ssh, never
+    a folder the inventory names: a typo there would scatter host keys)."""
+    path = os.path.expanduser(inventory.ssh.known_hosts)
+    if os.path.dirname(path) == os.path.expanduser("~/.ssh"):
+        return
+    reason = unwritable_reason(path)
+    if reason:
+        raise BadInput(f"{inventory.where('ssh', 'known_hosts')}: ssh.known_hosts {inventory.ssh.known_hosts}: "
+                       f"{reason}")
+
+
 class Session:
     """Connections to every node of the inventory, each opened once and reused. `limit` only names the nodes a
     run may change (and the ones a report shows): what the cluster shares is read from all of them.
@@ -114,6 +128,7 @@ class Session:
     def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = 32,
                  become_password: str | None = None):
         check_limit(inventory, limit)
+        check_known_hosts(inventory)
         self.inventory = inventory
         self.limit = set(limit) if limit else None
         self.forks = forks

@@ -46,8 +46,8 @@ def append_known_host(known_hosts_path: str, name: str, key: paramiko.PKey) -> N
     key recorded meanwhile is not appended twice, and a different one recorded meanwhile is refused.
     """
     directory = os.path.dirname(known_hosts_path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+    if directory and not os.path.isdir(directory) and directory == os.path.expanduser("~/.ssh"):
+        os.makedirs(directory, mode=0o700, exist_ok=True)  # as ssh does; any other folder was checked up front
     line = f"{name} {key.get_name()} {key.get_base64()}\n"
     with _append_lock, open(known_hosts_path, "a+b") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

@@ -196,3 +196,14 @@ def test_bootstrap_unknown_selection_exits_2_with_did_you_mean(run, unreachable_
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("sparkctl: error: ") and expected in result.stderr
     assert "RECAP" not in result.stdout  # refused before connecting to anything
+
+
+def test_a_known_hosts_file_in_a_missing_folder_is_refused_not_created(run, tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"user: nvidia\nssh: {{known_hosts: {tmp_path}/typo/known_hosts}}\n"
+                    "nodes: [{name: spark1, host: 127.0.0.1}, {name: spark2, host: 127.0.0.2}]\n")
+    result = run("cluster", "status", str(path))
+    assert result.exit_code == 2, result.output
+    assert f"inv.yaml:2: ssh.known_hosts {tmp_path}/typo/known_hosts: the folder {tmp_path}/typo does not exist" \
+        in result.stderr
+    assert not (tmp_path / "typo").exists()
