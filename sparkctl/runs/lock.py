@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -139,6 +140,7 @@ class ClusterLock:
         self.stale: dict[str, Holder | None] = {}
         self._warn = warn or (lambda node, message: None)
         self._held: dict[str, HeldCommand] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -150,10 +152,16 @@ class ClusterLock:
         self.release()
 
     def acquire(self) -> None:
-        """Node by node, in inventory order (every run meets the first node first): all of them, or none."""
+        """All of the nodes, or none. The first node (in inventory order) first: every run meets it first, so it
+        decides between two runs started together; the others then in parallel (one round trip each)."""
         try:
-            for node, transport in self.transports.items():
-                self._take(node, transport)
+            nodes = list(self.transports.items())
+            if nodes:
+                self._take(*nodes[0])
+            if len(nodes) > 1:
+                with ThreadPoolExecutor(max_workers=min(32, len(nodes) - 1), thread_name_prefix="lock") as pool:
+                    for future in [pool.submit(self._take, node, t) for node, t in nodes[1:]]:
+                        future.result()
         except BaseException:
             self.release()
             raise
@@ -181,9 +189,11 @@ class ClusterLock:
                 held.close()
                 raise SparkctlError(f"{node}: cannot take the cluster lock: {rest}")
             if word == "stale":
-                self.stale[node] = Holder.parse(rest)
+                with self._lock:
+                    self.stale[node] = Holder.parse(rest)
             if word == "acquired":
-                self._held[node] = held
+                with self._lock:
+                    self._held[node] = held
                 return
             if time.monotonic() > deadline:
                 held.close()
@@ -206,6 +216,8 @@ class ClusterLock:
 
     def release(self) -> None:
         self._stop.set()
+        if self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join(ANSWER_TIMEOUT_S + 5)  # a heartbeat taking a lease again finishes first
         for held in reversed(list(self._held.values())):
             if held.send("release"):
                 held.readline(5.0)
