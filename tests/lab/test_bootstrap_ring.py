@@ -84,8 +84,11 @@ def test_the_ring_serves_a_tp2_model_on_two_of_its_three_nodes(ring, tmp_path):
                               text=True, timeout=900, env=env)
         return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")], proc.stderr
 
+    def why(events) -> list:
+        return [(e["task"], e.get("node"), e.get("message"), e.get("details")) for e in failures(events)]
+
     rc, events, err = run()
-    assert rc == 0, (failures(events), err[-2000:])
+    assert rc == 0, (why(events), err[-2000:])
     said = [e for e in events if e["event"] == "log" and e.get("left_out")]
     assert said and said[0]["left_out"] == ["spark3"] and said[0]["serving_nodes"] == ["spark1", "spark2"]
     assert ("model.fetch", "spark3") not in changed(events)
@@ -101,4 +104,4 @@ def test_the_ring_serves_a_tp2_model_on_two_of_its_three_nodes(ring, tmp_path):
     with urllib.request.urlopen(request, timeout=60) as response:
         assert json.loads(response.read())["choices"][0]["message"]["content"].strip()
     rc, events, err = run()
-    assert rc == 0 and changed(events) == set(), (failures(events), err[-2000:])
+    assert rc == 0 and changed(events) == set(), (why(events), changed(events), err[-2000:])
