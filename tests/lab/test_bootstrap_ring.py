@@ -104,4 +104,5 @@ def test_the_ring_serves_a_tp2_model_on_two_of_its_three_nodes(ring, tmp_path):
     with urllib.request.urlopen(request, timeout=60) as response:
         assert json.loads(response.read())["choices"][0]["message"]["content"].strip()
     rc, events, err = run()
-    assert rc == 0 and changed(events) == set(), (why(events), changed(events), err[-2000:])
+    summaries = [c["summary"] for e in events if e["event"] == "task_result" for c in e.get("changes", [])]
+    assert rc == 0 and changed(events) == set(), (why(events), summaries, err[-2000:])
