@@ -9,6 +9,8 @@ class ExitStatus(IntEnum):
     BAD_INPUT = 2
     UNREACHABLE = 3
     CHANGES_PENDING = 4
+    #: another run holds the cluster's lock: nothing was done, try again when it ends
+    BUSY = 5
     #: stopped by Ctrl-C (128 + SIGINT, what a shell reports for a process SIGINT ended)
     INTERRUPTED = 130
 

@@ -27,6 +27,7 @@ from sparkctl.plan import plan_cluster
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
 from sparkctl.transport.framing import MARKER
+from sparkctl.transport.held import HeldCommand
 
 REPO = Path(__file__).resolve().parent.parent
 FACT_CAPTURES = REPO / "tests" / "fixtures" / "facts"
@@ -48,7 +49,7 @@ PLANNED = "@planned"
 
 @dataclass
 class Call:
-    kind: str                     # "run" | "put" | "read" | "exec_in"
+    kind: str                     # "run" | "put" | "read" | "exec_in" | "hold"
     target: str                   # the command, or the path
     sudo: bool = False
     input: str | None = None
@@ -120,6 +121,12 @@ class RecordingTransport:
         self._record(Call("exec_in", f"{container}: {cmd}", input=input))
         return self._answer(cmd)
 
+    def hold(self, script: str, *args: str, what: str = "held command") -> HeldCommand:
+        """A held command (the cluster lock) on a node where nobody holds it: granted, released on request."""
+        self.round_trips += 1
+        self._record(Call("hold", what))
+        return HeldCommand(GrantingStream(), what)
+
     def close(self) -> None:
         self.closed = True
 
@@ -134,6 +141,24 @@ class RecordingTransport:
     @property
     def puts(self) -> list[Call]:
         return [c for c in self.calls if c.kind == "put"]
+
+
+class GrantingStream:
+    """The node side of runs.lock's hold script, when the lock is free: `acquired`, then `released` on request."""
+
+    def __init__(self) -> None:
+        self.out = b"sparkctl-lock acquired\n"
+
+    def recv(self, timeout: float) -> bytes | None:
+        data, self.out = self.out, b""
+        return data or None
+
+    def send(self, data: bytes) -> None:
+        if data.strip() == b"release":
+            self.out += b"sparkctl-lock released\n"
+
+    def close(self) -> None:
+        pass
 
 
 # --- contexts on recorded facts -----------------------------------------------------------------------------
@@ -381,3 +406,28 @@ def answer(stdout: str | Callable[..., str], script: str) -> str:
 def normalize_run_id(text: str) -> str:
     """The netplan revert id is a timestamp: replace it so commands compare exactly."""
     return re.sub(r"(revert|confirmed|reverted|applied|guard)-\d+", r"\1-RUNID", text)
+
+
+# --- reading --json output -----------------------------------------------------------------------------------
+
+def json_lines(stdout: str) -> list[dict]:
+    """Every line of a --json output, each checked against the published schema (cli/json_schema.py)."""
+    import json
+
+    from sparkctl.cli.json_schema import validate_line
+
+    lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    for line in lines:
+        validate_line(line)
+    return lines
+
+
+def doctor_report(stdout: str) -> dict:
+    """`doctor --json` read back: the report line's fields, and `findings` (those of the last diagnosis)."""
+    lines = json_lines(stdout)
+    report = lines[-1]
+    assert report["event"] == "report" and report["report"] == "doctor", report
+    findings = [line for line in lines if line["event"] == "finding"]
+    if any(f.get("diagnosis") == "after-fix" for f in findings):
+        findings = [f for f in findings if f.get("diagnosis") == "after-fix"]
+    return {**report, "findings": findings, "lines": lines}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
 
 from sparkctl.cli.options import build_request, csv_set, load, run_options, run_view
-from sparkctl.cli.plan_view import render_plan_text
-from sparkctl.cli.status_view import bench_lines, status_table
+from sparkctl.cli.plan_view import plan_data, render_plan_text
+from sparkctl.cli.report import json_option, print_table, report_line
+from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.plan import plan_cluster
 from sparkctl.runs.bootstrap import bootstrap, journaled_run
@@ -25,7 +25,8 @@ def cluster_group() -> None:
 
 @cluster_group.command("plan")
 @click.argument("file", type=click.Path())
-def plan(file: str) -> None:
+@json_option
+def plan(file: str, as_json: bool) -> None:
     """Show what bootstrap would set up, offline (no connection): phases, tasks, and per node the rendered
     netplan file, container command and env, hostfile, TensorRT-LLM config and launch line.
 
@@ -33,7 +34,11 @@ def plan(file: str) -> None:
     bootstrap itself reads the cabled port from each node.
     """
     inventory = load(file)
-    click.echo(redacted(render_plan_text(inventory, plan_cluster(inventory), bootstrap_graph())), nl=False)
+    planned = plan_cluster(inventory)
+    if as_json:
+        report_line("cluster plan", ExitStatus.SUCCESS, **plan_data(inventory, planned, bootstrap_graph()))
+        return
+    click.echo(redacted(render_plan_text(inventory, planned, bootstrap_graph())), nl=False)
 
 
 @cluster_group.command("bootstrap")
@@ -66,18 +71,27 @@ def ask_for_gated_token(repos: list[str], env: str) -> str | None:
 
 @cluster_group.command("status")
 @click.argument("file", type=click.Path())
-@click.option("--limit", metavar="NODE[,NODE]", help="These nodes only.")
+@click.option("--limit", metavar="NODE[,NODE]", help="Show these nodes only (every node is read: the plan is the "
+                                                     "whole cluster's).")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
-def status(file: str, limit: str | None, forks: int) -> None:
+@json_option
+def status(file: str, limit: str | None, forks: int, as_json: bool) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
     inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)
-    # a pipe gets no terminal width: a wide table then reads better than 80 columns of ellipses
-    console = Console(width=None if sys.stdout.isatty() else 180)
-    console.print(status_table(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile))
-    for line in bench_lines(found.bench_history):
-        console.print(redacted(line), highlight=False, markup=False)
-    sys.exit(int(ExitStatus.UNREACHABLE if found.unreachable else ExitStatus.SUCCESS))
+    nodes = status_nodes(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown)
+    exit_status = ExitStatus.UNREACHABLE if any(not n["reachable"] for n in nodes) else ExitStatus.SUCCESS
+    if as_json:
+        extra = {"busy": found.busy} if found.busy else {}
+        report_line("cluster status", exit_status, cluster=inventory.cluster.name, nodes=nodes,
+                    fabric_bench=bench_lines(found.bench_history), **extra)
+    else:
+        if found.busy:
+            click.echo(f"note: {found.busy} is changing the cluster now: what follows may be mid-change", err=True)
+        print_table(f"cluster {inventory.cluster.name}", HEADERS, [status_cells(n) for n in nodes])
+        for line in bench_lines(found.bench_history):
+            click.echo(redacted(line))
+    sys.exit(int(exit_status))
 
 
 @cluster_group.command("down")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 
 import click
@@ -11,12 +10,14 @@ from rich.console import Console
 from rich.text import Text
 
 from sparkctl.cli.options import become_password, csv_set, load
-from sparkctl.cli.views import ConsoleView
+from sparkctl.cli.report import json_line, json_option, report_line, verbose_option
+from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.doctor.remedies import remedies_markdown
+from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.rules.cabling import CablingMap
-from sparkctl.runs.doctor import DoctorRequest, Repair, run_doctor
+from sparkctl.runs.doctor import STDOUT, DoctorRequest, Repair, finding_event, run_doctor
 from sparkctl.secrets import redacted
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
@@ -99,57 +100,79 @@ def render_cabling(console: Console, cabling: CablingMap) -> None:
 @click.argument("file", type=click.Path())
 @click.option("--list", "list_ids", is_flag=True, is_eager=True, expose_value=False, callback=_list_remedies,
               help="Print every finding id with the bootstrap tasks that repair it or why a person must, and exit.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"healthy": bool, "findings": [...]} as JSON.')
+@json_option
 @click.option("--fix", is_flag=True, help="Run the bootstrap tasks that repair what was found (errors and warnings), "
               "then check again; what needs a person is left alone, with the reason.")
 @click.option("--bundle", "bundle_path", type=click.Path(dir_okay=False),
-              help="Write a support bundle (tar.gz, secrets redacted) to this path.")
-@click.option("--limit", metavar="NODE[,NODE]", help="Diagnose these nodes only.")
+              help="Write a support bundle (tar.gz, secrets redacted) to this path ('-': stdout; the report then "
+                   "goes to stderr).")
+@click.option("--limit", metavar="NODE[,NODE]", help="Diagnose (and with --fix, change) these nodes only; every node "
+                                                     "is read: what the cluster shares is judged from all of them.")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
-@click.option("-v", "--verbose", is_flag=True, help="Also show notes (info findings).")
+@verbose_option
 @click.option("-K", "--ask-become-pass", is_flag=True, help="Prompt once for the sudo password.")
 @click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
               help="Read the sudo password from this file (first line).")
 def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None, limit: str | None, forks: int,
-                   verbose: bool, ask_become_pass: bool, become_password_file: str | None) -> None:
+                   verbose: int, ask_become_pass: bool, become_password_file: str | None) -> None:
     """Find what is broken on the cluster, why, and how to fix it (read-only unless --fix).
 
-    Exit 0 when no errors are found, 1 otherwise.
+    Exit 0 when no errors are found, 1 otherwise. With --json: one `finding` line per finding, the repair run's
+    events with --fix, then a `report` line (docs/events.md).
     """
-    inventory = load(file)
+    if bundle_path == STDOUT and as_json:
+        raise BadInput("--bundle - and --json both want stdout", hint="write the bundle to a file")
+    inventory = load(file, warn=not as_json)
     request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
                             become_password=become_password(ask_become_pass, become_password_file))
-    console = Console(stderr=as_json, highlight=False, soft_wrap=True)
-    repair_view = ConsoleView(console) if not as_json else None
+    console = Console(stderr=as_json or bundle_path == STDOUT, highlight=False, soft_wrap=True)
+    repair_view = ConsoleView(console, verbosity=verbose) if not as_json else JsonView(sys.stdout)
 
     def before_repair(diagnosis: Diagnosis) -> None:
-        if not as_json:
-            render_diagnosis(console, diagnosis)
+        if as_json:
+            _finding_lines(diagnosis, "first")
+        else:
+            render_diagnosis(console, diagnosis, verbose=verbose > 0)
 
     try:
-        outcome = run_doctor(inventory, request, before_repair=before_repair,
-                             repair_emit=repair_view if repair_view is not None else (lambda _event: None))
+        outcome = run_doctor(inventory, request, before_repair=before_repair, repair_emit=repair_view)
     finally:
-        if repair_view is not None:
-            repair_view.close()
+        repair_view.close()
     diagnosis = outcome.diagnosis
-    out: dict = {}
-    if outcome.repair is not None:
-        out["fix"] = _repair_report(outcome.repair)
-        if not as_json:
-            _show_repair(console, outcome.repair)
-            console.print(Text("\nafter the repair:", style="bold"))
-    if diagnosis.cabling is not None:
-        out["cabling"] = cabling_report(diagnosis.cabling)
-    if outcome.bundle_sha256:
-        out["bundle"] = {"path": bundle_path, "sha256": outcome.bundle_sha256}
+    exit_status = ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS
     if as_json:
-        click.echo(json.dumps(redacted({**diagnosis.to_dict(), **out}), indent=2))
-    else:
-        render_diagnosis(console, diagnosis, verbose=verbose)
-        if bundle_path:
-            console.print(Text(f"bundle: {bundle_path}\nsha256: {outcome.bundle_sha256}"))
-    sys.exit(int(ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS))
+        _finding_lines(diagnosis, "after-fix" if outcome.repair is not None else None)
+        extra: dict = {}
+        if outcome.repair is not None:
+            extra["fix"] = _repair_report(outcome.repair)
+        if diagnosis.cabling is not None:
+            extra["cabling"] = cabling_report(diagnosis.cabling)
+        if outcome.bundle_sha256:
+            extra["bundle"] = {"path": bundle_path, "sha256": outcome.bundle_sha256}
+        report_line("doctor", exit_status, healthy=diagnosis.healthy, nodes=diagnosis.nodes,
+                    errors=len(diagnosis.errors), **_counts(diagnosis), **extra)
+        sys.exit(int(exit_status))
+    if outcome.repair is not None:
+        _show_repair(console, outcome.repair)
+        console.print(Text("\nafter the repair:", style="bold"))
+    render_diagnosis(console, diagnosis, verbose=verbose > 0)
+    if outcome.bundle_bytes is not None:
+        sys.stdout.buffer.write(outcome.bundle_bytes)
+        sys.stdout.buffer.flush()
+        console.print(Text(f"bundle: stdout\nsha256: {outcome.bundle_sha256}"))
+    elif bundle_path:
+        console.print(Text(f"bundle: {bundle_path}\nsha256: {outcome.bundle_sha256}"))
+    sys.exit(int(exit_status))
+
+
+def _counts(diagnosis: Diagnosis) -> dict[str, int]:
+    return {"warnings": sum(1 for f in diagnosis.findings if f.severity == "warning"),
+            "notes": sum(1 for f in diagnosis.findings if f.severity == "info")}
+
+
+def _finding_lines(diagnosis: Diagnosis, which: str | None) -> None:
+    for finding in diagnosis.findings:
+        json_line(finding_event(finding, which).to_dict())
 
 
 def _closes(f: Finding) -> str:

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from sparkctl.cli.report import json_option, print_table, report_line
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.lab.renderer import DEFAULT_RENDERER, RENDERERS
@@ -95,10 +94,16 @@ def down_command(directory: str) -> None:
 
 @lab_group.command("status")
 @dir_option
-def status_command(directory: str) -> None:
+@json_option
+def status_command(directory: str, as_json: bool) -> None:
     """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
     lab = _load(directory)
     rows = lab.status()
+    if as_json:
+        report_line("lab status", ExitStatus.SUCCESS, lab=lab.names.lab_id, topology=lab.state.topology,
+                    port=lab.state.port, ring_order=lab.state.ring_order, renderer=lab.state.renderer,
+                    phase=lab.state.phase, nodes=rows)
+        return
     cabled = f", cabled in order {','.join(map(str, lab.state.ring_order))}" if lab.state.ring_order else ""
     click.echo(f"lab {lab.names.lab_id} ({lab.state.topology}, port {lab.state.port}{cabled}, netplan rendered by "
                f"{lab.state.renderer}): {lab.state.phase}")
@@ -145,8 +150,6 @@ def image_command(rebuild: bool) -> None:
 
 
 def _print_nodes(rows: list[dict]) -> None:
-    table = Table("node", "management IP", "PID 1", "init", "state", "fabric Up")
-    for row in rows:
-        table.add_row(row["node"], row["mgmt_ip"], str(row["pid"] or "-"), row["init"], row["system"],
-                      ", ".join(row["fabric_up"]) or "-")
-    Console(width=120).print(table)
+    print_table(None, ("node", "management IP", "PID 1", "init", "state", "fabric Up"),
+                [(row["node"], row["mgmt_ip"], str(row["pid"] or "-"), row["init"], row["system"],
+                  ", ".join(row["fabric_up"]) or "-") for row in rows])

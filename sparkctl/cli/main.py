@@ -11,6 +11,7 @@ import traceback
 import click
 
 from sparkctl import __version__
+from sparkctl.cli.report import JSON_META, error_line
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redact_known, redacting_handler
@@ -62,14 +63,29 @@ class SparkctlGroup(click.Group):
             if ctx.find_root().params.get("debug"):
                 traceback.print_exc()
             _print_error(exc)
+            if ctx.meta.get(JSON_META):
+                _json_error(exc)
             sys.exit(int(exc.exit_status))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
             if ctx.find_root().params.get("debug"):
                 traceback.print_exc()
-            click.echo(redact_known(f"sparkctl: internal error: {type(exc).__name__}: {exc}"), err=True)
-            click.echo("  hint: this is a bug in sparkctl: run again with --debug for the traceback and report it",
-                       err=True)
+            message = redact_known(f"internal error: {type(exc).__name__}: {exc}")
+            hint = "this is a bug in sparkctl: run again with --debug for the traceback and report it"
+            click.echo(f"sparkctl: {message}", err=True)
+            click.echo(f"  hint: {hint}", err=True)
+            if ctx.meta.get(JSON_META):
+                error_line(message, ExitStatus.TASK_FAILED, hint)
             sys.exit(int(ExitStatus.TASK_FAILED))
+
+
+def _json_error(exc: SparkctlError) -> None:
+    """--json: the failure as the last line on stdout too, with its exit status."""
+    if isinstance(exc, InventoryError):
+        count = len(exc.problems)
+        error_line(f"{count} problem{'s' if count != 1 else ''} in the inventory; nothing was changed",
+                   exc.exit_status, details=exc.problems)
+        return
+    error_line(exc.message, exc.exit_status, exc.hint, exc.details)
 
 
 def _print_error(exc: SparkctlError) -> None:
@@ -81,6 +97,8 @@ def _print_error(exc: SparkctlError) -> None:
                    err=True)
         return
     click.echo(f"sparkctl: error: {exc.message}", err=True)
+    for line in exc.details:
+        click.echo(f"  {line}", err=True)
     if exc.hint:
         click.echo(f"  hint: {exc.hint}", err=True)
 

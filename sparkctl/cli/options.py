@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import click
 from rich.console import Console
 
+from sparkctl.cli.report import VERBOSE_HELP, note_json
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory, load_inventory
@@ -39,8 +40,9 @@ def run_options(func):
         click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks."),
         click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True,
                      help="How many nodes to work on at once."),
-        click.option("-v", "--verbose", count=True, help="-v: commands and timings; -vv: their output."),
-        click.option("--json", "as_json", is_flag=True, help="One JSON object per event on stdout."),
+        click.option("-v", "--verbose", count=True, help=VERBOSE_HELP),
+        click.option("--json", "as_json", is_flag=True, callback=note_json, is_eager=True,
+                     help="One JSON object per event on stdout (docs/events.md); the last one is the recap."),
         click.option("-K", "--ask-become-pass", is_flag=True,
                      help=f"Prompt once for the sudo password (or set {BECOME_ENV})."),
         click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
@@ -61,10 +63,10 @@ def run_options(func):
     return wrapper
 
 
-def load(file: str) -> Inventory:
+def load(file: str, warn: bool = True) -> Inventory:
     """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr."""
     inventory = load_inventory(file)
-    for line in inventory.warnings:
+    for line in inventory.warnings if warn else ():
         click.echo(f"sparkctl: warning: {line}", err=True)
     return inventory
 

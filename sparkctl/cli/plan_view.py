@@ -82,3 +82,25 @@ def _argv_lines(argv: list[str]) -> list[str]:
             lines.append(shlex.join(argv[i:]))
             break
     return lines
+
+
+def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph) -> dict:
+    """The same plan as data (`cluster plan --json`)."""
+    phases: list[dict] = []
+    for task in graph.ordered():
+        if not phases or phases[-1]["phase"] != task.phase:
+            phases.append({"phase": task.phase, "tasks": []})
+        phases[-1]["tasks"].append({"name": task.name, "scope": task.scope.value, "needs": list(task.needs),
+                                    "description": task.description})
+    nodes = {}
+    for name, node in plan.nodes.items():
+        ports = plan.fabric.ports[name]
+        nodes[name] = {"rank": node.rank, "interfaces": list(ports.interfaces), "interfaces_from": ports.source,
+                       "roce_devices": list(ports.roce_devices),
+                       "addresses": {iface: str(addr) for iface, addr in plan.fabric.addresses.get(name, {}).items()},
+                       "netplan": node.netplan, "container": {"image": node.container.image,
+                                                              "env": dict(node.container.env),
+                                                              "argv": node.container.run_argv()}}
+    return {"cluster": inventory.cluster.name, "topology": inventory.topology, "head": inventory.head.name,
+            "phases": phases, "nodes": nodes, "hostfile": plan.hostfile, "serve_config": plan.serve_config,
+            "launch": plan.launch_command}

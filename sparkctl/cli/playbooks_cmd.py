@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import click
 
-from sparkctl.runs.outputs import check_writable
-from sparkctl.runs.playbooks import playbooks_markdown
+from sparkctl.cli.report import json_option, output_file, report_line, terminal_width
+from sparkctl.exitcodes import ExitStatus
+from sparkctl.runs.playbooks import playbooks_data, playbooks_markdown, playbooks_text
 
 
 @click.command("playbooks")
 @click.option("--markdown", is_flag=True, help="Markdown, as committed in playbooks.md.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-def playbooks_command(markdown: bool, output: str | None) -> None:
+@click.option("-o", "--output", default="-", show_default=True, type=click.Path(dir_okay=False),
+              help="Write to this file ('-': stdout).")
+@json_option
+def playbooks_command(markdown: bool, output: str, as_json: bool) -> None:
     """Describe every playbook: its phases and tasks, what each checks and what it changes."""
-    text = playbooks_markdown()
-    if output:
-        check_writable(output, "--output")
-        with open(output, "w") as fh:
-            fh.write(text)
+    if as_json:
+        report_line("playbooks", ExitStatus.SUCCESS, playbooks=playbooks_data())
         return
-    click.echo(text, nl=False)
+    text = playbooks_markdown() if markdown else playbooks_text(max(60, (terminal_width() or 100) - 2))
+    with output_file(output, "--output") as handle:
+        handle.write(text)

@@ -9,11 +9,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sparkctl.cli.options import load
+from sparkctl.cli.options import csv_set, load
+from sparkctl.cli.report import STDOUT, json_option, output_file, report_line
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory.presets import PRESETS
 from sparkctl.knowledge.serve_client import EndpointError
+from sparkctl.runs.session import check_limit
 from sparkctl.secrets import redact_known
 
 FILE = click.argument("file", type=click.Path())
@@ -25,8 +27,15 @@ def serve_group() -> None:
 
 
 @serve_group.command("presets")
-def presets() -> None:
+@json_option
+def presets(as_json: bool) -> None:
     """The models sparkctl knows how to serve, with their drafts and settings."""
+    if as_json:
+        report_line("serve presets", ExitStatus.SUCCESS, presets=[
+            {"name": p.name, "model": p.model, "draft": p.draft, "decoding": p.decoding,
+             "max_draft_len": p.max_draft_len, "tp_size": p.tp_size, "port": p.port, "weights_gb": p.weights_gb,
+             "variants": dict(p.variants)} for p in PRESETS.values()])
+        return
     rows = [("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights")]
     for p in PRESETS.values():
         rows.append((p.name, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"), str(p.tp_size),
@@ -40,11 +49,16 @@ def presets() -> None:
 
 @serve_group.command("status")
 @FILE
-def status(file: str) -> None:
+@json_option
+def status(file: str, as_json: bool) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
     report = serve_status(load(file))
+    exit_status = ExitStatus.SUCCESS if report.healthy else ExitStatus.TASK_FAILED
+    if as_json:
+        report_line("serve status", exit_status, healthy=report.healthy, rows=dict(report.rows))
+        sys.exit(int(exit_status))
     width = max(len(k) for k, _ in report.rows)
     for key, value in report.rows:
         click.echo(f"{key:<{width}}  {redact_known(str(value))}")
@@ -54,14 +68,20 @@ def status(file: str) -> None:
 @serve_group.command("logs")
 @FILE
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
-@click.option("--node", metavar="NODE", help="Read this node (default: the head, which holds serve.log).")
+@click.option("--limit", "limit", metavar="NODE", help="Read this node (default: the head, which holds serve.log).")
+@click.option("--node", metavar="NODE", hidden=True, help="The same as --limit (kept for old scripts).")
 @click.option("-n", "--lines", type=click.IntRange(1, 100000), default=100, show_default=True)
-def logs(file: str, follow: bool, node: str | None, lines: int) -> None:
-    """The server's log (run/serve/serve.log on the head); on another node, its container's log."""
+def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int) -> None:
+    """The server's log (run/serve/serve.log on the head); on another node (--limit), its container's log."""
     from sparkctl.runs.serve_ops import connected, follow_log, read_log
 
     inventory = load(file)
-    name = node or inventory.head.name
+    limit = limit or node
+    chosen = csv_set(limit) or set()
+    if len(chosen) > 1:
+        raise BadInput(f"--limit {limit}: one node at a time", hint="run serve logs once per node")
+    check_limit(inventory, chosen or None)
+    name = next(iter(chosen), None) or inventory.head.name
     with connected(inventory, name) as transport:
         log = read_log(inventory, transport, name, lines)
         if log.text:
@@ -112,8 +132,8 @@ def chat(file: str, prompt: str, max_tokens: int) -> None:
 @click.option("--requests", type=click.IntRange(1, 100000), default=16, show_default=True,
               help="Requests per level (at least the concurrency).")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
-              help="Where to write the results as JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
+              help="Where to write the results as JSON ('-': stdout, the table then goes to stderr).")
 def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str) -> None:
     """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency."""
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
@@ -124,9 +144,10 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
         levels = parse_concurrency(concurrency)
     except ValueError as exc:
         raise BadInput(f"--concurrency: {exc}") from exc
-    check_writable(output, "--output")
+    if output != STDOUT:
+        check_writable(output, "--output")
     inventory = load(file)
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=output == STDOUT)
     with endpoint_client(inventory, timeout=600, direct_only=True) as client:
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,
@@ -143,11 +164,12 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
     document = {"endpoint": url, "model": inventory.serve_spec().model, "max_tokens": max_tokens,
                 "levels": [s.as_dict() for s in results]}
     try:
-        with open(output, "w") as handle:
-            json.dump(document, handle, indent=1)
+        with output_file(output, "--output") as handle:
+            handle.write(json.dumps(document, indent=1) + "\n")
     except OSError as exc:
         raise SparkctlError(f"cannot write {output}: {exc.strerror}") from exc
-    click.echo(f"written: {output}", err=True)
+    if output != STDOUT:
+        click.echo(f"written: {output}", err=True)
     if any(s.failed for s in results):
         sys.exit(int(ExitStatus.TASK_FAILED))
 
@@ -158,12 +180,17 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 
 @serve_group.command("stop")
 @FILE
-def stop(file: str) -> None:
+@json_option
+def stop(file: str, as_json: bool) -> None:
     """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
     from sparkctl.runs.serve_ops import stop_server
 
     inventory = load(file)
     result = stop_server(inventory)
+    if as_json:
+        report_line("serve stop", ExitStatus.SUCCESS, stopped_pid=result.pid, leftovers=result.leftovers,
+                    unreachable=result.unreachable)
+        return
     if result.pid is not None:
         click.echo(f"stopped the server (pid {result.pid}) on {inventory.head.name}")
     else:

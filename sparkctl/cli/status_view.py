@@ -20,24 +20,6 @@ def _hostfile(facts: Facts, wanted: str | None) -> str:
     return "matches" if wanted is not None and have.split() == wanted.split() else "differs"
 
 
-def _ports(facts: Facts) -> str:
-    out = []
-    for port, twins in facts.ports().items():
-        states = ["Up" if facts.interface_up(t) else "Down" for t in twins]
-        out.append(f"p{port}:{'/'.join(states)}")
-    return " ".join(out) or "no CX-7"
-
-
-def _addresses(facts: Facts) -> str:
-    lines = []
-    for port_twins in facts.ports().values():
-        for twin in port_twins:
-            nic = facts.interfaces.get(twin)
-            if nic and nic.ipv4():
-                lines.append(f"{twin} {','.join(str(a) for a in nic.ipv4())} mtu {nic.mtu}")
-    return "\n".join(lines) or "-"
-
-
 def _container(facts: Facts, name: str, expected_hash: str | None) -> str:
     info = facts.containers.get(name)
     if info is None or not info.exists:
@@ -48,25 +30,59 @@ def _container(facts: Facts, name: str, expected_hash: str | None) -> str:
     return state
 
 
-def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dict[str, str],
-                 spec_hashes: dict[str, str], hostfile: str | None = None) -> Table:
-    table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
-    for col in ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "hostfile",
-                "ports listening"):
-        table.add_column(col)
+HEADERS = ("node", "reachable", "os", "fabric ports", "fabric addresses", "container", "hostfile",
+           "ports listening")
+
+
+def status_nodes(inventory: Inventory, facts: dict[str, Facts], unreachable: dict[str, str],
+                 spec_hashes: dict[str, str], hostfile: str | None = None,
+                 shown: list[str] | None = None) -> list[dict]:
+    """One dict per node shown (inventory order): what `cluster status --json` prints and the table shows."""
+    out = []
     ssh_port, serve_port = inventory.container.ssh_port, inventory.serve.port
     for node in inventory.nodes:
+        if shown is not None and node.name not in shown:
+            continue
         if node.name in unreachable:
-            table.add_row(node.name, redacted(f"[red]no[/] {unreachable[node.name]}"), "", "", "", "", "", "")
+            out.append({"name": node.name, "reachable": False, "reason": unreachable[node.name]})
             continue
         f = facts.get(node.name)
         if f is None:
             continue
-        os_text = f"{f.os_id} {f.os_version}" + (" (DGX Spark)" if f.is_dgx_spark else "")
-        listening = [f"{p}:{f.listening_tcp[p] or '?'}" for p in (ssh_port, serve_port) if p in f.listening_tcp]
-        table.add_row(*redacted([node.name, "[green]yes[/]", os_text, _ports(f), _addresses(f),
-                                 _container(f, inventory.container.name, spec_hashes.get(node.name)),
-                                 _hostfile(f, hostfile), " ".join(listening) or "-"]))
+        ports = {str(port): ["Up" if f.interface_up(t) else "Down" for t in twins] for port, twins in f.ports().items()}
+        addresses = {}
+        for twins in f.ports().values():
+            for twin in twins:
+                nic = f.interfaces.get(twin)
+                if nic and nic.ipv4():
+                    addresses[twin] = [str(a) for a in nic.ipv4()] + [f"mtu {nic.mtu}"]
+        out.append({"name": node.name, "reachable": True,
+                    "os": f"{f.os_id} {f.os_version}" + (" (DGX Spark)" if f.is_dgx_spark else ""),
+                    "fabric_ports": ports, "addresses": addresses,
+                    "container": _container(f, inventory.container.name, spec_hashes.get(node.name)),
+                    "hostfile": _hostfile(f, hostfile),
+                    "listening": {str(p): f.listening_tcp[p] or "?" for p in (ssh_port, serve_port)
+                                  if p in f.listening_tcp}})
+    return redacted(out)
+
+
+def status_cells(node: dict) -> list[str]:
+    """A node's row as plain text cells (a cell may hold several lines)."""
+    if not node["reachable"]:
+        return [node["name"], f"no: {node['reason']}", "", "", "", "", "", ""]
+    ports = " ".join(f"p{p}:{'/'.join(s)}" for p, s in node["fabric_ports"].items()) or "no CX-7"
+    addresses = "\n".join(f"{twin} {','.join(a[:-1])} {a[-1]}" for twin, a in node["addresses"].items()) or "-"
+    listening = " ".join(f"{p}:{who}" for p, who in node["listening"].items()) or "-"
+    return [node["name"], "yes", node["os"], ports, addresses, node["container"], node["hostfile"], listening]
+
+
+def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dict[str, str],
+                 spec_hashes: dict[str, str], hostfile: str | None = None, shown: list[str] | None = None) -> Table:
+    table = Table(title=f"cluster {inventory.cluster.name}", show_lines=True)
+    for col in HEADERS:
+        table.add_column(col)
+    for node in status_nodes(inventory, facts, unreachable, spec_hashes, hostfile, shown):
+        table.add_row(*status_cells(node))
     return table
 
 

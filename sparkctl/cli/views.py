@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import IO
 
@@ -12,7 +14,7 @@ from rich.status import Status as Spinner
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl.engine.events import Event
+from sparkctl.engine.events import CONNECT_TASK, Event
 from sparkctl.engine.outcome import CLUSTER_ROW as CLUSTER_ROW_KEY
 from sparkctl.secrets import redacted
 
@@ -42,6 +44,35 @@ def _clean(event: Event) -> Event:
     )
 
 
+#: A step this long shows its duration on its result line even without -v.
+LONG_STEP_S = 10.0
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+class _Live:
+    """A renderable whose text is computed when rich draws it (the spinner redraws several times a second)."""
+
+    def __init__(self, text: Callable[[], str]):
+        self._text = text
+
+    def __rich__(self) -> Text:
+        return Text(self._text())
+
+
+def _short_list(names: list[str], most: int = 4) -> str:
+    """Task names, or past `most` of them their phases (`preflight.node` -> preflight) and a count."""
+    if len(names) <= most:
+        return ", ".join(names)
+    phases = list(dict.fromkeys(n.split(".", 1)[0] for n in names))
+    return f"{len(names)} tasks of {', '.join(phases)}"
+
+
 class ConsoleView:
     """Live per-node progress, one line per task per node as it finishes, and a recap table at the end.
 
@@ -57,7 +88,8 @@ class ConsoleView:
         self.check_mode = False
         self._node_width = len(CLUSTER_LABEL)
         self._phase_shown: str | None = None
-        self._running: dict[tuple[str | None, str | None], None] = {}
+        #: what runs now -> since when (monotonic): the spinner says how long each has been running
+        self._running: dict[tuple[str | None, str | None], float] = {}
         self._progress: dict[tuple[str | None, str | None], str] = {}
         self._spinner: Spinner | None = None
 
@@ -86,37 +118,45 @@ class ConsoleView:
         if self.check_mode:
             self.console.print(Text("check mode: nothing will be changed, changes are reported as "
                                     "'would change'", style="bold"))
+        added = event.data.get("added_needs") or []
+        if added:
+            self.console.print(Text(f"also running what the selected tasks need: {_short_list(added)}",
+                                    style="dim"))
 
     def _on_task_start(self, event: Event) -> None:
-        self._running[(event.task, event.node)] = None
+        self._running[(event.task, event.node)] = time.monotonic()
         if not self.console.is_terminal:
             return
         if self._spinner is None:
-            self._spinner = Spinner("", console=self.console)
+            # the text is rendered anew at every refresh of the spinner: the elapsed time moves on its own
+            self._spinner = Spinner(_Live(self._spinner_text), console=self.console)
             self._spinner.start()
-        self._spinner.update(self._spinner_text())
 
     def _spinner_text(self) -> str:
         by_task: dict[str | None, list[str]] = {}
-        for task, node in self._running:
+        started: dict[str | None, float] = {}
+        for (task, node), since in list(self._running.items()):
             progress = self._progress.get((task, node))
             by_task.setdefault(task, []).append(f"{node or CLUSTER_LABEL} ({progress})" if progress
                                                  else node or CLUSTER_LABEL)
-        return "  ".join(f"{task}: {', '.join(nodes)}" for task, nodes in by_task.items()) or "working"
+            started[task] = min(since, started.get(task, since))
+        now = time.monotonic()
+        return "  ".join(f"{task}: {', '.join(nodes)} [{_elapsed(now - started[task])}]"
+                         for task, nodes in by_task.items()) or "working"
 
     def _line(self, word: str, style: str, event: Event, text: str | None) -> Text:
         line = Text()
         line.append(f"{word:<{WORD_WIDTH}}", style=style)
         line.append("  ")
         line.append(f"{event.node or CLUSTER_LABEL:<{self._node_width}}", style="bold")
-        if event.task:
+        if event.task and event.task != CONNECT_TASK:
             line.append("  ")
             line.append(event.task)
         if text:
             line.append("  ")
             line.append(text)
-        if self.verbosity >= 1 and event.duration is not None:
-            line.append(f"  ({event.duration:.1f}s)", style="dim")
+        if event.duration is not None and (self.verbosity >= 1 or event.duration >= LONG_STEP_S):
+            line.append(f"  ({_elapsed(event.duration)})", style="dim")
         return line
 
     def _phase_header(self, event: Event) -> None:
@@ -134,8 +174,6 @@ class ConsoleView:
     def _on_task_result(self, event: Event) -> None:
         self._running.pop((event.task, event.node), None)
         self._progress.pop((event.task, event.node), None)
-        if self._spinner is not None:
-            self._spinner.update(self._spinner_text())
         status = event.status or "ok"
         if status == "skipped" and event.data.get("reason") == "not_selected" and self.verbosity < 1:
             return
@@ -200,9 +238,11 @@ class ConsoleView:
     def _on_finding(self, event: Event) -> None:
         severity = str(event.data.get("severity") or event.status or "finding")
         style = {"error": "bold red", "warning": "yellow", "ok": "green"}.get(severity, "blue")
-        self.console.print(self._line(severity, style, event, event.message))
-        if event.hint:
-            self._print_hint(event.hint)
+        text = event.message or " ".join(str(event.data[k]) for k in ("id", "summary") if event.data.get(k))
+        self.console.print(self._line(severity, style, event, text))
+        hint = event.hint or event.data.get("fix")
+        if hint:
+            self._print_hint(str(hint))
         for detail in event.details:
             self.console.print(Text(f"    | {detail}"), soft_wrap=True)
 
@@ -231,7 +271,6 @@ class ConsoleView:
             if key not in self._running and (event.task, None) in self._running:
                 key, text = (event.task, None), f"{event.node}: {text}"  # a cluster task's transfer to a node
             self._progress[key] = text
-            self._spinner.update(self._spinner_text())
         else:
             self.console.print(self._line("progress", "dim", event, event.message), style="dim")
 
@@ -256,6 +295,23 @@ class ConsoleView:
         for line in self._left_undone(event):
             self.console.print(line)
         self.console.print(self._verdict(event, nodes))
+        if event.data.get("endpoint"):
+            self.console.print(self._endpoint(event.data["endpoint"], event.data.get("smoke") or {}))
+
+    @staticmethod
+    def _endpoint(url: str, smoke: dict) -> Text:
+        line = Text("endpoint: ", style="bold")
+        line.append(f"{url}/v1", style="bold cyan")
+        said = [f"answered in {smoke['seconds']:.1f}s"] if smoke.get("seconds") is not None else []
+        if smoke.get("answer"):
+            said.append(repr(smoke["answer"][:60]))
+        if smoke.get("acceptance_length"):
+            said.append(f"acceptance length {smoke['acceptance_length']:.2f}")
+        if smoke.get("reachable_from_here") is False:
+            said.append("not reachable from this machine (see the log line above)")
+        if said:
+            line.append("\nsmoke test: " + "; ".join(said))
+        return line
 
     @staticmethod
     def _left_undone(event: Event) -> list[Text]:
@@ -296,13 +352,19 @@ class ConsoleView:
             lost = ", ".join(n for n, row in nodes.items() if row.get("unreachable") and n != CLUSTER_ROW_KEY)
             return Text(f"UNREACHABLE{took}: {lost}", style="bold magenta")
         if event.check_mode:
-            if total["changed"]:
-                return Text(f"check mode{took}: {total['changed']} task(s) would change; "
+            pending = int(event.data.get("pending") or 0)
+            unknown = f", {pending} cannot know until those are applied" if pending else ""
+            if total["changed"] or pending:
+                return Text(f"check mode{took}: {total['changed']} task(s) would change{unknown}; "
                             "run without --check to apply", style="bold yellow")
             return Text(f"check mode{took}: nothing would change", style="bold green")
+        verified = event.data.get("verified")
+        proof = "" if verified is None else "; verified" if verified else \
+            f"; NOT verified: {event.data.get('not_verified')}"
+        style = "bold green" if verified is not False else "bold yellow"
         if total["changed"]:
-            return Text(f"OK{took}: {total['changed']} task(s) changed, all verified", style="bold green")
-        return Text(f"OK{took}: nothing to change", style="bold green")
+            return Text(f"OK{took}: {total['changed']} task(s) changed{proof}", style=style)
+        return Text(f"OK{took}: nothing to change{proof}", style=style)
 
 
 class JsonView:

@@ -66,8 +66,17 @@ def bundle_files(diagnosis: Diagnosis, snapshot: Snapshot, journals: list[Path])
 
 
 def write_bundle(path: str | Path, diagnosis: Diagnosis, snapshot: Snapshot, journals: list[Path]) -> str:
-    """Write the tar.gz (mode 600) with the given run journals; returns its sha256."""
+    """Write the tar.gz (mode 600; its folder must exist) with the given run journals; returns its sha256."""
     path = Path(path)
+    payload = bundle_bytes(diagnosis, snapshot, journals)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(payload)
+    return hashlib.sha256(payload).hexdigest()
+
+
+def bundle_bytes(diagnosis: Diagnosis, snapshot: Snapshot, journals: list[Path]) -> bytes:
+    """The tar.gz itself, every file redacted."""
     files = bundle_files(diagnosis, snapshot, journals)
     # netplan may hold Wi-Fi keys (NetworkManager writes them to 90-NM-*.yaml): found by structure, then
     # masked in every file (facts.json carries the same documents)
@@ -81,9 +90,4 @@ def write_bundle(path: str | Path, diagnosis: Diagnosis, snapshot: Snapshot, jou
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
             tar.addfile(info, io.BytesIO(data))
-    payload = buf.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_bytes(payload)
-    return hashlib.sha256(payload).hexdigest()
+    return buf.getvalue()

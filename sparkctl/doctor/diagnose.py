@@ -39,9 +39,20 @@ def run_checks(snapshot: Snapshot) -> Diagnosis:
             findings.append(Finding("doctor.check_failed", "warning", CLUSTER, f"check {check.__name__} failed",
                                     evidence=f"{type(exc).__name__}: {exc}",
                                     fix="please report this with `sparkctl doctor --bundle`"))
-    nodes = snapshot.all_nodes
+    nodes = snapshot.diagnosed
+    if snapshot.limit is not None:
+        findings = [f for f in findings if f.node in snapshot.limit or f.node == CLUSTER]
+        findings += outside_unreadable(snapshot)
     try:
         cabling = checks_cabling.snapshot_cabling(snapshot)
     except Exception:  # noqa: BLE001 - the map is a view; check_cabling has reported why it failed
         cabling = None
     return Diagnosis(sort_findings(findings, nodes), nodes=nodes, cabling=cabling)
+
+
+def outside_unreadable(snapshot: Snapshot) -> list[Finding]:
+    """--limit: a node outside it that could not be read leaves the cluster-wide checks without its side."""
+    return [Finding("doctor.outside_unreadable", "warning", CLUSTER,
+                    f"{node} (outside --limit) could not be read: what the cluster shares is judged without it",
+                    evidence=why, fix=f"bring {node} back, then run doctor again")
+            for node, why in snapshot.unreachable.items() if node not in (snapshot.limit or ())]

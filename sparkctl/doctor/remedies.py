@@ -68,6 +68,12 @@ REMEDIES: dict[str, Remedy] = {
     # node: reaching and using the machine
     "node.unreachable": _person("the node does not answer over SSH", "hardware",
                                 "sparkctl reaches nodes only over SSH: power the node on and connect it"),
+    "node.not_ssh": _person("the node's SSH port accepts connections and closes them (not an SSH server)", "site",
+                            "something other than sshd answers there (or a gateway in front of a node that is "
+                            "down): only the site can tell which"),
+    "node.ssh_refused": _person("nothing listens on the node's SSH port", "software",
+                                "sparkctl reaches nodes only over SSH: start sshd on the node, or fix the port in "
+                                "the inventory"),
     "node.ssh_auth": _person("the node refuses the controller's SSH key", "password",
                              "installing the key needs the node's password (ssh-copy-id), which sparkctl never asks"),
     "node.host_key_changed": _person("the node's SSH host key changed", "password",
@@ -200,6 +206,10 @@ REMEDIES: dict[str, Remedy] = {
     "nccl.warn": _person("NCCL warned in the serve log", "software",
                          "the warning's own words say what NCCL met; read the serve log around it"),
     # doctor itself
+    "doctor.run_in_progress": _person("another run held the cluster lock while doctor looked", "note",
+                                      "nothing to repair: look again once that run has ended"),
+    "doctor.outside_unreadable": _person("a node outside --limit could not be read", "hardware",
+                                         "bring the node back (power, network, sshd), then diagnose again"),
     "doctor.check_failed": _person("a doctor check crashed", "sparkctl",
                                    "please report it with `sparkctl doctor --bundle`"),
 }

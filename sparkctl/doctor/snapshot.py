@@ -89,6 +89,12 @@ class Snapshot:
     controller_time_slack: float = 0.0
     #: the recorded `fabric bench` results of this cluster, newest first (runs/bench_records.py)
     bench_history: list[dict] = field(default_factory=list)
+    #: --limit: the nodes diagnosed (every node is read: the plan is the whole cluster's); None: all
+    limit: frozenset[str] | None = None
+    #: why each unreachable node was (errors.Unreachable.kind): network, auth, host_key, lost
+    unreachable_kinds: dict[str, str] = field(default_factory=dict)
+    #: a run holding the cluster lock while doctor looked (what it saw may be mid-change)
+    busy: str | None = None
 
     @property
     def order(self) -> list[str]:
@@ -98,6 +104,11 @@ class Snapshot:
     @property
     def all_nodes(self) -> list[str]:
         return [n.name for n in self.inventory.nodes]
+
+    @property
+    def diagnosed(self) -> list[str]:
+        """The nodes whose findings are reported (--limit), in inventory order."""
+        return [n for n in self.all_nodes if self.limit is None or n in self.limit]
 
     def probe(self, node: str) -> NodeProbe:
         return self.probes.get(node) or NodeProbe()

@@ -8,8 +8,15 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
+#: The version of every JSON object sparkctl prints or journals (docs/events.md): additions keep it, a field
+#: removed, renamed or changed in meaning bumps it.
+SCHEMA_VERSION = 1
+
 EVENT_KINDS = ("run_start", "task_start", "task_changes", "task_result", "node_lost", "interrupt", "warning", "finding",
-               "log", "recap")
+               "log", "recap", "error", "report")
+
+#: The task of the result an unreachable node gets at the start of a run (it never reached a task).
+CONNECT_TASK = "connect"
 
 Sink = Callable[["Event"], None]
 
@@ -55,7 +62,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict without None, empty lists or a False `would_change` (no noise)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"schema": SCHEMA_VERSION}
         for f in fields(self):
             if f.name == "data":
                 continue
@@ -76,7 +83,7 @@ class Event:
         """Inverse of `to_dict` (for journals read back): unknown keys land in `data`."""
         names = {f.name for f in fields(cls)} - {"data"}
         known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names}
+        extra = {k: v for k, v in data.items() if k not in names and k != "schema"}
         return cls(**known, data=extra)
 
 

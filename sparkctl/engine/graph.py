@@ -26,18 +26,28 @@ class Graph:
     """Tasks grouped by phase. `ordered()` is phase by phase, topological within a phase, stable.
 
     A graph may carry a selection (`select`): tasks outside it stay in `ordered()` so the runner can
-    report them as skipped, and they do not block their dependents (the user chose to leave them out).
+    report them as skipped. A selected task whose need was left out (`--skip`) does not run: it is skipped
+    with that need named (a task never runs on a state its needs did not make).
+
+    `verify_phase` names the phase whose tasks prove the whole result (bootstrap's `verify`): a run says
+    "verified" only when they ran and passed.
     """
 
-    def __init__(self, tasks: list[Task], phases: list[str], *, selected: Iterable[str] | None = None):
+    def __init__(self, tasks: list[Task], phases: list[str], *, selected: Iterable[str] | None = None,
+                 verify_phase: str | None = None, added: Iterable[str] = (), left_out: Iterable[str] = ()):
         self.phases = list(phases)
         self.tasks = list(tasks)
+        self.verify_phase = verify_phase
         self._by_name: dict[str, Task] = {}
         self._validate()
         self._ordered = self._order()
         self.selected: frozenset[str] = (
             frozenset(self._by_name) if selected is None else frozenset(selected)
         )
+        #: needs `select` added to what --only named
+        self.added: tuple[str, ...] = tuple(added)
+        #: tasks --skip left out although a selected task needs them
+        self.left_out: frozenset[str] = frozenset(left_out)
 
     def _validate(self) -> None:
         if len(set(self.phases)) != len(self.phases):
@@ -129,7 +139,17 @@ class Graph:
         return names
 
     def select(self, only: set[str] | None = None, skip: set[str] | None = None) -> Graph:
-        """A copy of this graph that runs only `only` (phases or tasks; all when None) minus `skip`."""
-        chosen = self._resolve(only) if only else set(self._by_name)
-        chosen -= self._resolve(skip or ())
-        return Graph(self.tasks, self.phases, selected=chosen)
+        """A copy of this graph that runs `only` (phases or tasks; all when None) AND everything they need,
+        minus `skip`. What --only pulled in is `added`; a need that --skip removed is in `left_out` (its
+        dependents are skipped, naming it)."""
+        requested = self._resolve(only) if only else set(self._by_name)
+        chosen = set(requested)
+        for name in requested:
+            chosen.update(self.needs_closure(name))
+        skipped = self._resolve(skip or ())
+        chosen -= skipped
+        position = {t.name: i for i, t in enumerate(self._ordered)}
+        added = sorted(chosen - requested, key=position.__getitem__)
+        left_out = {need for name in chosen for need in self.needs_closure(name) if need in skipped}
+        return Graph(self.tasks, self.phases, selected=chosen, verify_phase=self.verify_phase, added=added,
+                     left_out=left_out)

@@ -13,6 +13,7 @@ from sparkctl.exitcodes import ExitStatus
 #: The recap row for cluster-scope tasks; parentheses cannot appear in a host name, so it never clashes.
 CLUSTER_ROW = "(cluster)"
 NOT_SELECTED = "not selected (--only/--skip)"
+LEFT_OUT = "left out by --skip"
 RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
 #: A recap column only runs stopped by Ctrl-C have.
 INTERRUPTED_COLUMN = "interrupted"
@@ -40,17 +41,34 @@ class TaskOutcome:
     not_selected: bool = False
     #: the node whose loss made this outcome (a cluster task cut or skipped, a peer's task skipped)
     lost_node: str | None = None
+    #: --check only: this task cannot know its answer until that need (which would change) is applied
+    pending_on: str | None = None
+    #: --limit: what this cluster-scope task found to change on nodes outside the limit, left alone
+    outside: list[Change] = field(default_factory=list)
 
     @property
     def blocks_dependents(self) -> bool:
+        """A need that did not run (failed, unreachable, cut, skipped, left out) stops what needs it; one that
+        would change or cannot know yet (--check) does not: its dependents still say what they can."""
         if self.status in (Status.FAILED, Status.UNREACHABLE, Status.INTERRUPTED):
             return True
-        return self.status is Status.SKIPPED and not self.not_selected
+        return self.status is Status.SKIPPED and self.pending_on is None
+
+    @property
+    def awaits(self) -> str | None:
+        """--check: the need whose apply this outcome waits for (itself, when it would change)."""
+        if self.pending_on is not None:
+            return self.pending_on
+        return self.task if self.status is Status.CHANGED and self.would_change else None
 
     def to_event(self) -> Event:
         data: dict[str, Any] = {}
         if self.not_selected:
             data["reason"] = "not_selected"
+        if self.pending_on is not None:
+            data.update(reason="pending", pending_on=self.pending_on)
+        if self.outside:
+            data["outside_limit"] = change_dicts(self.outside)
         if self.lost_node:
             data["lost_node"] = self.lost_node
         return Event(
@@ -76,6 +94,10 @@ class RunResult:
     interrupted: bool = False
     #: Ctrl-C: tasks that had not started on some node of the run (graph order)
     not_started: list[str] = field(default_factory=list)
+    #: the tasks of the graph's verify phase (empty: the playbook has none)
+    verify_tasks: list[str] = field(default_factory=list)
+    #: --limit: the nodes outside it (read, never changed)
+    outside: list[str] = field(default_factory=list)
 
     def outcome(self, task: str, node: str | None = None) -> TaskOutcome | None:
         """The outcome of `task` on `node` (None: cluster scope); unreachable nodes answer unreachable."""
@@ -108,6 +130,11 @@ class RunResult:
         return [o for o in self.outcomes if o.status is Status.CHANGED]
 
     @property
+    def pending(self) -> list[TaskOutcome]:
+        """--check: the outcomes that cannot be known until what they need is applied."""
+        return [o for o in self.outcomes if o.pending_on is not None]
+
+    @property
     def cut(self) -> list[TaskOutcome]:
         return [o for o in self.outcomes if o.status is Status.INTERRUPTED]
 
@@ -127,14 +154,42 @@ class RunResult:
             return ExitStatus.TASK_FAILED
         if self.unreachable:
             return ExitStatus.UNREACHABLE
-        if self.check_mode and self.changed:
+        if self.check_mode and (self.changed or self.pending):
             return ExitStatus.CHANGES_PENDING
         return ExitStatus.SUCCESS
+
+    def verification(self) -> tuple[bool | None, str | None]:
+        """(True, None) when every task of the verify phase ran and passed; (False, why not); (None, None) when
+        the playbook has no verify phase or nothing was applied (--check)."""
+        if not self.verify_tasks or self.check_mode:
+            return None, None
+        for task in self.verify_tasks:
+            found = [o for o in self.outcomes if o.task == task]
+            if not found:
+                return False, f"{task} did not run"
+            for o in found:
+                if o.status is Status.OK:
+                    continue
+                if o.not_selected:
+                    return False, f"{task} was not selected"
+                where = f" on {o.node}" if o.node else ""
+                return False, f"{task} {o.status.value}{where}" + (f": {o.message}" if o.message else "")
+        return True, None
 
     def recap_data(self) -> dict[str, Any]:
         """What the recap says beyond the counts: which node is lost, why, during what, and what was left undone;
         what a Ctrl-C cut and what it kept from starting."""
         data: dict[str, Any] = {}
+        verified, why_not = self.verification()
+        if verified is not None:
+            data["verified"] = verified
+            if why_not:
+                data["not_verified"] = why_not
+        if self.pending:
+            data["pending"] = len(self.pending)
+        left = sum(len(o.outside) for o in self.outcomes)
+        if left:
+            data["outside_limit"] = left
         if self.unreachable:
             data["lost"] = {node: {"reason": why, "during": self.lost_during.get(node),
                                    "undone": list(self.undone.get(node, []))}

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sparkctl.engine.events import Event
+from sparkctl.engine.events import CONNECT_TASK, Event
 from sparkctl.engine.graph import Graph, UnknownSelection, did_you_mean
 from sparkctl.engine.outcome import (
     CLUSTER_ROW,
     CUT_MESSAGE,
+    LEFT_OUT,
     NOT_SELECTED,
     RECAP_COLUMNS,
     RunResult,
@@ -26,7 +27,7 @@ from sparkctl.engine.outcome import (
     change_dicts,
 )
 from sparkctl.engine.stops import Interruption, LostNodes
-from sparkctl.engine.task import Scope, Status, Task, TaskFailed
+from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
 from sparkctl.errors import Interrupted, SparkctlError, Unreachable
 
 __all__ = ["CLUSTER_ROW", "NOT_SELECTED", "RECAP_COLUMNS", "RunResult", "Runner", "TaskOutcome", "change_dicts"]
@@ -46,12 +47,19 @@ def stages(tasks: list[Task]) -> list[list[Task]]:
 
 
 class Runner:
-    """Runs a graph over nodes. Each node-scope task's outcome is that node's; a cluster task meets every node."""
+    """Runs a graph over nodes. Each node-scope task's outcome is that node's; a cluster task meets every node.
+
+    With `limit` (Ansible's meaning): node-scope tasks run on the limited nodes only; cluster-scope tasks still
+    compute the cluster's state from every node (their context reads them all) but apply only the changes on
+    limited nodes (`Change.node`), reporting the others as left alone. A node outside the limit that cannot be
+    read makes every cluster-scope task refuse, naming it.
+    """
 
     def __init__(self, graph: Graph, *, nodes: list[str], node_contexts: dict[str, Any], cluster_context: Any,
                  unreachable: dict[str, str], forks: int = 32, check_mode: bool = False,
                  emit: Callable[[Event], None], limit: set[str] | None = None, lost: LostNodes | None = None,
-                 interruption: Interruption | None = None, on_stage: Callable[[bool], None] | None = None):
+                 interruption: Interruption | None = None, on_stage: Callable[[bool], None] | None = None,
+                 start: dict[str, Any] | None = None):
         if forks < 1:
             raise ValueError("forks must be at least 1")
         for name in limit or ():
@@ -59,6 +67,9 @@ class Runner:
                 raise UnknownSelection(f"--limit: unknown node '{name}'{did_you_mean(name, nodes)}")
         self.graph = graph
         self.nodes = [n for n in nodes if limit is None or n in limit]
+        self.outside = [n for n in nodes if n not in self.nodes]
+        #: nodes outside the limit that could not be read: cluster-scope tasks refuse
+        self.unreadable = {n: why for n, why in unreachable.items() if n in self.outside}
         self.lost = lost if lost is not None else LostNodes()
         for node, why in unreachable.items():
             if node in self.nodes:
@@ -76,6 +87,8 @@ class Runner:
         #: refresh what the nodes see of each other
         self._on_stage = on_stage
         self._emit_to = emit
+        #: what run_start says beyond the engine's own (the command, the cluster, versions)
+        self._start = dict(start or {})
         self._lock = threading.Lock()
         self._outcomes: list[TaskOutcome] = []
         self._by_key: dict[tuple[str, str | None], TaskOutcome] = {}
@@ -111,10 +124,19 @@ class Runner:
 
     def run(self) -> RunResult:
         started = time.monotonic()
-        self._emit(Event("run_start", check_mode=self.check_mode,
-                         data={"nodes": list(self.nodes), "tasks": len(self.graph)}))
+        start: dict[str, Any] = {**self._start, "nodes": list(self.nodes), "tasks": len(self.graph)}
+        if self.outside:
+            start["outside_limit"] = list(self.outside)
+        if self.graph.added:
+            start["added_needs"] = list(self.graph.added)
+        self._emit(Event("run_start", check_mode=self.check_mode, data=start))
         for node, why in self._unreachable_at_start.items():
-            self._emit(Event("task_result", node=node, status=Status.UNREACHABLE.value, message=why))
+            self._emit(Event("task_result", task=CONNECT_TASK, node=node, status=Status.UNREACHABLE.value,
+                             message=why))
+        for node, why in self.unreadable.items():
+            self._emit(Event("warning", node=node, message=f"outside --limit and unreachable: {why}",
+                             hint="the cluster-wide tasks need to read every node: bring it back, or remove it "
+                                  "from the inventory"))
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.nodes))),
                                 thread_name_prefix="sparkctl-node") as pool:
             for stage in stages(self.graph.ordered()):
@@ -144,9 +166,11 @@ class Runner:
                 wanted = [None] if task.scope is Scope.CLUSTER else [n for n in self.nodes if n not in unreachable]
                 if self.graph.is_selected(task.name) and any((task.name, n) not in done for n in wanted):
                     not_started.append(task.name)
+        verify = [t.name for t in self.graph.ordered() if t.phase == self.graph.verify_phase]
         result = RunResult(nodes=list(self.nodes), outcomes=outcomes, unreachable=unreachable,
                            check_mode=self.check_mode, duration=duration, lost_during=lost_during, undone=undone,
-                           interrupted=interrupted, not_started=not_started)
+                           interrupted=interrupted, not_started=not_started, verify_tasks=verify,
+                           outside=list(self.outside))
         self._emit(result.recap_event())
         return result
 
@@ -188,6 +212,8 @@ class Runner:
 
     @staticmethod
     def _why_blocked(need: str, outcome: TaskOutcome) -> tuple[str, str | None]:
+        if outcome.not_selected:
+            return f"needs {need}, {LEFT_OUT}", None
         if outcome.status is Status.SKIPPED:
             return outcome.message or f"needs {need}, skipped", outcome.lost_node  # names the root cause
         where = outcome.node or "the cluster"
@@ -217,6 +243,13 @@ class Runner:
             why, lost_node = blocked
             self._record(TaskOutcome(task.name, task.phase, None, Status.SKIPPED, message=why,
                                      lost_node=lost_node))
+            return
+        if self.unreadable:
+            node, lost = next(iter(self.unreadable.items()))
+            self._record(TaskOutcome(task.name, task.phase, None, Status.FAILED,
+                                     message=f"cannot read {node} (outside --limit): {lost}",
+                                     hint="the cluster's shared state is computed from every node; bring "
+                                          f"{node} back, then rerun"))
             return
         self._execute(task, self.cluster_context, None)
 
@@ -253,21 +286,28 @@ class Runner:
             self._emit_to(Event("task_start", task=task.name, phase=task.phase, node=node))
         outcome = TaskOutcome(task.name, task.phase, node, Status.OK)
         started = time.monotonic()
+        awaited = self._awaited(task, node)
         try:
             if self.interruption.requested:
                 raise Interrupted(node or CLUSTER_ROW)
-            self._converge(task, ctx, outcome)
-        except TaskFailed as failure:
-            outcome.status = Status.FAILED
-            outcome.message, outcome.hint, outcome.details = failure.message, failure.hint, failure.details
+            if awaited and task.read_only:
+                self._pending(outcome, awaited, None)
+            else:
+                self._converge(task, ctx, outcome)
         except Unreachable as lost:
             self._attribute(lost, task, node, outcome)
+        except (TaskFailed, SparkctlError) as failure:
+            if awaited:
+                # what it found wrong is what the awaited need is about to change
+                self._pending(outcome, awaited, failure.message)
+            else:
+                outcome.status = Status.FAILED
+                outcome.message, outcome.hint = failure.message, failure.hint
+                if isinstance(failure, TaskFailed):
+                    outcome.details = failure.details
         except Interrupted:
             outcome.status = Status.INTERRUPTED
             outcome.message = CUT_MESSAGE
-        except SparkctlError as error:
-            outcome.status = Status.FAILED
-            outcome.message, outcome.hint = error.message, error.hint
         except Exception as error:
             outcome.status = Status.FAILED
             outcome.message = f"internal error: {type(error).__name__}: {error}"
@@ -291,9 +331,54 @@ class Runner:
             outcome.status, outcome.lost_node = Status.SKIPPED, where
             outcome.message = f"needs {where}, which became unreachable: {lost.message}"
 
+    def _awaited(self, task: Task, node: str | None) -> str | None:
+        """--check: the need (nearest first) whose changes are not applied yet, so that this task's check sees
+        a state that will not be the one it runs on; None outside --check or when every need is as wanted."""
+        if not self.check_mode:
+            return None
+        nodes = [node] if node is not None else self.nodes
+        with self._lock:
+            by_key = dict(self._by_key)
+        for need in self.graph.needs_closure(task.name):
+            if self.graph.task(need).scope is Scope.CLUSTER:
+                outcomes = [by_key.get((need, None))]
+            else:
+                outcomes = [by_key.get((need, n)) for n in nodes]
+            for outcome in outcomes:
+                if outcome is not None and outcome.awaits:
+                    return outcome.awaits
+        return None
+
+    @staticmethod
+    def _pending(outcome: TaskOutcome, awaited: str, now: str | None) -> None:
+        outcome.status, outcome.pending_on, outcome.changes = Status.SKIPPED, awaited, []
+        outcome.message = f"cannot know until {awaited} is applied" + (f" (now: {now})" if now else "")
+
+    def _outside_nodes(self, changes: list[Change]) -> list[str]:
+        named = {c.node for c in changes}
+        return [n for n in self.outside if n in named or None in named]
+
+    def _within_limit(self, outcome: TaskOutcome, changes: list[Change]) -> list[Change]:
+        """A cluster-scope task's changes on limited nodes; the others are kept on the outcome, not applied."""
+        if outcome.node is not None or not self.outside:
+            return changes
+        mine: list[Change] = []
+        for change in changes:
+            (mine if change.node in self.nodes else outcome.outside).append(change)
+        return mine
+
     def _converge(self, task: Task, ctx: Any, outcome: TaskOutcome) -> None:
-        changes = task.check(ctx)
+        changes = self._within_limit(outcome, task.check(ctx))
+        if outcome.outside:
+            self._emit(Event("warning", task=task.name, phase=task.phase,
+                             message=f"left alone outside --limit: {len(outcome.outside)} change(s)",
+                             details=[c.summary if c.node is None or c.node in c.summary
+                                      else f"{c.node}: {c.summary}" for c in outcome.outside],
+                             hint=f"run with --limit {','.join(self._outside_nodes(outcome.outside))} (or without "
+                                  "--limit) to change them"))
         if not changes:
+            if outcome.outside:
+                outcome.message = f"{len(outcome.outside)} change(s) outside --limit left alone"
             return
         outcome.changes = list(changes)
         outcome.status = Status.CHANGED
@@ -303,7 +388,8 @@ class Runner:
         self._emit(Event("task_changes", task=task.name, phase=task.phase, node=outcome.node,
                          changes=change_dicts(changes)))
         task.apply(ctx, changes)
-        remaining = task.check(ctx)
+        remaining = self._within_limit(TaskOutcome(task.name, task.phase, outcome.node, Status.OK),
+                                       task.check(ctx))
         if remaining:
             outcome.status = Status.FAILED
             outcome.message = "did not converge: " + "; ".join(c.summary for c in remaining)

@@ -23,11 +23,15 @@ class Status(str, Enum):
 
 @dataclass
 class Change:
-    """One thing a task would change: a one-line summary, a diff for files, a private payload for apply."""
+    """One thing a task would change: a one-line summary, a diff for files, a private payload for apply.
+
+    `node`: where a cluster-scope task's change happens. With --limit, only changes on the limited nodes are
+    applied; the others are reported as left alone (a change naming no node touches the whole cluster)."""
 
     summary: str
     diff: str | None = None
     payload: Any = field(default=None, repr=False, compare=False)
+    node: str | None = None
 
 
 class TaskFailed(Exception):
@@ -60,6 +64,9 @@ class Task:
     #: What check looks at and what apply changes, in words (playbooks.md).
     checks: ClassVar[str] = ""
     changes: ClassVar[str] = ""
+    #: The check only proves what the tasks it needs set up and changes nothing (a verify step): in --check,
+    #: while one of those would still change, it cannot know, and says so without trying.
+    read_only: ClassVar[bool] = False
 
     def check(self, ctx: Any) -> list[Change]:
         raise NotImplementedError

@@ -236,6 +236,21 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | None:
     return address if isinstance(address, ipaddress.IPv4Address) else None
 
 
+def _serving_nodes_problems(parts: InventoryParts, names: list[str], world: int) -> Iterator[Problem]:
+    known = [n.name for n in parts.nodes]
+    for i, name in enumerate(names):
+        if name not in known:
+            yield (("serve", "nodes", i), f"no node named {name!r} (nodes: {', '.join(known)})")
+        elif name in names[:i]:
+            yield (("serve", "nodes", i), f"{name} is listed twice")
+    if len(names) != world:
+        yield (("serve", "nodes"), f"lists {len(names)} node(s), the launch has {world} rank(s) (tp_size x "
+                                   "pp_size): name exactly that many")
+    elif names and known and names[0] != known[0]:
+        yield (("serve", "nodes", 0), f"must start with the head {known[0]} (MPI rank 0 serves HTTP): put it first, "
+                                      f"or make {names[0]} the first node of the inventory")
+
+
 def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     serve, count = parts.serve, parts.node_count
     if serve is None or not count:
@@ -251,15 +266,19 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if wrong:
         return
     spec = resolve_serve(serve, count)
-    if spec.tp_size > count:
+    if spec.world_size > count:
         if serve.tp_size:
             loc, origin = ("serve", "tp_size"), ""
         elif serve.preset:
             loc, origin = ("serve", "preset"), f" (from preset {spec.preset})"
         else:
             loc, origin = ("serve",), f" (from the default preset {spec.preset})"
-        yield (loc, f"tp_size {spec.tp_size}{origin} needs {spec.tp_size} nodes, the inventory has {count} "
-                    f"(add nodes, or set serve.tp_size to {count} or less)")
+        ranks = f"tp_size {spec.tp_size}" + (f" x pp_size {spec.pp_size}" if spec.pp_size > 1 else "")
+        fix = (f"set serve.tp_size to {count} or less" if spec.pp_size == 1 else
+               f"make serve.tp_size x serve.pp_size {count} or less")
+        yield (loc, f"{ranks}{origin} needs {spec.world_size} nodes, the inventory has {count} (add nodes, or {fix})")
+    elif serve.nodes is not None:
+        yield from _serving_nodes_problems(parts, serve.nodes, spec.world_size)
     if serve.draft and serve.decoding is None and spec.preset is None:
         yield (("serve", "draft"), "a draft without serve.decoding (set decoding: eagle3 or draft-target)")
     if spec.decoding != "none" and spec.draft is None:

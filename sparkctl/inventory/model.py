@@ -96,6 +96,13 @@ class Inventory(_Section):
     def serve_spec(self) -> ServeSpec:
         return resolve_serve(self.serve, len(self.nodes))
 
+    def serving_nodes(self) -> list[str]:
+        """The nodes the model runs on, in rank order (the head first): serve.nodes, else the first
+        tp_size x pp_size nodes of the inventory. A node not in it is left out of the launch."""
+        if self.serve.nodes:
+            return list(self.serve.nodes)
+        return [n.name for n in self.nodes[:self.serve_spec().world_size]]
+
     def node(self, name: str) -> Node:
         for node in self.nodes:
             if node.name == name:

@@ -170,6 +170,11 @@ class ServeSettings(_Section):
     decoding: Decoding | None = None
     max_draft_len: StrictInt | None = Field(None, gt=0, le=64)
     tp_size: StrictInt | None = Field(None, ge=1, le=MAX_NODES)
+    pp_size: StrictInt | None = Field(None, ge=1, le=MAX_NODES, description="pipeline parallelism (trtllm-serve "
+                                      "--pp_size); the launch has tp_size x pp_size ranks, one per node")
+    nodes: list[str] | None = Field(None, max_length=MAX_NODES, description=(
+        "the nodes the model runs on, in rank order, the head first (default: the first tp_size x pp_size nodes "
+        "of the inventory); the others are left out of the launch"))
     # Written as 8355 for code that reads it directly; when left out, ServeSpec.port is the preset's.
     port: Port = DEFAULT_SERVE_PORT
     max_num_tokens: StrictInt = Field(1024, gt=0, le=1 << 20)

@@ -30,6 +30,12 @@ class ServeSpec:
     hf_token_env: str = "HF_TOKEN"
     weights_gb: float | None = None  # known only when the model is the preset's
     draft_gb: float | None = None
+    pp_size: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """MPI ranks of the launch: trtllm-serve wants tp_size x pp_size (one per node on Sparks)."""
+        return self.tp_size * self.pp_size
 
 
 
@@ -79,6 +85,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
         hf_token_env=serve.hf_token_env,
         weights_gb=preset.weights_gb if own_model else None,
         draft_gb=preset.draft_gb if own_model and draft == preset.draft else None,
+        pp_size=serve.pp_size or 1,
     )
 
 

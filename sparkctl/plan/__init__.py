@@ -11,6 +11,7 @@ from sparkctl.plan.container import (
     container_spec,
     render_entrypoint,
     render_hostfile,
+    serving_hosts,
 )
 from sparkctl.plan.fabric import FabricPlan, PlanError, plan_fabric, render_netplan
 from sparkctl.plan.ring import forwarding_settings, render_sysctl, ring_routes
@@ -62,5 +63,5 @@ def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = 
     return ClusterPlan(
         fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric),
         entrypoint=render_entrypoint(inventory), serve_config=render_serve_config(inventory),
-        launch_command=launch_command(inventory),
+        launch_command=launch_command(inventory, serving_hosts(inventory, fabric)),
     )

@@ -174,5 +174,11 @@ def hostfile_addresses(inventory: Inventory, fabric: FabricPlan) -> list[str]:
     return out
 
 
+def serving_hosts(inventory: Inventory, fabric: FabricPlan) -> list[str]:
+    """The hostfile addresses of the nodes the model runs on, in rank order (mpirun --host)."""
+    by_node = dict(zip((n.name for n in inventory.nodes), hostfile_addresses(inventory, fabric), strict=True))
+    return [by_node[name] for name in inventory.serving_nodes() if name in by_node]
+
+
 def render_hostfile(inventory: Inventory, fabric: FabricPlan) -> str:
     return render("openmpi-hostfile.j2", addresses=hostfile_addresses(inventory, fabric))

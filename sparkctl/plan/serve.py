@@ -65,11 +65,18 @@ def render_serve_config(inventory: Inventory) -> str:
     return release_config(inventory, image_release(inventory)).text()
 
 
-def launch_argv(inventory: Inventory) -> list[str]:
-    """mpirun from the head container; each rank takes its node's NCCL/UCX settings from its own container."""
+def launch_argv(inventory: Inventory, hosts: list[str] | None = None) -> list[str]:
+    """mpirun from the head container; each rank takes its node's NCCL/UCX settings from its own container.
+
+    One rank per serving node. When the model runs on fewer nodes than the cluster has (tp_size x pp_size
+    below the node count), `-np` and `--host` (the serving nodes' hostfile addresses, `hosts`) keep the launch
+    on them: trtllm-serve refuses a world size that is not tp_size x pp_size."""
     spec = inventory.serve_spec()
+    ranks: list[str] = []
+    if spec.world_size < len(inventory.nodes):
+        ranks = ["-np", str(spec.world_size)] + (["--host", ",".join(hosts)] if hosts else [])
     return [
-        "mpirun",
+        "mpirun", *ranks,
         # Open MPI would otherwise copy the head's OMPI_MCA_* interface names onto every peer's daemon.
         "--mca", "plm_rsh_pass_environ_mca_params", "0",
         "-x", "CPATH=/usr/local/cuda/include",
@@ -78,6 +85,8 @@ def launch_argv(inventory: Inventory) -> list[str]:
         "trtllm-llmapi-launch", "trtllm-serve", spec.model,
         "--backend", "pytorch",
         "--tp_size", str(spec.tp_size),
+        # NVIDIA's trtllm-serve docs (docs/source/commands/trtllm-serve.rst): --tp_size <tp> --pp_size <pp>
+        *(["--pp_size", str(spec.pp_size)] if spec.pp_size > 1 else []),
         "--max_num_tokens", str(spec.max_num_tokens),
         # Every release's trtllm-serve has the flag; cuda_graph_config.max_batch_size only bounds graph capture.
         "--max_batch_size", str(spec.max_batch_size),
@@ -87,8 +96,8 @@ def launch_argv(inventory: Inventory) -> list[str]:
     ]
 
 
-def launch_command(inventory: Inventory) -> str:
-    return shlex.join(launch_argv(inventory))
+def launch_command(inventory: Inventory, hosts: list[str] | None = None) -> str:
+    return shlex.join(launch_argv(inventory, hosts))
 
 
 @dataclass

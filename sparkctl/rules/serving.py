@@ -10,6 +10,20 @@ def serving_enabled(inventory: Inventory) -> bool:
     return "serve" in inventory.model_fields_set
 
 
+def serves(inventory: Inventory, node: str) -> bool:
+    """Does `node` take part in the launch (it needs the model, the token and the config)?"""
+    return serving_enabled(inventory) and node in inventory.serving_nodes()
+
+
+def left_out(inventory: Inventory) -> list[str]:
+    """The nodes of a serving cluster that the model does not run on (more nodes than tp_size x pp_size)."""
+    if not serving_enabled(inventory):
+        return []
+    serving = inventory.serving_nodes()
+    return [n.name for n in inventory.nodes if n.name not in serving]
+
+
 def copy_mode(inventory: Inventory) -> bool:
     """serve.distribute: copy: the head downloads once and sends the snapshots to the peers over the fabric."""
-    return serving_enabled(inventory) and inventory.serve.distribute == "copy" and len(inventory.nodes) > 1
+    return (serving_enabled(inventory) and inventory.serve.distribute == "copy"
+            and len(inventory.serving_nodes()) > 1)

@@ -22,8 +22,8 @@ TokenPrompt = Callable[[list[str], str], "str | None"]
 def journaled_run(command: str, inventory: Inventory, graph: Graph, request: RunRequest,
                   view: Callable[[Event], None]) -> RunResult:
     """One run of `graph`, its events to `view` and to the run journal."""
-    with Journal(command=command) as journal:
-        return run_playbook(inventory, graph, request, EventBus([view, journal]))
+    with Journal(command=command, cluster=inventory.cluster.name) as journal:
+        return run_playbook(inventory, graph, request, EventBus([view, journal]), command=command)
 
 
 def ask_for_gated_token(inventory: Inventory, result: RunResult, ask: TokenPrompt) -> bool:

@@ -5,13 +5,14 @@ Everything it finds is journaled."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkctl.doctor.bundle import write_bundle
+from sparkctl.doctor.bundle import bundle_bytes, write_bundle
 from sparkctl.doctor.diagnose import run_checks
-from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
+from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection
 from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
@@ -23,9 +24,12 @@ from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, Session, run_playbook
+from sparkctl.runs.status import holder_now
 from sparkctl.secrets import SecretUnreadable, secret_from_env
 from sparkctl.tasks.context import RunOptions
 
+#: --bundle -: the tar.gz goes to stdout.
+STDOUT = "-"
 #: Run journals a support bundle carries, newest first.
 BUNDLE_JOURNALS = 5
 
@@ -54,28 +58,37 @@ class DoctorOutcome:
     snapshot: Snapshot
     repair: Repair | None = None
     bundle_sha256: str | None = None
+    #: --bundle -: the tar.gz, for the command to write to stdout
+    bundle_bytes: bytes | None = None
 
 
 def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
-    """One look at the cluster: facts, plan and probes of every reachable node."""
+    """One look at the cluster: facts and plan of every reachable node, the probes of those diagnosed (--limit
+    reads every node's facts all the same: the plan is the whole cluster's)."""
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=request.become_password) as session:
         before = time.time()
         facts = session.gather()
         after = time.time()
         plan, plan_error = doctor_plan(inventory, facts)
-        probes = run_probes({n: t for n, t in session.transports.items() if n in facts}, inventory, plan, facts,
-                            want_logs=bool(request.bundle), forks=request.forks)
+        diagnosed = set(session.limited)
+        probes = run_probes({n: t for n, t in session.transports.items() if n in facts and n in diagnosed},
+                            inventory, plan, facts, want_logs=bool(request.bundle), forks=request.forks)
+        busy = holder_now(inventory, session)
         unreachable = dict(session.unreachable)
+        kinds = dict(session.unreachable_kinds)
     for node, probe in probes.items():
         if probe.error and "connection lost" in probe.error:
             unreachable[node] = probe.error  # powered off between the facts and the probes
+            kinds[node] = "lost"
             facts.pop(node, None)
     order = [n.name for n in inventory.nodes]
     return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
                     {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
                     become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
-                    controller_time_slack=(after - before) / 2, bench_history=bench_history(inventory.cluster.name))
+                    controller_time_slack=(after - before) / 2, bench_history=bench_history(inventory.cluster.name),
+                    limit=frozenset(request.limit) if request.limit else None,
+                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds}, busy=busy)
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:
@@ -91,20 +104,20 @@ def repair(inventory: Inventory, diagnosis: Diagnosis, request: DoctorRequest, e
         return Repair(only, None, manual)
     run = RunRequest(options=RunOptions(become_password=request.become_password), limit=request.limit, only=only,
                      forks=request.forks)
-    return Repair(only, run_playbook(inventory, graph, run, emit), manual)
+    return Repair(only, run_playbook(inventory, graph, run, emit, command="doctor --fix"), manual)
 
 
 def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: Callable[[Diagnosis], None],
                repair_emit: Callable[[Event], None]) -> DoctorOutcome:
     """The whole command. `before_repair` shows the first diagnosis when a repair follows; `repair_emit` gets
     the repair run's events (the journal gets them too)."""
-    if request.bundle:
+    if request.bundle and request.bundle != STDOUT:
         check_writable(request.bundle, "--bundle")
     # the token is read only so that redaction knows it (bundle, journal, output); an unreadable token file is
     # a finding of the nodes' (no token there), not a reason to stop
     with contextlib.suppress(SecretUnreadable):
         secret_from_env(inventory.serve.hf_token_env)
-    with Journal(command="doctor") as journal:
+    with Journal(command="doctor", cluster=inventory.cluster.name) as journal:
         diagnosis, snapshot = diagnose(inventory, request)
         _journal(diagnosis, journal, "first")
         outcome = DoctorOutcome(diagnosis, snapshot)
@@ -114,17 +127,27 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
                                     lambda event: (journal(event), repair_emit(event)))
             outcome.diagnosis, outcome.snapshot = diagnose(inventory, request)
             _journal(outcome.diagnosis, journal, "after-fix")
-    if request.bundle:
+    if request.bundle == STDOUT:
+        outcome.bundle_bytes = bundle_bytes(outcome.diagnosis, outcome.snapshot,
+                                            latest_runs(BUNDLE_JOURNALS, cluster=inventory.cluster.name))
+        outcome.bundle_sha256 = hashlib.sha256(outcome.bundle_bytes).hexdigest()
+    elif request.bundle:
         try:
             outcome.bundle_sha256 = write_bundle(request.bundle, outcome.diagnosis, outcome.snapshot,
-                                                 latest_runs(BUNDLE_JOURNALS))
+                                                 latest_runs(BUNDLE_JOURNALS, cluster=inventory.cluster.name))
         except OSError as exc:
             raise SparkctlError(f"cannot write the bundle {request.bundle}: {exc.strerror or exc}") from exc
     return outcome
 
 
+def finding_event(f: Finding, label: str | None = None) -> Event:
+    """A finding as the event `doctor --json` prints and the journal keeps (docs/events.md)."""
+    data = {k: v for k, v in f.to_dict().items() if k not in ("node", "phase", "details")}
+    if label:
+        data["diagnosis"] = label
+    return Event("finding", node=f.node, phase=f.phase, details=list(f.details), data=data)
+
+
 def _journal(diagnosis: Diagnosis, journal: Journal, label: str) -> None:
     for f in diagnosis.findings:
-        journal(Event("finding", node=None if f.node == CLUSTER else f.node, phase=f.phase, status=f.severity,
-                      message=f"{f.id}: {f.summary}", hint=f.fix, details=[f.evidence] if f.evidence else [],
-                      data={"severity": f.severity, "code": f.id, "pass": label}))
+        journal(finding_event(f, label))

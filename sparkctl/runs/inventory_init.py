@@ -6,6 +6,7 @@ Never guesses silently: every assumption is returned (and written as a comment) 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -14,7 +15,7 @@ import yaml
 from sparkctl.errors import SparkctlError, Unreachable
 from sparkctl.facts import Facts, gather_facts, gather_local_controller_addrs
 from sparkctl.rules.cabling import Proposal, propose
-from sparkctl.transport.connect import NodeAddress, connect_all
+from sparkctl.transport.connect import DEFAULT_KNOWN_HOSTS, NodeAddress, connect_all
 
 
 @dataclass
@@ -36,8 +37,9 @@ def _node_name(hostname: str, used: set[str], index: int) -> str:
 
 
 def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sparks",
-                     controller_addrs: frozenset[str] = frozenset()) -> InitResult:
-    """hosts[i] was reached as facts[i]; returns the inventory text, what was assumed, and what is wrong."""
+                     controller_addrs: frozenset[str] = frozenset(), ssh: dict[str, str] | None = None) -> InitResult:
+    """hosts[i] was reached as facts[i]; returns the inventory text, what was assumed, and what is wrong.
+    `ssh`: the inventory's ssh section, as the nodes were reached (identity_file, known_hosts)."""
     assumptions: list[str] = []
     problems: list[str] = []
     users = {f.user for f in facts}
@@ -102,6 +104,7 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
     doc = {
         "cluster": {"name": cluster},
         "user": next(iter(users)) if users else "nvidia",
+        **({"ssh": dict(ssh)} if ssh else {}),
         "nodes": nodes,
         "fabric": {"topology": topology, "port": port, "mtu": 9000},
     }
@@ -120,22 +123,45 @@ def _one_port(up: list[dict[int, list[str]]]) -> int | str:
     return next(iter(ports)) if len(ports) == 1 else "auto"
 
 
+def ssh_section(identity_file: str | None, known_hosts: str) -> dict[str, str]:
+    """What bootstrap needs to log in the way init did: the key and the known_hosts file it was given."""
+    section = {}
+    if identity_file:
+        section["identity_file"] = identity_file
+    if os.path.expanduser(known_hosts) != os.path.expanduser(DEFAULT_KNOWN_HOSTS):
+        section["known_hosts"] = known_hosts
+    return section
+
+
+def login_failures(hosts: list[str], unreachable: dict[str, Unreachable]) -> Unreachable:
+    """Every host that could not be logged in to, one line each, with the hint of the commonest cause."""
+    kinds = [unreachable[h].kind for h in hosts if h in unreachable]
+    hint = next((unreachable[h].hint for h in hosts if h in unreachable and unreachable[h].hint), None)
+    if "auth" in kinds:
+        hint = ("pass the key the nodes accept with --identity-file (it is written to the inventory's ssh: "
+                "section), or load it into ssh-agent; --user if the login name differs")
+    elif "host_key" in kinds:
+        hint = next(unreachable[h].hint for h in hosts if h in unreachable and unreachable[h].kind == "host_key")
+    return Unreachable(f"{len(kinds)} of {len(hosts)} host(s) could not be logged in to; nothing was written",
+                       hint=hint, kind=kinds[0], details=[unreachable[h].message for h in hosts if h in unreachable])
+
+
 def draft_inventory(hosts: list[str], *, user: str | None, identity_file: str | None, known_hosts: str,
                     cluster: str) -> InitResult:
-    """The inventory text for `hosts` (head first), with what had to be assumed; raises when a host cannot be
-    reached or the hosts do not make a cluster."""
+    """The inventory text for `hosts` (head first), with what had to be assumed; raises naming every host that
+    cannot be logged in to. A host key is recorded in known_hosts only after its login worked."""
     specs = [NodeAddress(node=h, host=h, user=user, identity_file=identity_file) for h in hosts]
     transports, unreachable = connect_all(specs, known_hosts_path=known_hosts)
     try:
         if unreachable:
-            first = next(iter(unreachable.values()))
-            raise Unreachable(f"{len(unreachable)} host(s) unreachable: {first}", hint=first.hint)
+            raise login_failures(hosts, unreachable)
         facts = [gather_facts(transports[h], h) for h in hosts]
     finally:
         for t in transports.values():
             t.close()
     result = describe_cluster(list(hosts), facts, cluster=cluster,
-                              controller_addrs=frozenset(gather_local_controller_addrs(include_loopback=False)))
+                              controller_addrs=frozenset(gather_local_controller_addrs(include_loopback=False)),
+                              ssh=ssh_section(identity_file, known_hosts))
     if result.problems:
         raise SparkctlError("; ".join(result.problems))
     return result

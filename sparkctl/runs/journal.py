@@ -16,10 +16,16 @@ from sparkctl.secrets import redacted
 KEEP_RUNS = 50
 
 
-def runs_dir() -> Path:
-    """`$XDG_STATE_HOME/sparkctl/runs` (default `~/.local/state/sparkctl/runs`)."""
+def runs_dir(cluster: str | None = None) -> Path:
+    """`$XDG_STATE_HOME/sparkctl/runs` (default `~/.local/state/sparkctl/runs`); a cluster's journals in its own
+    folder below it (pruned and bundled on their own: one cluster's runs never push out another's)."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "sparkctl" / "runs"
+    base = Path(state) / "sparkctl" / "runs"
+    return base / _safe(cluster) if cluster else base
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "_"
 
 
 def _run_files(directory: Path) -> list[Path]:
@@ -27,9 +33,9 @@ def _run_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.jsonl") if p.is_file())
 
 
-def latest_runs(n: int, dir: Path | str | None = None) -> list[Path]:
-    """The journals of the last `n` runs, newest first."""
-    directory = Path(dir) if dir is not None else runs_dir()
+def latest_runs(n: int, dir: Path | str | None = None, *, cluster: str | None = None) -> list[Path]:
+    """The journals of the last `n` runs (of `cluster`), newest first."""
+    directory = Path(dir) if dir is not None else runs_dir(cluster)
     if not directory.is_dir() or n <= 0:
         return []
     return list(reversed(_run_files(directory)))[:n]
@@ -53,8 +59,9 @@ class Journal:
     are pruned then. Every string is redacted (sparkctl.secrets) before it reaches the disk.
     """
 
-    def __init__(self, dir: Path | str | None = None, *, command: str = "run", keep: int = KEEP_RUNS):
-        self.dir = Path(dir) if dir is not None else runs_dir()
+    def __init__(self, dir: Path | str | None = None, *, command: str = "run", keep: int = KEEP_RUNS,
+                 cluster: str | None = None):
+        self.dir = Path(dir) if dir is not None else runs_dir(cluster)
         self.command = re.sub(r"[^A-Za-z0-9_.-]+", "_", command) or "run"
         self.keep = max(1, keep)
         self.path: Path | None = None
@@ -62,6 +69,7 @@ class Journal:
         self._lock = threading.Lock()
 
     def _open(self) -> None:
+        # sparkctl's own state, not an output the user named: its folders are made as needed, private
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         path = self.dir / f"{stamp}-{self.command}.jsonl"

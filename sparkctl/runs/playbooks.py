@@ -17,7 +17,7 @@ def bootstrap_tasks() -> list[Task]:
 
 def bootstrap_graph() -> Graph:
     """`sparkctl cluster bootstrap`: set up or repair the whole cluster; a second run changes nothing."""
-    return Graph(bootstrap_tasks(), BOOTSTRAP_PHASES)
+    return Graph(bootstrap_tasks(), BOOTSTRAP_PHASES, verify_phase="verify")
 
 
 DOWN_PHASES = ["container", "ssh", "network"]
@@ -65,4 +65,35 @@ def playbooks_markdown() -> str:
             "runs them; so does a bootstrap rerun), or needs a person, and the finding says why. "
             "`sparkctl doctor --list` prints this table; it is generated from `sparkctl/doctor/remedies.py`.", "",
             remedies_markdown()]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def playbooks_data() -> dict:
+    """The playbooks as data (`sparkctl playbooks --json`)."""
+    out = {}
+    for name, (factory, usage, summary) in PLAYBOOKS.items():
+        out[name] = {"usage": usage, "summary": summary, "tasks": [
+            {"name": t.name, "phase": t.phase, "scope": t.scope.value, "needs": list(t.needs),
+             "description": t.description, "checks": t.checks, "changes": t.changes} for t in factory().ordered()]}
+    return out
+
+
+def playbooks_text(width: int = 100) -> str:
+    """The playbooks for a terminal: one line per task, what it checks and changes wrapped under it."""
+    import textwrap
+
+    out = []
+    for name, (factory, usage, summary) in PLAYBOOKS.items():
+        out += [f"{name}: {usage}", *textwrap.wrap(summary, width, initial_indent="  ", subsequent_indent="  "), ""]
+        phase = None
+        for task in factory().ordered():
+            if task.phase != phase:
+                phase = task.phase
+                out.append(f"  {phase}")
+            needs = f" (needs {', '.join(task.needs)})" if task.needs else ""
+            out.append(f"    {task.name} [{task.scope.value}]{needs}: {task.description}")
+            for label, text in (("checks", task.checks), ("changes", task.changes)):
+                out += textwrap.wrap(f"{label}: {text}", width, initial_indent="      ",
+                                     subsequent_indent="        ")
+        out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -17,6 +17,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
+from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.session import Session
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.launch import kill_leftover_ranks
@@ -190,19 +191,20 @@ class StopResult:
 
 def stop_server(inventory: Inventory, forks: int = 32) -> StopResult:
     """TERM mpirun on the head (it takes its ranks down), then kill leftover ranks on every node with the
-    serve.launch task's own code."""
+    serve.launch task's own code. A change: it holds the cluster lock."""
     head = inventory.head.name
     with Session(inventory, forks=forks) as session:
         if head not in session.transports:
             raise SparkctlError(f"cannot stop the server: {session.unreachable.get(head, f'{head} is not reachable')}")
-        result = StopResult(unreachable=dict(session.unreachable))
-        handle = server_handle(inventory, session.transports[head])
-        pid = (handle.read_record() or {}).get("pid")
-        if handle.stop(pid):
-            result.pid = pid
-        cluster = ClusterContext(inventory, RunOptions(), emit=lambda _event: None)
-        for node in inventory.nodes:
-            if node.name in session.transports:
-                cluster.add(NodeContext(cluster, node, session.transports[node.name]))
-        result.leftovers = kill_leftover_ranks(cluster)
-        return result
+        with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop")):
+            result = StopResult(unreachable=dict(session.unreachable))
+            handle = server_handle(inventory, session.transports[head])
+            pid = (handle.read_record() or {}).get("pid")
+            if handle.stop(pid):
+                result.pid = pid
+            cluster = ClusterContext(inventory, RunOptions(), emit=lambda _event: None)
+            for node in inventory.nodes:
+                if node.name in session.transports:
+                    cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+            result.leftovers = kill_leftover_ranks(cluster)
+            return result

@@ -3,15 +3,21 @@ a task graph over it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+from sparkctl import __version__
 from sparkctl.engine import Event, Graph, Interruption, LostNodes, Runner, RunResult
 from sparkctl.errors import BadInput, Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.runs.interrupts import ctrl_c_stops
+from sparkctl.runs.lock import ClusterLock, Holder
+from sparkctl.runs.outputs import unwritable_reason
 from sparkctl.runs.proofs import ProofFile
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
@@ -43,8 +49,80 @@ def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
                        hint=f"nodes: {', '.join(sorted(known))}")
 
 
+def run_identity(inventory: Inventory, command: str, request: RunRequest, session: Session) -> dict[str, Any]:
+    """What run_start says about the run itself: the command, the cluster, sparkctl's version, the limit and
+    why each unreachable node is (errors.Unreachable.kind)."""
+    out: dict[str, Any] = {"command": command, "cluster": inventory.cluster.name, "sparkctl": __version__}
+    if request.limit:
+        out["limit"] = [n for n in session.names if n in request.limit]
+    if session.unreachable_kinds:
+        out["unreachable"] = dict(session.unreachable_kinds)
+    return out
+
+
+def with_endpoint(emit: Callable[[Event], None]) -> Callable[[Event], None]:
+    """`emit`, whose recap also carries the endpoint and the smoke test's result when the run served (the
+    closing lines of a serving run say where to send requests)."""
+    smoke: dict[str, Any] = {}
+
+    def sink(event: Event) -> None:
+        if event.event == "log" and isinstance(event.data.get("smoke"), dict):
+            smoke.update(event.data["smoke"])
+        if event.event == "recap" and smoke:
+            event.data.setdefault("endpoint", smoke.get("endpoint"))
+            event.data.setdefault("smoke", {k: v for k, v in smoke.items() if k != "endpoint"})
+        emit(event)
+    return sink
+
+
+def after_start(emit: Callable[[Event], None], notes: list[Event]) -> Callable[[Event], None]:
+    """`emit`, which sends `notes` right after the run's first event (run_start)."""
+    if not notes:
+        return emit
+    pending = list(notes)
+
+    def sink(event: Event) -> None:
+        emit(event)
+        while pending and event.event == "run_start":
+            emit(pending.pop(0))
+    return sink
+
+
+@contextmanager
+def held_lock(session: Session, command: str, request: RunRequest,
+              emit: Callable[[Event], None]) -> Iterator[list[Event]]:
+    """The cluster lock for a run that may change the nodes (not --check). Yields what to say once the run has
+    started: a stale lock taken over."""
+    if request.options.check:
+        yield []
+        return
+    def warn(node: str, message: str) -> None:
+        emit(Event("warning", node=node, message=message))
+
+    lock = ClusterLock(session.inventory.cluster.name, session.transports, Holder.now(command, request.limit),
+                       warn=warn)
+    with lock:
+        yield [Event("warning", node=node, message=(
+            f"took over a stale cluster lock: {gone.describe() if gone else 'a run'} ended without releasing it "
+            "(killed, or its connection lost); this run checks everything again"))
+            for node, gone in lock.stale.items()]
+
+
+def check_known_hosts(inventory: Inventory) -> None:
+    """A known_hosts file in a folder that does not exist is refused before connecting (ssh makes ~/.ssh, never
+    a folder the inventory names: a typo there would scatter host keys)."""
+    path = os.path.expanduser(inventory.ssh.known_hosts)
+    if os.path.dirname(path) == os.path.expanduser("~/.ssh"):
+        return
+    reason = unwritable_reason(path)
+    if reason:
+        raise BadInput(f"{inventory.where('ssh', 'known_hosts')}: ssh.known_hosts {inventory.ssh.known_hosts}: "
+                       f"{reason}")
+
+
 class Session:
-    """Connections to the inventory's nodes (those of `limit`), each opened once and reused.
+    """Connections to every node of the inventory, each opened once and reused. `limit` only names the nodes a
+    run may change (and the ones a report shows): what the cluster shares is read from all of them.
 
     `transports` holds the nodes reached, `unreachable` why each other one was not.
     """
@@ -52,15 +130,19 @@ class Session:
     def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = 32,
                  become_password: str | None = None, interruption: Interruption | None = None):
         check_limit(inventory, limit)
+        check_known_hosts(inventory)
         self.inventory = inventory
+        self.limit = set(limit) if limit else None
         self.forks = forks
         #: a Ctrl-C cuts every connection of the session, those opened later too
         self.interruption = interruption if interruption is not None else Interruption()
         self._options = {"known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
                          "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
-        self.names = [n.name for n in inventory.nodes if not limit or n.name in limit]
+        self.names = [n.name for n in inventory.nodes]
         self.transports: dict[str, Transport] = {}
         self.unreachable: dict[str, str] = {}
+        #: what kind of failure each unreachable node met (errors.Unreachable.kind): network, auth, host_key, lost
+        self.unreachable_kinds: dict[str, str] = {}
 
     def __enter__(self) -> Session:
         addresses = [self.address(name) for name in self.names]
@@ -69,11 +151,17 @@ class Session:
         self.unreachable = {n: str(unreachable[n]) for n in self.names if n in unreachable}
         for transport in self.transports.values():
             self.interruption.on_request(transport.interrupt)
+        self.unreachable_kinds = {n: unreachable[n].kind for n in self.unreachable}
         return self
 
     def __exit__(self, *exc: object) -> None:
         for transport in self.transports.values():
             transport.close()
+
+    @property
+    def limited(self) -> list[str]:
+        """The nodes of --limit (all when none), in inventory order."""
+        return [n for n in self.names if self.limit is None or n in self.limit]
 
     def address(self, name: str) -> NodeAddress:
         target = self.inventory.ssh_target(name)
@@ -108,14 +196,18 @@ class Session:
             for name, facts, extra, error in pool.map(one, list(self.transports)):
                 if facts is None:
                     self.unreachable[name] = error
+                    self.unreachable_kinds[name] = "lost"
                 else:
                     facts.extra = extra
                     out[name] = facts
         return out
 
 
-def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None]) -> RunResult:
-    """Walk `graph` over the inventory's nodes (those of --limit), reporting through `emit`."""
+def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None],
+                 command: str = "bootstrap") -> RunResult:
+    """Walk `graph` over the inventory's nodes (changing those of --limit), reporting through `emit`. A run that
+    may change something holds the cluster lock on the nodes (runs.lock) from before the first task to the
+    end; --check does not need it."""
     check_limit(inventory, request.limit)
     try:
         graph = graph.select(request.only, request.skip)
@@ -125,10 +217,12 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     interruption = Interruption()
     with ctrl_c_stops(interruption), Session(inventory, limit=request.limit, forks=request.forks,
                                              become_password=options.become_password,
-                                             interruption=interruption) as session:
+                                             interruption=interruption) as session, \
+            held_lock(session, command, request, emit) as notes:
+        emit = with_endpoint(after_start(emit, notes))
         lost = LostNodes(session.unreachable)
         cluster = ClusterContext(inventory, options, emit, new_transport=session.open, lost=lost,
-                                 records=ProofFile(inventory.cluster.name))
+                                 records=ProofFile(inventory.cluster.name), limit=request.limit)
         for node in inventory.nodes:
             if node.name in session.transports:
                 cluster.add(NodeContext(cluster, node, session.transports[node.name]))
@@ -138,7 +232,8 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
 
         runner = Runner(graph, nodes=session.names, node_contexts=cluster.nodes, cluster_context=cluster,
                         unreachable=dict(session.unreachable), forks=request.forks, check_mode=options.check,
-                        emit=emit_noted, lost=lost, interruption=interruption, on_stage=cluster.begin_stage)
+                        emit=emit_noted, limit=request.limit, lost=lost, interruption=interruption,
+                        on_stage=cluster.begin_stage, start=run_identity(inventory, command, request, session))
         result = runner.run()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

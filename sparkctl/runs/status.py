@@ -10,6 +10,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.runs.bench_records import bench_history
+from sparkctl.runs.lock import peek
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import Transport, q
 
@@ -24,6 +25,10 @@ class ClusterStatus:
     hostfile: str | None = None
     #: the recorded `fabric bench` results of this cluster, newest first
     bench_history: list[dict] = field(default_factory=list)
+    #: the nodes to show (--limit; all when none), in inventory order
+    shown: list[str] = field(default_factory=list)
+    #: who is changing the cluster right now (a run holding its lock), if anyone
+    busy: str | None = None
 
 
 def container_hostfile(inventory: Inventory):
@@ -38,10 +43,21 @@ def container_hostfile(inventory: Inventory):
     return read
 
 
+def holder_now(inventory: Inventory, session: Session) -> str | None:
+    """Who holds the cluster lock now, asked of the first reachable node (a run locks every node)."""
+    first = next(iter(session.transports.items()), None)
+    if first is None:
+        return None
+    held = peek(inventory.cluster.name, dict([first]))
+    return next(iter(held.values()), None)
+
+
 def cluster_status(inventory: Inventory, limit: set[str] | None = None, forks: int = 32) -> ClusterStatus:
+    """Every node is read (the planned spec and hostfile depend on all of them); --limit picks the rows."""
     with Session(inventory, limit=limit, forks=forks) as session:
         facts = session.gather(also=container_hostfile(inventory))
-        status = ClusterStatus(facts, dict(session.unreachable), bench_history=bench_history(inventory.cluster.name))
+        status = ClusterStatus(facts, dict(session.unreachable), shown=session.limited,
+                               busy=holder_now(inventory, session), bench_history=bench_history(inventory.cluster.name))
     try:
         plan = plan_cluster(inventory, facts)
     except SparkctlError:

@@ -195,11 +195,14 @@ class NodeContext:
 class ClusterContext:
     def __init__(self, inventory: Inventory, options: RunOptions, emit: Callable[[Event], None],
                  new_transport: Callable[[str], Transport] | None = None, lost: LostNodes | None = None,
-                 records: ProofRecords | None = None):
+                 records: ProofRecords | None = None, limit: set[str] | None = None):
         self.inventory = inventory
         self.records = records
         #: changes applied so far in this run, by any task (a proof on record is then not relied on)
         self.changes_applied = 0
+        #: --limit: the nodes a run may change. `nodes` holds every reachable node all the same: what the
+        #: cluster shares (keys, known hosts, hostfile, mesh) is computed from all of them.
+        self.limit = frozenset(limit) if limit else None
         self._new_transport = new_transport
         #: nodes out of the run (shared with the runner): never reached again, planned from what was last read
         self.lost = lost if lost is not None else LostNodes()
@@ -246,11 +249,19 @@ class ClusterContext:
             stamp, value = self._handed_over.pop(key, (None, None))
             return value if stamp == (self._generation, self.changes_applied) else None
 
+    def in_limit(self, node: str) -> bool:
+        """May this run change `node` (no --limit, or --limit names it)?"""
+        return self.limit is None or node in self.limit
+
+    def outside_limit(self, node: str) -> str:
+        """" (outside --limit)" for a node the run only reads, for messages."""
+        return "" if self.in_limit(node) else " (outside --limit)"
+
     def head(self) -> NodeContext:
-        """The head node's context; a run without it (--limit) cannot do what only the head does."""
+        """The head node's context (read even when --limit leaves it out)."""
         head = self.inventory.head.name
         if head not in self.nodes:
-            raise TaskFailed(f"the head node {head} is not part of this run", hint="do not --limit it away")
+            raise TaskFailed(f"the head node {head} cannot be read in this run")
         return self.nodes[head]
 
     def new_transport(self, node: str) -> Transport:

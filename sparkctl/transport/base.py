@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sparkctl.transport.held import HeldCommand
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class Transport(Protocol):
 
     def exec_in(self, container: str, cmd: str, *, timeout: float = 60.0, input: str | None = None,
                 env: dict[str, str] | None = None) -> CommandResult: ...
+
+    def hold(self, script: str, *args: str, what: str = "held command") -> HeldCommand:
+        """Start a bash script left running, its stdin open, until closed (transport.held)."""
+        ...
 
     def close(self) -> None: ...
 

@@ -46,8 +46,8 @@ def append_known_host(known_hosts_path: str, name: str, key: paramiko.PKey) -> N
     key recorded meanwhile is not appended twice, and a different one recorded meanwhile is refused.
     """
     directory = os.path.dirname(known_hosts_path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+    if directory and not os.path.isdir(directory) and directory == os.path.expanduser("~/.ssh"):
+        os.makedirs(directory, mode=0o700, exist_ok=True)  # as ssh does; any other folder was checked up front
     line = f"{name} {key.get_name()} {key.get_base64()}\n"
     with _append_lock, open(known_hosts_path, "a+b") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
@@ -69,10 +69,12 @@ def append_known_host(known_hosts_path: str, name: str, key: paramiko.PKey) -> N
 
 
 class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """First contact: record the key and go on. A host known under another key: refuse."""
+    """First contact: accept the key for this connection; it is written to known_hosts only once the login
+    worked (`commit`), so a host that refused us leaves nothing behind. A host known under another key: refuse."""
 
     def __init__(self, known_hosts_path: str):
         self.known_hosts_path = known_hosts_path
+        self.pending: list[tuple[str, paramiko.PKey]] = []
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         known = client.get_host_keys().lookup(hostname)
@@ -82,11 +84,19 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
             expected = next(iter(known.values()))
             raise paramiko.BadHostKeyException(hostname, key, expected)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        append_known_host(self.known_hosts_path, hostname, key)
-        log.info("recorded new host key for %s (%s) in %s", hostname, key.get_name(), self.known_hosts_path)
+        self.pending.append((hostname, key))
+
+    def commit(self) -> None:
+        """The login worked: record the keys met on first contact."""
+        for hostname, key in self.pending:
+            append_known_host(self.known_hosts_path, hostname, key)
+            log.info("recorded new host key for %s (%s) in %s", hostname, key.get_name(), self.known_hosts_path)
+        self.pending.clear()
 
 
-def secure_client(client: paramiko.SSHClient, known_hosts_path: str) -> None:
-    """Replace fabric's AutoAddPolicy: load known_hosts and accept new keys only."""
+def secure_client(client: paramiko.SSHClient, known_hosts_path: str) -> AcceptNewPolicy:
+    """Replace fabric's AutoAddPolicy: load known_hosts and accept new keys only (after a working login)."""
     load_known_hosts(client, known_hosts_path)
-    client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts_path))
+    policy = AcceptNewPolicy(known_hosts_path)
+    client.set_missing_host_key_policy(policy)
+    return policy

@@ -6,6 +6,7 @@ import contextlib
 import getpass
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -70,6 +71,11 @@ class LocalTransport(ShellTransport):
             raise Interrupted(self.node)
         return RawResult(proc.returncode, out, err)
 
+    def _open_stream(self, line: str) -> ProcessStream:
+        proc = subprocess.Popen(["/bin/sh", "-c", line], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        return ProcessStream(proc)
+
     def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:
         directory, name = os.path.split(os.path.abspath(path))
         if not os.path.isdir(directory):
@@ -102,3 +108,35 @@ class LocalTransport(ShellTransport):
         except OSError as exc:
             raise RemoteFileError(f"{self.node}: cannot read {path}: {exc.strerror}",
                                   "read it with sudo=True" if isinstance(exc, PermissionError) else None) from exc
+
+
+class ProcessStream:
+    """A held command run on this machine (transport.held)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self._proc = proc
+
+    def recv(self, timeout: float) -> bytes | None:
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, timeout))
+        if not ready:
+            return None
+        return os.read(self._proc.stdout.fileno(), 65536)
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sparkctl.errors import SparkctlError
 from sparkctl.secrets import redact_known
 from sparkctl.transport.base import CommandResult, q
+from sparkctl.transport.held import HeldCommand, Stream
 from sparkctl.transport.sudo import (
     PROBE_SCRIPT,
     VERIFY_PASSWORD_SCRIPT,
@@ -86,8 +87,18 @@ class ShellTransport:
     def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:
         raise NotImplementedError
 
+    def _open_stream(self, line: str) -> Stream:
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
+
+    def hold(self, script: str, *args: str, what: str = "held command") -> HeldCommand:
+        """Start `script` (bash, `$1`... = args) and leave it running with its stdin open: no timeout of its
+        own, it ends when its stdin closes (sparkctl ends, is killed, or loses the connection)."""
+        line = f"env PATH={SAFE_PATH} LC_ALL=C bash -c {q(script)} sparkctl " + " ".join(q(a) for a in args)
+        self.round_trips += 1
+        return HeldCommand(self._open_stream(line), what)
 
     def interrupt(self) -> None:
         """Ctrl-C: cut what runs now, start nothing more (each later call raises errors.Interrupted)."""

@@ -85,9 +85,10 @@ class SSHTransport(ShellTransport):
                                  connect_timeout=max(1, math.ceil(self.connect_timeout)),
                                  connect_kwargs=connect_kwargs)
         # fabric installs AutoAddPolicy on every client, jump hosts included: replace it everywhere.
+        self._policies = []
         hop: object = conn
         while isinstance(hop, fabric.Connection):
-            secure_client(hop.client, self.known_hosts_path)
+            self._policies.append(secure_client(hop.client, self.known_hosts_path))
             hop = hop.gateway
         return conn
 
@@ -107,6 +108,8 @@ class SSHTransport(ShellTransport):
             except Exception as exc:  # noqa: BLE001 (every failure becomes one line)
                 self._conn.close()
                 raise self._unreachable(exc, time.monotonic() - started) from exc
+            for policy in self._policies:
+                policy.commit()
             _detect_dead_peer(self._conn)
             log.debug("%s: connected as %s in %.2fs", self.where, self.user, time.monotonic() - started)
 
@@ -116,31 +119,42 @@ class SSHTransport(ShellTransport):
         return lost
 
     def _describe_unreachable(self, exc: BaseException, elapsed: float) -> Unreachable:
+        """One line that names the cause: the network, the login, or the host key (Unreachable.kind)."""
         where, port, timeout = self.where, self.port, self.connect_timeout
         if isinstance(exc, paramiko.BadHostKeyException):
             return Unreachable(
                 f"{where}: host key CHANGED for {host_key_name(self.host, port)} (known_hosts has "
                 f"{_describe(exc.expected_key)}, the server offers {_describe(exc.key)}); refusing to connect",
                 f"if the node was reinstalled, forget the old key: "
-                f"{removal_command(self.known_hosts_path, self.host, port)}")
-        if isinstance(exc, paramiko.AuthenticationException):
-            return Unreachable(f"{where}: authentication failed for user {self.user}",
-                               "check identity_file / ssh-agent")
+                f"{removal_command(self.known_hosts_path, self.host, port)}", kind="host_key")
+        auth = _auth_failure(exc)
+        if auth is not None:
+            return Unreachable(f"{where}: authentication failed for user {self.user}: {auth}",
+                               "set ssh.identity_file in the inventory to a key the node accepts (or load it into "
+                               f"ssh-agent); test with: ssh -p {port} {self.user}@{self.host} true", kind="auth")
         if isinstance(exc, NoValidConnectionsError):
             codes = {getattr(e, "errno", None) for e in exc.errors.values()}
             if codes == {errno.ECONNREFUSED}:
-                return Unreachable(f"{where}: connection refused on port {port}")
+                return Unreachable(f"{where}: connection refused on port {port}",
+                                   "is sshd running on the node, on that port?")
             exc = next(iter(exc.errors.values()))
         if isinstance(exc, (socket.timeout, TimeoutError)):
-            return Unreachable(f"{where}: timed out after {timeout:g}s")
+            return Unreachable(f"{where}: no answer on port {port} within {timeout:g}s",
+                               "is the node powered on and on this network?")
         if isinstance(exc, socket.gaierror):
             return Unreachable(f"{where}: cannot resolve {self.host}: {exc.strerror}")
         if isinstance(exc, ConnectionRefusedError):
-            return Unreachable(f"{where}: connection refused on port {port}")
-        if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc) or elapsed >= timeout * 0.9):
-            return Unreachable(
-                f"{where}: timed out after {timeout:g}s waiting for the SSH handshake on port {port}",
-                "is an SSH server listening there?")
+            return Unreachable(f"{where}: connection refused on port {port}",
+                               "is sshd running on the node, on that port?")
+        if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
+            cause = exc.__context__
+            if isinstance(cause, (socket.timeout, TimeoutError)) or (cause is None and elapsed >= timeout * 0.9):
+                return Unreachable(f"{where}: port {port} accepted the connection but sent no SSH banner within "
+                                   f"{timeout:g}s", "is an SSH server listening there?")
+            return Unreachable(f"port {port} on {where} accepted and closed the connection: is it an SSH server, "
+                               "is the lab down?")
+        if isinstance(exc, paramiko.SSHException) and "protocol version" in str(exc):
+            return Unreachable(f"port {port} on {where} answers, but not as an SSH server ({exc})")
         if isinstance(exc, OSError) and exc.strerror:
             return Unreachable(f"{where}: {exc.strerror.lower()} (port {port})")
         return Unreachable(f"{where}: {str(exc) or type(exc).__name__}")
@@ -259,7 +273,18 @@ class SSHTransport(ShellTransport):
         what = "stopped answering" if silent else "closed the connection"
         return Unreachable(f"{self.where}: {what} while a command ran{why}",
                            "the node stopped answering (link, power, sshd); the command may or may not have "
-                           "finished there: the next run checks", node=self.node, closed=not silent)
+                           "finished there: the next run checks", node=self.node, closed=not silent,
+                           kind="lost")
+
+    def _open_stream(self, line: str) -> ChannelStream:
+        chan = self._session()
+        try:
+            chan.exec_command(line)
+        except _LOST as exc:
+            chan.close()
+            raise Unreachable(f"{self.where}: connection lost while starting a command: {exc}", node=self.node,
+                              kind="lost") from exc
+        return ChannelStream(chan)
 
     # --- files --------------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
@@ -386,12 +411,51 @@ def _set_tcp_options(sock: socket.socket) -> None:
             sock.setsockopt(level, option, value)
 
 
+class ChannelStream:
+    """A held command's channel (transport.held)."""
+
+    def __init__(self, chan: paramiko.Channel):
+        self._chan = chan
+
+    def recv(self, timeout: float) -> bytes | None:
+        if not self._chan.recv_ready():
+            if self._chan.eof_received or self._chan.closed:
+                return b""
+            select.select([self._chan], [], [], max(0.0, timeout))
+            if not self._chan.recv_ready():
+                return b"" if self._chan.eof_received or self._chan.closed else None
+        return self._chan.recv(_CHUNK)
+
+    def send(self, data: bytes) -> None:
+        if self._chan.closed or not self._chan.get_transport() or not self._chan.get_transport().is_active():
+            raise EOFError("channel closed")
+        self._chan.sendall(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(*_LOST):
+            self._chan.shutdown_write()
+        self._chan.close()
+
+
 def _feed(chan: paramiko.Channel, data: bytes) -> None:
     try:
         chan.sendall(data)
         chan.shutdown_write()
     except _LOST:
         pass  # the command exited or the channel was closed on timeout: its result says so
+
+
+def _auth_failure(exc: BaseException) -> str | None:
+    """Why the login was refused, when that is what happened (paramiko says it several ways)."""
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return "the private key is encrypted (load it into ssh-agent, or use a key without a passphrase)"
+    if isinstance(exc, paramiko.BadAuthenticationType):
+        return f"the node accepts only {', '.join(exc.allowed_types) or 'other methods'}"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return "the node refused every key offered"
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
+        return "no key to offer (no ssh.identity_file, no ssh-agent, no ~/.ssh/id_* key)"
+    return None
 
 
 def _describe(key: paramiko.PKey) -> str:

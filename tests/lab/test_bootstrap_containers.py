@@ -82,6 +82,24 @@ def test_second_run_changes_nothing(converged):
     assert rc == 0 and changed(events) == set()
 
 
+def test_only_mpi_after_the_containers_are_gone_runs_what_mpi_needs(converged):
+    """What doctor suggests after `cluster down`: --only pulls in the tasks it needs (the containers), and the
+    closing line does not claim a verification that did not run."""
+    lab, _ = converged
+    for node in ("spark1", "spark2"):
+        sh(lab, node, f"docker rm -f {CONTAINER}")
+    rc, events = bootstrap(lab, "--only", "mpi")
+    assert rc == 0, failures(events)
+    assert {("container.run", "spark1"), ("container.run", "spark2"), ("mpi.hostfile", None)} <= changed(events)
+    start = next(e for e in events if e["event"] == "run_start")
+    assert {"preflight.node", "container.run", "container.ssh"} <= set(start["added_needs"])
+    recap = events[-1]
+    assert recap["event"] == "recap" and recap["verified"] is False
+    assert recap["not_verified"] == "verify.fabric was not selected"
+    rc, events = bootstrap(lab)
+    assert rc == 0 and changed(events) == set() and events[-1]["verified"] is True
+
+
 def test_stopped_container_is_started(converged):
     lab, _ = converged
     sh(lab, "spark2", f"docker stop -t 0 {CONTAINER}")

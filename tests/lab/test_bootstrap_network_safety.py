@@ -132,6 +132,29 @@ def test_check_diff_shows_the_netplan_diff_and_key_lines_and_changes_nothing(fre
         assert lab.exec(n.name, ["ls", "-A", "/var/lib/sparkctl"]).stdout == "", "check mode left a record"
 
 
+def test_check_diff_of_the_whole_playbook_answers_every_task_and_exits_4(fresh_pair):
+    """On bare nodes every task answers: what it would change, or that it cannot know until a need is
+    applied; nothing fails, nothing changes, exit 4."""
+    lab = fresh_pair
+    before = snapshot(lab)
+    run = sparkctl(lab, "cluster", "bootstrap", str(lab.inventory_path), "--check", "--diff")
+    assert run.exit_code == ExitStatus.CHANGES_PENDING, run.describe()
+    assert not run.results("failed") and not run.results("unreachable"), run.describe()
+    answered = {(e["task"], e.get("node")) for e in run.results()}
+    for task in bootstrap_graph().ordered():
+        for node in [None] if task.scope.value == "cluster" else [n.name for n in lab.nodes]:
+            assert (task.name, node) in answered, f"{task.name} on {node or 'the cluster'} did not answer"
+    pending = run.results("skipped")
+    assert {e["task"] for e in pending} >= {"ssh.verify", "container.ssh", "verify.fabric"}
+    assert all(e["reason"] == "pending" and e["message"].startswith(f"cannot know until {e['pending_on']} is "
+                                                                    "applied") for e in pending)
+    assert ("container.run", "spark1") in run.changed() and ("mpi.hostfile", None) in run.changed()
+    assert run.recap["pending"] == len(pending)
+    assert snapshot(lab) == before
+    for n in lab.nodes:
+        assert lab.exec(n.name, ["sh", "-c", "docker ps -aq"]).stdout.strip() == ""
+
+
 NM_FILE = "/etc/netplan/90-NM-foo.yaml"
 NM_STANZA = """\
 network:

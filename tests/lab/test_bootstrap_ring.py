@@ -8,6 +8,7 @@ Node i's port 0 is cabled to node i+1's port 1, one /24 per cable twin, four fab
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -87,9 +88,9 @@ def test_one_broken_pair_is_found_by_doctor_and_repaired(ring):
     lab, _ = ring
     sh(lab, "spark1", "sed -i '/sparkctl-.*@spark3$/d' /home/nvidia/.ssh/authorized_keys")
     result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"], catch_exceptions=False)
-    report = json.loads(result.stdout)
-    broken = {(f["id"], f["node"], f["summary"]) for f in report["findings"] if f["severity"] == "error"}
-    assert broken == {("ssh.mesh_broken", "spark1", "ssh spark3 -> spark1 fails")}, report["findings"]
+    findings = [e for e in map(json.loads, result.stdout.splitlines()) if e["event"] == "finding"]
+    broken = {(f["id"], f["node"], f["summary"]) for f in findings if f["severity"] == "error"}
+    assert broken == {("ssh.mesh_broken", "spark1", "ssh spark3 -> spark1 fails")}, findings
     rc, events = bootstrap(lab)
     assert rc == 0, failures(events)
     assert changed(events) == {("ssh.mesh", None)}
@@ -97,3 +98,50 @@ def test_one_broken_pair_is_found_by_doctor_and_repaired(ring):
     assert [c["summary"] for c in diffs] == ["spark1: update ~/.ssh/authorized_keys"]
     verify = [e for e in events if e["event"] == "task_result" and e["task"] == "ssh.verify"]
     assert [e["status"] for e in verify] == ["ok"]
+
+
+def test_the_ring_serves_a_tp2_model_on_two_of_its_three_nodes(ring, tmp_path):
+    """inventories/three-sparks-ring.yaml's serve section (the TP=2 Qwen3 preset) on the lab ring: the launch has
+    tp_size x pp_size = 2 ranks on the first two nodes, spark3 is left out and said so, the endpoint answers."""
+    import os
+    import subprocess
+    import urllib.request
+
+    import yaml
+
+    lab, _ = ring
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "inventories" / "three-sparks-ring.yaml")
+                             .read_text())
+    document["serve"] = {**example["serve"], "fit_check": "warn", "ready_timeout": 300}
+    inventory = tmp_path / "ring-serve.yaml"
+    inventory.write_text(yaml.safe_dump(document, sort_keys=False))
+    env = {**os.environ, "HF_TOKEN": "hf_LabRingToken4f9c2a7d1e8b3c6a5f0d", "XDG_STATE_HOME": str(tmp_path)}
+
+    def run() -> tuple[int, list[dict], str]:
+        proc = subprocess.run(["sparkctl", "cluster", "bootstrap", str(inventory), "--json"], capture_output=True,
+                              text=True, timeout=900, env=env)
+        return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")], proc.stderr
+
+    def why(events) -> list:
+        return [(e["task"], e.get("node"), e.get("message"), e.get("details")) for e in failures(events)]
+
+    rc, events, err = run()
+    assert rc == 0, (why(events), err[-2000:])
+    said = [e for e in events if e["event"] == "log" and e.get("left_out")]
+    assert said and said[0]["left_out"] == ["spark3"] and said[0]["serving_nodes"] == ["spark1", "spark2"]
+    assert ("model.fetch", "spark3") not in changed(events)
+    recap = events[-1]
+    assert recap["verified"] is True and recap["endpoint"].endswith(":8355") and recap["smoke"]["answer"]
+    launch = json.loads(sh(lab, "spark1", f"cat /home/nvidia/.local/state/sparkctl/{document['cluster']['name']}"
+                                          "/run/serve/launch.json"))
+    assert launch["command"].startswith("mpirun -np 2 --host ")
+    assert "sparkctl-models" not in sh(lab, "spark3", "ls /home/nvidia/.cache/huggingface/ 2>/dev/null || true")
+    body = json.dumps({"messages": [{"role": "user", "content": "hello ring"}], "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"{recap['endpoint']}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert json.loads(response.read())["choices"][0]["message"]["content"].strip()
+    rc, events, err = run()
+    summaries = [c["summary"] for e in events if e["event"] == "task_result" for c in e.get("changes", [])]
+    assert rc == 0 and changed(events) == set(), (why(events), summaries, err[-2000:])

@@ -4,7 +4,6 @@ token. (Every repairable finding: tests/lab/test_doctor_repairs.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import tarfile
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from tests.lab.conftest import poll
+from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
@@ -26,7 +26,7 @@ PLANTED = "hf_" + "Zq8" * 12  # shaped like a Hugging Face token, registered now
 
 def doctor(lab, *args: str) -> dict:
     result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json", *args], catch_exceptions=False)
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     assert result.exit_code == (0 if report["healthy"] else 1), result.output
     return report
 

@@ -139,9 +139,50 @@ def test_bootstrap_json_last_line_is_the_recap(run, unreachable_inventory, tmp_p
     assert recap["nodes"]["spark1"]["unreachable"] == 1 and recap["nodes"]["spark2"]["unreachable"] == 1
     assert sum(e["event"] == "recap" for e in events) == 1
     # the same events reached the run journal
-    journals = list((tmp_path / "state" / "sparkctl" / "runs").glob("*-bootstrap.jsonl"))
+    journals = list((tmp_path / "state" / "sparkctl" / "runs" / "nowhere").glob("*-bootstrap.jsonl"))
     assert len(journals) == 1
     assert json.loads(journals[0].read_text().splitlines()[-1])["event"] == "recap"
+
+
+def test_a_port_that_closes_connections_is_one_line_per_node_without_traceback(run, tmp_path):
+    """A lab that is down behind a gateway: the port accepts and closes. Not a traceback per node, not
+    'timed out' for a run that took half a second."""
+    servers = []
+    for _ in range(3):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        servers.append(server)
+
+    def serve(server):
+        while True:
+            try:
+                server.accept()[0].close()
+            except OSError:
+                return
+
+    import threading
+
+    for server in servers:
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+    path = tmp_path / "closing.yaml"
+    ports = [s.getsockname()[1] for s in servers]
+    nodes = "\n".join(f"  - {{name: spark{i + 1}, host: 127.0.0.1, port: {p}}}" for i, p in enumerate(ports))
+    path.write_text(f"cluster: {{name: down}}\nuser: nobody\nssh: {{known_hosts: {tmp_path}/kh, "
+                    f"use_ssh_config: false}}\nfabric: {{topology: ring}}\nnodes:\n{nodes}\n")
+    try:
+        result = run("cluster", "bootstrap", str(path))
+    finally:
+        for server in servers:
+            server.close()
+    assert result.exit_code == ExitStatus.UNREACHABLE, result.output
+    assert "Traceback" not in result.output and "protocol banner" not in result.output
+    assert "timed out" not in result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith("unreachable")]
+    assert len(lines) == 3
+    for i, port in enumerate(ports):
+        assert (f"port {port} on spark{i + 1} (127.0.0.1) accepted and closed the connection: "
+                "is it an SSH server, is the lab down?") in result.stdout
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -155,3 +196,14 @@ def test_bootstrap_unknown_selection_exits_2_with_did_you_mean(run, unreachable_
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("sparkctl: error: ") and expected in result.stderr
     assert "RECAP" not in result.stdout  # refused before connecting to anything
+
+
+def test_a_known_hosts_file_in_a_missing_folder_is_refused_not_created(run, tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"user: nvidia\nssh: {{known_hosts: {tmp_path}/typo/known_hosts}}\n"
+                    "nodes: [{name: spark1, host: 127.0.0.1}, {name: spark2, host: 127.0.0.2}]\n")
+    result = run("cluster", "status", str(path))
+    assert result.exit_code == 2, result.output
+    assert f"inv.yaml:2: ssh.known_hosts {tmp_path}/typo/known_hosts: the folder {tmp_path}/typo does not exist" \
+        in result.stderr
+    assert not (tmp_path / "typo").exists()

@@ -231,6 +231,24 @@ def fault_ssh_auth(s):
     s.unreachable["spark2"] = "spark2 (10.0.0.12:22): authentication failed for user nvidia"
 
 
+def fault_ssh_no_key(s):
+    """paramiko's 'No authentication methods available': told by its kind, whatever the words."""
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): no key to offer"
+    s.unreachable_kinds["spark2"] = "auth"
+
+
+def fault_not_ssh(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = ("port 22 on spark2 (10.0.0.12) accepted and closed the connection: is it an SSH "
+                               "server, is the lab down?")
+
+
+def fault_ssh_refused(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): connection refused on port 22"
+
+
 def fault_user(s):
     s.facts["spark2"].user = "ubuntu"
 
@@ -299,6 +317,9 @@ CASES = [
     (fault_container_ssh, "container.ssh_broken", "spark2"),
     (fault_unreachable, "node.unreachable", "spark2"),
     (fault_ssh_auth, "node.ssh_auth", "spark2"),
+    (fault_ssh_no_key, "node.ssh_auth", "spark2"),
+    (fault_not_ssh, "node.not_ssh", "spark2"),
+    (fault_ssh_refused, "node.ssh_refused", "spark2"),
     (fault_user, "node.user_mismatch", "spark2"),
     (fault_sudo, "node.sudo_password", "spark1"),
     (fault_docker_group, "node.docker_group", "spark2"),
@@ -520,3 +541,13 @@ def test_a_container_docker_did_not_report_is_unread_not_missing():
     d = diagnose(s)
     assert d.errors == [], [(f.id, f.node) for f in d.errors]
     assert ("container.unread", "spark2", "warning") in {(f.id, f.node, f.severity) for f in d.findings}
+
+
+def test_a_run_holding_the_lock_while_doctor_looked_is_said():
+    from sparkctl.doctor.checks.node import check_busy
+
+    s = healthy_snapshot()
+    assert check_busy(s) == []
+    s.busy = "bootstrap by nvidia@ctl (pid 42) since 2026-01-02 03:04:05Z (12 s ago)"
+    [finding] = check_busy(s)
+    assert finding.id == "doctor.run_in_progress" and finding.severity == "warning" and "pid 42" in finding.evidence

@@ -20,6 +20,7 @@ from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection, tasks_for
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.secrets import MASK, forget_secrets, register_secret
+from tests.taskkit import doctor_report
 from tests.unit.test_doctor_checks import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
 
 TOKEN = "hf_" + "Ab1" * 12
@@ -50,10 +51,10 @@ fabric: {{topology: pair}}
 def test_unreachable_nodes_are_findings_in_json_and_exit_1(refusing_inventory):
     result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--json"])
     assert result.exit_code == 1, result.output
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     assert report["healthy"] is False
     assert [(f["id"], f["node"], f["severity"]) for f in report["findings"]] == [
-        ("node.unreachable", "spark1", "error"), ("node.unreachable", "spark2", "error")]
+        ("node.ssh_refused", "spark1", "error"), ("node.ssh_refused", "spark2", "error")]
     assert "connection refused" in report["findings"][0]["evidence"]
     assert report["findings"][0]["fix"]
 
@@ -69,6 +70,20 @@ def test_bundle_from_the_cli_prints_its_sha256(refusing_inventory, tmp_path):
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
     assert any(n.endswith("/findings.json") for n in names) and any(n.endswith("/unreachable.json") for n in names)
+
+
+def test_bundle_to_stdout(refusing_inventory):
+    import io
+
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", "-"])
+    assert result.exit_code == 1
+    payload = result.stdout_bytes
+    digest = hashlib.sha256(payload).hexdigest()
+    assert f"sha256: {digest}" in result.stderr and "node.ssh_refused" in result.stderr
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        assert any(n.endswith("/findings.json") for n in tar.getnames())
+    refused = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--bundle", "-", "--json"])
+    assert refused.exit_code == 2 and "both want stdout" in refused.stderr
 
 
 def test_limit_names_an_unknown_node(refusing_inventory):

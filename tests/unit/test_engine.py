@@ -23,6 +23,7 @@ from sparkctl.engine import (
     TaskFailed,
     UnknownSelection,
 )
+from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.errors import Interrupted, Unreachable
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.journal import Journal, latest_runs, read_run
@@ -60,7 +61,8 @@ class Ensure(Task):
         with self._lock:
             self.checked.append(getattr(ctx, "name", CLUSTER_ROW))
         return [Change(f"set {self.key}={self.value} on {n.name}",
-                       diff=f"-{n.state.get(self.key)}\n+{self.value}\n", payload=n)
+                       diff=f"-{n.state.get(self.key)}\n+{self.value}\n", payload=n,
+                       node=n.name if self.scope is Scope.CLUSTER else None)
                 for n in self._nodes(ctx) if n.state.get(self.key) != self.value]
 
     def apply(self, ctx, changes: list[Change]) -> None:
@@ -262,18 +264,79 @@ def test_check_mode_without_changes_exits_0():
     assert result.exit_status() == ExitStatus.SUCCESS
 
 
-def test_tasks_left_out_by_only_are_skipped_but_do_not_block():
+def test_only_runs_what_the_selected_tasks_need_and_names_it():
     a, b = Ensure("base.a"), Ensure("net.b", "net", needs=("base.a",))
+    graph = Graph([a, b, Ensure("net.c", "net")], ["base", "net", "serve"]).select({"net.b"})
+    assert graph.selected == {"base.a", "net.b"} and graph.added == ("base.a",)
     result, events, _ = run([a, b, Ensure("net.c", "net")], only={"net.b"})
-    assert a.checked == [] and statuses(result, "net.b") == dict.fromkeys(NODES, "changed")
+    assert sorted(a.checked) == sorted(NODES * 2)  # checked, applied, checked again
+    assert statuses(result, "net.b") == dict.fromkeys(NODES, "changed")
     assert statuses(result, "net.c") == dict.fromkeys(NODES, "skipped")
-    assert result.outcome("base.a", "spark1").message.startswith("not selected")
+    assert result.outcome("net.c", "spark1").message.startswith("not selected")
     skipped = [e.to_dict() for e in events if e.event == "task_result" and e.status == "skipped"]
     assert skipped and all(d["reason"] == "not_selected" for d in skipped)
 
-    result, _, _ = run([a, b], skip={"base"})
-    assert statuses(result, "net.b") == dict.fromkeys(NODES, "changed")
-    assert result.exit_status() == ExitStatus.SUCCESS
+
+def test_a_need_left_out_by_skip_blocks_what_needs_it():
+    a, b = Ensure("base.a"), Ensure("net.b", "net", needs=("base.a",))
+    free = Ensure("net.free", "net")
+    graph = Graph([a, b, free], ["base", "net"]).select(None, {"base"})
+    assert graph.left_out == {"base.a"}
+    result, _, _ = run([a, b, free], skip={"base"})
+    assert a.checked == [] and b.checked == []
+    assert statuses(result, "net.b") == dict.fromkeys(NODES, "skipped")
+    assert result.outcome("net.b", "spark2").message == "needs base.a, left out by --skip"
+    assert statuses(result, "net.free") == dict.fromkeys(NODES, "changed")
+
+
+def test_check_mode_answers_every_task_even_when_what_it_needs_would_change():
+    """A task whose need would change still checks (its changes are reported); one whose check fails on the
+    state its need is about to change, or that only proves what its needs make, says it cannot know yet."""
+    make = Ensure("base.make")
+    follows = Ensure("net.follows", "net", needs=("base.make",))
+    broken_until = Fails("net.reads", on=set(NODES), phase="net", needs=("base.make",))
+    prove = Ensure("serve.prove", "serve", needs=("net.reads",), scope=Scope.CLUSTER)
+    prove.read_only = True
+    after = Ensure("serve.after", "serve", needs=("serve.prove",))
+    result, events, _ = run([make, follows, broken_until, prove, after], check_mode=True)
+    assert statuses(result, "net.follows") == dict.fromkeys(NODES, "changed")
+    reads = result.outcome("net.reads", "spark1")
+    assert reads.status is Status.SKIPPED and reads.pending_on == "base.make"
+    assert reads.message == "cannot know until base.make is applied (now: netplan rejected the file)"
+    assert result.outcome("serve.prove").message == "cannot know until base.make is applied"
+    assert prove.checked == []  # a read-only proof is not even tried
+    assert statuses(result, "serve.after") == dict.fromkeys(NODES, "changed")  # a pending need does not block
+    assert result.exit_status() == ExitStatus.CHANGES_PENDING and not result.failed
+    pending = [e.to_dict() for e in events if e.event == "task_result" and e.status == "skipped"]
+    assert pending and all(d["reason"] == "pending" and d["pending_on"] == "base.make" for d in pending)
+    assert events[-1].to_dict()["pending"] == len(pending)
+
+
+def test_check_mode_failure_without_a_pending_need_is_a_failure():
+    result, _, _ = run([Fails("base.a", on={"spark1"})], check_mode=True)
+    assert result.outcome("base.a", "spark1").status is Status.FAILED
+    assert result.exit_status() == ExitStatus.TASK_FAILED
+
+
+def test_recap_says_verified_only_when_the_verify_phase_ran_and_passed():
+    tasks = [Ensure("base.a"), Ensure("check.all", "verify", needs=("base.a",), key="base.a",
+                                                 scope=Scope.CLUSTER)]
+
+    def go(**kw):
+        nodes = make_nodes()
+        events: list[Event] = []
+        graph = Graph(tasks, ["base", "verify"], verify_phase="verify")
+        if kw.get("only") or kw.get("skip"):
+            graph = graph.select(kw.pop("only", None), kw.pop("skip", None))
+        Runner(graph, nodes=list(nodes), node_contexts=nodes, cluster_context=nodes, unreachable={},
+               emit=events.append, **kw).run()
+        return events[-1].to_dict()
+
+    assert go()["verified"] is True and "not_verified" not in go()
+    skipped = go(skip={"verify"})
+    assert skipped["verified"] is False and skipped["not_verified"] == "check.all was not selected"
+    assert go(only={"base"})["verified"] is False
+    assert "verified" not in go(check_mode=True)
 
 
 def test_unreachable_node_counts_once_and_blocks_cluster_tasks():
@@ -321,11 +384,45 @@ def test_limit_runs_only_the_named_nodes():
         run([task], limit={"sprak2"})
 
 
+def test_limit_changes_only_limited_nodes_but_cluster_tasks_see_every_node():
+    """Ansible's --limit: the cluster-wide task computes from every node (its context holds them all) and
+    applies only what is on the limited node; the rest is reported as left alone, never applied."""
+    mesh = Ensure("net.mesh", "net", scope=Scope.CLUSTER)
+    seen = []
+    mesh.on_check = lambda ctx: seen.append(sorted(ctx))
+    result, events, nodes = run([Ensure("base.a"), mesh], limit={"spark2"})
+    assert sorted(mesh.applied) == ["spark2"] and "net.mesh" not in nodes["spark1"].state
+    assert seen[0] == NODES  # computed from every node, not only the limited one
+    outcome = result.outcome("net.mesh")
+    assert outcome.status is Status.CHANGED and [c.node for c in outcome.changes] == ["spark2"]
+    assert [c.node for c in outcome.outside] == ["spark1", "spark3"]
+    warning = next(e for e in events if e.event == "warning" and e.task == "net.mesh")
+    assert warning.message == "left alone outside --limit: 2 change(s)"
+    assert warning.hint.startswith("run with --limit spark1,spark3")
+    assert result.outcome("base.a", "spark1") is None and list(result.recap()) == ["spark2", CLUSTER_ROW]
+    assert events[-1].to_dict()["outside_limit"] == 2 and result.exit_status() == ExitStatus.SUCCESS
+
+    again, _, _ = run([Ensure("base.a"), mesh], nodes=nodes, limit={"spark2"})
+    assert again.outcome("net.mesh").status is Status.OK
+    assert again.outcome("net.mesh").message == "2 change(s) outside --limit left alone"
+
+
+def test_limit_with_an_unreadable_node_outside_it_refuses_cluster_tasks_naming_it():
+    node_task, mesh = Ensure("base.a"), Ensure("net.mesh", "net", scope=Scope.CLUSTER)
+    result, events, _ = run([node_task, mesh], limit={"spark1"}, unreachable={"spark3": "spark3: timed out"})
+    assert result.outcome("base.a", "spark1").status is Status.CHANGED
+    refused = result.outcome("net.mesh")
+    assert refused.status is Status.FAILED and mesh.checked == []
+    assert refused.message == "cannot read spark3 (outside --limit): spark3: timed out"
+    assert "spark3" not in result.recap() and result.exit_status() == ExitStatus.TASK_FAILED
+    assert any(e.event == "warning" and e.node == "spark3" for e in events)
+
+
 def test_durations_and_recap_event_shape():
     result, events, _ = run([Ensure("base.a", on_check=lambda ctx: time.sleep(0.01))])
     assert all(o.duration >= 0.01 for o in result.outcomes)
     recap = events[-1].to_dict()
-    assert set(recap) == {"event", "time", "nodes", "exit_status", "duration", "check_mode"}
+    assert set(recap) == {"schema", "event", "time", "nodes", "exit_status", "duration", "check_mode"}
     assert recap["nodes"]["spark1"] == {"ok": 0, "changed": 1, "failed": 0, "skipped": 0, "unreachable": 0}
     assert recap["check_mode"] is False
     json.dumps([e.to_dict() for e in events])  # everything JSON-safe
@@ -333,7 +430,8 @@ def test_durations_and_recap_event_shape():
 
 def test_event_to_dict_has_no_noise_and_round_trips():
     event = Event("task_result", task="a", node=None, status=Status.OK, changes=[], would_change=False)
-    assert event.to_dict().keys() == {"event", "time", "task", "status"}
+    assert event.to_dict().keys() == {"schema", "event", "time", "task", "status"}
+    assert event.to_dict()["schema"] == SCHEMA_VERSION
     assert event.to_dict()["status"] == "ok"
     assert Event.from_dict({**event.to_dict(), "severity": "x"}).data == {"severity": "x"}
     with pytest.raises(ValueError):

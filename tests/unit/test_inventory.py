@@ -505,3 +505,30 @@ def test_hf_cache_must_be_absolute_or_under_home(tmp_path):
         load_inventory(path)
     (line,) = err.value.problems
     assert line.startswith(f"{path}:4: container.hf_cache: ") and "absolute path or start with ~/" in line
+
+
+def test_serving_nodes_default_to_the_first_ranks_and_may_be_named(inv_file):
+    ring = ("user: nvidia\nnodes: [{name: spark1, host: h1}, {name: spark2, host: h2}, {name: spark3, host: h3}]\n"
+            "fabric: {topology: ring}\n")
+    inv = load_inventory(inv_file(ring + "serve: {preset: qwen3-235b-eagle3}\n"))
+    assert inv.serving_nodes() == ["spark1", "spark2"] and inv.serve_spec().world_size == 2
+    named = load_inventory(inv_file(ring + "serve: {preset: qwen3-235b-eagle3, nodes: [spark1, spark3]}\n"))
+    assert named.serving_nodes() == ["spark1", "spark3"]
+    pipeline = load_inventory(inv_file(ring + "serve: {preset: qwen3-235b-eagle3, tp_size: 1, pp_size: 3}\n"))
+    assert pipeline.serve_spec().world_size == 3 and pipeline.serving_nodes() == ["spark1", "spark2", "spark3"]
+
+
+@pytest.mark.parametrize("serve, problem", [
+    ("{preset: qwen3-235b-eagle3, nodes: [spark2, spark3]}", "serve.nodes[0]: must start with the head spark1"),
+    ("{preset: qwen3-235b-eagle3, nodes: [spark1, spark9]}", "serve.nodes[1]: no node named 'spark9'"),
+    ("{preset: qwen3-235b-eagle3, nodes: [spark1, spark1]}", "serve.nodes[1]: spark1 is listed twice"),
+    ("{preset: qwen3-235b-eagle3, nodes: [spark1]}", "serve.nodes: lists 1 node(s), the launch has 2 rank(s)"),
+    ("{preset: qwen3-235b-eagle3, pp_size: 2}", "serve.preset: tp_size 2 x pp_size 2 (from preset "
+                                                "qwen3-235b-eagle3) needs 4 nodes, the inventory has 3"),
+])
+def test_serving_nodes_that_cannot_be_are_refused(inv_file, serve, problem):
+    ring = ("user: nvidia\nnodes: [{name: spark1, host: h1}, {name: spark2, host: h2}, {name: spark3, host: h3}]\n"
+            "fabric: {topology: ring}\n")
+    with pytest.raises(InventoryError) as refused:
+        load_inventory(inv_file(ring + f"serve: {serve}\n"))
+    assert any(problem in line for line in refused.value.problems), refused.value.problems

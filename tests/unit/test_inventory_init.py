@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import yaml
 
+from sparkctl.errors import Unreachable
 from sparkctl.inventory import load_inventory
-from sparkctl.runs.inventory_init import describe_cluster
+from sparkctl.runs.inventory_init import describe_cluster, login_failures, ssh_section
 from tests.taskkit import spark_facts
 
 
@@ -93,3 +94,49 @@ def test_a_pair_seen_by_lldp_is_not_an_assumption():
     result = describe_cluster(["a", "b"], [a, b])
     assert doc(result)["fabric"]["topology"] == "pair" and doc(result)["fabric"]["port"] == "auto"
     assert result.seen == ["the two nodes are cabled to each other"]
+
+
+def test_the_ssh_flags_become_the_inventory_ssh_section_and_it_loads(tmp_path):
+    key, known = tmp_path / "id_lab", tmp_path / "known_hosts"
+    section = ssh_section(str(key), str(known))
+    assert section == {"identity_file": str(key), "known_hosts": str(known)}
+    assert ssh_section(None, "~/.ssh/known_hosts") == {}
+    result = describe_cluster(["10.0.0.11", "10.0.0.12"], [facts("s1"), facts("s2")], ssh=section)
+    path = tmp_path / "inventory.yaml"
+    path.write_text(result.text)
+    inventory = load_inventory(path)
+    assert inventory.ssh.identity_file == str(key) and inventory.ssh.known_hosts == str(known)
+    assert inventory.ssh_target("s2").identity_file == str(key)
+
+
+def test_every_host_that_cannot_be_logged_in_to_is_named_with_the_hint_of_its_cause():
+    failed = login_failures(["10.0.0.11", "10.0.0.12", "10.0.0.13"], {
+        "10.0.0.11": Unreachable("10.0.0.11: authentication failed for user nvidia: no key to offer", kind="auth"),
+        "10.0.0.13": Unreachable("10.0.0.13: connection refused on port 22", hint="is sshd running?"),
+    })
+    assert failed.message == "2 of 3 host(s) could not be logged in to; nothing was written"
+    assert failed.details == ["10.0.0.11: authentication failed for user nvidia: no key to offer",
+                              "10.0.0.13: connection refused on port 22"]
+    assert "--identity-file" in failed.hint and failed.kind == "auth"
+    refused = login_failures(["a"], {"a": Unreachable("a: connection refused on port 22", hint="is sshd running?")})
+    assert refused.hint == "is sshd running?"
+
+
+def test_init_names_every_host_that_failed_and_writes_nothing(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from sparkctl.cli.main import cli
+    from sparkctl.runs import inventory_init
+
+    def refuse(specs, **_options):
+        return {}, {s.node: Unreachable(f"{s.node}: authentication failed for user nvidia: the node refused every "
+                                        "key offered", kind="auth") for s in specs}
+
+    monkeypatch.setattr(inventory_init, "connect_all", refuse)
+    out = tmp_path / "inventory.yaml"
+    result = CliRunner().invoke(cli, ["inventory", "init", "10.0.0.11", "10.0.0.12", "-o", str(out)])
+    assert result.exit_code == 3, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == "sparkctl: error: 2 of 2 host(s) could not be logged in to; nothing was written"
+    assert lines[1].startswith("  10.0.0.11: authentication failed") and lines[2].startswith("  10.0.0.12: ")
+    assert "--identity-file" in lines[3] and not out.exists()

@@ -58,3 +58,16 @@ def test_every_string_of_every_event_is_redacted(tmp_path):
         forget_secrets()
     text = journal.path.read_text()
     assert token not in text and text.count(MASK) == 3
+
+
+def test_each_cluster_keeps_its_own_journals(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    for i in range(3):
+        with Journal(command="bootstrap", cluster="pair", keep=2) as journal:
+            journal.write(Event("log", message=f"pair {i}"))
+    with Journal(command="bootstrap", cluster="../ring", keep=2) as journal:
+        journal.write(Event("log", message="ring"))
+    pair = latest_runs(5, cluster="pair")
+    assert [read_run(p)[0]["message"] for p in pair] == ["pair 2", "pair 1"]  # pruned within the cluster only
+    assert [read_run(p)[0]["message"] for p in latest_runs(5, cluster="../ring")] == ["ring"]
+    assert journal.path.parent == tmp_path / "sparkctl" / "runs" / "_ring"

@@ -135,3 +135,26 @@ def test_gated_repo_without_token_fails_with_the_hint(tmp_path):
     assert "gated repo" in failure.value.message
     assert "export HF_TOKEN=" in failure.value.hint
     assert "huggingface.co/nvidia/Qwen3-235B-A22B-Eagle3" in failure.value.hint
+
+
+RING_TP2 = """
+user: nvidia
+nodes: [{name: spark1, host: 127.0.0.1}, {name: spark2, host: 10.0.0.12}, {name: spark3, host: 10.0.0.13}]
+fabric: {topology: ring}
+serve: {preset: qwen3-235b-eagle3}
+"""
+
+
+def test_a_node_left_out_of_the_launch_gets_no_model_token_or_fit_check(tmp_path, monkeypatch):
+    from sparkctl.tasks.serve.config import ServeConfigTask
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    kit = kit_for(RING_TP2, tmp_path, mem_kb=8_000_000)  # too small for any node: only the serving ones count
+    spark3 = kit.node("spark3")
+    assert ModelFetchTask().check(spark3) == [] and ModelTokenTask().check(spark3) == []
+    assert ServeConfigTask().check(spark3) == []
+    assert kit.transport("spark3").calls == []  # nothing asked of it
+    with pytest.raises(TaskFailed) as refused:
+        ModelFitTask().check(kit.cluster)
+    assert "spark3" not in refused.value.message + "".join(refused.value.details)
+    assert len(refused.value.details) == 1  # spark1 in the message, spark2 in the details

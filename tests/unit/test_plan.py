@@ -320,3 +320,28 @@ def test_plan_is_pure_and_deterministic(tmp_path):
     first, second = plan_cluster(inv, facts), plan_cluster(inv, facts)
     assert facts == before
     assert first == second
+
+
+def test_a_ring_of_three_serving_tp_2_launches_two_ranks_on_the_first_two_nodes():
+    """The ring example (TP=2 preset, three nodes): trtllm-serve wants tp_size x pp_size ranks exactly, so the
+    launch names them; the third node is left out."""
+    inv = inventory("three-sparks-ring.yaml")
+    plan = plan_cluster(inv)
+    hosts = plan.hostfile.splitlines()
+    assert inv.serving_nodes() == ["spark1", "spark2"]
+    assert f"mpirun -np 2 --host {hosts[0]},{hosts[1]} --mca" in plan.launch_command
+    assert "--tp_size 2" in plan.launch_command and "--pp_size" not in plan.launch_command
+
+
+def test_named_serving_nodes_and_pipeline_parallelism_in_the_launch(tmp_path):
+    ring = inventory("three-sparks-ring.yaml")
+    inv = inventory_from_yaml(
+        "user: nvidia\nnodes: [{name: spark1, host: h1}, {name: spark2, host: h2}, {name: spark3, host: h3}, "
+        "{name: spark4, host: h4}]\nfabric: {topology: switch}\n"
+        "serve: {preset: qwen3-235b-eagle3, tp_size: 1, pp_size: 2, nodes: [spark1, spark4]}\n", tmp_path)
+    plan = plan_cluster(inv)
+    hosts = plan.hostfile.splitlines()
+    assert f"-np 2 --host {hosts[0]},{hosts[3]} " in plan.launch_command
+    assert "--tp_size 1 --pp_size 2 " in plan.launch_command
+    assert "-np" not in plan_cluster(inventory("two-sparks.yaml")).launch_command  # every node serves
+    assert ring.serve_spec().world_size == 2

@@ -151,4 +151,4 @@ def test_connect_all_returns_connected_and_unreachable_apart():
     connected, unreachable = connect_all(specs, forks=2, use_ssh_config=False, connect_timeout=2,
                                          known_hosts_path="/nonexistent/known_hosts")
     assert list(connected) == ["head"] and isinstance(connected["head"], LocalTransport)
-    assert str(unreachable["spark9"]) == f"spark9 (127.0.0.1): connection refused on port {specs[1].port}"
+    assert unreachable["spark9"].message == f"spark9 (127.0.0.1): connection refused on port {specs[1].port}"

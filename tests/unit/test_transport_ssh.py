@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -245,26 +246,71 @@ def test_refused_port():
     with pytest.raises(Unreachable) as refused:
         SSHTransport("spark2", "127.0.0.1", user="nvidia", port=port, known_hosts_path="/nonexistent/kh",
                      use_ssh_config=False).connect()
-    assert str(refused.value) == f"spark2 (127.0.0.1): connection refused on port {port}"
+    assert refused.value.message == f"spark2 (127.0.0.1): connection refused on port {port}"
+    assert refused.value.kind == "network"
 
 
-def test_bad_authentication(sshd, users, known_hosts, tmp_path):
+def test_bad_authentication_leaves_no_host_key_behind(sshd, users, tmp_path):
     stranger = make_key(tmp_path / "stranger")
+    known_hosts = tmp_path / "known_hosts"
     with pytest.raises(Unreachable) as refused:
-        make_transport(sshd, known_hosts, identity_file=str(stranger), node="spark2").connect()
-    assert str(refused.value) == (f"spark2 (127.0.0.1): authentication failed for user {SUDO_USER} "
-                                  "(check identity_file / ssh-agent)")
+        make_transport(sshd, str(known_hosts), identity_file=str(stranger), node="spark2").connect()
+    assert refused.value.message == (f"spark2 (127.0.0.1): authentication failed for user {SUDO_USER}: the node "
+                                     "refused every key offered")
+    assert refused.value.kind == "auth" and "ssh.identity_file" in refused.value.hint
+    assert not known_hosts.exists() or known_hosts.read_text() == ""  # first contact recorded only after a login
+    make_transport(sshd, str(known_hosts)).connect()
+    assert len(known_hosts.read_text().splitlines()) == 1
 
 
-def test_silent_port_times_out(known_hosts):
+def test_no_key_to_offer_is_an_authentication_failure(sshd, users, known_hosts, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/id_* either
+    with pytest.raises(Unreachable) as refused:
+        SSHTransport("spark2", "127.0.0.1", user=SUDO_USER, port=sshd.port, known_hosts_path=known_hosts,
+                     use_ssh_config=False).connect()
+    assert refused.value.kind == "auth" and "no key to offer" in refused.value.message
+
+
+def test_silent_port_says_no_banner(known_hosts):
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         started = time.monotonic()
-        with pytest.raises(Unreachable, match=r"spark3 \(127.0.0.1\): timed out after 0.5s"):
+        with pytest.raises(Unreachable, match=r"spark3 \(127.0.0.1\): port \d+ accepted the connection but sent "
+                                              r"no SSH banner within 0.5s"):
             SSHTransport("spark3", "127.0.0.1", user="nvidia", port=silent.getsockname()[1],
                          known_hosts_path=known_hosts, use_ssh_config=False, connect_timeout=0.5).connect()
         assert time.monotonic() - started < 4
+
+
+def closing_server() -> tuple[socket.socket, threading.Thread]:
+    """A port that accepts a connection and closes it at once (a lab that is down behind a gateway)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_a_port_that_closes_the_connection_is_named_not_timed_out(known_hosts):
+    server, _ = closing_server()
+    port = server.getsockname()[1]
+    with server, pytest.raises(Unreachable) as closed:
+        SSHTransport("spark3", "127.0.0.1", user="nvidia", port=port, known_hosts_path=known_hosts,
+                     use_ssh_config=False, connect_timeout=10).connect()
+    assert closed.value.message == (f"port {port} on spark3 (127.0.0.1) accepted and closed the connection: is "
+                                    "it an SSH server, is the lab down?")
+    assert closed.value.kind == "network"
 
 
 # --- ssh_config and connect_all ---------------------------------------------------------------------
@@ -296,3 +342,17 @@ def test_connect_all_in_parallel(sshd, users, known_hosts):
     for transport in connected.values():
         assert transport.run("true").ok
         transport.close()
+
+
+# --- a held command (the cluster lock's channel) ------------------------------------------------------------
+def test_a_held_command_talks_both_ways_and_ends_when_closed(sshd, users, known_hosts):
+    transport = make_transport(sshd, known_hosts)
+    held = transport.hold('echo "ready $1"; while IFS= read -r line; do echo "got $line"; done; echo bye',
+                          "x y", what="test")
+    assert held.readline(10) == "ready x y"
+    assert held.send("ping") and held.readline(10) == "got ping"
+    assert held.readline(0.2) is None and not held.ended  # nothing more yet: still running
+    held.close()
+    assert transport.run("true").ok  # the connection itself goes on
+    transport.close()
+    assert not held.send("late")

@@ -145,7 +145,7 @@ def test_json_view_lines_parse_and_last_is_recap():
     result = run_with(JsonView(stream), check_mode=True)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert lines[0]["event"] == "run_start" and lines[0]["nodes"] == ["spark1", "spark2"]
-    assert lines[-1] == {"event": "recap", "time": lines[-1]["time"], "nodes": result.recap(),
+    assert lines[-1] == {"schema": 1, "event": "recap", "time": lines[-1]["time"], "nodes": result.recap(),
                          "exit_status": 4, "duration": lines[-1]["duration"], "check_mode": True}
     changed = [ln for ln in lines if ln.get("status") == "changed"]
     assert changed and all(ln["would_change"] is True for ln in changed)
@@ -250,3 +250,55 @@ def test_console_after_ctrl_c_says_what_was_cut_and_what_did_not_start():
     assert "cut by Ctrl-C: network.netplan on spark1" in text
     assert "not started: ssh.keys, ssh.mesh" in text
     assert "INTERRUPTED in" in text and "1 task(s) cut, 2 not started" in text
+
+
+@pytest.mark.parametrize("data, check_mode, expected", [
+    ({"verified": True}, False, "OK in 1.0s: nothing to change; verified"),
+    ({"verified": False, "not_verified": "verify.fabric was not selected"}, False,
+     "OK in 1.0s: nothing to change; NOT verified: verify.fabric was not selected"),
+    ({}, False, "OK in 1.0s: nothing to change"),
+    ({"pending": 3}, True, "check mode in 1.0s: 0 task(s) would change, 3 cannot know until those are applied"),
+])
+def test_the_closing_line_says_verified_only_when_verify_passed(data, check_mode, expected):
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("recap", nodes={"spark1": {"ok": 1}}, duration=1.0, check_mode=check_mode, exit_status=0,
+               data=data))
+    assert expected in console.export_text()
+
+
+def test_the_start_line_names_what_only_pulled_in():
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("run_start", data={"nodes": ["spark1"], "added_needs": ["preflight.node", "container.run"]}))
+    view(Event("run_start", data={"nodes": ["spark1"], "added_needs": [
+        "preflight.node", "preflight.cluster", "network.netplan", "container.run", "mpi.hostfile"]}))
+    text = console.export_text()
+    assert "also running what the selected tasks need: preflight.node, container.run" in text
+    assert "5 tasks of preflight, network, container, mpi" in text
+
+
+def test_a_serving_run_ends_with_the_endpoint_and_the_smoke_result():
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("recap", nodes={"spark1": {"ok": 1}}, duration=1.0, check_mode=False, exit_status=0,
+               data={"verified": True, "endpoint": "http://10.0.0.11:8355",
+                     "smoke": {"seconds": 0.42, "answer": "Two computers share work.", "acceptance_length": 2.5,
+                               "reachable_from_here": True}}))
+    lines = console.export_text().splitlines()
+    assert lines[-2] == "endpoint: http://10.0.0.11:8355/v1"
+    assert lines[-1] == "smoke test: answered in 0.4s; 'Two computers share work.'; acceptance length 2.50"
+
+
+def test_long_steps_show_their_duration_and_the_spinner_its_elapsed_time(monkeypatch):
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    view = ConsoleView(console)
+    view(Event("task_result", task="serve.launch", phase="serve", status="ok", duration=75.0))
+    view(Event("task_result", task="ssh.keys", phase="ssh", node="spark1", status="ok", duration=0.2))
+    text = console.export_text()
+    assert "serve.launch  (1m15s)" in text and "(0.2s)" not in text
+    clock = [100.0]
+    monkeypatch.setattr("sparkctl.cli.views.time.monotonic", lambda: clock[0])
+    view(Event("task_start", task="model.fetch", phase="model", node="spark1"))
+    clock[0] = 112.5
+    assert view._spinner_text() == "model.fetch: spark1 [12.5s]"

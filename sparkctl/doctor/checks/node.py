@@ -31,21 +31,41 @@ def check_reachability(s: Snapshot) -> list[Finding]:
         target = s.inventory.ssh_target(node)
         # the fix lines are commands to paste: the inventory's values in them are quoted like in every command
         login, host = shlex.quote(f"{target.user}@{target.host}"), shlex.quote(target.host)
-        if "authentication failed" in reason:
+        kind = s.unreachable_kinds.get(node) or ("auth" if "authentication failed" in reason else
+                                                 "host_key" if "host key CHANGED" in reason else "network")
+        if kind == "auth":
             out.append(Finding("node.ssh_auth", "error", node, "SSH login is refused (authentication failed)",
                                evidence=f"{reason}; logging in as {target.user} to {target.host}",
                                fix=f"ssh-copy-id -p {target.port} {login} (or set "
                                    "ssh.identity_file in the inventory to the key the node accepts)"))
-        elif "host key CHANGED" in reason:
+        elif kind == "host_key":
             out.append(Finding("node.host_key_changed", "error", node, "the node's SSH host key changed",
                                evidence=reason.split(";")[0],
                                fix="if the node was reinstalled: the ssh-keygen -R line in the evidence, then rerun"))
+        elif "accepted and closed the connection" in reason or "not as an SSH server" in reason:
+            out.append(Finding("node.not_ssh", "error", node, f"port {target.port} on the node does not speak SSH",
+                               evidence=reason,
+                               fix=f"check that sshd listens on {target.host} port {target.port} (and nothing in "
+                                   f"front of it closes connections): ssh -p {target.port} {login}"))
+        elif "connection refused" in reason:
+            out.append(Finding("node.ssh_refused", "error", node, f"nothing listens on port {target.port}",
+                               evidence=reason,
+                               fix=f"start sshd on the node (sudo systemctl start ssh), or set the node's port in "
+                                   f"the inventory: ssh -p {target.port} {login}"))
         else:
             out.append(Finding("node.unreachable", "error", node, "the node cannot be reached over SSH",
                                evidence=reason,
                                fix=f"check that {target.host} is powered on and on the network "
                                    f"(ping {host}; ssh -p {target.port} {login})"))
     return out
+
+
+def check_busy(s: Snapshot) -> list[Finding]:
+    if not s.busy:
+        return []
+    return [Finding("doctor.run_in_progress", "warning", CLUSTER, "another run is changing the cluster now",
+                    evidence=f"{s.busy} holds the cluster lock; what doctor saw may be mid-change",
+                    fix="wait for that run to end, then run doctor again")]
 
 
 def check_access(s: Snapshot) -> list[Finding]:
@@ -229,4 +249,5 @@ def check_image_release(s: Snapshot) -> list[Finding]:
     return out
 
 
-CHECKS = [check_reachability, check_access, check_clock_skew, check_memory, check_hf_cache_disk, check_image_release]
+CHECKS = [check_reachability, check_busy, check_access, check_clock_skew, check_memory, check_hf_cache_disk,
+          check_image_release]

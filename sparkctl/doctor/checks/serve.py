@@ -7,7 +7,7 @@ from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
 SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-launch")
@@ -29,6 +29,8 @@ def check_models(s: Snapshot) -> list[Finding]:
         return out
     token_env = s.inventory.serve.hf_token_env
     for node in s.order:
+        if not serves(s.inventory, node):
+            continue  # left out of the launch (more nodes than tp_size x pp_size): it needs no model
         probe = s.probe(node)
         pending = [m for m in probe.models if m.state != "complete"]
         for m in pending:

@@ -104,7 +104,7 @@ class ContainerSshTask(Task):
                         label = (f"{node}: container-ssh/{fname}" if where == "node"
                                  else f"{node}: /root/.ssh/{fname} in the container")
                         changes.append(Change(f"update {label}", diff=unified_diff(label, current or None, content),
-                                              payload=(node, where, fname, content)))
+                                              payload=(node, where, fname, content), node=node))
         if changes:
             return changes
         tries = container_ssh_tries(ctx)

@@ -20,7 +20,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.plan.ssh import peer_route
-from sparkctl.rules.serving import copy_mode
+from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, repo_path
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text
@@ -162,11 +162,8 @@ class ModelCopyTask(Task):
         inv = ctx.inventory
         if not copy_mode(inv):
             return []
-        head = inv.head.name
-        if head not in ctx.nodes:
-            raise TaskFailed(f"the head node {head} is not part of this run (it is where the copies come from)",
-                             hint="do not --limit it away")
-        dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items()}
+        head = ctx.head().name
+        dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items() if serves(inv, name)}
         results = ctx.run_on_all({name: manifest_script(d) for name, d in dirs.items()}, timeout=300)
         manifests = {}
         for name, result in results.items():
@@ -181,7 +178,7 @@ class ModelCopyTask(Task):
                 raise TaskFailed(f"{head} has no snapshot of {source.repo} to copy",
                                  hint="model.fetch downloads it on the head: run it (do not --skip it)")
             for peer in ctx.nodes:
-                if peer == head:
+                if peer == head or not serves(inv, peer):
                     continue
                 dest = dirs[peer][index]
                 peer_entries = manifests[peer].get(dest.repo, (None, {}))[1]
@@ -191,7 +188,7 @@ class ModelCopyTask(Task):
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
                 changes.append(Change(f"copy {source.repo} from {head} to {peer} over the fabric ({what})",
-                                      payload=(peer, source, dest.path, paths, size, _total(wanted))))
+                                      payload=(peer, source, dest.path, paths, size, _total(wanted)), node=peer))
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

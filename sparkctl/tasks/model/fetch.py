@@ -13,7 +13,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.paths import CONTAINER_HF_HOME
 from sparkctl.plan.serve import wanted_repos
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, in_copy_mode_peer, repo_path, snapshot_check_script
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text
@@ -50,7 +50,7 @@ class ModelFetchTask(Task):
                "the license hint")
 
     def check(self, ctx: NodeContext) -> list[Change]:
-        if not serving_enabled(ctx.inventory) or in_copy_mode_peer(ctx):
+        if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
         repos = wanted_repos(ctx.inventory)
         result = ctx.must(snapshot_check_script(ctx, repos), "checking the HF cache", timeout=60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.knowledge.fitcheck import fit_verdict, refusal_hint
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.tasks.context import ClusterContext
 
 
@@ -25,9 +25,11 @@ class ModelFitTask(Task):
         if not serving_enabled(inv):
             return []
         spec = inv.serve_spec()
-        ranks = min(spec.tp_size, len(inv.nodes))
+        ranks = min(spec.world_size, len(inv.nodes))  # each rank holds 1/(tp x pp) of the weights
         refused = []
         for name, facts in ctx.facts_by_node().items():
+            if not serves(inv, name):
+                continue
             verdict = fit_verdict(name, spec.model, spec.weights_gb, ranks, spec.draft_gb, facts.mem_total_kb)
             if verdict.refused:
                 refused.append(verdict.line)

@@ -7,7 +7,7 @@ import hashlib
 
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.inventory import Inventory
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves
 from sparkctl.secrets import SecretUnreadable, secret_from_env
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.model.cache import in_copy_mode_peer, token_path
@@ -35,7 +35,7 @@ class ModelTokenTask(Task):
 
     def check(self, ctx: NodeContext) -> list[Change]:
         # A peer in copy mode never talks to the Hub: its ranks load the copied snapshot from the cache.
-        if not serving_enabled(ctx.inventory) or in_copy_mode_peer(ctx):
+        if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
         token = hf_token(ctx.inventory)
         if token is None:

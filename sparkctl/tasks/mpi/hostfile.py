@@ -63,7 +63,7 @@ class HostfileTask(Task):
                     label = f"{node}: {HOSTFILE_PATH} in the container" if where == "container" else \
                         f"{node}: {host_hostfile_path(ctx.nodes[node])}"
                     changes.append(Change(f"update {label}", diff=unified_diff(label, have or None, want),
-                                          payload=(node, where)))
+                                          payload=(node, where), node=node))
         if changes:
             return changes
         self._verify(ctx, mpirun)

@@ -11,7 +11,7 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.knowledge.trtllm_releases import Release, release_of
 from sparkctl.plan.serve import ReleaseConfig, release_config
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.server import ServerHandle
 from sparkctl.transport.base import q
@@ -51,7 +51,7 @@ class ServeConfigTask(Task):
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
     def check(self, ctx: NodeContext) -> list[Change]:
-        if not serving_enabled(ctx.inventory):
+        if not serves(ctx.inventory, ctx.name):
             return []
         rc = desired_config(ctx)
         refuse_rejected(rc)

@@ -15,8 +15,8 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.knowledge.serve_failures import likely_cause
-from sparkctl.plan.serve import endpoint, launch_command, launch_fingerprint
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.plan.serve import endpoint, launch_fingerprint
+from sparkctl.rules.serving import left_out, serving_enabled
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_config, refuse_rejected
@@ -32,7 +32,7 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     """(config text, launch command, fingerprint) the head should be serving with."""
     rc = desired_config(head)
     refuse_rejected(rc)
-    text, command = rc.text(), launch_command(head.inventory)
+    text, command = rc.text(), head.plan().launch_command
     return text, command, launch_fingerprint(text, command)
 
 
@@ -54,24 +54,31 @@ class ServeLaunchTask(Task):
             return []
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)
+        spared = left_out(ctx.inventory)
+        if spared:
+            spec = ctx.inventory.serve_spec()
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"the model runs on {', '.join(ctx.inventory.serving_nodes())} (tp_size {spec.tp_size} x pp_size "
+                f"{spec.pp_size} = {spec.world_size} rank(s)); left out of the launch: {', '.join(spared)}"),
+                data={"serving_nodes": ctx.inventory.serving_nodes(), "left_out": spared}))
         handle = ServerHandle.of(head)
         record = handle.read_record()
         if record is None:
-            return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}")]
+            return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]
         pid = record.get("pid")
         if not handle.alive(pid):
             return [Change(f"restart the server on {head.name}: mpirun (pid {pid}) is gone "
-                           "(its log: run/serve/serve.log)")]
+                           "(its log: run/serve/serve.log)", node=head.name)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
             if record.get("command") != command:
                 diff += unified_diff("launch line", (record.get("command") or "") + "\n", command + "\n") or ""
             return [Change(f"restart the server on {head.name}: the config or launch line changed",
-                           diff=diff or None)]
+                           diff=diff or None, node=head.name)]
         status, why = head_client(head.transport, ctx.inventory).health_detail()
         if status != 200:
             return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
-                           f"{status or 'nothing'}" + (f" ({why})" if why else ""))]
+                           f"{status or 'nothing'}" + (f" ({why})" if why else ""), node=head.name)]
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

@@ -34,6 +34,7 @@ class ServeSmokeTask(Task):
               "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
               "length when the server gives it, and whether this machine reaches the endpoint too")
     changes = "nothing (read-only)"
+    read_only = True
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         inv = ctx.inventory
@@ -44,9 +45,6 @@ class ServeSmokeTask(Task):
         where = client.base_url
         status, why = client.health_detail()
         if status != 200:
-            if ctx.options.check:
-                ctx.emit(Event(event="log", task=self.name, message=f"{where} is not serving yet: not tried"))
-                return []
             raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
                              hint="see `sparkctl serve logs` for the server's log")
         try:
@@ -72,7 +70,8 @@ class ServeSmokeTask(Task):
         ctx.emit(Event(event="log", task=self.name,
                        message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
                        data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
-                                       "acceptance_length": acceptance, "reachable_from_here": reach == 200}}))
+                                       "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
+                                       "reachable_from_here": reach == 200, "model": inv.serve_spec().model}}))
         if reach != 200:
             port = inv.serve_spec().port
             ctx.emit(Event(event="log", task=self.name,

@@ -78,12 +78,14 @@ class SshMeshTask(Task):
             if f is None:
                 continue
             pub = f.get("pub")
-            if not pub and ctx.options.check:
+            if not pub and ctx.options.check and ctx.in_limit(node.name):
                 # --check: ssh.keys has not generated it; show where its line goes
                 pub = f"ssh-ed25519 <new-cluster-key-of-{node.name}> sparkctl-{cluster}@{node.name}"
             if not pub or not f.get("hostkey"):
-                raise TaskFailed(f"{node.name}: cluster key or ssh host key missing",
-                                 hint="rerun bootstrap; check /etc/ssh/ssh_host_ed25519_key.pub on the node")
+                outside = ctx.outside_limit(node.name)
+                raise TaskFailed(f"{node.name}{outside}: cluster key or ssh host key missing",
+                                 hint=f"bootstrap {node.name} first (--limit {node.name})" if outside else
+                                 "rerun bootstrap; check /etc/ssh/ssh_host_ed25519_key.pub on the node")
             pubs[node.name] = pub.strip()
             hostkeys[node.name] = " ".join(f["hostkey"].split()[:2])
             fabric = [str(a.ip) for a in plan.fabric.addresses.get(node.name, {}).values()]
@@ -112,7 +114,7 @@ class SshMeshTask(Task):
                 if have != content:
                     path = f"~/.ssh/{name}"
                     changes.append(Change(f"{node}: update {path}", diff=unified_diff(f"{node}:{path}", have, content),
-                                          payload=(node, name, content, files[node].get("home"))))
+                                          payload=(node, name, content, files[node].get("home")), node=node))
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

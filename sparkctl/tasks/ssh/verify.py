@@ -6,7 +6,6 @@ from sparkctl.engine.task import Change, Scope, Task
 from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
-from sparkctl.tasks.ssh.mesh import SshMeshTask
 
 
 class SshVerify(Task):
@@ -20,11 +19,9 @@ class SshVerify(Task):
               "no sshd sees more than its MaxStartups); a handshake an overloaded sshd reset is retried, and "
               "reported as not checked, never as a broken pair")
     changes = "nothing (read-only)"
+    read_only = True
 
     def check(self, ctx: ClusterContext) -> list[Change]:
-        if ctx.options.check and SshMeshTask().check(ctx):
-            ctx.warn("not run in check mode: the ssh mesh is not set up yet", task=self.name)
-            return []
         plan = ctx.plan()
         names = list(ctx.nodes)
         tries = {node: host_tries(ctx.inventory, plan.fabric, names, node) for node in names}

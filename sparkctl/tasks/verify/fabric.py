@@ -122,6 +122,7 @@ class FabricVerify(Task):
               "routes, forwarding and rp_filter, and its firewall rules; the container ssh mesh and the hostfiles are "
               "proven live before it on every run. A failed probe clears the record")
     changes = "nothing (read-only)"
+    read_only = True
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         inv = ctx.inventory

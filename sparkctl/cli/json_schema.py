@@ -1,0 +1,276 @@
+"""The JSON every `--json` prints (and every run journal holds), as models: one object per line, each with the
+schema version and its `event`. docs/events.md explains them; docs/events.schema.json is generated from here
+(`python -m sparkctl.cli.json_schema > docs/events.schema.json`; a test keeps it in sync) and the tests validate
+every command's output against these models.
+
+Objects may carry more keys than listed (a new key does not change the version); the listed ones are promised.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from sparkctl.engine.events import SCHEMA_VERSION
+
+Status = Literal["ok", "changed", "failed", "skipped", "unreachable"]
+Severity = Literal["error", "warning", "info"]
+
+
+class Line(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_version: Literal[1] = Field(alias="schema", description="the version of this schema")
+    time: str = Field(description="when, UTC, ISO 8601 with milliseconds")
+
+
+class ChangeItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    summary: str
+    diff: str | None = Field(None, description="unified diff of a file, secrets masked")
+
+
+# --- a run: bootstrap, cluster down, doctor --fix -------------------------------------------------------------
+
+class RunStart(Line):
+    """The first line of a run."""
+
+    event: Literal["run_start"]
+    command: str = Field(description="bootstrap, cluster down, doctor --fix")
+    cluster: str
+    sparkctl: str = Field(description="sparkctl's version")
+    nodes: list[str] = Field(description="the nodes the run may change (--limit), in inventory order")
+    tasks: int
+    check_mode: bool | None = None
+    limit: list[str] | None = None
+    outside_limit: list[str] | None = Field(None, description="nodes only read (--limit)")
+    added_needs: list[str] | None = Field(None, description="tasks run because a task --only named needs them")
+    unreachable: dict[str, Literal["network", "auth", "host_key", "lost"]] | None = Field(
+        None, description="why each node could not be reached: the network, the login, its host key")
+
+
+class TaskStart(Line):
+    event: Literal["task_start"]
+    task: str
+    phase: str
+    node: str | None = Field(None, description="absent for a cluster-scope task")
+
+
+class TaskChanges(Line):
+    """What a task is about to apply."""
+
+    event: Literal["task_changes"]
+    task: str
+    phase: str
+    node: str | None = None
+    changes: list[ChangeItem]
+
+
+class TaskResult(Line):
+    """One task on one node (or the cluster). A node unreachable from the start has task `connect`."""
+
+    event: Literal["task_result"]
+    task: str
+    phase: str | None = None
+    node: str | None = None
+    status: Status
+    message: str | None = None
+    hint: str | None = None
+    details: list[str] | None = None
+    changes: list[ChangeItem] | None = None
+    would_change: bool | None = Field(None, description="--check: the changes were not applied")
+    duration: float | None = Field(None, description="seconds; absent when the task did not run")
+    reason: Literal["not_selected", "pending"] | None = Field(
+        None, description="skipped: left out by --only/--skip, or (--check) cannot know until `pending_on` is "
+                          "applied")
+    pending_on: str | None = None
+    outside_limit: list[ChangeItem] | None = Field(None, description="changes left alone outside --limit")
+    traceback: str | None = None
+
+
+class Warning(Line):  # noqa: A001 - the event's name
+    event: Literal["warning"]
+    message: str
+    task: str | None = None
+    node: str | None = None
+    hint: str | None = None
+    details: list[str] | None = None
+
+
+class Log(Line):
+    """Progress and facts worth keeping (a download's bytes, the MPI probe, the smoke test's answer)."""
+
+    event: Literal["log"]
+    message: str
+    task: str | None = None
+    node: str | None = None
+
+
+class Recap(Line):
+    """The last line of a run."""
+
+    event: Literal["recap"]
+    nodes: dict[str, dict[str, int]] = Field(description="per node (and `(cluster)`): ok, changed, failed, "
+                                                         "skipped, unreachable")
+    exit_status: int
+    duration: float
+    check_mode: bool
+    verified: bool | None = Field(None, description="the verify phase ran and passed (absent in --check or a "
+                                                    "playbook without one)")
+    not_verified: str | None = None
+    pending: int | None = Field(None, description="--check: results that cannot be known until a need is applied")
+    outside_limit: int | None = Field(None, description="changes left alone outside --limit")
+    endpoint: str | None = Field(None, description="the OpenAI-compatible endpoint a serving run made")
+    smoke: dict[str, Any] | None = Field(None, description="the smoke test: answered, seconds, acceptance length")
+
+
+# --- doctor ---------------------------------------------------------------------------------------------------
+
+class FindingLine(Line):
+    """One thing doctor found, on one node (or `(cluster)`)."""
+
+    event: Literal["finding"]
+    id: str = Field(description="stable: scripts match on it")
+    severity: Severity
+    node: str
+    summary: str
+    phase: str
+    evidence: str | None = None
+    fix: str | None = None
+    details: list[str] | None = None
+    diagnosis: Literal["first", "after-fix"] | None = Field(
+        None, description="with --fix: the look before the repair, or after it")
+
+
+# --- any command ----------------------------------------------------------------------------------------------
+
+class Error(Line):
+    """The command could not do its work: the last line, with the exit status (2: bad input, 5: busy...)."""
+
+    event: Literal["error"]
+    message: str
+    hint: str | None = None
+    details: list[str] | None = None
+    exit_status: int
+
+
+class ReportBase(Line):
+    """The one line a reporting command prints (the last line of doctor's output)."""
+
+    event: Literal["report"]
+    exit_status: int
+
+
+class Diagnosis(ReportBase):
+    report: Literal["doctor"]
+    healthy: bool
+    nodes: list[str]
+    errors: int
+    warnings: int
+    notes: int
+    fix: dict[str, Any] | None = Field(None, description="--fix: the tasks run and what needs a person")
+    bundle: dict[str, str] | None = Field(None, description="--bundle: path and sha256")
+
+
+class StatusNode(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    reachable: bool
+    reason: str | None = None
+    os: str | None = None
+    fabric_ports: dict[str, list[str]] | None = Field(None, description="QSFP port -> twins Up/Down")
+    addresses: dict[str, list[str]] | None = None
+    container: str | None = None
+    hostfile: str | None = None
+    listening: dict[str, str] | None = None
+
+
+class ClusterStatus(ReportBase):
+    report: Literal["cluster status"]
+    cluster: str
+    nodes: list[StatusNode]
+
+
+class ClusterPlan(ReportBase):
+    report: Literal["cluster plan"]
+    cluster: str
+    phases: list[dict[str, Any]]
+    nodes: dict[str, dict[str, Any]]
+    hostfile: str
+
+
+class Validation(ReportBase):
+    report: Literal["inventory validate"]
+    file: str
+    cluster: str
+    nodes: list[str]
+    topology: str
+    head: str
+    tp_size: int
+    warnings: list[str]
+
+
+class ServeStatus(ReportBase):
+    report: Literal["serve status"]
+    healthy: bool
+    rows: dict[str, Any]
+
+
+class ServeStop(ReportBase):
+    report: Literal["serve stop"]
+    stopped_pid: int | None
+    leftovers: list[str]
+    unreachable: dict[str, str]
+
+
+class Presets(ReportBase):
+    report: Literal["serve presets"]
+    presets: list[dict[str, Any]]
+
+
+class Playbooks(ReportBase):
+    report: Literal["playbooks"]
+    playbooks: dict[str, Any]
+
+
+class InventoryInit(ReportBase):
+    report: Literal["inventory init"]
+    output: str
+    assumptions: list[str]
+
+
+class LabStatus(ReportBase):
+    report: Literal["lab status"]
+    lab: str
+    topology: str
+    port: int
+    phase: str
+    nodes: list[dict[str, Any]]
+
+
+Report = Annotated[Diagnosis | ClusterStatus | ClusterPlan | Validation | ServeStatus | ServeStop | Presets |
+                   Playbooks | InventoryInit | LabStatus, Field(discriminator="report")]
+AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | Log | Recap | FindingLine | Error |
+                    Report, Field(discriminator="event")]
+
+_ADAPTER: TypeAdapter = TypeAdapter(AnyLine)
+
+
+def validate_line(data: dict[str, Any]) -> BaseModel:
+    """Raises pydantic.ValidationError when a line breaks the schema."""
+    return _ADAPTER.validate_python(data)
+
+
+def events_json_schema() -> dict[str, Any]:
+    schema = _ADAPTER.json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"sparkctl --json output, schema version {SCHEMA_VERSION} (one object per line)"
+    return schema
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps(events_json_schema(), indent=2, sort_keys=True))

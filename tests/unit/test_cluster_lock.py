@@ -1,0 +1,128 @@
+"""The cluster lock with real bash and flock: each "node" is a LocalTransport with a HOME of its own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkctl.errors import ClusterBusy
+from sparkctl.exitcodes import ExitStatus
+from sparkctl.runs import lock as lockmod
+from sparkctl.runs.lock import ClusterLock, Holder, peek
+from sparkctl.transport.base import q
+from sparkctl.transport.local import LocalTransport
+
+pytestmark = pytest.mark.skipif(not shutil.which("flock"), reason="needs flock (util-linux)")
+
+
+class Node(LocalTransport):
+    """A node of its own on this machine: the same commands, with HOME pointing at its own folder."""
+
+    def __init__(self, name: str, home: Path):
+        super().__init__(name)
+        self.home = home
+
+    def hold(self, script, *args, what="held command"):
+        return super().hold(f"export HOME={q(self.home)}\n{script}", *args, what=what)
+
+    def run(self, cmd, **kw):
+        return super().run(f"export HOME={q(self.home)}\n{cmd}", **kw)
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    made = {}
+    for name in ("spark1", "spark2"):
+        (tmp_path / name).mkdir()
+        made[name] = Node(name, tmp_path / name)
+    return made
+
+
+def holder_file(node: Node) -> Path:
+    return node.home / ".local/state/sparkctl/lab/run.holder"
+
+
+def test_a_second_run_is_refused_with_one_line_naming_the_holder(nodes):
+    first = ClusterLock("lab", nodes, Holder.now("bootstrap"))
+    first.acquire()
+    try:
+        assert json.loads(holder_file(nodes["spark1"]).read_text())["run"] == first.holder.run
+        with pytest.raises(ClusterBusy) as busy:
+            ClusterLock("lab", nodes, Holder.now("cluster down")).acquire()
+        message = busy.value.message
+        assert "\n" not in message and busy.value.hint is None
+        assert message.startswith("cluster lab is busy: bootstrap by ") and f"(pid {first.holder.pid})" in message
+        assert "(lock on spark1)" in message and busy.value.exit_status == ExitStatus.BUSY
+        assert set(peek("lab", nodes)) == {"spark1", "spark2"}
+    finally:
+        first.release()
+    assert not holder_file(nodes["spark1"]).exists() and peek("lab", nodes) == {}
+    second = ClusterLock("lab", nodes, Holder.now("bootstrap"))
+    with second:
+        assert second.stale == {}
+
+
+def test_all_or_none_a_node_held_elsewhere_releases_what_was_taken(nodes):
+    other = ClusterLock("lab", {"spark2": nodes["spark2"]}, Holder.now("bootstrap", {"spark2"}))
+    other.acquire()
+    try:
+        with pytest.raises(ClusterBusy, match=r"bootstrap --limit spark2 by .* \(lock on spark2\)"):
+            ClusterLock("lab", nodes, Holder.now("bootstrap")).acquire()
+        assert peek("lab", {"spark1": nodes["spark1"]}) == {}  # spark1 was given back
+    finally:
+        other.release()
+
+
+def test_a_holder_that_vanished_leaves_a_stale_lock_that_the_next_run_takes_over(nodes):
+    gone = ClusterLock("lab", nodes, Holder.now("bootstrap"))
+    gone.acquire()
+    gone._stop.set()
+    for held in gone._held.values():  # what a SIGKILL does: the connection closes, nothing is released
+        held.close()
+    deadline = time.monotonic() + 10
+    while peek("lab", nodes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert peek("lab", nodes) == {} and holder_file(nodes["spark1"]).exists()
+    with ClusterLock("lab", nodes, Holder.now("bootstrap")) as taker:
+        assert set(taker.stale) == {"spark1", "spark2"}
+        assert taker.stale["spark1"].run == gone.holder.run
+
+
+def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
+    monkeypatch.setattr(lockmod, "LEASE_S", 1)
+    monkeypatch.setattr(lockmod, "HEARTBEAT_S", 60.0)
+    silent = ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap"))
+    silent.acquire()
+    try:
+        time.sleep(1.5)
+        with ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")) as taker:
+            assert taker.stale["spark1"].run == silent.holder.run
+    finally:
+        silent.release()
+
+
+def test_heartbeats_keep_the_lease(nodes, monkeypatch):
+    monkeypatch.setattr(lockmod, "LEASE_S", 1)
+    monkeypatch.setattr(lockmod, "HEARTBEAT_S", 0.2)
+    with ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")):
+        time.sleep(1.6)
+        with pytest.raises(ClusterBusy):
+            ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")).acquire()
+
+
+def test_holder_describes_itself():
+    holder = Holder(command="bootstrap", user="nvidia", controller="ctl", pid=42, since="2026-01-02T03:04:05Z",
+                    run="abc", limit=["spark2"])
+    text = holder.describe(now=holder_time(holder) + 12)
+    assert text == "bootstrap --limit spark2 by nvidia@ctl (pid 42) since 2026-01-02 03:04:05Z (12 s ago)"
+    assert Holder.parse(holder.record()) == holder and Holder.parse("not json") is None
+
+
+def holder_time(holder: Holder) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(holder.since.replace("Z", "+00:00")).timestamp()

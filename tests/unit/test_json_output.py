@@ -1,0 +1,158 @@
+"""One CLI language: every command that reports accepts --json, prints one object per line that the published
+schema (sparkctl/cli/json_schema.py, docs/events.schema.json) accepts, and ends with a line carrying the exit
+status; -v, --limit and -o mean the same everywhere."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from sparkctl.cli.json_schema import events_json_schema
+from sparkctl.cli.main import cli
+from sparkctl.cli.report import VERBOSE_HELP
+from tests.taskkit import json_lines
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Commands that do not report: they stream what a node or the server says (logs, chat), write a file the user
+#: asked for (bench, schema), or act on the local lab.
+NOT_REPORTS = {"serve logs", "serve chat", "serve bench", "inventory schema", "lab up", "lab down", "lab exec",
+               "lab ssh", "lab image"}
+#: Commands that pick nodes of an inventory.
+PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs"}
+
+
+def commands(group: click.Group = cli, prefix: str = "") -> dict[str, click.Command]:
+    out = {}
+    for name, command in group.commands.items():
+        full = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            out.update(commands(command, full + " "))
+        else:
+            out[full] = command
+    return out
+
+
+def test_every_command_that_reports_accepts_json():
+    missing = [name for name, command in commands().items()
+               if name not in NOT_REPORTS and "as_json" not in {p.name for p in command.params}]
+    assert missing == []
+
+
+def test_verbose_and_limit_mean_the_same_everywhere():
+    for name, command in commands().items():
+        params = {p.name: p for p in command.params}
+        if "verbose" in params:
+            verbose = params["verbose"]
+            assert verbose.count and verbose.opts == ["-v", "--verbose"] and verbose.help == VERBOSE_HELP, name
+        if name in PICK_NODES:
+            assert "--limit" in params["limit"].opts, name
+
+
+def test_the_published_schema_is_the_code_s():
+    published = json.loads((REPO / "docs" / "events.schema.json").read_text())
+    assert published == events_json_schema(), \
+        "regenerate: python -m sparkctl.cli.json_schema > docs/events.schema.json"
+
+
+@pytest.fixture
+def refusing(tmp_path) -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"""cluster: {{name: lab}}
+user: nvidia
+ssh: {{known_hosts: {tmp_path}/kh, use_ssh_config: false, connect_timeout: 2, port: {port}}}
+nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 127.0.0.2}}]
+fabric: {{topology: pair}}
+serve: {{preset: qwen3-235b-eagle3}}
+""")
+    yield str(path)
+    sock.close()
+
+
+def run_json(tmp_path, *args: str) -> tuple[int, list[dict]]:
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "200"}
+    result = CliRunner().invoke(cli, [*args, "--json"], env=env, catch_exceptions=False)
+    lines = json_lines(result.stdout)
+    assert lines, result.output
+    assert lines[-1]["exit_status"] == result.exit_code, lines[-1]
+    return result.exit_code, lines
+
+
+@pytest.mark.parametrize("args, code, last", [
+    (["inventory", "validate", str(REPO / "inventories" / "two-sparks.yaml")], 0, "report"),
+    (["inventory", "validate", str(REPO / "tests" / "fixtures" / "inventories" / "three-problems.yaml")], 2, "error"),
+    (["cluster", "plan", str(REPO / "inventories" / "three-sparks-ring.yaml")], 0, "report"),
+    (["serve", "presets"], 0, "report"),
+    (["playbooks"], 0, "report"),
+    (["lab", "status", "--dir", "/nonexistent-lab"], 2, "error"),
+])
+def test_offline_commands_print_schema_lines(tmp_path, args, code, last):
+    exit_code, lines = run_json(tmp_path, *args)
+    assert exit_code == code and lines[-1]["event"] == last
+
+
+def test_an_inventory_error_is_an_error_line_with_every_problem(tmp_path):
+    _, lines = run_json(tmp_path, "inventory", "validate",
+                        str(REPO / "tests" / "fixtures" / "inventories" / "three-problems.yaml"))
+    assert lines[-1]["message"] == "3 problems in the inventory; nothing was changed"
+    assert len(lines[-1]["details"]) == 3 and all(":" in d for d in lines[-1]["details"])
+
+
+def test_status_of_unreachable_nodes(tmp_path, refusing):
+    code, lines = run_json(tmp_path, "cluster", "status", refusing)
+    assert code == 3 and len(lines) == 1
+    assert [(n["name"], n["reachable"]) for n in lines[0]["nodes"]] == [("spark1", False), ("spark2", False)]
+    code, lines = run_json(tmp_path, "cluster", "status", refusing, "--limit", "spark2")
+    assert [n["name"] for n in lines[0]["nodes"]] == ["spark2"]
+    code, lines = run_json(tmp_path, "cluster", "status", refusing, "--limit", "nope")
+    assert code == 2 and lines[-1]["event"] == "error" and "no node named nope" in lines[-1]["message"]
+
+
+@pytest.mark.parametrize("args", [["cluster", "bootstrap"], ["cluster", "down"], ["cluster", "bootstrap", "--check"]])
+def test_runs_print_run_start_to_recap(tmp_path, refusing, args):
+    code, lines = run_json(tmp_path, *args[:2], refusing, *args[2:])
+    assert code == 3
+    start, recap = lines[0], lines[-1]
+    assert start["event"] == "run_start" and start["cluster"] == "lab" and start["sparkctl"]
+    assert start["command"] == ("bootstrap" if args[1] == "bootstrap" else "down")
+    assert start["unreachable"] == {"spark1": "network", "spark2": "network"}
+    unreachable = [line for line in lines if line.get("status") == "unreachable"]
+    assert [u["task"] for u in unreachable] == ["connect", "connect"]
+    assert recap["event"] == "recap"
+
+
+def test_doctor_prints_findings_then_its_report(tmp_path, refusing):
+    code, lines = run_json(tmp_path, "doctor", refusing)
+    assert code == 1
+    assert [line["event"] for line in lines] == ["finding", "finding", "report"]
+    assert lines[-1]["report"] == "doctor" and lines[-1]["healthy"] is False and lines[-1]["errors"] == 2
+
+
+def test_serve_status_and_stop_report_or_fail_as_lines(tmp_path, refusing):
+    code, lines = run_json(tmp_path, "serve", "status", refusing)
+    assert code == 1 and lines[-1]["report"] == "serve status" and lines[-1]["healthy"] is False
+    code, lines = run_json(tmp_path, "serve", "stop", refusing)
+    assert code == 1 and lines[-1]["event"] == "error" and "cannot stop the server" in lines[-1]["message"]
+
+
+def test_output_dash_is_stdout_and_a_missing_folder_is_refused(tmp_path):
+    result = CliRunner().invoke(cli, ["playbooks", "--markdown", "-o", "-"])
+    assert result.exit_code == 0 and result.stdout.startswith("# sparkctl playbooks")
+    assert not (Path.cwd() / "-").exists()
+    result = CliRunner().invoke(cli, ["playbooks", "-o", str(tmp_path / "no" / "such" / "pb.md")])
+    assert result.exit_code == 2 and "does not exist" in result.stderr and not (tmp_path / "no").exists()
+
+
+def test_playbooks_markdown_is_not_the_plain_text():
+    plain = CliRunner().invoke(cli, ["playbooks"], env={"COLUMNS": "100"}).stdout
+    markdown = CliRunner().invoke(cli, ["playbooks", "--markdown"]).stdout
+    assert plain != markdown and "#### `" in markdown and "####" not in plain
+    assert "preflight.node [node]" in plain
