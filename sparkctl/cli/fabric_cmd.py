@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
@@ -12,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl.cli.options import load
+from sparkctl.cli.report import json_option, report_line
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.fabric_bench import BenchRequest, fabric_bench
 from sparkctl.secrets import redacted
@@ -67,7 +67,7 @@ def nccl_lines(nccl: dict | None) -> list[Text]:
 
 @fabric_group.command("bench")
 @click.argument("file", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@json_option
 @click.option("--tcp", is_flag=True, help="Measure every link with iperf3 (TCP), even where RDMA could run.")
 @click.option("--no-nccl", is_flag=True, help="Links only: skip the NCCL all-reduce in the containers.")
 @click.option("--no-links", is_flag=True, help="NCCL only: skip the per-link perftest/iperf3 measurements.")
@@ -92,8 +92,9 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     request = BenchRequest(forks=forks, links=not no_links, nccl=not no_nccl, tcp=tcp, nccl_min=nccl_min,
                            nccl_max=nccl_max, all_reduce_perf=all_reduce_perf, record=not no_record)
     result = fabric_bench(inventory, request, progress=lambda line: console.print(Text(redacted(line), style="dim")))
+    exit_status = ExitStatus.SUCCESS if bench_passed(result) else ExitStatus.TASK_FAILED
     if as_json:
-        click.echo(json.dumps(redacted(result), indent=2))
+        report_line("fabric bench", exit_status, **redacted(result))
     else:
         out = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
         if result["links"]:
@@ -104,7 +105,7 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
             out.print(Text(f"{node}: unreachable: {why}", style="red"))
         if result.get("recorded"):
             out.print(Text(f"recorded: {result['recorded']}", style="dim"))
-    sys.exit(int(ExitStatus.SUCCESS if bench_passed(result) else ExitStatus.TASK_FAILED))
+    sys.exit(int(exit_status))
 
 
 def bench_passed(result: dict) -> bool:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sparkctl.engine.events import SCHEMA_VERSION
 
-Status = Literal["ok", "changed", "failed", "skipped", "unreachable"]
+Status = Literal["ok", "changed", "failed", "skipped", "unreachable", "interrupted"]
 Severity = Literal["error", "warning", "info"]
 
 
@@ -100,6 +100,24 @@ class Warning(Line):  # noqa: A001 - the event's name
     details: list[str] | None = None
 
 
+class NodeLost(Line):
+    """A node stopped answering mid-run: it leaves the run, the other nodes go on."""
+
+    event: Literal["node_lost"]
+    node: str
+    task: str | None = Field(None, description="the task that was running when the loss was noticed")
+    message: str
+    hint: str | None = None
+
+
+class Interrupt(Line):
+    """Ctrl-C: what runs is cut, nothing more starts (the recap follows, exit 130)."""
+
+    event: Literal["interrupt"]
+    message: str
+    hint: str | None = None
+
+
 class Log(Line):
     """Progress and facts worth keeping (a download's bytes, the MPI probe, the smoke test's answer)."""
 
@@ -125,6 +143,10 @@ class Recap(Line):
     outside_limit: int | None = Field(None, description="changes left alone outside --limit")
     endpoint: str | None = Field(None, description="the OpenAI-compatible endpoint a serving run made")
     smoke: dict[str, Any] | None = Field(None, description="the smoke test: answered, seconds, acceptance length")
+    lost: dict[str, dict[str, Any]] | None = Field(
+        None, description="per node lost: reason, during (the task), undone (its tasks that never ran)")
+    left_undone: list[str] | None = Field(None, description="tasks skipped on the other nodes: they need a lost one")
+    interrupted: dict[str, Any] | None = Field(None, description="Ctrl-C: cut (task, node) and not_started tasks")
 
 
 # --- doctor ---------------------------------------------------------------------------------------------------
@@ -173,6 +195,8 @@ class Diagnosis(ReportBase):
     notes: int
     fix: dict[str, Any] | None = Field(None, description="--fix: the tasks run and what needs a person")
     bundle: dict[str, str] | None = Field(None, description="--bundle: path and sha256")
+    cabling: dict[str, Any] | None = Field(None, description="each QSFP port's far end: inferred, lldp_unavailable, "
+                                                             "ports")
 
 
 class StatusNode(BaseModel):
@@ -193,6 +217,7 @@ class ClusterStatus(ReportBase):
     report: Literal["cluster status"]
     cluster: str
     nodes: list[StatusNode]
+    fabric_bench: list[str] | None = Field(None, description="the last fabric bench and what got slower, in words")
 
 
 class ClusterPlan(ReportBase):
@@ -241,6 +266,7 @@ class InventoryInit(ReportBase):
     report: Literal["inventory init"]
     output: str
     assumptions: list[str]
+    seen_with_lldp: list[str] | None = None
 
 
 class LabStatus(ReportBase):
@@ -248,14 +274,24 @@ class LabStatus(ReportBase):
     lab: str
     topology: str
     port: int
+    ring_order: list[int] | None = None
+    renderer: str | None = None
     phase: str
     nodes: list[dict[str, Any]]
 
 
+class FabricBench(ReportBase):
+    report: Literal["fabric bench"]
+    links: list[dict[str, Any]] = Field(description="per link and twin: the figures and the verdict")
+    nccl: dict[str, Any] | None = Field(None, description="the all-reduce: bus bandwidth, transport per rank, verdict")
+    unreachable: dict[str, str]
+    recorded: str | None = None
+
+
 Report = Annotated[Diagnosis | ClusterStatus | ClusterPlan | Validation | ServeStatus | ServeStop | Presets |
-                   Playbooks | InventoryInit | LabStatus, Field(discriminator="report")]
-AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | Log | Recap | FindingLine | Error |
-                    Report, Field(discriminator="event")]
+                   Playbooks | InventoryInit | LabStatus | FabricBench, Field(discriminator="report")]
+AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | NodeLost | Interrupt | Log | Recap |
+                    FindingLine | Error | Report, Field(discriminator="event")]
 
 _ADAPTER: TypeAdapter = TypeAdapter(AnyLine)
 

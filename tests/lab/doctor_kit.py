@@ -16,6 +16,7 @@ from sparkctl.plan import plan_cluster
 from sparkctl.plan.container import ContainerSpec
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import q
+from tests.taskkit import doctor_report
 
 CONTAINER = "trtllm-multinode"
 
@@ -23,7 +24,7 @@ CONTAINER = "trtllm-multinode"
 def doctor(lab, *args: str, env: dict[str, str] | None = None, inventory: str | None = None) -> dict:
     result = CliRunner().invoke(cli, ["doctor", inventory or str(lab.inventory_path), "--json", *args], env=env,
                                 catch_exceptions=False)
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     assert result.exit_code == (0 if report["healthy"] else 1), result.output
     return report
 

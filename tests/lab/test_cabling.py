@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from tests.lab.conftest import poll
 from tests.lab.test_bootstrap_containers import bootstrap, changed, failures, sh
+from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
@@ -62,7 +63,7 @@ def test_preflight_names_each_wrong_cable_before_changing_anything(miscabled):
 
 def test_doctor_shows_the_map_from_lldp_and_the_wrong_cables(miscabled):
     result = CliRunner().invoke(cli, ["doctor", str(miscabled.inventory_path), "--json"], catch_exceptions=False)
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     wrong = {(f["node"], f["evidence"].split(":")[0]) for f in report["findings"] if f["id"] == "fabric.cable_wrong"}
     assert wrong == {(n, f"{n} port {p} ({t})") for n in NODES for p, t in ((0, FABRIC[0]), (1, FABRIC[2]))}
     cabling = report["cabling"]
@@ -106,7 +107,7 @@ def test_without_lldpd_the_map_says_it_is_inferred(miscabled):
         lab.exec(node, ["systemctl", "stop", "lldpd"], check=True)
     try:
         result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"], catch_exceptions=False)
-        report = json.loads(result.stdout)
+        report = doctor_report(result.stdout)
         assert report["cabling"]["inferred"]
         assert set(report["cabling"]["lldp_unavailable"]) == set(NODES)
         assert {r["source"] for r in report["cabling"]["ports"]} == {"inferred"}

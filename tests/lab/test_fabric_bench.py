@@ -9,7 +9,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkctl.cli.json_schema import validate_line
 from sparkctl.cli.main import cli
+from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
@@ -33,7 +35,10 @@ def run(lab, *args: str):
 def bench(lab, *args: str) -> dict:
     result = run(lab, "--json", *args)
     assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)
+    report = json.loads(result.stdout.splitlines()[-1])  # JSON Lines: the report is the last line
+    validate_line(report)
+    assert report["report"] == "fabric bench"
+    return report
 
 
 def test_table_and_nccl_figure_with_verdicts(lab):
@@ -85,7 +90,7 @@ def test_a_slowed_twin_is_named_with_its_cause_and_doctor_sees_the_regression(la
                                     env={"XDG_STATE_HOME": lab.state_home}, catch_exceptions=False)
         # the other twin's figure moves with the machine's load (the stand-in moves real bytes): only the shaped
         # twin's finding is certain
-        findings = [f for f in json.loads(doctor.stdout)["findings"] if f["id"] == "fabric.bandwidth_regression"
+        findings = [f for f in doctor_report(doctor.stdout)["findings"] if f["id"] == "fabric.bandwidth_regression"
                     and f"spark1 {SLOW_TWIN} -> spark2 {SLOW_TWIN}" in f["summary"]]
         assert [f["node"] for f in findings] == ["spark1"], findings
         assert "a traffic shaper limits" in findings[0]["evidence"]

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from sparkctl.cli.fabric_cmd import bench_table, nccl_lines
+from sparkctl.cli.json_schema import validate_line
 from sparkctl.cli.main import cli
 
 pytestmark = pytest.mark.lab
@@ -24,7 +25,10 @@ def report(lab_factory, tmp_path_factory):
     result = CliRunner().invoke(cli, ["fabric", "bench", str(lab.inventory_path), "--json", "--nccl-max", "2M"],
                                 env={"XDG_STATE_HOME": state}, catch_exceptions=False)
     assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)
+    report = json.loads(result.stdout.splitlines()[-1])  # JSON Lines: the report is the last line
+    validate_line(report)
+    assert report["report"] == "fabric bench"
+    return report
 
 
 def test_head_and_ring_of_peers_both_twins(report):

@@ -9,7 +9,6 @@ is covered by the other lab modules (their labs pin it) and by the revert guard,
 
 from __future__ import annotations
 
-import json
 import tarfile
 
 import pytest
@@ -19,6 +18,7 @@ from sparkctl.cli.main import cli
 from sparkctl.plan.paths import network_state_dir
 from tests.lab.conftest import poll
 from tests.lab.network_kit import bootstrap, fabric_of, snapshot, sparkctl
+from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
@@ -53,7 +53,7 @@ def full_bootstrap(lab):
 
 def doctor(lab, *args: str) -> dict:
     result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json", *args], catch_exceptions=False)
-    report = json.loads(result.stdout)
+    report = doctor_report(result.stdout)
     assert result.exit_code == (0 if report["healthy"] else 1), result.output
     return report
 

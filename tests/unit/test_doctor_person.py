@@ -199,6 +199,25 @@ def container_unread(s):
         s.facts["spark2"].containers["trtllm-multinode"], exists=False, running=False, status="unknown")
 
 
+def not_ssh(s):
+    base.fault_unreachable(s)
+    s.unreachable["spark2"] = "port 22 on spark2 (10.0.0.12) accepted and closed the connection: is it an SSH server?"
+
+
+def ssh_refused(s):
+    base.fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): connection refused on port 22"
+
+
+def run_in_progress(s):
+    s.busy = "bootstrap by nvidia@ctl (pid 42) since 2026-01-02 03:04:05Z (12 s ago)"
+
+
+def outside_unreadable(s):
+    base.fault_unreachable(s)
+    s.limit = frozenset({"spark1"})
+
+
 FAULTS = {
     "node.unreachable": base.fault_unreachable, "node.ssh_auth": base.fault_ssh_auth,
     "node.host_key_changed": host_key_changed, "node.user_mismatch": base.fault_user,
@@ -219,7 +238,9 @@ FAULTS = {
     "node.cma_reserved": probed(cma_reserved), "node.swap_in_use": probed(swap_in_use),
     "ssh.mesh_unchecked": mesh_unchecked, "container.ssh_unchecked": container_ssh_unchecked,
     "container.unread": container_unread, "fabric.lldp_unavailable": lldp_unavailable,
-    "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running,
+    "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running, "node.not_ssh": not_ssh,
+    "node.ssh_refused": ssh_refused, "doctor.run_in_progress": run_in_progress,
+    "doctor.outside_unreadable": outside_unreadable,
 }
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}
@@ -263,7 +284,8 @@ def fix_leaves_it_alone(d: Diagnosis, finding_id: str, monkeypatch, tmp_path) ->
               for t in f.remedy.tasks}
     assert bool(ran) == bool(others)  # a run only for the other findings' tasks (checked in --json below)
     as_json = CliRunner().invoke(cli, ["doctor", inventory, "--fix", "--json"], catch_exceptions=False)
-    report = json.loads(as_json.stdout)
+    report = json.loads(as_json.stdout.splitlines()[-1])  # JSON Lines: the `report` closes them (docs/events.md)
+    assert report["event"] == "report" and report["report"] == "doctor"
     errors = [f for f in d.findings if f.id == finding_id and f.is_error]
     if errors:
         if not any(f.remedy.repairable for f in d.findings if f.remedy and f.severity != "info"):
