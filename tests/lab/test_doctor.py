@@ -16,23 +16,12 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from tests.lab.conftest import poll
-from tests.taskkit import doctor_report
+from tests.lab.doctor_kit import doctor, errors
 
 pytestmark = pytest.mark.lab
 
 CONTAINER = "trtllm-multinode"
 PLANTED = "hf_" + "Zq8" * 12  # shaped like a Hugging Face token, registered nowhere
-
-
-def doctor(lab, *args: str) -> dict:
-    result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json", *args], catch_exceptions=False)
-    report = doctor_report(result.stdout)
-    assert result.exit_code == (0 if report["healthy"] else 1), result.output
-    return report
-
-
-def errors(report: dict) -> set[tuple[str, str]]:
-    return {(f["id"], f["node"]) for f in report["findings"] if f["severity"] == "error"}
 
 
 def node_state(lab, node: str) -> str:

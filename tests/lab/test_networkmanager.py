@@ -12,13 +12,11 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-from click.testing import CliRunner
 
-from sparkctl.cli.main import cli
 from sparkctl.plan.paths import network_state_dir
 from tests.lab.conftest import poll
+from tests.lab.doctor_kit import doctor, errors
 from tests.lab.network_kit import bootstrap, fabric_of, snapshot, sparkctl
-from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
@@ -49,17 +47,6 @@ def nm_pid(lab, node: str) -> str:
 
 def full_bootstrap(lab):
     return sparkctl(lab, "cluster", "bootstrap", str(lab.inventory_path))
-
-
-def doctor(lab, *args: str) -> dict:
-    result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json", *args], catch_exceptions=False)
-    report = doctor_report(result.stdout)
-    assert result.exit_code == (0 if report["healthy"] else 1), result.output
-    return report
-
-
-def errors(report: dict) -> set[tuple[str, str]]:
-    return {(f["id"], f["node"]) for f in report["findings"] if f["severity"] == "error"}
 
 
 @pytest.fixture(scope="module")
