@@ -163,14 +163,22 @@ ELSEWHERE = {
     # the serve phase's, on a serving lab: tests/lab/test_doctor_repairs_serve.py
     "model.absent": "serve", "model.incomplete": "serve", "hf.token_missing": "serve", "serve.down": "serve",
     "serve.health": "unit",
+    # NetworkManager's, on a NetworkManager-rendered pair: tests/lab/test_networkmanager.py (NM_SEEDS)
+    "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",
 }
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
+    from tests.lab import test_doctor_repairs_serve, test_networkmanager
+
     repairable = {i for i, r in REMEDIES.items() if r.repairable}
     seeded = {s.finding for s in SEEDS}
     assert repairable - seeded - set(ELSEWHERE) == set()
     assert seeded & set(ELSEWHERE) == set() and set(ELSEWHERE) <= repairable
+    # and where ELSEWHERE says, they are seeded
+    assert {s.finding for s in test_doctor_repairs_serve.SEEDS} == {i for i, w in ELSEWHERE.items() if w == "serve"}
+    assert {s.finding for s in test_networkmanager.NM_SEEDS} >= {i for i, w in ELSEWHERE.items()
+                                                                 if w == "networkmanager"}
 
 
 @pytest.mark.parametrize("name", [s.name for s in SEEDS])

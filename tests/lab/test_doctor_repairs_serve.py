@@ -6,7 +6,6 @@ and the next rerun changes nothing. (tests/lab/test_doctor_repairs.py: the rest,
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -23,17 +22,27 @@ DRAFT = f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
 
 
 def kill_server(lab, node: str) -> None:
-    cluster = yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]
-    record = lab.exec(node, f"cat /home/nvidia/.local/state/sparkctl/{cluster}/run/serve/launch.json").stdout
-    pid = json.loads(record)["pid"]
-    result = lab.exec(node, f"docker exec {CONTAINER} kill -KILL {int(pid)}")
+    """The server and its launcher gone from the head (an OOM kill, a reboot of the container's processes)."""
+    result = lab.exec(node, f"docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi-launch|mpirun'")
+    assert result.returncode == 0, result.stderr
+    wait = lab.exec(node, "for i in $(seq 1 50); do ss -ltnH 'sport = :8355' | grep -q . || exit 0; sleep 0.2; done; "
+                          "exit 1")
+    assert wait.returncode == 0, "the serve port is still taken"
+
+
+def interrupt_download(lab, node: str) -> None:
+    """A draft download cut off half way, as `hf download --local-dir` leaves it: one file missing, its first
+    bytes in .cache/huggingface/download/<file>.incomplete (the next download resumes from them)."""
+    script = (f"f=$(find {DRAFT} -maxdepth 1 -name '*.safetensors' | head -n 1); [ -n \"$f\" ] || exit 1; "
+              f"d={DRAFT}/.cache/huggingface/download; mkdir -p \"$d\"; "
+              f"head -c 16 \"$f\" > \"$d/$(basename \"$f\").incomplete\" && rm \"$f\"")
+    result = lab.exec(node, script)
     assert result.returncode == 0, result.stderr
 
 
 SEEDS = [
     Seed("model-absent", "model.absent", "spark2", f"rm -rf {DRAFT}"),
-    Seed("model-incomplete", "model.incomplete", "spark2",
-         f"f=$(find {DRAFT} -name '*.safetensors' | head -n 1); mv \"$f\" \"$f.incomplete\""),
+    Seed("model-incomplete", "model.incomplete", "spark2", interrupt_download),
     Seed("token-missing", "hf.token_missing", "spark1", f"rm -f {HF}/token; rm -rf {DRAFT}",
          also=frozenset({("model.absent", "spark1")})),
     Seed("serve-down", "serve.down", "spark1", kill_server),
@@ -67,7 +76,9 @@ def look(lab, env, *args: str) -> dict:
 
 
 def seen(lab, report: dict) -> set[tuple[str, str]]:
-    return problems(report) - lab.baseline
+    """Beyond the healthy lab's own: and while a Qwen3-235B checkpoint is missing, a lab disk smaller than one
+    rightly warns (disk.hf_cache_low, a person's); that warning is no part of the seeded fault."""
+    return {p for p in problems(report) - lab.baseline if p[0] != "disk.hf_cache_low"}
 
 
 def rerun(lab, env) -> tuple[int, list]:

@@ -14,8 +14,9 @@ import tarfile
 import pytest
 
 from sparkctl.plan.paths import network_state_dir
+from tests.lab import doctor_kit as kit
 from tests.lab.conftest import poll
-from tests.lab.doctor_kit import doctor, errors
+from tests.lab.doctor_kit import Seed, doctor, errors
 from tests.lab.network_kit import bootstrap, fabric_of, snapshot, sparkctl
 
 pytestmark = pytest.mark.lab
@@ -178,6 +179,93 @@ def test_doctor_is_clean_names_a_competing_profile_and_fix_removes_it(converged,
     fixed = doctor(lab, "--fix")
     assert fixed["healthy"], errors(fixed)
     assert "wins-next" not in nm_profiles(lab, "spark2")
+
+
+# --- seeded faults on the NetworkManager-rendered pair (the lab's default renderer, as DGX OS ships) -------------
+# Each as tests/lab/test_doctor_repairs.py does them: doctor names it on its node and nothing else, `doctor --fix`
+# repairs it (healthy after), a bootstrap rerun then changes nothing; seeded again, a plain bootstrap rerun repairs
+# it, doctor is healthy, and the next rerun changes nothing.
+
+NM_SEEDS = [
+    Seed("nm-competing-profile", "nm.competing_profile", "spark2",
+         "nmcli connection add type ethernet ifname enP2p1s0f1np1 con-name seeded-competing "
+         "connection.autoconnect-priority 5 >/dev/null"),
+    Seed("nm-twin-unmanaged", "nm.twin_unmanaged", "spark1", "nmcli device set enp1s0f1np1 managed no"),
+    # the issue's case where DGX OS has NetworkManager manage the twin
+    Seed("nm-twin-set-down", "fabric.port_down", "spark1", "ip link set enP2p1s0f1np1 down"),
+]
+
+
+@pytest.fixture(scope="module")
+def nm_baseline(nm_lab):
+    lab, _booted, first = nm_lab
+    assert first.exit_code == 0, first.describe()
+    healthy = kit.doctor(lab)
+    assert healthy["healthy"], healthy["findings"]
+    # what a healthy lab warns about anyway: its veths link at 10 Gb/s (fabric.speed_low), nothing else
+    baseline = kit.problems(healthy)
+    assert {i for i, _ in baseline} <= {"fabric.speed_low"}, baseline
+    return baseline
+
+
+@pytest.fixture
+def nm_restore(nm_lab, request):
+    """A case that fails leaves the pair repaired for the next one."""
+    yield
+    if getattr(request.node, "failed_call", False):
+        kit.bootstrap(nm_lab[0])
+
+
+def seeded(lab, baseline, seed) -> dict:
+    seed.seed(lab)
+    reports: list[dict] = []
+
+    def look():
+        reports.append(kit.doctor(lab))
+        return (seed.finding, seed.node) in kit.problems(reports[-1]) - baseline
+
+    poll(look, timeout=15, interval=0.5)
+    return reports[-1]
+
+
+@pytest.mark.parametrize("seed", NM_SEEDS, ids=[s.name for s in NM_SEEDS])
+def test_doctor_fix_repairs_a_seeded_fault_and_a_rerun_changes_nothing(nm_lab, nm_baseline, nm_restore, seed):
+    lab = nm_lab[0]
+    report = seeded(lab, nm_baseline, seed)
+    assert kit.problems(report) - nm_baseline == {(seed.finding, seed.node), *seed.also}, report["findings"]
+    assert not report["healthy"]
+    if seed.finding == "fabric.port_down":  # one finding, its far end's lost carrier under it, no cable
+        (f,) = [f for f in report["findings"] if f["id"] == "fabric.port_down"]
+        assert "spark2 enP2p1s0f1np1 has no carrier because spark1's end is administratively down" in f["details"]
+        assert "cable" not in str([f for f in report["findings"] if f["id"] != "fabric.speed_low"]).lower()
+    fixed = kit.doctor(lab, "--fix")
+    assert fixed["fix"]["ran"] and fixed["fix"]["exit_status"] == 0, fixed["fix"]
+    assert fixed["healthy"] and kit.problems(fixed) - nm_baseline == set(), fixed["findings"]
+    code, events = kit.bootstrap(lab)
+    assert code == 0 and kit.changed(events) == [], (kit.changed(events), kit.failed(events))
+
+
+@pytest.mark.parametrize("seed", NM_SEEDS, ids=[s.name for s in NM_SEEDS])
+def test_a_bootstrap_rerun_repairs_a_seeded_fault_and_the_next_changes_nothing(nm_lab, nm_baseline, nm_restore,
+                                                                               seed):
+    lab = nm_lab[0]
+    seeded(lab, nm_baseline, seed)
+    code, events = kit.bootstrap(lab)
+    assert code == 0 and kit.changed(events), (kit.changed(events), kit.failed(events))
+    if seed.finding == "fabric.port_down":  # preflight goes on, nobody is sent to the cables
+        assert [e for e in events if "cable" in str(e).lower() and "Gb/s" not in str(e.get("message"))] == []
+        summaries = [(e.get("node"), c["summary"]) for e in events if e["event"] == "task_result"
+                     for c in e.get("changes", [])]
+        assert ("spark1", "bring enP2p1s0f1np1 up (administratively down; Up is part of the planned state)") in \
+            summaries and {task for task, _ in kit.changed(events)} == {"network.netplan"}, summaries
+        # NetworkManager takes a twin's profile down with its carrier and puts its MTU back to 1500: spark2's end is
+        # set to the plan again (its address comes with the carrier), nothing else is changed there
+        assert {c for n, c in summaries if n == "spark2"} <= {"apply netplan: enP2p1s0f1np1 mtu 1500, want 9000"}, \
+            summaries
+    after = kit.doctor(lab)
+    assert after["healthy"] and kit.problems(after) - nm_baseline == set(), after["findings"]
+    code, events = kit.bootstrap(lab)
+    assert code == 0 and kit.changed(events) == [], (kit.changed(events), kit.failed(events))
 
 
 def test_down_network_puts_back_what_sparkctl_removed(nm_lab):
