@@ -1,7 +1,7 @@
 """The cabling map from the wire, on a ring of three cabled out of order (`lab up --ring-order 1,3,2`) with real
 lldpd in every node: preflight names each wrong cable before anything changes, doctor shows the map, `inventory
-init` writes the order the cables really follow (and a bootstrap with it converges), and without lldpd the map says
-it is inferred."""
+init` writes the order the cables really follow (and a bootstrap with it converges, the example's TP=2 serve section
+answering on it), and without lldpd the map says it is inferred."""
 
 from __future__ import annotations
 
@@ -99,6 +99,54 @@ def test_inventory_init_writes_the_cabled_order_and_a_bootstrap_with_it_converge
     # the jumbo pings across every cable of the ring pass
     assert ("network.verify", None) in {(e["task"], e.get("node")) for e in events
                                         if e["event"] == "task_result" and e["status"] == "ok"}
+
+
+def test_the_three_ring_example_serves_once_cabled_as_init_wrote(miscabled, tmp_path):
+    """inventories/three-sparks-ring.yaml's serve section (the TP=2 Qwen3 preset) on this ring of three, its nodes in
+    the order init wrote (spark1, spark3, spark2): the launch has tp_size x pp_size = 2 ranks on the first two nodes,
+    the third is left out and said so (and gets no copy of the model), the endpoint answers, a rerun changes
+    nothing."""
+    import os
+    import subprocess
+    import urllib.request
+    from pathlib import Path
+
+    lab = miscabled
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    assert [n["name"] for n in document["nodes"]] == ["spark1", "spark3", "spark2"]  # as the test above wrote it
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "inventories" / "three-sparks-ring.yaml")
+                             .read_text())
+    # a lab node has the machine's memory, far below a Spark's: the fit is a warning here, never a refusal
+    document["serve"] = {**example["serve"], "fit_check": "warn", "ready_timeout": 300}
+    inventory = tmp_path / "ring-serve.yaml"
+    inventory.write_text(yaml.safe_dump(document, sort_keys=False))
+    env = {**os.environ, "HF_TOKEN": "hf_LabRingToken4f9c2a7d1e8b3c6a5f0d", "XDG_STATE_HOME": str(tmp_path)}
+
+    def run() -> tuple[int, list[dict], str]:
+        proc = subprocess.run(["sparkctl", "cluster", "bootstrap", str(inventory), "--json"], capture_output=True,
+                              text=True, timeout=900, env=env)
+        return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")], proc.stderr
+
+    def why(events) -> list:
+        return [(e["task"], e.get("node"), e.get("message"), e.get("details")) for e in failures(events)]
+
+    rc, events, err = run()
+    assert rc == 0, (why(events), err[-2000:])
+    said = [e for e in events if e["event"] == "log" and e.get("left_out")]
+    assert said and said[0]["left_out"] == ["spark2"] and said[0]["serving_nodes"] == ["spark1", "spark3"]
+    assert {("model.fetch", "spark1"), ("model.fetch", "spark3")} <= changed(events)
+    assert ("model.fetch", "spark2") not in changed(events)
+    recap = events[-1]
+    assert recap["verified"] is True and recap["endpoint"].endswith(":8355") and recap["smoke"]["answer"]
+    assert "sparkctl-models" not in sh(lab, "spark2", "ls /home/nvidia/.cache/huggingface/ 2>/dev/null || true")
+    body = json.dumps({"messages": [{"role": "user", "content": "hello ring"}], "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"{recap['endpoint']}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert json.loads(response.read())["choices"][0]["message"]["content"].strip()
+    rc, events, err = run()
+    summaries = [c["summary"] for e in events if e["event"] == "task_result" for c in e.get("changes", [])]
+    assert rc == 0 and changed(events) == set(), (why(events), summaries, err[-2000:])
 
 
 def test_without_lldpd_the_map_says_it_is_inferred(miscabled):
