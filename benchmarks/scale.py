@@ -2,11 +2,13 @@
 with the controller's peak memory and the machine's load at every measurement.
 
 Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8switch,16switch] [--repeat 3]
-[--serve]`. Every lab is brought up fresh (the lab image is built first if needed, outside the timing) and torn
-down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it (start-up,
-connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor; "mem MB" is
-the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's TensorRT-LLM
-stand-in) to show the serve phases' share of a no-op rerun.
+[--serve] [--verify-runs 5]`. Every lab is brought up fresh (the lab image is built first if needed, outside the
+timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it
+(start-up, connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor;
+"mem MB" is the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's
+TensorRT-LLM stand-in) to show the serve phases' share of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap
+--reprove` N times in a row on every lab (every mesh pair and the MPI probe proven again, nothing taken from the
+record) and counts the clean ones: exit 0, nothing changed, no warning from verify.fabric.
 
 The lab runs every node on this one machine: the N x (N-1) ssh handshakes that prove the meshes all land on its
 cores, so a 16-node figure here is an upper bound a real cluster (16 machines) does not see. Compare rows of the
@@ -68,6 +70,15 @@ def changed_count(out: str) -> int:
                and json.loads(line).get("event") == "task_result")
 
 
+def clean_verify(out: str, exit_code: int) -> bool:
+    """A --reprove run that passed: exit 0, nothing changed, verify.fabric ok and without a warning."""
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    verify = [e for e in events if e.get("task") == "verify.fabric"]
+    return (exit_code == 0 and changed_count(out) == 0
+            and any(e.get("event") == "task_result" and e.get("status") == "ok" for e in verify)
+            and not any(e.get("event") == "warning" for e in verify))
+
+
 def doctor_errors(out: str) -> int:
     try:
         return sum(1 for f in json.loads(out)["findings"] if f["severity"] == "error")
@@ -75,7 +86,7 @@ def doctor_errors(out: str) -> int:
         return -1
 
 
-def measure(shape: str, repeat: int, serve: bool = False) -> dict:
+def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) -> dict:
     from sparkctl.lab.inventory_writer import add_serve_section
     from sparkctl.lab.lab import Lab
 
@@ -101,11 +112,16 @@ def measure(shape: str, repeat: int, serve: bool = False) -> dict:
                 noop_changed += changed_count(run(bootstrap, noop, env))
             errors = [doctor_errors(run(["sparkctl", "doctor", inventory, "--json"], doctor, env))
                       for _ in range(repeat)]
+            verify, clean = Figure(), 0
+            for _ in range(verify_runs):
+                out = run([*bootstrap, "--reprove"], verify, env)
+                clean += clean_verify(out, verify.exits[-1])
         finally:
             lab.down()
     return {"shape": f"{size} {topology}{' +serve' if serve else ''}", "nodes": size, "topology": topology,
             "serve": serve, "up": up, "fresh": fresh, "noop": noop, "noop_changed": noop_changed,
-            "doctor": doctor, "doctor_errors": max(errors)}
+            "doctor": doctor, "doctor_errors": max(errors),
+            "verify": verify, "verify_clean": clean}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -119,6 +135,11 @@ def print_table(rows: list[dict]) -> None:
               f"{noop.median:>8.2f} {min(noop.seconds):>6.2f} {r['noop_changed']:>3} {max(noop.exits):>4} "
               f"{doc.median:>8.2f} {min(doc.seconds):>6.2f} {r['doctor_errors']:>6} {peak:>6.0f}  "
               f"{min(loads):.1f}-{max(loads):.1f}")
+    for r in rows:
+        if r["verify"].seconds:
+            print(f"  {r['shape']}: cluster bootstrap --reprove {len(r['verify'].seconds)}x in a row: "
+                  f"{r['verify_clean']} clean; median {r['verify'].median:.2f} s; exits {r['verify'].exits}; "
+                  f"load {r['verify'].load_span()}")
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
     sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
@@ -137,6 +158,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"default {DEFAULT_SHAPES}")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--serve", action="store_true", help="also a pair that serves")
+    parser.add_argument("--verify-runs", type=int, default=0, help="--reprove runs in a row on every lab")
     args = parser.parse_args()
     from sparkctl.lab.image import ensure_image
 
@@ -145,7 +167,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)
         for serve in serves:
-            rows.append(measure(shape.strip(), args.repeat, serve=serve))
+            rows.append(measure(shape.strip(), args.repeat, serve=serve, verify_runs=args.verify_runs))
             print_table(rows[-1:])  # as it goes: a long run shows its rows early
     print()
     print_table(rows)
