@@ -19,6 +19,7 @@ Printed, never asserted (the issue's targets are listed under the table).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -62,7 +63,24 @@ def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
     figure.peak_kb = max(figure.peak_kb, usage.ru_maxrss)
     figure.exits.append(os.waitstatus_to_exitcode(status))
     figure.loads.append(load1())
+    if figure.exits[-1] != 0:
+        figure.notes.append(f"{' '.join(argv[1:3])} exit {figure.exits[-1]}: {why_failed(out)}")
     return out
+
+
+def why_failed(out: str) -> str:
+    """The failed tasks (task, node, message) of a --json run, or doctor's error findings: a row that failed says
+    why under the table instead of only counting."""
+    said = []
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("status") in ("failed", "unreachable") or event.get("event") == "error":
+                said.append(f"{event.get('task')} {event.get('node') or ''} {event.get('message') or ''}".strip())
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        said += [f"{f.get('node')} {f['id']}: {f.get('summary') or ''}"
+                 for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    return "; ".join(dict.fromkeys(s[:300] for s in said)) or "(no failed task or error finding in its output)"
 
 
 def changed_count(out: str) -> int:
@@ -136,6 +154,8 @@ def print_table(rows: list[dict]) -> None:
               f"{doc.median:>8.2f} {min(doc.seconds):>6.2f} {r['doctor_errors']:>6} {peak:>6.0f}  "
               f"{min(loads):.1f}-{max(loads):.1f}")
     for r in rows:
+        for note in dict.fromkeys(n for f in (r["fresh"], r["noop"], r["doctor"], r["verify"]) for n in f.notes):
+            print(f"  {r['shape']}: {note}")
         if r["verify"].seconds:
             print(f"  {r['shape']}: cluster bootstrap --reprove {len(r['verify'].seconds)}x in a row: "
                   f"{r['verify_clean']} clean; median {r['verify'].median:.2f} s; exits {r['verify'].exits}; "
