@@ -78,7 +78,7 @@ def why_failed(out: str) -> str:
             if event.get("status") in ("failed", "unreachable") or event.get("event") == "error":
                 said.append(f"{event.get('task')} {event.get('node') or ''} {event.get('message') or ''}".strip())
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        said += [f"{f.get('node')} {f['id']}: {f.get('summary') or ''}"
+        said += [f"{f.get('node')} {f['id']}: {f.get('summary') or ''} ({f.get('evidence') or ''})"
                  for f in json.loads(out)["findings"] if f["severity"] == "error"]
     return "; ".join(dict.fromkeys(s[:300] for s in said)) or "(no failed task or error finding in its output)"
 
