@@ -56,15 +56,19 @@ def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
     """Run one sparkctl command, adding its wall time and peak RSS (wait4's rusage of that child) to figure."""
     figure.loads.append(load1())
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        out = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        errors.seek(0)
+        stderr = errors.read()
     figure.seconds.append(time.monotonic() - started)
     figure.peak_kb = max(figure.peak_kb, usage.ru_maxrss)
     figure.exits.append(os.waitstatus_to_exitcode(status))
     figure.loads.append(load1())
     if figure.exits[-1] != 0:
-        figure.notes.append(f"{' '.join(argv[1:3])} exit {figure.exits[-1]}: {why_failed(out)}")
+        last = stderr.strip().splitlines()[-1:] or [""]
+        figure.notes.append(f"{' '.join(argv[1:3])} exit {figure.exits[-1]}: {why_failed(out)} {last[0][:200]}")
     return out
 
 
