@@ -72,18 +72,27 @@ def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
     return out
 
 
-def why_failed(out: str) -> str:
-    """The failed tasks (task, node, message) of a --json run, or doctor's error findings: a row that failed says
-    why under the table instead of only counting."""
-    said = []
+def json_lines(out: str) -> list[dict]:
+    """The objects of a --json output, one per line (bootstrap's events, doctor's `finding` lines)."""
+    lines = []
     for line in out.splitlines():
         with contextlib.suppress(ValueError):
-            event = json.loads(line) if line.startswith("{") else {}
-            if event.get("status") in ("failed", "unreachable") or event.get("event") == "error":
-                said.append(f"{event.get('task')} {event.get('node') or ''} {event.get('message') or ''}".strip())
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        said += [f"{f.get('node')} {f['id']}: {f.get('summary') or ''} ({f.get('evidence') or ''})"
-                 for f in json.loads(out)["findings"] if f["severity"] == "error"]
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+    return lines
+
+
+def error_findings(out: str) -> list[dict]:
+    return [e for e in json_lines(out) if e.get("event") == "finding" and e.get("severity") == "error"]
+
+
+def why_failed(out: str) -> str:
+    """The failed tasks (task, node, message) of a --json run, or doctor's error findings with their evidence: a
+    row that failed says why under the table instead of only counting."""
+    said = [f"{e.get('task')} {e.get('node') or ''} {e.get('message') or ''}".strip() for e in json_lines(out)
+            if e.get("status") in ("failed", "unreachable") or e.get("event") == "error"]
+    said += [f"{f.get('node')} {f.get('id')}: {f.get('summary') or ''} ({f.get('evidence') or ''})"
+             for f in error_findings(out)]
     return "; ".join(dict.fromkeys(s[:300] for s in said)) or "(no failed task or error finding in its output)"
 
 
@@ -102,10 +111,8 @@ def clean_verify(out: str, exit_code: int) -> bool:
 
 
 def doctor_errors(out: str) -> int:
-    try:
-        return sum(1 for f in json.loads(out)["findings"] if f["severity"] == "error")
-    except (ValueError, KeyError):
-        return -1
+    """Doctor's error findings; -1 when its output held no JSON line at all (it did not run)."""
+    return len(error_findings(out)) if json_lines(out) else -1
 
 
 def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) -> dict:
