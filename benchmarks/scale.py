@@ -2,11 +2,13 @@
 with the controller's peak memory and the machine's load at every measurement.
 
 Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8switch,16switch] [--repeat 3]
-[--serve]`. Every lab is brought up fresh (the lab image is built first if needed, outside the timing) and torn
-down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it (start-up,
-connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor; "mem MB" is
-the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's TensorRT-LLM
-stand-in) to show the serve phases' share of a no-op rerun.
+[--serve] [--verify-runs 5]`. Every lab is brought up fresh (the lab image is built first if needed, outside the
+timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it
+(start-up, connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor;
+"mem MB" is the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's
+TensorRT-LLM stand-in) to show the serve phases' share of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap
+--reprove` N times in a row on every lab (every mesh pair and the MPI probe proven again, nothing taken from the
+record) and counts the clean ones: exit 0, nothing changed, no warning from verify.fabric.
 
 The lab runs every node on this one machine: the N x (N-1) ssh handshakes that prove the meshes all land on its
 cores, so a 16-node figure here is an upper bound a real cluster (16 machines) does not see. Compare rows of the
@@ -17,6 +19,7 @@ Printed, never asserted (the issue's targets are listed under the table).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -53,14 +56,44 @@ def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
     """Run one sparkctl command, adding its wall time and peak RSS (wait4's rusage of that child) to figure."""
     figure.loads.append(load1())
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        out = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        errors.seek(0)
+        stderr = errors.read()
     figure.seconds.append(time.monotonic() - started)
     figure.peak_kb = max(figure.peak_kb, usage.ru_maxrss)
     figure.exits.append(os.waitstatus_to_exitcode(status))
     figure.loads.append(load1())
+    if figure.exits[-1] != 0:
+        last = stderr.strip().splitlines()[-1:] or [""]
+        figure.notes.append(f"{' '.join(argv[1:3])} exit {figure.exits[-1]}: {why_failed(out)} {last[0][:200]}")
     return out
+
+
+def json_lines(out: str) -> list[dict]:
+    """The objects of a --json output, one per line (bootstrap's events, doctor's `finding` lines)."""
+    lines = []
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError):
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+    return lines
+
+
+def error_findings(out: str) -> list[dict]:
+    return [e for e in json_lines(out) if e.get("event") == "finding" and e.get("severity") == "error"]
+
+
+def why_failed(out: str) -> str:
+    """The failed tasks (task, node, message) of a --json run, or doctor's error findings with their evidence: a
+    row that failed says why under the table instead of only counting."""
+    said = [f"{e.get('task')} {e.get('node') or ''} {e.get('message') or ''}".strip() for e in json_lines(out)
+            if e.get("status") in ("failed", "unreachable") or e.get("event") == "error"]
+    said += [f"{f.get('node')} {f.get('id')}: {f.get('summary') or ''} ({f.get('evidence') or ''})"
+             for f in error_findings(out)]
+    return "; ".join(dict.fromkeys(s[:300] for s in said)) or "(no failed task or error finding in its output)"
 
 
 def changed_count(out: str) -> int:
@@ -68,14 +101,21 @@ def changed_count(out: str) -> int:
                and json.loads(line).get("event") == "task_result")
 
 
+def clean_verify(out: str, exit_code: int) -> bool:
+    """A --reprove run that passed: exit 0, nothing changed, verify.fabric ok and without a warning."""
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    verify = [e for e in events if e.get("task") == "verify.fabric"]
+    return (exit_code == 0 and changed_count(out) == 0
+            and any(e.get("event") == "task_result" and e.get("status") == "ok" for e in verify)
+            and not any(e.get("event") == "warning" for e in verify))
+
+
 def doctor_errors(out: str) -> int:
-    try:
-        return sum(1 for f in json.loads(out)["findings"] if f["severity"] == "error")
-    except (ValueError, KeyError):
-        return -1
+    """Doctor's error findings; -1 when its output held no JSON line at all (it did not run)."""
+    return len(error_findings(out)) if json_lines(out) else -1
 
 
-def measure(shape: str, repeat: int, serve: bool = False) -> dict:
+def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) -> dict:
     from sparkctl.lab.inventory_writer import add_serve_section
     from sparkctl.lab.lab import Lab
 
@@ -101,11 +141,16 @@ def measure(shape: str, repeat: int, serve: bool = False) -> dict:
                 noop_changed += changed_count(run(bootstrap, noop, env))
             errors = [doctor_errors(run(["sparkctl", "doctor", inventory, "--json"], doctor, env))
                       for _ in range(repeat)]
+            verify, clean = Figure(), 0
+            for _ in range(verify_runs):
+                out = run([*bootstrap, "--reprove"], verify, env)
+                clean += clean_verify(out, verify.exits[-1])
         finally:
             lab.down()
     return {"shape": f"{size} {topology}{' +serve' if serve else ''}", "nodes": size, "topology": topology,
             "serve": serve, "up": up, "fresh": fresh, "noop": noop, "noop_changed": noop_changed,
-            "doctor": doctor, "doctor_errors": max(errors)}
+            "doctor": doctor, "doctor_errors": max(errors),
+            "verify": verify, "verify_clean": clean}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -119,6 +164,13 @@ def print_table(rows: list[dict]) -> None:
               f"{noop.median:>8.2f} {min(noop.seconds):>6.2f} {r['noop_changed']:>3} {max(noop.exits):>4} "
               f"{doc.median:>8.2f} {min(doc.seconds):>6.2f} {r['doctor_errors']:>6} {peak:>6.0f}  "
               f"{min(loads):.1f}-{max(loads):.1f}")
+    for r in rows:
+        for note in dict.fromkeys(n for f in (r["fresh"], r["noop"], r["doctor"], r["verify"]) for n in f.notes):
+            print(f"  {r['shape']}: {note}")
+        if r["verify"].seconds:
+            print(f"  {r['shape']}: cluster bootstrap --reprove {len(r['verify'].seconds)}x in a row: "
+                  f"{r['verify_clean']} clean; median {r['verify'].median:.2f} s; exits {r['verify'].exits}; "
+                  f"load {r['verify'].load_span()}")
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
     sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
@@ -137,6 +189,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"default {DEFAULT_SHAPES}")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--serve", action="store_true", help="also a pair that serves")
+    parser.add_argument("--verify-runs", type=int, default=0, help="--reprove runs in a row on every lab")
     args = parser.parse_args()
     from sparkctl.lab.image import ensure_image
 
@@ -145,7 +198,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)
         for serve in serves:
-            rows.append(measure(shape.strip(), args.repeat, serve=serve))
+            rows.append(measure(shape.strip(), args.repeat, serve=serve, verify_runs=args.verify_runs))
             print_table(rows[-1:])  # as it goes: a long run shows its rows early
     print()
     print_table(rows)

@@ -156,6 +156,9 @@ REMEDIES: dict[str, Remedy] = {
     "netplan.drift": _by("the fabric netplan file is missing or differs from the plan", *NETWORK),
     "nm.competing_profile": _by("a NetworkManager profile would take a fabric twin from netplan's", *NETWORK),
     "nm.twin_unmanaged": _by("NetworkManager renders a fabric twin but does not manage it", *NETWORK),
+    "nm.unread": _person("nmcli did not say in time what state NetworkManager is in", "note",
+                         "nothing is known broken: run doctor again; `nmcli device status` on the node shows "
+                         "whether it answers"),
     "nm.not_running": _person("NetworkManager renders the fabric but is not running", "software",
                               "sparkctl does not run the node's services: sudo systemctl enable --now NetworkManager"),
     # ssh

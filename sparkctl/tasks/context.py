@@ -210,6 +210,7 @@ class ClusterContext:
         self.emit = emit
         self.nodes: dict[str, NodeContext] = {}
         self._generation = 0
+        self._stage_pins: dict[str, Any] | None = None  # the facts the last node stage pinned
         self._plan: tuple[int, ClusterPlan] | None = None
         # Two small locks, never held while waiting for a node: a node's facts() bumps the generation while
         # holding its own lock, and plan() gathers facts of every node.
@@ -286,7 +287,12 @@ class ClusterContext:
                 list(pool.map(lambda c: c.known_facts(), stale))
         for ctx in self.nodes.values():
             ctx._pinned = ctx._facts  # None when never read: a peer then reads it when it needs it
-        self.bump()
+        # a new generation only when what peers plan from moved: the same facts pinned again keep the plan and
+        # what a task handed over (a no-op's verify.fabric takes container.ssh's reads across the model stage)
+        pins = {name: ctx._pinned for name, ctx in self.nodes.items()}
+        before, self._stage_pins = self._stage_pins, pins
+        if before is None or any(pin is not before.get(name) for name, pin in pins.items()):
+            self.bump()
 
     def facts_by_node(self) -> dict[str, Facts]:
         """Every node's facts as planning needs them: a lost node's as last read (absent if never read)."""

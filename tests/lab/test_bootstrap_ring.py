@@ -8,6 +8,7 @@ Node i's port 0 is cabled to node i+1's port 1, one /24 per cable twin, four fab
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,12 @@ def test_ring_of_four_converges_through_verify_fabric_across_relays(ring):
     assert [e["status"] for e in verify] == ["ok"]
     probe = [e for e in events if e["event"] == "log" and e.get("task") == "verify.fabric"][-1]
     assert "4 rank(s), allreduce sum ok" in probe["message"]
+    # the allreduce's bytes left every node by its twins; the management port carries only background traffic
+    # (an ssh ACK, an LLDP frame: tens of bytes), below verify.fabric's floor of a quarter of the payload
+    floor = float(re.search(r"([0-9.]+) MiB", probe["message"]).group(1)) * 2**20 / 4
     for node, moved in probe["probe"]["interfaces"].items():
-        assert moved and set(moved) <= set(TWINS), node
+        carried = {name for name, sent in moved.items() if sent >= floor}
+        assert carried and carried <= set(TWINS), (node, moved)
     # no warning that a rank's bytes left by a routed twin: in a ring that is the path
     assert not [e for e in events if e["event"] == "warning" and e.get("task") == "verify.fabric"]
 

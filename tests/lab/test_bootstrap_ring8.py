@@ -1,6 +1,8 @@
 """The one large lab of the suite: a ring of eight, the largest ring sparkctl builds. Opposite nodes are four
 hops apart, relayed by three nodes each way. It bootstraps through verify.fabric (every rank, across the relays),
-and a rerun changes nothing. Its speed is measured in benchmarks/scale.py, not here."""
+and a rerun changes nothing. It renders netplan through NetworkManager (DGX OS's, the lab's default; the ring of
+four in test_bootstrap_ring.py uses networkd), with preflight's LLDP cabling map judging every ring cable. Its
+speed is measured in benchmarks/scale.py, not here."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ NODES = [f"spark{i}" for i in range(1, 9)]
 
 @pytest.fixture(scope="module")
 def ring8(lab_factory):
-    lab = lab_factory(8, "ring")
+    lab = lab_factory(8, "ring", renderer="networkmanager")
     rc, events = bootstrap(lab)
     assert rc == 0, failures(events)
     return lab, events

@@ -184,6 +184,12 @@ def nm_not_running(s):
         s.facts[name].interfaces["enp1s0f1np1"].mac = nm_tests.BOUND_MAC
 
 
+def nm_unread(s):
+    nm_not_running(s)
+    s.facts["spark2"].nm = nm_tests.nmcli("converged.txt")
+    s.facts["spark2"].nm.status, s.facts["spark2"].nm.detail = "error", "no answer"
+
+
 def mesh_unchecked(s):
     reset = "kex_exchange_identification: read: Connection reset by peer"
     s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, reset, "unknown")
@@ -240,7 +246,7 @@ FAULTS = {
     "container.unread": container_unread, "fabric.lldp_unavailable": lldp_unavailable,
     "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running, "node.not_ssh": not_ssh,
     "node.ssh_refused": ssh_refused, "doctor.run_in_progress": run_in_progress,
-    "doctor.outside_unreadable": outside_unreadable,
+    "doctor.outside_unreadable": outside_unreadable, "nm.unread": nm_unread,
 }
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}

@@ -337,6 +337,17 @@ def test_networkmanager_stopped_is_an_error_only_where_it_renders_the_fabric():
     assert diagnose(s).findings == []
 
 
+def test_nmcli_that_did_not_answer_is_not_read_as_stopped():
+    """A loaded node's nmcli timed out (the section printed nothing; seen at load 124 on a 16-node lab): nothing is
+    known, so a warning that it could not be read, never the error that NetworkManager is not running."""
+    s = nm_snapshot("stopped.txt")
+    s.facts["spark2"].nm = parse_nmcli("#devices\n")
+    assert s.facts["spark2"].nm.status == "error"
+    d = diagnose(s)
+    assert d.errors == []
+    assert {(f.id, f.node, f.severity) for f in d.findings} == {("nm.unread", "spark2", "warning")}
+
+
 def test_doctor_fix_runs_the_network_tasks_for_networkmanager_findings():
     from sparkctl.doctor.fix import tasks_for
 

@@ -157,6 +157,16 @@ def test_smoke_passes_and_reports_acceptance(tmp_path, endpoint):
     assert endpoint.requests[-1]["model"] == "nvidia/Qwen3-235B-A22B-FP4"
 
 
+def test_smoke_asks_health_only_when_a_request_failed(tmp_path, endpoint):
+    """serve.launch has just seen /health answer 200: a smoke test that passes costs no extra exec for it."""
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    assert not [c for c in kit.transport("spark1").calls if c.kind == "exec_in" and "/health" in c.target]
+    endpoint.close()
+    with pytest.raises(TaskFailed, match="/health answers nothing"):
+        ServeSmokeTask().check(kit_for(tmp_path, port=endpoint.port).cluster)
+
+
 def test_smoke_fails_on_degenerate_output_with_the_8615_hint(tmp_path, endpoint):
     endpoint.reply = "!!!!!!!!!!!!!!!!"
     with pytest.raises(TaskFailed) as failure:

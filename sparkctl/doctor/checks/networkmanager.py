@@ -28,6 +28,16 @@ def check_networkmanager(s: Snapshot) -> list[Finding]:
         if f.nm is None:
             continue
         twins = _planned_twins(s, node)
+        if f.nm.status == "error":
+            # nmcli gave no answer to read (timed out on a loaded node, or an error other than "not running"):
+            # nothing is known about NetworkManager, so nothing is reported broken
+            if nm_renders(f.netplan_files, twins):
+                out.append(Finding("nm.unread", "warning", node,
+                                   "NetworkManager's state could not be read (nmcli gave no usable answer)",
+                                   evidence=f"nmcli: {f.nm.detail or 'no answer'}",
+                                   fix="run doctor again; `nmcli device status` on the node shows whether it "
+                                       "answers", phase=PHASE))
+            continue
         if not f.nm.running:
             if nm_renders(f.netplan_files, twins):
                 out.append(Finding("nm.not_running", "error", node,

@@ -43,14 +43,16 @@ class ServeSmokeTask(Task):
         head = ctx.head()
         client = head_client(head.transport, inv, timeout=300)
         where = client.base_url
-        status, why = client.health_detail()
-        if status != 200:
-            raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
-                             hint="see `sparkctl serve logs` for the server's log")
         try:
             client.metrics()  # drain: the acceptance length below is this request's
             reply = client.chat(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
         except EndpointError as exc:
+            # /health only once something failed (serve.launch has just seen it answer 200): it says
+            # whether the server is down or this request failed
+            status, why = client.health_detail()
+            if status != 200:
+                raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
+                                 hint="see `sparkctl serve logs` for the server's log") from exc
             raise TaskFailed(f"a chat completion from {where} failed: {exc}") from exc
         if not reply.text.strip():
             raise TaskFailed(f"{where} answered a chat completion with no text",
