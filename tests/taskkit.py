@@ -80,6 +80,7 @@ class RecordingTransport:
         self.files: dict[str, str | bytes] = {}
         self.on_put: list[Callable[[Call], None]] = []
         self.closed = False
+        self.dead = False  # the run's connection died under it (keepalives unanswered)
 
     def respond(self, pattern: str, stdout: str | Callable[[], str] = "", exit_code: int = 0, stderr: str = "",
                 then: Callable[[], None] | None = None) -> RecordingTransport:
@@ -129,6 +130,9 @@ class RecordingTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def connection_dead(self) -> bool:
+        return self.dead
 
     def _record(self, call: Call) -> None:
         self.calls.append(call)

@@ -118,7 +118,8 @@ def _port(interface: str) -> int | None:
 
 def resolve(neighbor: LldpNeighbor, facts: dict[str, Facts], hosts: dict[str, str] | None = None) -> End:
     """The far end of what LLDP heard: a node of the cluster by the MAC of its port (lldpd's default port id),
-    else by its system name (the hostname), else by a management address; otherwise a foreign system."""
+    else by its system name (the hostname), else by a management address, else by an inventory node's name (`hosts`
+    lists them all, facts or not); otherwise a foreign system."""
     if neighbor.port_id_type == "mac" and neighbor.port_id:
         mac = neighbor.port_id.lower()
         for node, f in facts.items():
@@ -133,6 +134,10 @@ def resolve(neighbor: LldpNeighbor, facts: dict[str, Facts], hosts: dict[str, st
     for node, host in (hosts or {}).items():
         if host in neighbor.mgmt_ips:
             return End(node, interface, _port(interface))
+    if name and name in (hosts or {}):
+        # an inventory node whose facts are missing (lost in this run): still the node its name says, so a
+        # healthy node's cable to it is judged, while its own ports stay unknown
+        return End(name, interface, _port(interface))
     return End(name or neighbor.chassis_id, interface, _port(interface), known=False)
 
 

@@ -51,6 +51,10 @@ class Transport(Protocol):
 
     def close(self) -> None: ...
 
+    def connection_dead(self) -> bool:
+        """Whether the open connection to the node died under the run (its keepalives went unanswered). False
+        when it lives, was never opened, or was closed on purpose."""
+
     def interrupt(self) -> None:
         """Ctrl-C: cut what runs now; every later call raises errors.Interrupted."""
 

@@ -100,6 +100,9 @@ class ShellTransport:
         self.round_trips += 1
         return HeldCommand(self._open_stream(line), what)
 
+    def connection_dead(self) -> bool:
+        return False
+
     def interrupt(self) -> None:
         """Ctrl-C: cut what runs now, start nothing more (each later call raises errors.Interrupted)."""
 

@@ -62,6 +62,7 @@ class SSHTransport(ShellTransport):
         self._open_lock = threading.Lock()
         self._sftp_lock = threading.Lock()
         self._interrupted = False
+        self._closed = False  # close() was called: an inactive transport is then not a dead connection
         self._conn = self._make_connection()
         self.user: str = self._conn.user
         self.host: str = self._conn.host
@@ -111,6 +112,7 @@ class SSHTransport(ShellTransport):
             for policy in self._policies:
                 policy.commit()
             _detect_dead_peer(self._conn)
+            self._closed = False
             log.debug("%s: connected as %s in %.2fs", self.where, self.user, time.monotonic() - started)
 
     def _unreachable(self, exc: BaseException, elapsed: float = 0.0) -> Unreachable:
@@ -203,7 +205,14 @@ class SSHTransport(ShellTransport):
 
     def close(self) -> None:
         with self._sftp_lock:
+            self._closed = True
             self._conn.close()
+
+    def connection_dead(self) -> bool:
+        """The connection was opened and its transport ended without close(): the kernel gave up on unacknowledged
+        data (the keepalive and TCP_USER_TIMEOUT, _detect_dead_peer) or the node closed it."""
+        transport = self._conn.transport
+        return transport is not None and not transport.is_active() and not self._closed
 
     def interrupt(self) -> None:
         """Ctrl-C: what runs now is cut (the connection closes under it) and nothing more starts. A command cut

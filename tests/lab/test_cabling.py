@@ -12,7 +12,9 @@ import yaml
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
+from sparkctl.exitcodes import ExitStatus
 from tests.lab.conftest import poll
+from tests.lab.fault_kit import Controller, cut_link, restore_link
 from tests.lab.test_bootstrap_containers import bootstrap, changed, failures, sh
 from tests.taskkit import doctor_report
 
@@ -59,6 +61,38 @@ def test_preflight_names_each_wrong_cable_before_changing_anything(miscabled):
     assert "LLDP sees spark1 port 1 (enp1s0f1np1, enP2p1s0f1np1)" in details
     assert changed(events) == set()
     assert {n: untouched(lab, n) for n in NODES} == before
+
+
+def test_with_a_node_cut_off_in_preflight_the_wrong_cables_still_stop_every_change(miscabled):
+    """Issue 17 meets issue 13: a node lost mid-run is unreachable, its own cabling unknown (not called wrong), and
+    preflight.cluster goes on without it (so healthy nodes are not held back by a lost one), judging what the
+    others' lldpd see: here still a miscabled ring, so nothing changes anywhere."""
+    lab = miscabled
+    before = {n: untouched(lab, n) for n in NODES if n != "spark3"}
+    run = Controller(lab)
+    run.wait_for_start("preflight.node", "spark3")
+    cut_link(lab, "spark3")
+    try:
+        code = run.finish()
+    finally:
+        restore_link(lab, "spark3")
+
+    assert code == ExitStatus.TASK_FAILED, run.describe()  # a failure outranks the lost node (exit 3)
+    assert "Traceback" not in run.stderr
+    assert list(run.recap["lost"]) == ["spark3"], run.describe()
+    assert [(r["task"], r.get("node")) for r in run.results("failed")] == [("preflight.cluster", None)]
+    (failed,) = run.results("failed")
+    details = "\n".join(failed.get("details") or [])
+    assert ("spark1 port 0 (enp1s0f0np0): the inventory wants spark2 port 1 here (the ring in inventory order "
+            "spark1 -> spark2 -> spark3 -> spark1, port 0 to the next node's port 1); LLDP sees spark3 port 1 "
+            "(enp1s0f1np1, enP2p1s0f1np1)") in details, details
+    assert "spark2 port 0 (enp1s0f0np0): the inventory wants spark3 port 1 here" in details
+    assert not [d for d in failed["details"] if d.startswith("spark3 ")], details  # the lost node's ports: unknown
+    assert not run.results("changed")
+    for name in ("network.netplan", "ssh.keys", "container.image", "container.state"):
+        for node in ("spark1", "spark2"):
+            assert run.status_of(name, node) == "skipped", (name, node, run.describe())
+    assert {n: untouched(lab, n) for n in before} == before
 
 
 def test_doctor_shows_the_map_from_lldp_and_the_wrong_cables(miscabled):

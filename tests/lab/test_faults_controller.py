@@ -34,6 +34,11 @@ pytestmark = pytest.mark.lab
 WATCHED = "spark1"
 
 
+def journals(lab):
+    """The run journals of the lab's cluster (runs/journal.runs_dir: one folder per cluster)."""
+    return xdg_state(lab) / "sparkctl" / "runs" / lab.names.cluster_name
+
+
 @pytest.fixture(scope="module")
 def lab(lab_factory):
     lab = lab_factory(2, "pair")
@@ -60,7 +65,7 @@ def stop_at(lab, point: str, signum: int) -> Controller:
 @pytest.mark.parametrize("point", list(POINTS))
 def test_ctrl_c_stops_cleanly_and_the_rerun_converges(lab, point):
     reset(lab, point)
-    before = set(latest_runs(1000, xdg_state(lab) / "sparkctl" / "runs"))
+    before = set(latest_runs(1000, journals(lab)))
     run = stop_at(lab, point, signal.SIGINT)
     code = run.finish()
 
@@ -80,7 +85,7 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_converges(lab, point):
     assert set(stopped["not_started"]) >= set(PHASE_ORDER[PHASE_ORDER.index(POINTS[point]) + 1:]) - {
         r["task"] for r in run.results()}
     # the journal says the same, cut tasks included
-    journal = [p for p in latest_runs(1000, xdg_state(lab) / "sparkctl" / "runs") if p not in before]
+    journal = [p for p in latest_runs(1000, journals(lab)) if p not in before]
     assert len(journal) == 1
     events = read_run(journal[0])
     assert events[-1]["interrupted"] == stopped

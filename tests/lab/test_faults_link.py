@@ -60,6 +60,11 @@ def test_a_node_cut_off_mid_run_is_the_only_one_lost_and_the_rerun_converges(lab
 
     assert code == ExitStatus.UNREACHABLE, run.describe()
     assert "Traceback" not in run.stderr
+    # event order: the node is lost once, before the recap, and nothing starts on it after that
+    kinds = [(e.get("event"), e.get("node")) for e in run.stream]
+    recap_at = next(i for i, (kind, _) in enumerate(kinds) if kind == "recap")
+    assert kinds.count(("node_lost", CUT)) == 1 and kinds.index(("node_lost", CUT)) < recap_at, run.describe()
+    assert ("task_start", CUT) not in kinds[kinds.index(("node_lost", CUT)):], run.describe()
     recap = run.recap
     assert list(recap["lost"]) == [CUT], run.describe()
     assert recap["nodes"][CUT]["unreachable"] == 1

@@ -140,6 +140,31 @@ def test_lost_management_path_is_unreachable_and_leaves_the_revert_armed():
     assert any("setsid nohup" in c.target for _, c in kit.log)  # the node-side revert stays armed
 
 
+@pytest.mark.parametrize("dead", [False, True], ids=["connection-alive", "connection-dead"])
+def test_a_confirm_waits_for_the_address_to_come_back_only_while_the_run_s_connection_lives(monkeypatch, dead):
+    """Under NetworkManager the management address drops for a moment after `netplan apply`, so a failed fresh
+    connection is tried again (CONFIRM_RETRY); once the run's own connection, kept alive since the apply, has died
+    too, the node is cut off (issue 17): it is lost at once, not after the whole retry window."""
+    clock = iter(range(1000))
+    monkeypatch.setattr(netplan_apply.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(netplan_apply.time, "monotonic", lambda: float(next(clock)))
+    kit = make_kit(inventory(), {n: spark_facts(n) for n in ("spark1", "spark2")})
+    kit.refuse_fresh = True
+    attempts = []
+    opened = kit.cluster.new_transport
+    kit.cluster.new_transport = lambda node: attempts.append(node) or opened(node)
+    kit.transport("spark1").dead = dead
+    with pytest.raises(Unreachable) as lost:
+        netplan_apply.confirm(kit.node("spark1"), "run1", applied_at=0.0)
+    assert lost.value.node == "spark1"
+    if dead:
+        assert attempts == ["spark1"]
+        assert lost.value.message.endswith("(spark1: connection refused; the run's own connection to it stopped "
+                                           "answering too)")
+    else:
+        assert len(attempts) > 1 and "stopped answering too" not in lost.value.message
+
+
 def test_addresses_that_never_appear_fail_with_details(monkeypatch):
     (case,) = [c for n, c in CASES if n == "create"]
     kit = kit_from_case(case)  # no effects: the node never shows the addresses

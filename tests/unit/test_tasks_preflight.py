@@ -245,3 +245,46 @@ def test_a_round_trip_too_slow_to_say_is_not_blamed_on_the_clock():
     facts.controller_time = (facts.time - 200, facts.time + 400)  # a 10-minute round trip brackets the node's time
     kit = make_kit(inventory(), {"spark1": facts, "spark2": spark_facts("spark2")})
     assert outcome(NodePreflight(), kit.node("spark1")) == []
+
+
+# --- a node lost before preflight.cluster (issue 17): its cabling is unknown, not wrong ---------------------------
+
+RING_AS_CABLED = """
+user: nvidia
+nodes:
+  - {name: spark1, host: spark-1.local}
+  - {name: spark3, host: spark-3.local}
+  - {name: spark2, host: spark-2.local}
+fabric: {topology: ring}
+"""
+
+
+def _lose(kit, node: str) -> None:
+    from sparkctl.errors import Unreachable
+
+    kit.node(node).shows = Unreachable(f"{node}: stopped answering", node=node)
+
+
+def test_a_node_lost_before_it_was_read_is_not_called_miscabled(tmp_path):
+    from tests.taskkit import inventory_from_yaml
+
+    kit = make_kit(inventory_from_yaml(RING_AS_CABLED, tmp_path), _ring_as_cabled_132())
+    _lose(kit, "spark2")
+    assert outcome(ClusterPreflight(), kit.cluster) == []  # the healthy nodes go on
+    assert kit.cluster.lost.why("spark2") == "spark2: stopped answering"
+    assert kit.warnings() == []
+    assert kit.log == []
+
+
+def test_a_miscabled_ring_is_refused_with_a_node_lost_on_what_the_others_see():
+    kit = make_kit(inventory("three-sparks-ring.yaml"), _ring_as_cabled_132())
+    _lose(kit, "spark3")
+    problems = outcome(ClusterPreflight(), kit.cluster)
+    # spark1's lldpd still names spark3 (by its system name) at the far end of port 0, where spark2 belongs
+    assert problems[0] == ("spark1 port 0 (enp1s0f0np0): the inventory wants spark2 port 1 here (the ring in "
+                           "inventory order spark1 -> spark2 -> spark3 -> spark1, port 0 to the next node's port 1); "
+                           "LLDP sees spark3 port 1 (enp1s0f1np1, enP2p1s0f1np1)")
+    assert "spark2 port 0 (enp1s0f0np0): the inventory wants spark3 port 1 here" in problems[2]
+    assert not [p for p in problems if p.startswith("spark3 ")]  # nothing said of the lost node's own ports
+    assert "sparkctl inventory init" in problems[-1]
+    assert kit.log == []

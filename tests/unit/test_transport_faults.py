@@ -224,3 +224,23 @@ def test_a_full_disk_is_named_and_the_temp_file_does_not_stay(sshd, users, known
         assert (full / "entrypoint.sh").read_text() == "old\n"
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_connection_that_died_under_the_run_is_told_from_one_closed_on_purpose(sshd, users, known_hosts):  # noqa: F811
+    relay = Relay(sshd.port)
+    ssh = relayed(sshd, known_hosts, relay)
+    try:
+        assert not ssh.connection_dead()  # never opened
+        assert ssh.run("true").ok
+        assert not ssh.connection_dead()
+        ssh._conn.transport.sock.shutdown(socket.SHUT_RDWR)  # what the kernel does once TCP_USER_TIMEOUT passes
+        deadline = time.monotonic() + 10
+        while not ssh.connection_dead() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ssh.connection_dead()
+        ssh.close()
+        assert not ssh.connection_dead()  # closed on purpose
+        assert ssh.run("true").ok and not ssh.connection_dead()  # reopened
+    finally:
+        ssh.close()
+        relay.close()

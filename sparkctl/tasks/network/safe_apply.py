@@ -121,6 +121,12 @@ def confirm(ctx: NodeContext, run_id: str, applied_at: float | None = None) -> N
         unreached = result is None or result.exit_code == 255
         if not unreached or deadline is None or time.monotonic() >= deadline:
             break
+        if ctx.transport.connection_dead():
+            # the run's own connection, kept alive since the apply, went unanswered as well: the node is cut off,
+            # not between NetworkManager's disconnect and its address coming back; waiting longer only delays
+            # the rest of the run (the node's guard reverts on its own)
+            detail = "; ".join(filter(None, [detail, "the run's own connection to it stopped answering too"]))
+            break
         time.sleep(0.5)
     if result is not None and result.ok and "confirmed" in result.stdout:
         return
