@@ -5,7 +5,9 @@ On every reachable node, in inventory order, sparkctl leaves a small bash proces
 it holds `flock` on `<state dir>/run.lock` and writes who holds it to `run.holder`. The kernel lock lives exactly
 as long as that process, which ends when its stdin closes (sparkctl ends, is killed or loses the connection) or
 when no heartbeat came for LEASE_S seconds. A clean release removes `run.holder`; a run that ended any other way
-leaves it, so the next run finds a free lock with a holder record: stale, taken over, and said so.
+leaves it, so the next run finds a free lock with a holder record: stale, taken over, and said so. A holder of
+this controller whose process is gone but whose node-side process still waits (its link was cut: no FIN reached
+the node) is ended by the next run at once, not after the lease.
 Read-only commands never take it (`peek` only tells them a run is changing the cluster).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -59,6 +62,25 @@ while IFS= read -r -t "$3" line; do
   fi
 done
 exit 0"""
+
+#: $1: the run id of a holder whose process is gone from this controller: its node-side holders (bash processes
+#: of this user whose command line carries that id) are ended, which frees their flock.
+TAKEOVER_SCRIPT = 'pkill -u "$(id -u)" -f -- "$1"; sleep 0.2; true'
+
+
+def gone_from_here(holder: Holder) -> bool:
+    """A holder started on this controller whose process no longer exists (a reused pid counts as alive: the
+    lease then ends it, never a guess)."""
+    if holder.controller != socket.gethostname() or not re.fullmatch(r"[0-9a-f]{12}", holder.run):
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False
+
 
 #: Read-only: who holds the lock now (flock taken and released at once), nothing written.
 PEEK_SCRIPT = f"""{LOCK_DIR}
@@ -168,7 +190,7 @@ class ClusterLock:
         self._beat = threading.Thread(target=self._heartbeat, name="sparkctl-lock", daemon=True)
         self._beat.start()
 
-    def _take(self, node: str, transport: Transport) -> None:
+    def _take(self, node: str, transport: Transport, retried: bool = False) -> None:
         held = transport.hold(HOLD_SCRIPT, self.cluster, self.holder.record(), str(LEASE_S),
                               what=f"cluster lock on {node}")
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
@@ -183,6 +205,15 @@ class ClusterLock:
                 continue
             if word == "held":
                 held.close()
+                gone = Holder.parse(rest.strip())
+                if not retried and gone is not None and gone_from_here(gone):
+                    # a run of this controller that died with its link down: the node still waits for its
+                    # heartbeat (no FIN ever came), so the lease would hold the cluster for LEASE_S more
+                    transport.run(f"bash -c {q(TAKEOVER_SCRIPT)} sparkctl {q(gone.run)}", timeout=15)
+                    self._take(node, transport, retried=True)
+                    with self._lock:
+                        self.stale[node] = gone
+                    return
                 raise ClusterBusy(f"cluster {self.cluster} is busy: {describe_other(rest)} holds it "
                                   f"(lock on {node}); try again when that run ends")
             if word == "error":

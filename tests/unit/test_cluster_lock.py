@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -90,6 +92,38 @@ def test_a_holder_that_vanished_leaves_a_stale_lock_that_the_next_run_takes_over
     with ClusterLock("lab", nodes, Holder.now("bootstrap")) as taker:
         assert set(taker.stale) == {"spark1", "spark2"}
         assert taker.stale["spark1"].run == gone.holder.run
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_holder_of_this_controller_whose_process_died_is_taken_over_at_once(nodes):
+    """Its link was cut: the nodes never saw its connection close and wait for its heartbeat (the lease), but the
+    process is gone from this controller, so the next run ends its node-side holders and takes the lock."""
+    cut = ClusterLock("lab", nodes, dataclasses.replace(Holder.now("bootstrap"), pid=dead_pid()))
+    cut.acquire()
+    cut._stop.set()  # no heartbeat, no release: the node-side holders keep waiting
+    assert set(peek("lab", nodes)) == {"spark1", "spark2"}
+    with ClusterLock("lab", nodes, Holder.now("bootstrap")) as taker:
+        assert set(taker.stale) == {"spark1", "spark2"} and taker.stale["spark2"].run == cut.holder.run
+        assert json.loads(holder_file(nodes["spark2"]).read_text())["run"] == taker.holder.run
+    for held in cut._held.values():
+        held.close()
+
+
+def test_a_dead_holder_of_another_controller_waits_for_its_lease(nodes):
+    """Another machine's pid says nothing here: only the lease ends that holder."""
+    other = ClusterLock("lab", nodes, dataclasses.replace(Holder.now("bootstrap"), pid=dead_pid(),
+                                                          controller="another-controller"))
+    other.acquire()
+    try:
+        with pytest.raises(ClusterBusy, match="another-controller"):
+            ClusterLock("lab", nodes, Holder.now("bootstrap")).acquire()
+    finally:
+        other.release()
 
 
 def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
