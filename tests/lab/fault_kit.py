@@ -153,6 +153,14 @@ def cut_link(lab, node: str) -> None:
     subprocess.run(["ip", "link", "set", mgmt_veth(lab, node), "down"], check=True, timeout=30)
 
 
+def bootstrapped_pair(lab_factory):
+    """The fault modules' lab: a pair, bootstrapped once (each test resets what its fault needs redone)."""
+    lab = lab_factory(2, "pair")
+    first = bootstrap_all(lab)
+    assert first.exit_code == 0, first.describe()
+    return lab
+
+
 def restore_link(lab, node: str) -> None:
     """The cable back. The cut run's cluster lock on the node (runs/lock.py) is still held there (no FIN reached
     the node, so it waits out its lease); the rerun, from this controller where that run's process is gone, ends it

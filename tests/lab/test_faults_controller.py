@@ -22,6 +22,7 @@ from tests.lab.fault_kit import (
     Controller,
     applied_marker,
     bootstrap_all,
+    bootstrapped_pair,
     half_written,
     pending_guards,
     reachable,
@@ -41,10 +42,7 @@ def journals(lab):
 
 @pytest.fixture(scope="module")
 def lab(lab_factory):
-    lab = lab_factory(2, "pair")
-    first = bootstrap_all(lab)
-    assert first.exit_code == 0, first.describe()
-    return lab
+    return bootstrapped_pair(lab_factory)
 
 
 def stop_at(lab, point: str, signum: int) -> Controller:

@@ -20,6 +20,7 @@ from tests.lab.fault_kit import (
     Controller,
     applied_marker,
     bootstrap_all,
+    bootstrapped_pair,
     cut_link,
     half_written,
     pending_guards,
@@ -34,10 +35,7 @@ CUT, HEALTHY = "spark2", "spark1"
 
 @pytest.fixture(scope="module")
 def lab(lab_factory):
-    lab = lab_factory(2, "pair")
-    first = bootstrap_all(lab)
-    assert first.exit_code == 0, first.describe()
-    return lab
+    return bootstrapped_pair(lab_factory)
 
 
 @pytest.mark.parametrize("point", list(POINTS))

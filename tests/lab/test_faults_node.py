@@ -24,7 +24,7 @@ from sparkctl.plan.paths import state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
 from tests.lab.conftest import ssh
-from tests.lab.fault_kit import NODE_TASKS, bootstrap_all, half_written, reset
+from tests.lab.fault_kit import NODE_TASKS, bootstrap_all, bootstrapped_pair, half_written, reset
 
 pytestmark = pytest.mark.lab
 
@@ -35,10 +35,7 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 @pytest.fixture(scope="module")
 def lab(lab_factory):
-    lab = lab_factory(2, "pair")
-    first = bootstrap_all(lab)
-    assert first.exit_code == 0, first.describe()
-    return lab
+    return bootstrapped_pair(lab_factory)
 
 
 def run_with(lab, hook: Callable[[Event], None] | None = None):
