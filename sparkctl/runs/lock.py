@@ -50,8 +50,10 @@ if ! flock -n 9; then
   exit 0
 fi
 prev=$(head -c 2000 "$d/run.holder" 2>/dev/null)
+# the record only names the holder (the flock is the lock): a node whose disk is full is still locked, and the
+# run goes on to meet the full disk where it writes, on that node
 printf '%s\\n' "$2" > "$d/run.holder.new" && mv -f "$d/run.holder.new" "$d/run.holder" || {{
-  echo "{MARK} error cannot write $d/run.holder"; exit 1; }}
+  rm -f "$d/run.holder.new" "$d/run.holder"; echo "{MARK} unrecorded"; }}
 [ -n "$prev" ] && echo "{MARK} stale $prev"
 echo "{MARK} acquired"
 while IFS= read -r -t "$3" line; do

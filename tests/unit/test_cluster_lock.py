@@ -126,6 +126,18 @@ def test_a_dead_holder_of_another_controller_waits_for_its_lease(nodes):
         other.release()
 
 
+def test_a_node_whose_holder_record_cannot_be_written_is_still_locked(nodes):
+    """A full disk: the record is not written (and no older one is left to name the wrong run), the flock holds."""
+    state = nodes["spark1"].home / ".local/state/sparkctl/lab"
+    state.mkdir(parents=True)
+    (state / "run.holder").write_text('{"stale": true}\n')
+    (state / "run.holder.new").mkdir()  # what cannot be written as a file: the write fails like a full disk's
+    with ClusterLock("lab", nodes, Holder.now("bootstrap")):
+        assert not (state / "run.holder").exists()
+        with pytest.raises(ClusterBusy, match="another sparkctl run \\(no holder record\\)"):
+            ClusterLock("lab", nodes, Holder.now("bootstrap")).acquire()
+
+
 def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
     monkeypatch.setattr(lockmod, "LEASE_S", 1)
     monkeypatch.setattr(lockmod, "HEARTBEAT_S", 60.0)
