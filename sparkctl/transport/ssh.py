@@ -427,13 +427,23 @@ class ChannelStream:
         self._chan = chan
 
     def recv(self, timeout: float) -> bytes | None:
-        if not self._chan.recv_ready():
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._chan.recv_ready():
+                return self._chan.recv(_CHUNK)
+            # stderr is not what a held command answers with, but it wakes the channel's select too (a full disk's
+            # "write error" once made the lock read as "no answer"): drained, and the wait goes on
+            while self._chan.recv_stderr_ready():
+                self._chan.recv_stderr(_CHUNK)
             if self._chan.eof_received or self._chan.closed:
-                return b""
-            select.select([self._chan], [], [], max(0.0, timeout))
-            if not self._chan.recv_ready():
-                return b"" if self._chan.eof_received or self._chan.closed else None
-        return self._chan.recv(_CHUNK)
+                return b"" if not self._chan.recv_ready() else self._chan.recv(_CHUNK)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            started = time.monotonic()
+            select.select([self._chan], [], [], remaining)
+            if not self._chan.recv_ready() and time.monotonic() - started < 0.01:
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     def send(self, data: bytes) -> None:
         if self._chan.closed or not self._chan.get_transport() or not self._chan.get_transport().is_active():

@@ -173,3 +173,16 @@ def test_single_facts_field_defaults_keep_old_snapshots_silent():
     s = healthy_snapshot()
     assert all(dataclasses.asdict(s.probes[n].system)["hcas"] is None for n in TWINS)
     assert diagnose(s).findings == []
+
+
+def test_a_roce_port_down_because_the_far_end_is_set_down_is_said_once_on_that_end():
+    """Both twins of spark2 set down: spark1's RoCE ports go down with the link (mlx5 follows the carrier); the one
+    finding is spark2's port, never a RoCE fault on spark1 (a lab seed found spark1's netdev read as Up while its
+    RoCE port already said PORT_DOWN)."""
+    s = healthy()
+    for twin in ("enp1s0f1np1", "enP2p1s0f1np1"):
+        s.facts["spark2"].interfaces[twin].operstate = "DOWN"
+        s.facts["spark2"].interfaces[twin].flags = ["BROADCAST", "MULTICAST"]
+    for hca in s.probes["spark1"].system.hcas.values():
+        hca.state = "PORT_DOWN"
+    assert ids(s) == {("fabric.port_down", "spark2", "error")}

@@ -15,6 +15,10 @@ def check_roce(s: Snapshot) -> list[Finding]:
     if s.inventory.topology == "single" or s.plan is None:
         return []
     out = []
+    # a RoCE port follows its link: where either end of a twin's cable is not Up, the link's finding (on the end
+    # that is down) is the cause, said once there
+    far_down = {(node, link.interface) for node in s.order for link in s.plan.fabric.links(node)
+                for peer, pif, _ in link.peers if peer in s.facts and not s.facts[peer].interface_up(pif)}
     for node in s.order:
         f, system = s.facts[node], s.probe(node).system
         ports = s.plan.fabric.ports.get(node)
@@ -22,7 +26,7 @@ def check_roce(s: Snapshot) -> list[Finding]:
             continue
         planned = s.plan.fabric.addresses.get(node, {})
         for iface in ports.interfaces:
-            if not f.interface_up(iface):
+            if not f.interface_up(iface) or (node, iface) in far_down:
                 continue  # the port's own finding (fabric.port_down) explains the rest
             roce = f.roce_for(iface)
             device = roce.device if roce else SPARK_ROCE.get(iface, "")
