@@ -105,7 +105,8 @@ def test_a_full_disk_is_one_clear_error_on_that_node_and_nothing_half_written(la
     assert not result.unreachable
     assert_healthy_node_finished(result)
     assert status(result, "container.run", FAULTY) == "skipped"
-    assert sorted(listing) == ["container-ssh", "filler", "run"]  # no temp file, no truncated entrypoint
+    # no temp file, no truncated entrypoint, no holder record; run.lock is the cluster lock's (empty) flock file
+    assert sorted(listing) == ["container-ssh", "filler", "run", "run.lock"]
     assert_converges(lab)
 
 
