@@ -207,3 +207,23 @@ def test_a_known_hosts_file_in_a_missing_folder_is_refused_not_created(run, tmp_
     assert f"inv.yaml:2: ssh.known_hosts {tmp_path}/typo/known_hosts: the folder {tmp_path}/typo does not exist" \
         in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_only_a_later_phase_brings_back_the_fabric_the_containers_use(run, unreachable_inventory):
+    """After `cluster down --network` (or a drift of the fabric), `--only serve` must not run the container mesh
+    against fabric addresses that are not there: the containers' sshd listens on them, the mesh connects over
+    them (in a ring through the neighbours' forwarding)."""
+    from sparkctl.runs.playbooks import bootstrap_graph
+
+    graph = bootstrap_graph()
+    for task in ("container.run", "container.ssh", "mpi.hostfile", "serve.launch", "verify.fabric"):
+        assert "network.netplan" in graph.needs_closure(task), task
+    for task in ("container.ssh", "verify.fabric"):
+        assert "network.forwarding" in graph.needs_closure(task), task
+    assert {"network.netplan", "network.forwarding"} <= set(graph.select({"serve"}).added)
+    result = run("cluster", "bootstrap", unreachable_inventory, "--only", "serve", "--json")
+    start = json.loads(result.stdout.splitlines()[0])
+    assert {"network.netplan", "network.forwarding"} <= set(start["added_needs"])
+    result = run("cluster", "bootstrap", unreachable_inventory, "--only", "serve")
+    said = next(line for line in result.stdout.splitlines() if line.startswith("also running what"))
+    assert "network" in said
