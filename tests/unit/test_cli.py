@@ -227,3 +227,27 @@ def test_only_a_later_phase_brings_back_the_fabric_the_containers_use(run, unrea
     result = run("cluster", "bootstrap", unreachable_inventory, "--only", "serve")
     said = next(line for line in result.stdout.splitlines() if line.startswith("also running what"))
     assert "network" in said
+
+
+@pytest.mark.parametrize("args", [["serve", "presets"], ["doctor", "--list"], ["playbooks"],
+                                  ["doctor", "INV", "--json"], ["doctor", "INV"], ["cluster", "status", "INV"]])
+def test_a_reader_that_goes_away_is_not_a_crash(tmp_path, unreachable_inventory, args):
+    """`sparkctl ... | head -1`: the rest has nowhere to go. Quiet, with a shell's code for SIGPIPE, never
+    'internal error: BrokenPipeError' (exit 1, the code of a failed task)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write meets EPIPE
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": str(REPO), "SPARKCTL_DEBUG": ""}
+    env.pop("COLUMNS", None)
+    argv = [unreachable_inventory if a == "INV" else a for a in args]
+    try:
+        done = subprocess.run([sys.executable, "-c", "from sparkctl.cli.main import main; main()", *argv],
+                              stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == ExitStatus.BROKEN_PIPE == 141, done.stderr
+    assert done.stderr == ""
