@@ -140,7 +140,7 @@ def test_serve_status_and_stop_report_or_fail_as_lines(tmp_path, refusing):
     code, lines = run_json(tmp_path, "serve", "status", refusing)
     assert code == 1 and lines[-1]["report"] == "serve status" and lines[-1]["healthy"] is False
     code, lines = run_json(tmp_path, "serve", "stop", refusing)
-    assert code == 1 and lines[-1]["event"] == "error" and "cannot stop the server" in lines[-1]["message"]
+    assert code == 3 and lines[-1]["event"] == "error" and "cannot stop the server" in lines[-1]["message"]
 
 
 def test_output_dash_is_stdout_and_a_missing_folder_is_refused(tmp_path):
