@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl.cli.options import load
-from sparkctl.cli.report import json_option, report_line
+from sparkctl.cli.report import json_option, report_line, verbose_option
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.fabric_bench import BenchRequest, fabric_bench
 from sparkctl.secrets import redacted
@@ -77,8 +77,9 @@ def nccl_lines(nccl: dict | None) -> list[Text]:
               help="all_reduce_perf inside the containers, when it is not on PATH or in a usual place.")
 @click.option("--no-record", is_flag=True, help="Do not keep the figures (doctor and status compare with them).")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
+@verbose_option
 def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: bool, nccl_min: str, nccl_max: str,
-                  all_reduce_perf: str | None, no_record: bool, forks: int) -> None:
+                  all_reduce_perf: str | None, no_record: bool, forks: int, verbose: int) -> None:
     """Bandwidth and latency of every fabric link (perftest over each twin's RoCE device, iperf3 where there is no
     RDMA), an NCCL all-reduce across the containers, and a verdict on each against a Spark's figures.
 

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from sparkctl import __version__
-from sparkctl.cli.report import JSON_META, error_line
+from sparkctl.cli.report import JSON_META, VERBOSE_META, error_line
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redact_known, redacting_handler
@@ -72,7 +72,7 @@ class SparkctlGroup(click.Group):
                 _json_error(exc)
             sys.exit(int(exc.exit_status))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
-            if ctx.find_root().params.get("debug"):
+            if ctx.find_root().params.get("debug") or ctx.meta.get(VERBOSE_META, 0) >= 2:
                 traceback.print_exc()
             message = redact_known(f"internal error: {type(exc).__name__}: {exc}")
             hint = "this is a bug in sparkctl: run again with --debug for the traceback and report it"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -18,7 +19,7 @@ from rich.table import Table
 from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.outputs import check_writable
-from sparkctl.secrets import redacted
+from sparkctl.secrets import RedactingFilter, redacted
 
 #: ctx.meta key: this command prints JSON (its errors too, as an `error` line)
 JSON_META = "sparkctl.json"
@@ -37,10 +38,60 @@ def json_option(func):
 
 
 VERBOSE_HELP = "-v: more detail (durations, notes, commands run); -vv: also command output and tracebacks."
+#: ctx.meta key: how many -v (-vv: the group prints an internal error's traceback, as --debug does)
+VERBOSE_META = "sparkctl.verbose"
+#: the transport's loggers: each command sent to a node (and, below it, what the command printed)
+COMMANDS_LOGGER = "sparkctl.transport"
+OUTPUT_LOGGER = "sparkctl.transport.shell.output"
+
+
+def note_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> int:
+    ctx.meta[VERBOSE_META] = value
+    return value
+
+
+def _show_commands(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """A command that walks no playbook has no view to show what it runs: the transport's own log does, on
+    stderr, through the redaction (-v: each command's first line, exit code and time; -vv: whole, and what it
+    printed). --debug already shows all of it."""
+    note_verbose(ctx, param, value)
+    if value and not ctx.find_root().params.get("debug"):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.addFilter(_CommandLines(value))
+        handler.addFilter(RedactingFilter())  # last: it sees the text that is printed
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        logger = logging.getLogger(COMMANDS_LOGGER)
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.DEBUG)
+
+        def done() -> None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+        ctx.call_on_close(done)
+    return value
+
+
+class _CommandLines(logging.Filter):
+    def __init__(self, verbosity: int):
+        super().__init__()
+        self.verbosity = verbosity
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.verbosity >= 2:
+            return True
+        if record.name.startswith(OUTPUT_LOGGER):
+            return False
+        brief = getattr(record, "brief", None)
+        if brief is not None:
+            record.msg, record.args = brief, None
+        return True
 
 
 def verbose_option(func):
-    return click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)(func)
+    """-v/-vv of a command that walks no playbook (a run's view shows its own: options.run_options)."""
+    return click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=_show_commands)(func)
 
 
 def utc_now() -> str:

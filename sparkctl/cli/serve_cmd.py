@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkctl.cli.options import csv_set, load
-from sparkctl.cli.report import STDOUT, json_option, output_file, report_line
+from sparkctl.cli.report import STDOUT, json_option, output_file, report_line, verbose_option
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory.presets import PRESETS
@@ -28,7 +28,8 @@ def serve_group() -> None:
 
 @serve_group.command("presets")
 @json_option
-def presets(as_json: bool) -> None:
+@verbose_option
+def presets(as_json: bool, verbose: int) -> None:
     """The models sparkctl knows how to serve, with their drafts and settings."""
     if as_json:
         report_line("serve presets", ExitStatus.SUCCESS, presets=[
@@ -50,7 +51,8 @@ def presets(as_json: bool) -> None:
 @serve_group.command("status")
 @FILE
 @json_option
-def status(file: str, as_json: bool) -> None:
+@verbose_option
+def status(file: str, as_json: bool, verbose: int) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
@@ -71,7 +73,8 @@ def status(file: str, as_json: bool) -> None:
 @click.option("--limit", "limit", metavar="NODE", help="Read this node (default: the head, which holds serve.log).")
 @click.option("--node", metavar="NODE", hidden=True, help="The same as --limit (kept for old scripts).")
 @click.option("-n", "--lines", type=click.IntRange(1, 100000), default=100, show_default=True)
-def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int) -> None:
+@verbose_option
+def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int, verbose: int) -> None:
     """The server's log (run/serve/serve.log on the head); on another node (--limit), its container's log."""
     from sparkctl.runs.serve_ops import connected, follow_log, read_log
 
@@ -101,7 +104,8 @@ def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: in
 @FILE
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True)
-def chat(file: str, prompt: str, max_tokens: int) -> None:
+@verbose_option
+def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
     """One chat completion, streamed as it is generated."""
     from sparkctl.runs.serve_ops import endpoint_client
 
@@ -134,7 +138,8 @@ def chat(file: str, prompt: str, max_tokens: int) -> None:
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
               help="Where to write the results as JSON ('-': stdout, the table then goes to stderr).")
-def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str) -> None:
+@verbose_option
+def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str, verbose: int) -> None:
     """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency."""
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
     from sparkctl.runs.outputs import check_writable
@@ -181,7 +186,8 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 @serve_group.command("stop")
 @FILE
 @json_option
-def stop(file: str, as_json: bool) -> None:
+@verbose_option
+def stop(file: str, as_json: bool, verbose: int) -> None:
     """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
     from sparkctl.runs.serve_ops import stop_server
 

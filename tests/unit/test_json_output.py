@@ -5,6 +5,7 @@ status; -v, --limit and -o mean the same everywhere."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -25,11 +26,18 @@ NOT_REPORTS = {"serve logs", "serve chat", "serve bench", "inventory schema", "l
                "lab ssh", "lab image"}
 #: Commands that pick nodes of an inventory.
 PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs"}
+#: Commands without -v/-vv: they print a fixed document (schema), or act on the local lab (up, down, image) or hand
+#: a lab node the terminal (exec, ssh). Every other command connects or reports, and takes them.
+NOT_VERBOSE = {"inventory schema", "lab up", "lab down", "lab image", "lab exec", "lab ssh"}
 
 
 def commands(group: click.Group = cli, prefix: str = "") -> dict[str, click.Command]:
+    """Every command, the lazily imported ones too (not only those an earlier test happened to load)."""
     out = {}
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         full = f"{prefix}{name}"
         if isinstance(command, click.Group):
             out.update(commands(command, full + " "))
@@ -47,6 +55,7 @@ def test_every_command_that_reports_accepts_json():
 def test_verbose_and_limit_mean_the_same_everywhere():
     for name, command in commands().items():
         params = {p.name: p for p in command.params}
+        assert ("verbose" in params) == (name not in NOT_VERBOSE), name
         if "verbose" in params:
             verbose = params["verbose"]
             assert verbose.count and verbose.opts == ["-v", "--verbose"] and verbose.help == VERBOSE_HELP, name
@@ -156,3 +165,45 @@ def test_playbooks_markdown_is_not_the_plain_text():
     markdown = CliRunner().invoke(cli, ["playbooks", "--markdown"]).stdout
     assert plain != markdown and "#### `" in markdown and "####" not in plain
     assert "preflight.node [node]" in plain
+
+
+@pytest.fixture
+def local_inventory(tmp_path) -> str:
+    path = tmp_path / "local.yaml"
+    path.write_text(f"""cluster: {{name: here}}
+user: nvidia
+ssh: {{known_hosts: {tmp_path}/kh, use_ssh_config: false}}
+nodes: [{{name: spark1, host: 127.0.0.1, local: true}}, {{name: spark2, host: 127.0.0.2}}]
+""")
+    return str(path)
+
+
+def test_verbose_shows_the_commands_run_and_vv_their_output(tmp_path, local_inventory):
+    """-v as in bootstrap: each command's first line, exit code and time; -vv also what it printed. On stderr:
+    stdout stays what the command prints."""
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "SPARKCTL_DEBUG": ""}
+    plain = CliRunner().invoke(cli, ["serve", "logs", local_inventory], env=env)
+    once = CliRunner().invoke(cli, ["serve", "logs", local_inventory, "-v"], env=env)
+    twice = CliRunner().invoke(cli, ["serve", "logs", local_inventory, "-vv"], env=env)
+    assert plain.exit_code == once.exit_code == twice.exit_code == 0, twice.output
+    assert "printf %s" not in plain.stderr
+    ran = [line for line in once.stderr.splitlines() if line.startswith("  spark1: ")]
+    assert ran and all(re.search(r" -> \d+ \(\d+\.\d\ds\)$", line) for line in ran), once.stderr
+    assert "  spark1: | " not in once.stderr
+    assert f"  spark1: | {tmp_path}" in twice.stderr  # what `printf %s "$HOME"` printed
+    assert once.stdout == plain.stdout == twice.stdout
+
+
+def test_vv_shows_the_traceback_of_an_internal_error(monkeypatch):
+    from sparkctl.cli import inventory_cmd
+
+    def broken(_file, **_kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(inventory_cmd, "load", broken)
+    env = {"SPARKCTL_DEBUG": ""}
+    once = CliRunner().invoke(cli, ["inventory", "validate", "x.yaml", "-v"], env=env)
+    twice = CliRunner().invoke(cli, ["inventory", "validate", "x.yaml", "-vv"], env=env)
+    assert once.exit_code == twice.exit_code == 1
+    assert "internal error: RuntimeError: a bug" in once.stderr and "Traceback" not in once.stderr
+    assert "Traceback" in twice.stderr and "RuntimeError: a bug" in twice.stderr
