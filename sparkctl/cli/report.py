@@ -15,6 +15,7 @@ from typing import IO, Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.exitcodes import ExitStatus
@@ -135,31 +136,41 @@ def output_file(path: str, option: str, *, binary: bool = False) -> Iterator[IO]
 
 # --- tables -----------------------------------------------------------------------------------------------------
 
-def terminal_width() -> int | None:
+def terminal_width(stream: IO[str] | None = None) -> int | None:
     """COLUMNS when set (in a pipe too), the terminal's width on a terminal, else None: no width to fit."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    if sys.stdout.isatty():
-        return os.get_terminal_size(sys.stdout.fileno()).columns
+    stream = stream or sys.stdout
+    if stream.isatty():
+        return os.get_terminal_size(stream.fileno()).columns
     return None
 
 
-def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+Cell = str | Text
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Cell]], *,
+                err: bool = False) -> None:
     """A rich table as wide as the terminal (COLUMNS honoured); in a pipe without COLUMNS, plain aligned
-    columns that are never cut (a cell's lines joined by '; '), so grep and awk see whole values."""
-    width = terminal_width()
+    columns that are never cut (a cell's lines joined by '; '), so grep and awk see whole values. `err`: on
+    stderr (stdout carries something else)."""
+    width = terminal_width(sys.stderr if err else sys.stdout)
     if width is None:
-        flat = [[cell.replace("\n", "; ") for cell in row] for row in rows]
+        flat = [[_plain(cell).replace("\n", "; ") for cell in row] for row in rows]
         sizes = [max(len(h), *(len(r[i]) for r in flat)) if flat else len(h) for i, h in enumerate(headers)]
         if title:
-            click.echo(title)
+            click.echo(title, err=err)
         for row in [list(headers), *flat]:
-            click.echo("  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip())
+            click.echo("  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip(), err=err)
         return
-    table = Table(title=title, show_lines=any("\n" in cell for row in rows for cell in row))
+    table = Table(title=title, show_lines=any("\n" in _plain(cell) for row in rows for cell in row))
     for header in headers:
         table.add_column(header, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    Console(width=width, highlight=False).print(table)
+    Console(width=width, highlight=False, stderr=err).print(table)

@@ -6,11 +6,9 @@ import json
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from sparkctl.cli.options import csv_set, load
-from sparkctl.cli.report import STDOUT, json_option, output_file, report_line, verbose_option
+from sparkctl.cli.report import STDOUT, json_option, output_file, print_table, report_line, verbose_option
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory.presets import PRESETS
@@ -138,45 +136,55 @@ def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
               help="Where to write the results as JSON ('-': stdout, the table then goes to stderr).")
+@json_option
 @verbose_option
-def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str, verbose: int) -> None:
-    """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency."""
+def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str, as_json: bool,
+          verbose: int) -> None:
+    """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency.
+
+    Exit 0 when every request answered, 1 when one failed. With --json: one `report` line (docs/events.md).
+    """
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
     from sparkctl.runs.outputs import check_writable
     from sparkctl.runs.serve_ops import endpoint_client
 
+    if output == STDOUT and as_json:
+        raise BadInput("-o - and --json both want stdout", hint="write the results to a file with -o FILE")
     try:
         levels = parse_concurrency(concurrency)
     except ValueError as exc:
         raise BadInput(f"--concurrency: {exc}") from exc
     if output != STDOUT:
         check_writable(output, "--output")
-    inventory = load(file)
-    console = Console(highlight=False, stderr=output == STDOUT)
+    inventory = load(file, warn=not as_json)
     with endpoint_client(inventory, timeout=600, direct_only=True) as client:
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,
-                            on_level=lambda s: console.print(f"  concurrency {s.concurrency}: {s.requests} "
-                                                             f"requests in {s.seconds:.1f}s", style="dim"))
-    table = Table(box=None, pad_edge=False)
-    for column in ("conc.", "requests", "failed", "decode tok/s/req", "aggregate tok/s", "TTFT p50 ms",
-                   "TTFT p95 ms", "acceptance"):
-        table.add_column(column, justify="right")
-    for s in results:
-        table.add_row(str(s.concurrency), str(s.requests), str(s.failed), _f(s.decode_tps_per_request),
-                      _f(s.aggregate_tps), _f(s.ttft_p50, 1000), _f(s.ttft_p95, 1000), _f(s.acceptance_length))
-    console.print(table)
+                            on_level=lambda s: click.echo(f"  concurrency {s.concurrency}: {s.requests} requests in "
+                                                          f"{s.seconds:.1f}s", err=True))
     document = {"endpoint": url, "model": inventory.serve_spec().model, "max_tokens": max_tokens,
                 "levels": [s.as_dict() for s in results]}
     try:
         with output_file(output, "--output") as handle:
             handle.write(json.dumps(document, indent=1) + "\n")
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         raise SparkctlError(f"cannot write {output}: {exc.strerror}") from exc
+    exit_status = ExitStatus.TASK_FAILED if any(s.failed for s in results) else ExitStatus.SUCCESS
+    if as_json:
+        report_line("serve bench", exit_status, **document, output=output)
+        sys.exit(int(exit_status))
+    print_table(None, BENCH_HEADERS, [
+        (str(s.concurrency), str(s.requests), str(s.failed), _f(s.decode_tps_per_request), _f(s.aggregate_tps),
+         _f(s.ttft_p50, 1000), _f(s.ttft_p95, 1000), _f(s.acceptance_length)) for s in results], err=output == STDOUT)
     if output != STDOUT:
         click.echo(f"written: {output}", err=True)
-    if any(s.failed for s in results):
-        sys.exit(int(ExitStatus.TASK_FAILED))
+    sys.exit(int(exit_status))
+
+
+BENCH_HEADERS = ("conc.", "requests", "failed", "decode tok/s/req", "aggregate tok/s", "TTFT p50 ms", "TTFT p95 ms",
+                 "acceptance")
 
 
 def _f(value: float | None, scale: float = 1.0) -> str:

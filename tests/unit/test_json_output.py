@@ -20,9 +20,9 @@ from tests.taskkit import json_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: Commands that do not report: they stream what a node or the server says (logs, chat), write a file the user
-#: asked for (bench, schema), or act on the local lab.
-NOT_REPORTS = {"serve logs", "serve chat", "serve bench", "inventory schema", "lab up", "lab down", "lab exec",
+#: Commands that do not report: they stream what a node or the server says (logs, chat), print a document
+#: (schema), or act on the local lab.
+NOT_REPORTS = {"serve logs", "serve chat", "inventory schema", "lab up", "lab down", "lab exec",
                "lab ssh", "lab image"}
 #: Commands that pick nodes of an inventory.
 PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs"}
@@ -100,6 +100,7 @@ def run_json(tmp_path, *args: str) -> tuple[int, list[dict]]:
     (["inventory", "validate", str(REPO / "tests" / "fixtures" / "inventories" / "three-problems.yaml")], 2, "error"),
     (["cluster", "plan", str(REPO / "inventories" / "three-sparks-ring.yaml")], 0, "report"),
     (["serve", "presets"], 0, "report"),
+    (["doctor", "--list"], 0, "report"),
     (["playbooks"], 0, "report"),
     (["lab", "status", "--dir", "/nonexistent-lab"], 2, "error"),
 ])
@@ -207,3 +208,68 @@ def test_vv_shows_the_traceback_of_an_internal_error(monkeypatch):
     assert once.exit_code == twice.exit_code == 1
     assert "internal error: RuntimeError: a bug" in once.stderr and "Traceback" not in once.stderr
     assert "Traceback" in twice.stderr and "RuntimeError: a bug" in twice.stderr
+
+
+def test_doctor_list_is_a_line_per_finding_id_then_a_report(tmp_path):
+    from sparkctl.doctor.remedies import REMEDIES
+
+    code, lines = run_json(tmp_path, "doctor", "--list")
+    assert code == 0 and lines[-1]["report"] == "doctor --list" and lines[-1]["remedies"] == len(REMEDIES)
+    remedies = {line["id"]: line for line in lines[:-1]}
+    assert [line["event"] for line in lines[:-1]] == ["remedy"] * len(REMEDIES) and set(remedies) == set(REMEDIES)
+    for finding_id, remedy in REMEDIES.items():
+        assert remedies[finding_id]["about"] == remedy.about
+        assert remedies[finding_id]["closed_by"] == remedy.closed_by
+        if not remedy.tasks:
+            assert remedy.kind in lines[-1]["kinds"]
+
+
+def test_inventory_init_json_is_one_report_line(tmp_path, monkeypatch):
+    from sparkctl.cli import inventory_cmd
+    from sparkctl.runs.inventory_init import InitResult
+
+    asked = {}
+
+    def drafted(hosts, **kwargs):
+        asked.update(hosts=hosts, **kwargs)
+        return InitResult("cluster: {name: sparks}\n", assumptions=["topology pair: two nodes"],
+                          seen=["spark1 port 1 -> spark2 port 1"])
+
+    monkeypatch.setattr(inventory_cmd, "draft_inventory", drafted)
+    out = tmp_path / "inv.yaml"
+    code, lines = run_json(tmp_path, "inventory", "init", "10.0.0.11", "10.0.0.12", "-o", str(out))
+    assert code == 0 and len(lines) == 1 and asked["hosts"] == ["10.0.0.11", "10.0.0.12"]
+    assert lines[0]["event"] == "report" and lines[0]["report"] == "inventory init"
+    assert lines[0]["output"] == str(out) and lines[0]["assumptions"] == ["topology pair: two nodes"]
+    assert lines[0]["seen_with_lldp"] == ["spark1 port 1 -> spark2 port 1"]
+    assert out.read_text() == "cluster: {name: sparks}\n"
+
+
+@pytest.fixture
+def served(tmp_path):
+    from tests.unit.fake_endpoint import FakeEndpoint
+
+    fake = FakeEndpoint()
+    path = tmp_path / "served.yaml"
+    path.write_text(f"""cluster: {{name: lab}}
+user: nvidia
+ssh: {{known_hosts: {tmp_path}/kh, use_ssh_config: false}}
+nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 127.0.0.2}}]
+serve: {{preset: qwen3-235b-eagle3, port: {fake.port}}}
+""")
+    yield str(path)
+    fake.close()
+
+
+def test_serve_bench_json_is_one_report_line_and_the_file_holds_the_same(tmp_path, served):
+    out = tmp_path / "bench.json"
+    code, lines = run_json(tmp_path, "serve", "bench", served, "--concurrency", "1,2", "--requests", "2",
+                           "--max-tokens", "8", "-o", str(out))
+    assert code == 0 and len(lines) == 1 and lines[0]["report"] == "serve bench"
+    report = lines[0]
+    assert [level["concurrency"] for level in report["levels"]] == [1, 2]
+    assert all(level["failed"] == 0 for level in report["levels"]) and report["output"] == str(out)
+    written = json.loads(out.read_text())
+    assert written["levels"] == report["levels"] and written["endpoint"] == report["endpoint"]
+    result = CliRunner().invoke(cli, ["serve", "bench", served, "-o", "-", "--json"])
+    assert result.exit_code == 2 and "both want stdout" in result.stderr
