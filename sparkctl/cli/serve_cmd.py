@@ -35,15 +35,13 @@ def presets(as_json: bool, verbose: int) -> None:
              "max_draft_len": p.max_draft_len, "tp_size": p.tp_size, "port": p.port, "weights_gb": p.weights_gb,
              "variants": dict(p.variants)} for p in PRESETS.values()])
         return
-    rows = [("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights")]
+    rows = []
     for p in PRESETS.values():
         rows.append((p.name, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"), str(p.tp_size),
                      str(p.port), f"{p.weights_gb:g} GB"))
         rows += [(f"  :{variant}", "", draft, "", "", "", "", "") for variant, draft in p.variants.items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    click.echo("\nserve.preset in the inventory; a variant picks another draft, e.g. gpt-oss-120b-eagle3:v2")
+    print_table(None, ("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights"), rows)
+    click.echo("\nserve.preset in the inventory names one;\na variant picks another draft, e.g. gpt-oss-120b-eagle3:v2")
 
 
 @serve_group.command("status")

@@ -273,3 +273,41 @@ def test_serve_bench_json_is_one_report_line_and_the_file_holds_the_same(tmp_pat
     assert written["levels"] == report["levels"] and written["endpoint"] == report["endpoint"]
     result = CliRunner().invoke(cli, ["serve", "bench", served, "-o", "-", "--json"])
     assert result.exit_code == 2 and "both want stdout" in result.stderr
+
+
+BENCH_RESULT = {
+    "cluster": "lab", "time": "2026-11-26T19:00:00Z", "topology": "pair", "nodes": ["spark1", "spark2"],
+    "unreachable": {}, "nccl": None, "recorded": None,
+    "links": [{"key": f"spark1 enp1s0f{i}np{i} -> spark2 enp1s0f{i}np{i}", "method": "rdma",
+               "device": f"rocep1s0f{i}", "gbps": 98.7, "latency_us": 1.9, "verdict": {"ok": False},
+               "summary": "this link gives 47% of line rate: the far end negotiated 100G, a Spark's port does 200G"}
+              for i in (0, 1)],
+}
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch, served):
+    """The commands that print a table, each with what must appear whole in it."""
+    from sparkctl.cli import fabric_cmd
+
+    monkeypatch.setattr(fabric_cmd, "fabric_bench", lambda *_args, **_kwargs: BENCH_RESULT)
+    return {
+        "serve presets": (["serve", "presets"], "nvidia/Qwen3-235B-A22B-FP4"),
+        "fabric bench": (["fabric", "bench", str(REPO / "inventories" / "two-sparks.yaml"), "--no-record"],
+                         BENCH_RESULT["links"][0]["summary"]),
+        "serve bench": (["serve", "bench", served, "--requests", "1", "--concurrency", "1",
+                         "-o", str(tmp_path / "b.json")], "decode tok/s/req"),
+    }
+
+
+@pytest.mark.parametrize("name", ["serve presets", "fabric bench", "serve bench"])
+def test_tables_fit_columns_and_stay_whole_in_a_pipe(tmp_path, tables, name):
+    args, whole = tables[name]
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    narrow = CliRunner().invoke(cli, args, env={**env, "COLUMNS": "70"})
+    assert narrow.exit_code in (0, 1), narrow.output
+    assert narrow.stdout and max(len(line) for line in narrow.stdout.splitlines()) <= 70, narrow.stdout
+    piped = CliRunner().invoke(cli, args, env={**env, "COLUMNS": ""})  # CliRunner's stdout is no terminal
+    assert piped.exit_code == narrow.exit_code, piped.output
+    assert any(whole in line for line in piped.stdout.splitlines()), piped.stdout
+    assert not any(ch in piped.stdout for ch in "│┃━─"), piped.stdout  # plain columns, no box to cut
