@@ -194,7 +194,11 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 @json_option
 @verbose_option
 def stop(file: str, as_json: bool, verbose: int) -> None:
-    """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
+    """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again.
+
+    No --limit: mpirun on the head takes down the ranks of every node it launched (one TP/PP world does not stop
+    in part), and leftover ranks are looked for on every reachable node.
+    """
     from sparkctl.runs.serve_ops import stop_server
 
     inventory = load(file)

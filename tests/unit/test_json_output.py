@@ -26,6 +26,18 @@ NOT_REPORTS = {"serve logs", "serve chat", "inventory schema", "lab up", "lab do
                "lab ssh", "lab image"}
 #: Commands that pick nodes of an inventory.
 PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs"}
+#: Commands that read an inventory but pick no nodes, and why --limit does not apply to them (README says so too).
+NO_LIMIT = {
+    "cluster plan": "offline: it plans the whole cluster and connects to nothing",
+    "inventory validate": "offline: it checks the file",
+    "serve status": "it asks the endpoint the serving head answers on",
+    "serve chat": "it talks to the endpoint the serving head answers on",
+    "serve bench": "it measures the endpoint the serving head answers on",
+    "serve stop": "it stops mpirun on the serving head, which takes the ranks down on every node of the launch, "
+                  "then looks for leftover ranks on every node: stopping part of one TP/PP world is not a thing",
+    "fabric bench": "it measures every cable and one all-reduce across every container: a part of the cluster would "
+                    "record figures that are not this cluster's, and doctor and status compare with them",
+}
 #: Commands without -v/-vv: they print a fixed document (schema), or act on the local lab (up, down, image) or hand
 #: a lab node the terminal (exec, ssh). Every other command connects or reports, and takes them.
 NOT_VERBOSE = {"inventory schema", "lab up", "lab down", "lab image", "lab exec", "lab ssh"}
@@ -61,6 +73,15 @@ def test_verbose_and_limit_mean_the_same_everywhere():
             assert verbose.count and verbose.opts == ["-v", "--verbose"] and verbose.help == VERBOSE_HELP, name
         if name in PICK_NODES:
             assert "--limit" in params["limit"].opts, name
+
+
+def test_every_command_that_reads_an_inventory_picks_nodes_with_limit_or_says_why_not():
+    for name, command in commands().items():
+        params = {p.name for p in command.params}
+        if "file" not in params:
+            continue
+        assert (name in PICK_NODES) != (name in NO_LIMIT), f"{name}: --limit, or the reason it has none"
+        assert ("limit" in params) == (name in PICK_NODES), name
 
 
 def test_the_published_schema_is_the_code_s():
