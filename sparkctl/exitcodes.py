@@ -13,6 +13,8 @@ class ExitStatus(IntEnum):
     BUSY = 5
     #: stopped by Ctrl-C (128 + SIGINT, what a shell reports for a process SIGINT ended)
     INTERRUPTED = 130
+    #: the reader of stdout went away (`sparkctl ... | head -1`): 128 + SIGPIPE, what a shell reports for it
+    BROKEN_PIPE = 141
 
     # doctor reuses 0/1: healthy / errors found
     HEALTHY = 0

@@ -8,7 +8,7 @@ import click
 
 from sparkctl.cli.options import build_request, csv_set, load, run_options, run_view
 from sparkctl.cli.plan_view import plan_data, render_plan_text
-from sparkctl.cli.report import json_option, print_table, report_line
+from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
 from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.plan import plan_cluster
@@ -26,7 +26,8 @@ def cluster_group() -> None:
 @cluster_group.command("plan")
 @click.argument("file", type=click.Path())
 @json_option
-def plan(file: str, as_json: bool) -> None:
+@verbose_option
+def plan(file: str, as_json: bool, verbose: int) -> None:
     """Show what bootstrap would set up, offline (no connection): phases, tasks, and per node the rendered
     netplan file, container command and env, hostfile, TensorRT-LLM config and launch line.
 
@@ -75,7 +76,8 @@ def ask_for_gated_token(repos: list[str], env: str) -> str | None:
                                                      "whole cluster's).")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
 @json_option
-def status(file: str, limit: str | None, forks: int, as_json: bool) -> None:
+@verbose_option
+def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
     inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)

@@ -13,7 +13,7 @@ from sparkctl.cli.options import become_password, csv_set, load
 from sparkctl.cli.report import json_line, json_option, report_line, verbose_option
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
-from sparkctl.doctor.remedies import remedies_markdown
+from sparkctl.doctor.remedies import KINDS, REMEDIES, remedies_markdown
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.rules.cabling import CablingMap
@@ -69,10 +69,14 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, verbose: bool = 
                        + f" on {len(diagnosis.nodes)} node(s): ").append(verdict))
 
 
-def _list_remedies(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
+def list_remedies(as_json: bool) -> None:
+    """--list: the Markdown table, or with --json a `remedy` line per finding id and a `report` line."""
+    if not as_json:
         click.echo(remedies_markdown(), nl=False)
-        ctx.exit(0)
+        return
+    for finding_id, remedy in sorted(REMEDIES.items()):
+        json_line({"event": "remedy", "id": finding_id, "about": remedy.about, "closed_by": remedy.closed_by})
+    report_line("doctor --list", ExitStatus.SUCCESS, remedies=len(REMEDIES), kinds=dict(KINDS))
 
 
 def cabling_report(cabling: CablingMap) -> dict:
@@ -97,9 +101,9 @@ def render_cabling(console: Console, cabling: CablingMap) -> None:
 
 
 @click.command("doctor")
-@click.argument("file", type=click.Path())
-@click.option("--list", "list_ids", is_flag=True, is_eager=True, expose_value=False, callback=_list_remedies,
-              help="Print every finding id with the bootstrap tasks that repair it or why a person must, and exit.")
+@click.argument("file", type=click.Path(), required=False)
+@click.option("--list", "list_ids", is_flag=True,
+              help="Print every finding id with the bootstrap tasks that repair it or why a person must (no FILE).")
 @json_option
 @click.option("--fix", is_flag=True, help="Run the bootstrap tasks that repair what was found (errors and warnings), "
               "then check again; what needs a person is left alone, with the reason.")
@@ -113,13 +117,19 @@ def render_cabling(console: Console, cabling: CablingMap) -> None:
 @click.option("-K", "--ask-become-pass", is_flag=True, help="Prompt once for the sudo password.")
 @click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
               help="Read the sudo password from this file (first line).")
-def doctor_command(file: str, as_json: bool, fix: bool, bundle_path: str | None, limit: str | None, forks: int,
-                   verbose: int, ask_become_pass: bool, become_password_file: str | None) -> None:
+def doctor_command(file: str | None, list_ids: bool, as_json: bool, fix: bool, bundle_path: str | None,
+                   limit: str | None, forks: int, verbose: int, ask_become_pass: bool,
+                   become_password_file: str | None) -> None:
     """Find what is broken on the cluster, why, and how to fix it (read-only unless --fix).
 
     Exit 0 when no errors are found, 1 otherwise. With --json: one `finding` line per finding, the repair run's
     events with --fix, then a `report` line (docs/events.md).
     """
+    if list_ids:
+        list_remedies(as_json)
+        return
+    if file is None:
+        raise click.UsageError("Missing argument 'FILE'.")
     if bundle_path == STDOUT and as_json:
         raise BadInput("--bundle - and --json both want stdout", hint="write the bundle to a file")
     inventory = load(file, warn=not as_json)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl.cli.options import load
-from sparkctl.cli.report import json_option, report_line
+from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.fabric_bench import BenchRequest, fabric_bench
 from sparkctl.secrets import redacted
@@ -34,18 +34,32 @@ def _figure(value, unit: str, digits: str = ".3g") -> str:
     return "-" if value is None else f"{value:{digits}} {unit}"
 
 
-def bench_table(result: dict) -> Table:
-    table = Table(title=f"fabric bench: cluster {result['cluster']} ({result['time']})", show_lines=True)
-    for col in ("link", "method", "bandwidth", "latency", "verdict"):
-        table.add_column(col, overflow="fold")
+BENCH_HEADERS = ("link", "method", "bandwidth", "latency", "verdict")
+
+
+def bench_title(result: dict) -> str:
+    return f"fabric bench: cluster {result['cluster']} ({result['time']})"
+
+
+def bench_rows(result: dict) -> list[list[str | Text]]:
+    rows: list[list[str | Text]] = []
     for link in result["links"]:
         method = link["method"] if link["method"] != "rdma" else f"RDMA {link.get('device') or ''}".strip()
         if link["method"] == "tcp":
             method = f"TCP (iperf3): {link['why_not_rdma']}"
         ok = (link.get("verdict") or {}).get("ok")
-        style = "green" if ok else "red"
-        table.add_row(link["key"], method, _figure(link["gbps"], "Gb/s"), _figure(link["latency_us"], "us", ".3g"),
-                      Text(link["summary"], style=style))
+        rows.append([link["key"], method, _figure(link["gbps"], "Gb/s"), _figure(link["latency_us"], "us", ".3g"),
+                     Text(link["summary"], style="green" if ok else "red")])
+    return rows
+
+
+def bench_table(result: dict) -> Table:
+    """The table as rich draws it at a given width (the command prints it through report.print_table)."""
+    table = Table(title=bench_title(result), show_lines=True)
+    for col in BENCH_HEADERS:
+        table.add_column(col, overflow="fold")
+    for row in bench_rows(result):
+        table.add_row(*row)
     return table
 
 
@@ -77,8 +91,9 @@ def nccl_lines(nccl: dict | None) -> list[Text]:
               help="all_reduce_perf inside the containers, when it is not on PATH or in a usual place.")
 @click.option("--no-record", is_flag=True, help="Do not keep the figures (doctor and status compare with them).")
 @click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
+@verbose_option
 def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: bool, nccl_min: str, nccl_max: str,
-                  all_reduce_perf: str | None, no_record: bool, forks: int) -> None:
+                  all_reduce_perf: str | None, no_record: bool, forks: int, verbose: int) -> None:
     """Bandwidth and latency of every fabric link (perftest over each twin's RoCE device, iperf3 where there is no
     RDMA), an NCCL all-reduce across the containers, and a verdict on each against a Spark's figures.
 
@@ -96,9 +111,10 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     if as_json:
         report_line("fabric bench", exit_status, **redacted(result))
     else:
-        out = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+        out = Console(highlight=False, soft_wrap=True)  # a line is never cut: in a pipe it stays whole
         if result["links"]:
-            out.print(bench_table(redacted(result)))
+            shown = redacted(result)
+            print_table(bench_title(shown), BENCH_HEADERS, bench_rows(shown))
         for line in nccl_lines(redacted(result.get("nccl"))):
             out.print(line)
         for node, why in result["unreachable"].items():

@@ -8,7 +8,7 @@ import os
 import click
 
 from sparkctl.cli.options import load
-from sparkctl.cli.report import STDOUT, json_option, output_file, report_line
+from sparkctl.cli.report import STDOUT, json_option, output_file, report_line, verbose_option
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import inventory_json_schema
@@ -24,7 +24,8 @@ def inventory_group() -> None:
 @inventory_group.command("validate")
 @click.argument("file", type=click.Path())
 @json_option
-def validate(file: str, as_json: bool) -> None:
+@verbose_option
+def validate(file: str, as_json: bool, verbose: int) -> None:
     """Check FILE and report every problem at once (file:line: field: what, and what to do)."""
     inv = load(file, warn=not as_json)
     if as_json:
@@ -55,8 +56,9 @@ def schema() -> None:
 @click.option("--name", "cluster", default="sparks", show_default=True, help="Cluster name.")
 @click.option("--force", is_flag=True, help="Overwrite the output file.")
 @json_option
+@verbose_option
 def init(hosts: tuple[str, ...], output: str, user: str | None, identity_file: str | None, known_hosts: str,
-         cluster: str, force: bool, as_json: bool) -> None:
+         cluster: str, force: bool, as_json: bool, verbose: int) -> None:
     """Connect to HOSTS (management addresses, head first), detect the user, Up ports and topology, and write
     a commented inventory. What had to be assumed is printed and written as comments. A host key is recorded in
     --known-hosts only once the login to that host worked."""

@@ -165,6 +165,18 @@ class FindingLine(Line):
     details: list[str] | None = None
     diagnosis: Literal["first", "after-fix"] | None = Field(
         None, description="with --fix: the look before the repair, or after it")
+    closed_by: dict[str, Any] | None = Field(
+        None, description="{tasks: [bootstrap tasks or phases that repair it]} or {person: kind, why}")
+
+
+class RemedyLine(Line):
+    """`doctor --list --json`: one finding id and what closes it."""
+
+    event: Literal["remedy"]
+    id: str
+    about: str = Field(description="what the finding means")
+    closed_by: dict[str, Any] = Field(description="{tasks: [bootstrap tasks or phases that repair it]} or "
+                                                  "{person: kind (a key of the report's kinds), why}")
 
 
 # --- any command ----------------------------------------------------------------------------------------------
@@ -197,6 +209,12 @@ class Diagnosis(ReportBase):
     bundle: dict[str, str] | None = Field(None, description="--bundle: path and sha256")
     cabling: dict[str, Any] | None = Field(None, description="each QSFP port's far end: inferred, lldp_unavailable, "
                                                              "ports")
+
+
+class RemedyList(ReportBase):
+    report: Literal["doctor --list"]
+    remedies: int = Field(description="how many `remedy` lines came before")
+    kinds: dict[str, str] = Field(description="what a person deals with: kind -> in words")
 
 
 class StatusNode(BaseModel):
@@ -252,6 +270,17 @@ class ServeStop(ReportBase):
     unreachable: dict[str, str]
 
 
+class ServeBench(ReportBase):
+    report: Literal["serve bench"]
+    endpoint: str
+    model: str
+    max_tokens: int
+    levels: list[dict[str, Any]] = Field(description="per concurrency: requests, failed, seconds, completion_tokens, "
+                                                     "decode_tps_per_request, aggregate_tps, ttft_p50, ttft_p95 "
+                                                     "(seconds), acceptance_length")
+    output: str = Field(description="the file the same results were written to ('-': stdout)")
+
+
 class Presets(ReportBase):
     report: Literal["serve presets"]
     presets: list[dict[str, Any]]
@@ -288,10 +317,11 @@ class FabricBench(ReportBase):
     recorded: str | None = None
 
 
-Report = Annotated[Diagnosis | ClusterStatus | ClusterPlan | Validation | ServeStatus | ServeStop | Presets |
-                   Playbooks | InventoryInit | LabStatus | FabricBench, Field(discriminator="report")]
+Report = Annotated[Diagnosis | RemedyList | ClusterStatus | ClusterPlan | Validation | ServeStatus | ServeStop |
+                   ServeBench | Presets | Playbooks | InventoryInit | LabStatus | FabricBench,
+                   Field(discriminator="report")]
 AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | NodeLost | Interrupt | Log | Recap |
-                    FindingLine | Error | Report, Field(discriminator="event")]
+                    FindingLine | RemedyLine | Error | Report, Field(discriminator="event")]
 
 _ADAPTER: TypeAdapter = TypeAdapter(AnyLine)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from sparkctl.cli.report import json_option, print_table, report_line
+from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.lab.renderer import DEFAULT_RENDERER, RENDERERS
@@ -95,7 +95,8 @@ def down_command(directory: str) -> None:
 @lab_group.command("status")
 @dir_option
 @json_option
-def status_command(directory: str, as_json: bool) -> None:
+@verbose_option
+def status_command(directory: str, as_json: bool, verbose: int) -> None:
     """Each node: management IP, PID 1, which init runs, fabric interfaces Up."""
     lab = _load(directory)
     rows = lab.status()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -9,9 +10,10 @@ import sys
 import traceback
 
 import click
+from rich.console import Console
 
 from sparkctl import __version__
-from sparkctl.cli.report import JSON_META, error_line
+from sparkctl.cli.report import JSON_META, VERBOSE_META, error_line
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redact_known, redacting_handler
@@ -57,6 +59,9 @@ class SparkctlGroup(click.Group):
             # never click's "Aborted!" and exit 1 (the code of a failed task)
             click.echo("\nsparkctl: interrupted; nothing more was started", err=True)
             sys.exit(int(ExitStatus.INTERRUPTED))
+        except BrokenPipeError:
+            _stdout_to_devnull()
+            sys.exit(int(ExitStatus.BROKEN_PIPE))
         except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
         except SparkctlError as exc:
@@ -67,7 +72,7 @@ class SparkctlGroup(click.Group):
                 _json_error(exc)
             sys.exit(int(exc.exit_status))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
-            if ctx.find_root().params.get("debug"):
+            if ctx.find_root().params.get("debug") or ctx.meta.get(VERBOSE_META, 0) >= 2:
                 traceback.print_exc()
             message = redact_known(f"internal error: {type(exc).__name__}: {exc}")
             hint = "this is a bug in sparkctl: run again with --debug for the traceback and report it"
@@ -76,6 +81,24 @@ class SparkctlGroup(click.Group):
             if ctx.meta.get(JSON_META):
                 error_line(message, ExitStatus.TASK_FAILED, hint)
             sys.exit(int(ExitStatus.TASK_FAILED))
+
+
+def _stdout_to_devnull() -> None:
+    """The reader of stdout is gone (`| head`): not a failure to report, and nothing more can reach it. What is
+    still buffered goes to /dev/null, so Python's last flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
+
+
+def _pipe_gone(_console: Console) -> None:
+    raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
+
+
+# rich's own handler exits 1, the code of a failed task (and of doctor's errors): the group's handler decides
+Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign]
 
 
 def _json_error(exc: SparkctlError) -> None:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import click
 from rich.console import Console
 
-from sparkctl.cli.report import VERBOSE_HELP, note_json
+from sparkctl.cli.report import VERBOSE_HELP, note_json, note_verbose
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory, load_inventory
@@ -40,7 +40,7 @@ def run_options(func):
         click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks."),
         click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True,
                      help="How many nodes to work on at once."),
-        click.option("-v", "--verbose", count=True, help=VERBOSE_HELP),
+        click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=note_verbose),
         click.option("--json", "as_json", is_flag=True, callback=note_json, is_eager=True,
                      help="One JSON object per event on stdout (docs/events.md); the last one is the recap."),
         click.option("-K", "--ask-become-pass", is_flag=True,

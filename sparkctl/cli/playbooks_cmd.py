@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sparkctl.cli.report import json_option, output_file, report_line, terminal_width
+from sparkctl.cli.report import json_option, output_file, report_line, terminal_width, verbose_option
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.playbooks import playbooks_data, playbooks_markdown, playbooks_text
 
@@ -14,7 +14,8 @@ from sparkctl.runs.playbooks import playbooks_data, playbooks_markdown, playbook
 @click.option("-o", "--output", default="-", show_default=True, type=click.Path(dir_okay=False),
               help="Write to this file ('-': stdout).")
 @json_option
-def playbooks_command(markdown: bool, output: str, as_json: bool) -> None:
+@verbose_option
+def playbooks_command(markdown: bool, output: str, as_json: bool, verbose: int) -> None:
     """Describe every playbook: its phases and tasks, what each checks and what it changes."""
     if as_json:
         report_line("playbooks", ExitStatus.SUCCESS, playbooks=playbooks_data())

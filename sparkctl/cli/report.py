@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -14,11 +15,12 @@ from typing import IO, Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.outputs import check_writable
-from sparkctl.secrets import redacted
+from sparkctl.secrets import RedactingFilter, redacted
 
 #: ctx.meta key: this command prints JSON (its errors too, as an `error` line)
 JSON_META = "sparkctl.json"
@@ -37,10 +39,60 @@ def json_option(func):
 
 
 VERBOSE_HELP = "-v: more detail (durations, notes, commands run); -vv: also command output and tracebacks."
+#: ctx.meta key: how many -v (-vv: the group prints an internal error's traceback, as --debug does)
+VERBOSE_META = "sparkctl.verbose"
+#: the transport's loggers: each command sent to a node (and, below it, what the command printed)
+COMMANDS_LOGGER = "sparkctl.transport"
+OUTPUT_LOGGER = "sparkctl.transport.shell.output"
+
+
+def note_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> int:
+    ctx.meta[VERBOSE_META] = value
+    return value
+
+
+def _show_commands(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """A command that walks no playbook has no view to show what it runs: the transport's own log does, on
+    stderr, through the redaction (-v: each command's first line, exit code and time; -vv: whole, and what it
+    printed). --debug already shows all of it."""
+    note_verbose(ctx, param, value)
+    if value and not ctx.find_root().params.get("debug"):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.addFilter(_CommandLines(value))
+        handler.addFilter(RedactingFilter())  # last: it sees the text that is printed
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        logger = logging.getLogger(COMMANDS_LOGGER)
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.DEBUG)
+
+        def done() -> None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+        ctx.call_on_close(done)
+    return value
+
+
+class _CommandLines(logging.Filter):
+    def __init__(self, verbosity: int):
+        super().__init__()
+        self.verbosity = verbosity
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.verbosity >= 2:
+            return True
+        if record.name.startswith(OUTPUT_LOGGER):
+            return False
+        brief = getattr(record, "brief", None)
+        if brief is not None:
+            record.msg, record.args = brief, None
+        return True
 
 
 def verbose_option(func):
-    return click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)(func)
+    """-v/-vv of a command that walks no playbook (a run's view shows its own: options.run_options)."""
+    return click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=_show_commands)(func)
 
 
 def utc_now() -> str:
@@ -84,31 +136,41 @@ def output_file(path: str, option: str, *, binary: bool = False) -> Iterator[IO]
 
 # --- tables -----------------------------------------------------------------------------------------------------
 
-def terminal_width() -> int | None:
+def terminal_width(stream: IO[str] | None = None) -> int | None:
     """COLUMNS when set (in a pipe too), the terminal's width on a terminal, else None: no width to fit."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    if sys.stdout.isatty():
-        return os.get_terminal_size(sys.stdout.fileno()).columns
+    stream = stream or sys.stdout
+    if stream.isatty():
+        return os.get_terminal_size(stream.fileno()).columns
     return None
 
 
-def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+Cell = str | Text
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Cell]], *,
+                err: bool = False) -> None:
     """A rich table as wide as the terminal (COLUMNS honoured); in a pipe without COLUMNS, plain aligned
-    columns that are never cut (a cell's lines joined by '; '), so grep and awk see whole values."""
-    width = terminal_width()
+    columns that are never cut (a cell's lines joined by '; '), so grep and awk see whole values. `err`: on
+    stderr (stdout carries something else)."""
+    width = terminal_width(sys.stderr if err else sys.stdout)
     if width is None:
-        flat = [[cell.replace("\n", "; ") for cell in row] for row in rows]
+        flat = [[_plain(cell).replace("\n", "; ") for cell in row] for row in rows]
         sizes = [max(len(h), *(len(r[i]) for r in flat)) if flat else len(h) for i, h in enumerate(headers)]
         if title:
-            click.echo(title)
+            click.echo(title, err=err)
         for row in [list(headers), *flat]:
-            click.echo("  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip())
+            click.echo("  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip(), err=err)
         return
-    table = Table(title=title, show_lines=any("\n" in cell for row in rows for cell in row))
+    table = Table(title=title, show_lines=any("\n" in _plain(cell) for row in rows for cell in row))
     for header in headers:
         table.add_column(header, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    Console(width=width, highlight=False).print(table)
+    Console(width=width, highlight=False, stderr=err).print(table)

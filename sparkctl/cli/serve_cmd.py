@@ -6,11 +6,9 @@ import json
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from sparkctl.cli.options import csv_set, load
-from sparkctl.cli.report import STDOUT, json_option, output_file, report_line
+from sparkctl.cli.report import STDOUT, json_option, output_file, print_table, report_line, verbose_option
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory.presets import PRESETS
@@ -28,7 +26,8 @@ def serve_group() -> None:
 
 @serve_group.command("presets")
 @json_option
-def presets(as_json: bool) -> None:
+@verbose_option
+def presets(as_json: bool, verbose: int) -> None:
     """The models sparkctl knows how to serve, with their drafts and settings."""
     if as_json:
         report_line("serve presets", ExitStatus.SUCCESS, presets=[
@@ -36,21 +35,20 @@ def presets(as_json: bool) -> None:
              "max_draft_len": p.max_draft_len, "tp_size": p.tp_size, "port": p.port, "weights_gb": p.weights_gb,
              "variants": dict(p.variants)} for p in PRESETS.values()])
         return
-    rows = [("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights")]
+    rows = []
     for p in PRESETS.values():
         rows.append((p.name, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"), str(p.tp_size),
                      str(p.port), f"{p.weights_gb:g} GB"))
         rows += [(f"  :{variant}", "", draft, "", "", "", "", "") for variant, draft in p.variants.items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    click.echo("\nserve.preset in the inventory; a variant picks another draft, e.g. gpt-oss-120b-eagle3:v2")
+    print_table(None, ("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights"), rows)
+    click.echo("\nserve.preset in the inventory names one;\na variant picks another draft, e.g. gpt-oss-120b-eagle3:v2")
 
 
 @serve_group.command("status")
 @FILE
 @json_option
-def status(file: str, as_json: bool) -> None:
+@verbose_option
+def status(file: str, as_json: bool, verbose: int) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
@@ -71,7 +69,8 @@ def status(file: str, as_json: bool) -> None:
 @click.option("--limit", "limit", metavar="NODE", help="Read this node (default: the head, which holds serve.log).")
 @click.option("--node", metavar="NODE", hidden=True, help="The same as --limit (kept for old scripts).")
 @click.option("-n", "--lines", type=click.IntRange(1, 100000), default=100, show_default=True)
-def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int) -> None:
+@verbose_option
+def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int, verbose: int) -> None:
     """The server's log (run/serve/serve.log on the head); on another node (--limit), its container's log."""
     from sparkctl.runs.serve_ops import connected, follow_log, read_log
 
@@ -101,7 +100,8 @@ def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: in
 @FILE
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True)
-def chat(file: str, prompt: str, max_tokens: int) -> None:
+@verbose_option
+def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
     """One chat completion, streamed as it is generated."""
     from sparkctl.runs.serve_ops import endpoint_client
 
@@ -134,44 +134,55 @@ def chat(file: str, prompt: str, max_tokens: int) -> None:
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
               help="Where to write the results as JSON ('-': stdout, the table then goes to stderr).")
-def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str) -> None:
-    """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency."""
+@json_option
+@verbose_option
+def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str, as_json: bool,
+          verbose: int) -> None:
+    """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency.
+
+    Exit 0 when every request answered, 1 when one failed. With --json: one `report` line (docs/events.md).
+    """
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
     from sparkctl.runs.outputs import check_writable
     from sparkctl.runs.serve_ops import endpoint_client
 
+    if output == STDOUT and as_json:
+        raise BadInput("-o - and --json both want stdout", hint="write the results to a file with -o FILE")
     try:
         levels = parse_concurrency(concurrency)
     except ValueError as exc:
         raise BadInput(f"--concurrency: {exc}") from exc
     if output != STDOUT:
         check_writable(output, "--output")
-    inventory = load(file)
-    console = Console(highlight=False, stderr=output == STDOUT)
+    inventory = load(file, warn=not as_json)
     with endpoint_client(inventory, timeout=600, direct_only=True) as client:
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,
-                            on_level=lambda s: console.print(f"  concurrency {s.concurrency}: {s.requests} "
-                                                             f"requests in {s.seconds:.1f}s", style="dim"))
-    table = Table(box=None, pad_edge=False)
-    for column in ("conc.", "requests", "failed", "decode tok/s/req", "aggregate tok/s", "TTFT p50 ms",
-                   "TTFT p95 ms", "acceptance"):
-        table.add_column(column, justify="right")
-    for s in results:
-        table.add_row(str(s.concurrency), str(s.requests), str(s.failed), _f(s.decode_tps_per_request),
-                      _f(s.aggregate_tps), _f(s.ttft_p50, 1000), _f(s.ttft_p95, 1000), _f(s.acceptance_length))
-    console.print(table)
+                            on_level=lambda s: click.echo(f"  concurrency {s.concurrency}: {s.requests} requests in "
+                                                          f"{s.seconds:.1f}s", err=True))
     document = {"endpoint": url, "model": inventory.serve_spec().model, "max_tokens": max_tokens,
                 "levels": [s.as_dict() for s in results]}
     try:
         with output_file(output, "--output") as handle:
             handle.write(json.dumps(document, indent=1) + "\n")
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         raise SparkctlError(f"cannot write {output}: {exc.strerror}") from exc
+    exit_status = ExitStatus.TASK_FAILED if any(s.failed for s in results) else ExitStatus.SUCCESS
+    if as_json:
+        report_line("serve bench", exit_status, **document, output=output)
+        sys.exit(int(exit_status))
+    print_table(None, BENCH_HEADERS, [
+        (str(s.concurrency), str(s.requests), str(s.failed), _f(s.decode_tps_per_request), _f(s.aggregate_tps),
+         _f(s.ttft_p50, 1000), _f(s.ttft_p95, 1000), _f(s.acceptance_length)) for s in results], err=output == STDOUT)
     if output != STDOUT:
         click.echo(f"written: {output}", err=True)
-    if any(s.failed for s in results):
-        sys.exit(int(ExitStatus.TASK_FAILED))
+    sys.exit(int(exit_status))
+
+
+BENCH_HEADERS = ("conc.", "requests", "failed", "decode tok/s/req", "aggregate tok/s", "TTFT p50 ms", "TTFT p95 ms",
+                 "acceptance")
 
 
 def _f(value: float | None, scale: float = 1.0) -> str:
@@ -181,8 +192,13 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 @serve_group.command("stop")
 @FILE
 @json_option
-def stop(file: str, as_json: bool) -> None:
-    """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again."""
+@verbose_option
+def stop(file: str, as_json: bool, verbose: int) -> None:
+    """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again.
+
+    No --limit: mpirun on the head takes down the ranks of every node it launched (one TP/PP world does not stop
+    in part), and leftover ranks are looked for on every reachable node.
+    """
     from sparkctl.runs.serve_ops import stop_server
 
     inventory = load(file)

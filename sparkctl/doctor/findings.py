@@ -50,8 +50,7 @@ class Finding:
             del out["details"]
         remedy = self.remedy
         if remedy is not None:
-            out["closed_by"] = {"tasks": list(remedy.tasks)} if remedy.tasks else \
-                {"person": remedy.kind, "why": remedy.person}
+            out["closed_by"] = remedy.closed_by
         return out
 
 

@@ -51,6 +51,11 @@ class Remedy:
         return bool(self.tasks)
 
     @property
+    def closed_by(self) -> dict:
+        """As --json says it: {"tasks": [...]} or {"person": kind, "why": ...}."""
+        return {"tasks": list(self.tasks)} if self.tasks else {"person": self.kind, "why": self.person}
+
+    @property
     def needs_person(self) -> str:
         """The reason, as a finding says it: 'needs you (a cable or a port): ...'."""
         return f"needs you ({KINDS[self.kind]}): {self.person}" if self.person else ""

@@ -124,25 +124,38 @@ def _one_port(up: list[dict[int, list[str]]]) -> int | str:
 
 
 def ssh_section(identity_file: str | None, known_hosts: str) -> dict[str, str]:
-    """What bootstrap needs to log in the way init did: the key and the known_hosts file it was given."""
+    """What bootstrap needs to log in the way init did: the key and the known_hosts file it was given, absolute
+    (a relative path would be read from wherever bootstrap runs); `~/...` stays as given."""
     section = {}
     if identity_file:
-        section["identity_file"] = identity_file
+        section["identity_file"] = _absolute(identity_file)
     if os.path.expanduser(known_hosts) != os.path.expanduser(DEFAULT_KNOWN_HOSTS):
-        section["known_hosts"] = known_hosts
+        section["known_hosts"] = _absolute(known_hosts)
     return section
 
 
-def login_failures(hosts: list[str], unreachable: dict[str, Unreachable]) -> Unreachable:
-    """Every host that could not be logged in to, one line each, with the hint of the commonest cause."""
+def _absolute(path: str) -> str:
+    return path if path.startswith("~") else os.path.abspath(path)
+
+
+def login_failures(hosts: list[str], unreachable: dict[str, Unreachable],
+                   known_hosts: str = DEFAULT_KNOWN_HOSTS) -> Unreachable:
+    """Every host that could not be logged in to, one line each, with the hint of the commonest cause. No inventory
+    is written; the hosts that did log in had their host keys recorded (or found) in known_hosts, and it says so."""
     kinds = [unreachable[h].kind for h in hosts if h in unreachable]
+    logged_in = [h for h in hosts if h not in unreachable]
+    if logged_in:
+        keys = "its host key is" if len(logged_in) == 1 else "their host keys are"
+        written = f"no inventory was written ({', '.join(logged_in)} logged in: {keys} in {known_hosts})"
+    else:
+        written = "nothing was written"
     hint = next((unreachable[h].hint for h in hosts if h in unreachable and unreachable[h].hint), None)
     if "auth" in kinds:
         hint = ("pass the key the nodes accept with --identity-file (it is written to the inventory's ssh: "
                 "section), or load it into ssh-agent; --user if the login name differs")
     elif "host_key" in kinds:
         hint = next(unreachable[h].hint for h in hosts if h in unreachable and unreachable[h].kind == "host_key")
-    return Unreachable(f"{len(kinds)} of {len(hosts)} host(s) could not be logged in to; nothing was written",
+    return Unreachable(f"{len(kinds)} of {len(hosts)} host(s) could not be logged in to; {written}",
                        hint=hint, kind=kinds[0], details=[unreachable[h].message for h in hosts if h in unreachable])
 
 
@@ -154,7 +167,7 @@ def draft_inventory(hosts: list[str], *, user: str | None, identity_file: str | 
     transports, unreachable = connect_all(specs, known_hosts_path=known_hosts)
     try:
         if unreachable:
-            raise login_failures(hosts, unreachable)
+            raise login_failures(hosts, unreachable, known_hosts)
         facts = [gather_facts(transports[h], h) for h in hosts]
     finally:
         for t in transports.values():

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sparkctl.errors import BadInput, SparkctlError
+from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
 from sparkctl.plan.paths import state_dir
@@ -195,7 +195,10 @@ def stop_server(inventory: Inventory, forks: int = 32) -> StopResult:
     head = inventory.head.name
     with Session(inventory, forks=forks) as session:
         if head not in session.transports:
-            raise SparkctlError(f"cannot stop the server: {session.unreachable.get(head, f'{head} is not reachable')}")
+            raise Unreachable(f"cannot stop the server: {session.unreachable.get(head, f'{head} is not reachable')}",
+                              hint=f"the server runs on the head, {head}: stop it once it answers "
+                                   "(`sparkctl cluster status` shows what each node says)",
+                              kind=session.unreachable_kinds.get(head, "network"), node=head)
         with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop")):
             result = StopResult(unreachable=dict(session.unreachable))
             handle = server_handle(inventory, session.transports[head])

@@ -29,6 +29,10 @@ from sparkctl.transport.sudo import (
 )
 
 log = logging.getLogger(__name__)
+#: what each command printed (stdout, then stderr): -vv and --debug show it
+output_log = logging.getLogger(f"{__name__}.output")
+#: -v shows a command by the first characters of its first line (the record's `brief`)
+BRIEF_CHARS = 200
 
 #: Commands never depend on the login environment of the node.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -213,9 +217,14 @@ class ShellTransport:
         duration = time.monotonic() - started
         timed_out = raw.timed_out or (raw.exit_code in (TIMED_OUT_EXIT, 137) and duration >= timeout)
         exit_code = TIMED_OUT_EXIT if raw.timed_out else raw.exit_code
-        log.debug("%s: %s%s -> %s%s (%.2fs)", self.node, "sudo " if sudo else "", shown, exit_code,
-                  " timed out" if timed_out else "", duration)
+        ended = f"-> {exit_code}{' timed out' if timed_out else ''} ({duration:.2f}s)"
+        first = shown.splitlines()[0] if shown else ""
+        brief = f"{self.node}: {'sudo ' if sudo else ''}{first[:BRIEF_CHARS]}{' ...' if first != shown else ''} {ended}"
+        log.debug("%s: %s%s %s", self.node, "sudo " if sudo else "", shown, ended, extra={"brief": brief})
         stderr = raw.stderr.decode(errors="replace")
+        if output_log.isEnabledFor(logging.DEBUG) and (raw.stdout or stderr):
+            text = (raw.stdout.decode(errors="replace") + stderr).rstrip("\n")
+            output_log.debug("%s", "\n".join(f"{self.node}: | {line}" for line in text.splitlines()))
         if timed_out:
             separator = "" if not stderr or stderr.endswith("\n") else "\n"
             stderr += f"{separator}timed out after {timeout:g}s"

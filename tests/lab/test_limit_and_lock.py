@@ -146,6 +146,29 @@ def test_doctor_limit_reports_the_limited_node_only(converged):
         lab.exec("spark2", ["sh", "-c", "ip link set enP2p1s0f1np1 mtu 9000"], check=True)
 
 
+def test_only_a_later_phase_after_down_network_brings_the_fabric_back_first(converged):
+    """`cluster down --network`, then `--only serve` (what doctor suggests after a down): the containers' sshd
+    listens on the fabric addresses and their mesh connects over them, so the run puts them back first (and says
+    so) instead of meshing containers against addresses that are not there, and converges."""
+    lab = converged
+    rc, events, err = sparkctl(lab, "cluster", "down", str(lab.inventory_path), "--network")
+    assert rc == 0, (failures(events), err)
+    try:
+        rc, events, err = bootstrap(lab, "--only", "serve")
+        assert rc == 0, (failures(events), err)
+        assert {"network.netplan", "network.forwarding", "container.run", "container.ssh",
+                "mpi.hostfile"} <= set(events[0]["added_needs"])
+        assert {("network.netplan", "spark1"), ("network.netplan", "spark2"), ("container.run", "spark1"),
+                ("container.run", "spark2")} <= changed(events)
+        applied = [e["task"] for e in events if e["event"] == "task_changes"]
+        assert applied.index("network.netplan") < applied.index("container.run")
+        rc, events, err = bootstrap(lab, "--only", "serve")
+        assert rc == 0 and changed(events) == set(), (failures(events), err)
+    finally:
+        rc, events, err = bootstrap(lab)  # the ssh keys `down --network` took: the module's other tests need them
+        assert rc == 0, (failures(events), err)
+
+
 # --- the cluster lock ---------------------------------------------------------------------------------------
 
 def holder_on(lab, node: str) -> str:

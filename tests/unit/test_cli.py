@@ -207,3 +207,47 @@ def test_a_known_hosts_file_in_a_missing_folder_is_refused_not_created(run, tmp_
     assert f"inv.yaml:2: ssh.known_hosts {tmp_path}/typo/known_hosts: the folder {tmp_path}/typo does not exist" \
         in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_only_a_later_phase_brings_back_the_fabric_the_containers_use(run, unreachable_inventory):
+    """After `cluster down --network` (or a drift of the fabric), `--only serve` must not run the container mesh
+    against fabric addresses that are not there: the containers' sshd listens on them, the mesh connects over
+    them (in a ring through the neighbours' forwarding)."""
+    from sparkctl.runs.playbooks import bootstrap_graph
+
+    graph = bootstrap_graph()
+    for task in ("container.run", "container.ssh", "mpi.hostfile", "serve.launch", "verify.fabric"):
+        assert "network.netplan" in graph.needs_closure(task), task
+    for task in ("container.ssh", "verify.fabric"):
+        assert "network.forwarding" in graph.needs_closure(task), task
+    assert {"network.netplan", "network.forwarding"} <= set(graph.select({"serve"}).added)
+    result = run("cluster", "bootstrap", unreachable_inventory, "--only", "serve", "--json")
+    start = json.loads(result.stdout.splitlines()[0])
+    assert {"network.netplan", "network.forwarding"} <= set(start["added_needs"])
+    result = run("cluster", "bootstrap", unreachable_inventory, "--only", "serve")
+    said = next(line for line in result.stdout.splitlines() if line.startswith("also running what"))
+    assert "network" in said
+
+
+@pytest.mark.parametrize("args", [["serve", "presets"], ["doctor", "--list"], ["playbooks"],
+                                  ["doctor", "INV", "--json"], ["doctor", "INV"], ["cluster", "status", "INV"]])
+def test_a_reader_that_goes_away_is_not_a_crash(tmp_path, unreachable_inventory, args):
+    """`sparkctl ... | head -1`: the rest has nowhere to go. Quiet, with a shell's code for SIGPIPE, never
+    'internal error: BrokenPipeError' (exit 1, the code of a failed task)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write meets EPIPE
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": str(REPO), "SPARKCTL_DEBUG": ""}
+    env.pop("COLUMNS", None)
+    argv = [unreachable_inventory if a == "INV" else a for a in args]
+    try:
+        done = subprocess.run([sys.executable, "-c", "from sparkctl.cli.main import main; main()", *argv],
+                              stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == ExitStatus.BROKEN_PIPE == 141, done.stderr
+    assert done.stderr == ""

@@ -248,3 +248,29 @@ def test_an_output_path_in_a_missing_folder_is_refused_not_created(refusing_inve
     assert "no-such-folder does not exist" in result.output and "internal error" not in result.output
     assert not (tmp_path / "no-such-folder").exists()
     assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_fix_with_a_limit_repairs_only_the_limited_nodes(refusing_inventory, monkeypatch):
+    """`doctor --fix --limit spark2`: both looks diagnose spark2 only, and the repair run changes spark2 only (the
+    limit reaches the bootstrap tasks it runs, with Ansible's meaning)."""
+    from sparkctl.engine import RunResult
+    from sparkctl.runs import doctor
+
+    looks, runs = [], []
+
+    def diagnose(_inventory, request):
+        looks.append(request.limit)
+        s = healthy_snapshot()
+        fault_mtu(s)
+        return run_checks(s), s
+
+    def run_playbook(_inventory, graph, request, _emit, *, command):
+        runs.append((command, request.limit, set(request.only)))
+        return RunResult(["spark2"], [], {}, check_mode=False, duration=0.0)
+
+    monkeypatch.setattr(doctor, "diagnose", diagnose)
+    monkeypatch.setattr(doctor, "run_playbook", run_playbook)
+    result = CliRunner().invoke(cli, ["doctor", str(refusing_inventory), "--fix", "--limit", "spark2", "--json"])
+    assert looks == [{"spark2"}, {"spark2"}], result.output
+    assert len(runs) == 1 and runs[0][:2] == ("doctor --fix", {"spark2"}), runs
+    assert {"network.netplan", "network.verify"} <= runs[0][2]

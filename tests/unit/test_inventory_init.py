@@ -109,12 +109,22 @@ def test_the_ssh_flags_become_the_inventory_ssh_section_and_it_loads(tmp_path):
     assert inventory.ssh_target("s2").identity_file == str(key)
 
 
+def test_relative_ssh_flags_are_written_absolute(tmp_path, monkeypatch):
+    """bootstrap runs from anywhere: `--identity-file K --known-hosts F` must not be read from its folder."""
+    monkeypatch.chdir(tmp_path)
+    assert ssh_section("K", "F") == {"identity_file": str(tmp_path / "K"), "known_hosts": str(tmp_path / "F")}
+    assert ssh_section("keys/../K", "./F")["identity_file"] == str(tmp_path / "K")
+    assert ssh_section("~/.ssh/lab", "~/lab/known_hosts") == {"identity_file": "~/.ssh/lab",
+                                                             "known_hosts": "~/lab/known_hosts"}
+
+
 def test_every_host_that_cannot_be_logged_in_to_is_named_with_the_hint_of_its_cause():
     failed = login_failures(["10.0.0.11", "10.0.0.12", "10.0.0.13"], {
         "10.0.0.11": Unreachable("10.0.0.11: authentication failed for user nvidia: no key to offer", kind="auth"),
         "10.0.0.13": Unreachable("10.0.0.13: connection refused on port 22", hint="is sshd running?"),
     })
-    assert failed.message == "2 of 3 host(s) could not be logged in to; nothing was written"
+    assert failed.message == ("2 of 3 host(s) could not be logged in to; no inventory was written (10.0.0.12 logged "
+                              "in: its host key is in ~/.ssh/known_hosts)")
     assert failed.details == ["10.0.0.11: authentication failed for user nvidia: no key to offer",
                               "10.0.0.13: connection refused on port 22"]
     assert "--identity-file" in failed.hint and failed.kind == "auth"

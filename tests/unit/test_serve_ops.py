@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from sparkctl.errors import BadInput, SparkctlError
+from sparkctl.errors import BadInput, SparkctlError, Unreachable
+from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs import serve_ops
 from tests.taskkit import RecordingTransport, inventory_from_yaml
 from tests.unit.fake_endpoint import FakeEndpoint
@@ -49,6 +50,7 @@ class FakeSession:
     def __enter__(self):
         self.transports = {n: t for n, t in FakeSession.transports.items() if n not in FakeSession.down}
         self.unreachable = dict(FakeSession.down)
+        self.unreachable_kinds = dict.fromkeys(FakeSession.down, "network")
         return self
 
     def __exit__(self, *exc):
@@ -139,8 +141,9 @@ def test_stop_terms_mpirun_and_kills_leftover_ranks_everywhere(tmp_path, nodes):
 def test_stop_needs_the_head_and_reports_peers_it_could_not_check(tmp_path, nodes):
     inv = pair(tmp_path, 8355)
     FakeSession.down = {"spark1": "spark1: no route to host"}
-    with pytest.raises(SparkctlError, match="cannot stop the server: spark1: no route to host"):
+    with pytest.raises(Unreachable, match="cannot stop the server: spark1: no route to host") as refused:
         serve_ops.stop_server(inv)
+    assert refused.value.exit_status == ExitStatus.UNREACHABLE and refused.value.node == "spark1"
     FakeSession.down = {"spark2": "spark2: no route to host"}
     nodes["spark1"].respond(r"cat .*launch.json", "")
     result = serve_ops.stop_server(inv)

@@ -228,4 +228,4 @@ serve: {{preset: qwen3-235b-eagle3, port: {serve_port}}}
     assert "not reachable over ssh" in status.output and "asked from here" in status.output
     assert "Traceback" not in status.output
     stop = CliRunner().invoke(cli, ["serve", "stop", str(path)])
-    assert stop.exit_code == 1 and "cannot stop the server" in stop.output, stop.output
+    assert stop.exit_code == 3 and "cannot stop the server" in stop.output, stop.output

@@ -50,7 +50,9 @@ def port_owner(ctx: NodeContext, port: int) -> str | None:
 class ContainerRunTask(Task):
     name = "container.run"
     phase = "container"
-    needs = ("container.image", "container.state")
+    # its sshd listens on the node's planned fabric addresses only (SPARKCTL_SSHD_LISTEN): without them it
+    # cannot bind and the container exits
+    needs = ("container.image", "container.state", "network.netplan")
     description = "run the trtllm-multinode container with the settings of THIS node's own interfaces"
     checks = ("the container exists, runs, and carries the label with the hash of the planned spec (image, env, "
               "mounts, args, entrypoint); its env holds the planned NCCL/UCX/Open MPI settings; nothing else "

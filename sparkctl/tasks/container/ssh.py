@@ -52,7 +52,9 @@ class ContainerSshTask(Task):
     name = "container.ssh"
     phase = "container"
     scope = Scope.CLUSTER
-    needs = ("container.run",)
+    # the mesh connects over the fabric addresses, and in a ring through the neighbours' forwarding: `--only` a
+    # later phase after `cluster down --network` must bring them back first
+    needs = ("container.run", "network.netplan", "network.forwarding")
     description = "mesh the containers over ssh: every container's key authorized and host key pinned in all"
     checks = ("the container sshd listens on the container ssh port on every node (polled, bounded); "
               "/root/.ssh/authorized_keys in each container and container-ssh/ on each node hold every node's "
