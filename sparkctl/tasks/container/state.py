@@ -53,7 +53,8 @@ class ContainerStateTask(Task):
             carried, timeout = mesh_read_script(ctx.cluster, ctx.name, framing), mesh_read_timeout(ctx.cluster)
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
-        result = ctx.must("\n".join([*lines, carried]), "reading sparkctl's state dir", timeout=max(60.0, timeout))
+        result = ctx.raise_unless_ok(ctx.read(self.name, "\n".join([*lines, carried]), framing,
+                                              timeout=max(60.0, timeout)), "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if carried and "sshd" in found:
             ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)

@@ -41,7 +41,7 @@ class SshKeyTask(Task):
         parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
         if tries:
             parts.append(framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi"))
-        result = ctx.run("\n".join(parts), timeout=mesh_timeout(len(tries)))
+        result = ctx.read(self.name, "\n".join(parts), framing, timeout=mesh_timeout(len(tries)))
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])
