@@ -21,8 +21,9 @@ class SshKeyTask(Task):
     phase = "ssh"
     needs = ("preflight.node", "preflight.cluster")
     description = "give each node its own ed25519 key for this cluster (never a private key copied around)"
-    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same round trip reads the files ssh.mesh "
-              "judges and tries this node's ssh.verify pairs: a no-op ssh phase is one round trip per node)")
+    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same read takes the files ssh.mesh judges "
+              "and tries this node's ssh.verify pairs; on a rerun it is read ahead with the node's facts and counts "
+              "only if its script is the same and nothing changed since: a no-op ssh phase needs no round trip)")
     changes = "generates the key on the node (the private key never leaves it)"
 
     def check(self, ctx: NodeContext) -> list[Change]:
