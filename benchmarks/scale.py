@@ -4,7 +4,8 @@ with the controller's peak memory and the machine's load at every measurement.
 Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8switch,16switch] [--repeat 3]
 [--serve] [--verify-runs 5]`. Every lab is brought up fresh (the lab image is built first if needed, outside the
 timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it
-(start-up, connecting, every phase, the closing line), median of --repeat runs for the no-op rerun and doctor;
+(start-up with sparkctl's bytecode compiled as an install has it, connecting, every phase, the closing line),
+median of --repeat runs for the no-op rerun and doctor;
 "mem MB" is the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's
 TensorRT-LLM stand-in) to show the serve phases' share of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap
 --reprove` N times in a row on every lab (every mesh pair and the MPI probe proven again, nothing taken from the
@@ -191,9 +192,15 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help="also a pair that serves")
     parser.add_argument("--verify-runs", type=int, default=0, help="--reprove runs in a row on every lab")
     args = parser.parse_args()
+    import compileall
+
+    import sparkctl
     from sparkctl.lab.image import ensure_image
 
     ensure_image()
+    # An installed sparkctl has its bytecode compiled (pip does it at install time); an editable checkout under
+    # PYTHONDONTWRITEBYTECODE would compile every module on every run and time that instead.
+    compileall.compile_dir(str(Path(sparkctl.__file__).parent), quiet=1)
     rows = []
     for shape in args.shapes.split(","):
         serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)

@@ -183,10 +183,10 @@ class RecordedNodeContext(NodeContext):
             self.shows.netplan_files = sorted([*others, NetplanFile(call.target, content, call.mode)],
                                               key=lambda f: f.path)
 
-    def _read_facts(self) -> Facts:
+    def _read_facts(self, side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
         if isinstance(self.shows, BaseException):  # the node stopped answering
             raise self.shows
-        return copy.deepcopy(self.shows)
+        return copy.deepcopy(self.shows)  # reads ahead are not run: each task reads for itself
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sparkctl.facts import parse
@@ -23,6 +23,7 @@ DOCKER_SLOW = "docker did not answer within 15 s (the daemon is overloaded or st
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
                  image_refs: Iterable[str] = (), hf_cache: str = "~/.cache/huggingface",
                  reach_addrs: Iterable[str] = (), guard_dirs: Iterable[str] = (),
+                 side_reads: Mapping[str, tuple[str, float]] | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> Facts:
     """Read every fact of one node in ONE round trip. Never raises for what the node lacks.
 
@@ -32,13 +33,16 @@ def gather_facts(transport: Transport, node: str, *, container_names: Iterable[s
     names, refs = list(container_names), list(image_refs)
     nonce = Framing().nonce
     script = render_script(nonce, container_names=names, image_refs=refs, hf_cache=hf_cache,
-                           guard_dirs=guard_dirs)
+                           guard_dirs=guard_dirs, side_reads=side_reads)
     before = time.time()
     result = transport.run(script, timeout=timeout)
     after = time.time()
     facts = facts_from_output(result.stdout, nonce, node, container_names=names, image_refs=refs,
                               hf_cache=hf_cache, reach_addrs=_resolved(reach_addrs, transport))
     facts.controller_time = (before, after)
+    sections = Framing(nonce).split(result.stdout)
+    facts.side_reads = {name: sections[f"side:{i}"] for i, name in enumerate(side_reads or {})
+                        if f"side:{i}" in sections}
     if result.timed_out:
         facts.raw_errors.append(f"gather: timed out after {timeout:g}s; later sections are missing")
     return facts

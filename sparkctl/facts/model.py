@@ -5,8 +5,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparkctl.knowledge.spark import spark_port_of
+
+if TYPE_CHECKING:
+    from sparkctl.transport.framing import Section
 
 # docker's own words for a user outside the docker group: "permission denied while trying to connect to the Docker
 # daemon socket at unix:///var/run/docker.sock" (and "Got permission denied ..." from older clients)
@@ -255,6 +259,8 @@ class Facts:
     raw_errors: list[str] = field(default_factory=list)
     #: what a caller read on the same connection right after the facts (e.g. `cluster status`)
     extra: object = None
+    #: later tasks' read-only scripts run beside the facts (gather_facts side_reads): name -> its section
+    side_reads: dict[str, Section] = field(default_factory=dict)
 
     def clock_offset(self) -> float | None:
         """Seconds the node's clock is ahead (+) or behind (-) the controller's, beyond what the round trip can

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -150,8 +150,13 @@ CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker", "ss", "firewall"
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
-                  hf_cache: str = "~/.cache/huggingface", guard_dirs: Iterable[str] = ()) -> str:
+                  hf_cache: str = "~/.cache/huggingface", guard_dirs: Iterable[str] = (),
+                  side_reads: Mapping[str, tuple[str, float]] | None = None) -> str:
+    """`side_reads`: name -> (bash script, seconds): read-only scripts of later tasks, run in the background
+    beside the facts (each bounded by its seconds) and printed as section `side:<i>` (the i-th given); without
+    a private temp dir they are not run at all (a side read only saves time, it is never needed)."""
     guard_dirs = list(guard_dirs)
+    side = list((side_reads or {}).items())
     sections = (_STATIC_SECTIONS + _docker_sections(container_names, image_refs)
                 + [_hf_cache_section(hf_cache)] + ([_guards_section(guard_dirs)] if guard_dirs else [])
                 + _TAIL_SECTIONS)
@@ -161,6 +166,9 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
         if name in CONCURRENT:
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
                          f'echo $? >"$_D/{name}.rc"; }} & fi')
+    for i, (_name, (body, seconds)) in enumerate(side):
+        parts.append(f'if [ -n "$_D" ]; then {{ _t {max(1.0, float(seconds)):g} bash -c {q(body)} >"$_D/side-{i}" '
+                     f'2>/dev/null; echo $? >"$_D/side-{i}.rc"; }} & fi')
     framing = Framing(nonce)
     for name, body in sections:
         if name in CONCURRENT:
@@ -171,4 +179,8 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
                          f"{framing.end(name, '$_rc')}")
         else:
             parts.append(framing.section(name, body))
+    for i in range(len(side)):
+        parts.append(f"{framing.begin(f'side:{i}')}\n"
+                     f'_rc=1; if [ -n "$_D" ]; then wait; cat "$_D/side-{i}"; read -r _rc <"$_D/side-{i}.rc"; fi\n'
+                     f"{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + '\n[ -n "$_D" ] && rm -rf "$_D"\nexit 0\n'

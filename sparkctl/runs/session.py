@@ -235,5 +235,6 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
                         emit=emit_noted, limit=request.limit, lost=lost, interruption=interruption,
                         on_stage=cluster.begin_stage, start=run_identity(inventory, command, request, session))
         result = runner.run()
+        cluster.reads_ahead.save()
         result.round_trips = {n: t.round_trips for n, t in session.transports.items()}
     return result

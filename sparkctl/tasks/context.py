@@ -17,7 +17,9 @@ from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
+from sparkctl.tasks.read_ahead import ReadsAhead, answer
 from sparkctl.transport.base import CommandResult, Transport
+from sparkctl.transport.framing import Framing
 
 #: Causes a failed command's last lines name, whatever the command: what to call them and what to do.
 KNOWN_CAUSES = {
@@ -52,11 +54,14 @@ class RunOptions:
     reprove: bool = False
 
 
-def gather_node_facts(transport: Transport, inventory: Inventory, node: Node) -> Facts:
-    """One round trip: everything sparkctl needs to know about one node of this inventory."""
+def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
+                      side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
+    """One round trip: everything sparkctl needs to know about one node of this inventory (and the later
+    tasks' reads ahead, tasks/read_ahead.py)."""
     return gather_facts(transport, node.name, container_names=(inventory.container.name,),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
-                        reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),))
+                        reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),),
+                        side_reads=side_reads)
 
 
 class ProofRecords(Protocol):
@@ -80,6 +85,9 @@ class NodeContext:
         self._pinned: Facts | None = None
         self._lock = threading.Lock()
         self.facts_round_trips = 0
+        #: the reads ahead sent with the first facts read: (those facts, changes applied then)
+        self._ahead: tuple[Facts, int] | None = None
+        self._ahead_sent = False
 
     @property
     def inventory(self) -> Inventory:
@@ -109,17 +117,39 @@ class NodeContext:
             return self._facts
 
     def _gather(self) -> Facts:
+        # the run's first read of the node carries the later tasks' reads ahead (tasks/read_ahead.py)
+        side = {} if self._ahead_sent else self.cluster.reads_ahead.side_reads(self.name)
+        self._ahead_sent = True
+        changes = self.cluster.changes_applied
         try:
-            return self._read_facts()
+            facts = self._read_facts(side)
         except Unreachable as exc:
             if not exc.closed:
                 raise
             # closed under us (sshd restarted, the session killed): reading is safe to repeat, on a new connection
-            return self._read_facts()
+            facts = self._read_facts()
+        if facts.side_reads:
+            self._ahead = (facts, changes)
+        return facts
 
-    def _read_facts(self) -> Facts:
+    def _read_facts(self, side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
         """One round trip."""
-        return gather_node_facts(self.transport, self.inventory, self.node)
+        return gather_node_facts(self.transport, self.inventory, self.node, side_reads)
+
+    def read(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0) -> CommandResult:
+        """Run task `name`'s read-only script (framed with `framing`), or take what its read ahead read, when
+        that was the same script and nothing changed since (tasks/read_ahead.py)."""
+        reads = self.cluster.reads_ahead
+        normalized = reads.remember(self.name, name, script, framing, timeout)
+        with self._lock:
+            ahead, facts = self._ahead, self._facts
+        if ahead is not None and ahead[0] is facts and ahead[1] == self.cluster.changes_applied:
+            stdout = answer(facts.side_reads.get(name), reads.sent(self.name, name), normalized, framing)
+            if stdout is not None:
+                if self.options.verbosity >= 1:
+                    self.log(f"{name}: read ahead with the facts")
+                return CommandResult(command=script, exit_code=0, stdout=stdout, stderr="")
+        return self.run(script, timeout=timeout)
 
     def known_facts(self) -> Facts | None:
         """This node's facts as a PEER's task needs them (to plan): read now while the node is in the run; once
@@ -175,7 +205,10 @@ class NodeContext:
     def must(self, cmd: str, what: str, *, sudo: bool = False, timeout: float = 60.0,
              input: str | None = None, hint: str | None = None) -> CommandResult:
         """Run and raise TaskFailed with the command's last error lines when it fails."""
-        result = self.run(cmd, sudo=sudo, timeout=timeout, input=input)
+        return self.raise_unless_ok(self.run(cmd, sudo=sudo, timeout=timeout, input=input), what, hint)
+
+    def raise_unless_ok(self, result: CommandResult, what: str, hint: str | None = None) -> CommandResult:
+        """`result`, or TaskFailed with the command's last error lines when it failed."""
         if not result.ok:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             reason = "timed out" if result.timed_out else f"exit {result.exit_code}"
@@ -217,6 +250,8 @@ class ClusterContext:
         self._generation_lock = threading.Lock()
         self._plan_lock = threading.Lock()
         self._handed_over: dict[str, tuple[tuple[int, int], Any]] = {}
+        #: later tasks' read scripts, sent with each node's first facts read (tasks/read_ahead.py)
+        self.reads_ahead = ReadsAhead(records)
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import socket
 import subprocess
@@ -76,7 +77,11 @@ def test_first_run_starts_one_container_per_node_with_its_own_settings(converged
     mpi = [e for e in events if e["event"] == "log" and e.get("task") == "verify.fabric"]
     assert mpi and "allreduce sum ok" in mpi[-1]["message"]
     moved = mpi[-1]["probe"]["interfaces"]["spark2"]
-    assert set(moved) & {"enp1s0f1np1", "enP2p1s0f1np1"} and "enP7s7" not in moved
+    # the allreduce's bytes left by the twins; the management port may carry background traffic only (an ssh ACK
+    # of sparkctl's own session: tens of bytes), below verify.fabric's floor of a quarter of the payload
+    floor = float(re.search(r"([0-9.]+) MiB", mpi[-1]["message"]).group(1)) * 2**20 / 4
+    carried = {name for name, sent in moved.items() if sent >= floor}
+    assert carried and carried <= {"enp1s0f1np1", "enP2p1s0f1np1"}, moved
 
 
 def test_second_run_changes_nothing(converged):

@@ -25,8 +25,9 @@ class ContainerStateTask(Task):
     needs = ("preflight.node", "preflight.cluster")
     description = "write the files the container mounts: entrypoint, container keys, run dir, MPI probe"
     checks = ("in ~/.local/state/sparkctl/<cluster>/: entrypoint.sh and run/mpi_probe.py match sparkctl's "
-              "versions; container-ssh/ (mode 700) holds the container's client key and host key (the same round "
-              "trip reads what container.ssh checks: a no-op container phase is one round trip per node)")
+              "versions; container-ssh/ (mode 700) holds the container's client key and host key (the same read "
+              "takes what container.ssh checks; on a rerun it is read ahead with the node's facts and counts only if "
+              "its script is the same and nothing changed since: a no-op container phase needs no round trip)")
     changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
                "with ssh-keygen on the node (private keys never leave it)")
 
@@ -53,7 +54,8 @@ class ContainerStateTask(Task):
             carried, timeout = mesh_read_script(ctx.cluster, ctx.name, framing), mesh_read_timeout(ctx.cluster)
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
-        result = ctx.must("\n".join([*lines, carried]), "reading sparkctl's state dir", timeout=max(60.0, timeout))
+        result = ctx.raise_unless_ok(ctx.read(self.name, "\n".join([*lines, carried]), framing,
+                                              timeout=max(60.0, timeout)), "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if carried and "sshd" in found:
             ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)

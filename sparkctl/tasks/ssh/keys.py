@@ -21,8 +21,9 @@ class SshKeyTask(Task):
     phase = "ssh"
     needs = ("preflight.node", "preflight.cluster")
     description = "give each node its own ed25519 key for this cluster (never a private key copied around)"
-    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same round trip reads the files ssh.mesh "
-              "judges and tries this node's ssh.verify pairs: a no-op ssh phase is one round trip per node)")
+    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same read takes the files ssh.mesh judges "
+              "and tries this node's ssh.verify pairs; on a rerun it is read ahead with the node's facts and counts "
+              "only if its script is the same and nothing changed since: a no-op ssh phase needs no round trip)")
     changes = "generates the key on the node (the private key never leaves it)"
 
     def check(self, ctx: NodeContext) -> list[Change]:
@@ -41,7 +42,7 @@ class SshKeyTask(Task):
         parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
         if tries:
             parts.append(framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi"))
-        result = ctx.run("\n".join(parts), timeout=mesh_timeout(len(tries)))
+        result = ctx.read(self.name, "\n".join(parts), framing, timeout=mesh_timeout(len(tries)))
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])

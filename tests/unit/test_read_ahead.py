@@ -1,0 +1,143 @@
+"""Reads ahead (tasks/read_ahead.py): a later task's read script, sent with a node's first facts read, counts for
+that task only when it is the same script and nothing changed since; in every other case the task reads for
+itself. Run for real on this machine (the facts script and the reads through a local bash)."""
+
+from __future__ import annotations
+
+from sparkctl.engine.events import Event
+from sparkctl.facts import gather_facts
+from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.tasks.read_ahead import BUDGET_S, PLACEHOLDER, RECORD, ReadsAhead
+from sparkctl.transport.framing import Framing
+from sparkctl.transport.local import LocalTransport
+from tests.taskkit import inventory
+
+
+class Records(dict):
+    def put(self, key, value):
+        if value is None:
+            self.pop(key, None)
+        else:
+            self[key] = value
+
+
+def test_side_reads_run_beside_the_facts_each_within_its_seconds(tmp_path):
+    facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
+                         side_reads={"quick": ("printf 'a\\nb\\n'", 5.0), "slow": ("sleep 5; echo late", 1.0),
+                                     "odd name's": ("exit 3", 5.0)})
+    assert facts.hostname and facts.raw_errors == []
+    assert (facts.side_reads["quick"].output, facts.side_reads["quick"].rc) == ("a\nb\n", 0)
+    assert facts.side_reads["slow"].rc == 124 and "late" not in facts.side_reads["slow"].output  # cut: not used
+    assert facts.side_reads["odd name's"].rc == 3
+
+
+def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_a_fresh_nonce():
+    records = Records()
+    first = ReadsAhead(records)
+    assert first.side_reads("spark1") == {}
+    framing = Framing()
+    first.remember("spark1", "ssh.keys", f"echo {framing.nonce}", framing, 300.0)
+    first.save()
+    assert records[RECORD] == {"spark1": {"ssh.keys": [f"echo {PLACEHOLDER}", 300.0]}}
+    second = ReadsAhead(records)
+    (script, seconds), = second.side_reads("spark1").values()
+    sent = second.sent("spark1", "ssh.keys")
+    assert script == f"echo {sent.nonce}" and sent.nonce != framing.nonce and seconds == BUDGET_S
+    assert second.side_reads("spark2") == {}
+
+
+def test_a_record_that_is_not_sparkctls_is_ignored():
+    for junk in ("x", ["a"], {"spark1": {"t": ["no placeholder", 5]}}, {"spark1": {"t": [f"{PLACEHOLDER}", -1]}},
+                 {"spark1": {"t": [1, 2]}}, {"spark1": "t"}):
+        assert ReadsAhead(Records({RECORD: junk})).side_reads("spark1") == {}
+
+
+class Run:
+    """One run's contexts for spark1 of the two-Spark inventory, on this machine, with the shared records."""
+
+    def __init__(self, records: Records, path):
+        self.inventory = inventory()
+        self.cluster = ClusterContext(self.inventory, RunOptions(), lambda event: None, records=records)
+        self.transport = LocalTransport("spark1")
+        self.node = NodeContext(self.cluster, self.inventory.node("spark1"), self.transport)
+        self.cluster.add(self.node)
+        self.path = path
+
+    def read(self, script_of=lambda f, path: f.section("file", f"cat {path}")):
+        framing = Framing()
+        result = self.node.read("t", script_of(framing, self.path), framing)
+        return framing.split(result.stdout)["file"].output
+
+    def end(self):
+        self.cluster.reads_ahead.save()
+
+
+def test_a_no_op_rerun_takes_the_read_from_the_facts_round_trip(tmp_path):
+    records, path = Records(), tmp_path / "f"
+    path.write_text("one\n")
+    first = Run(records, path)
+    first.node.facts()
+    assert first.read() == "one\n" and first.transport.round_trips == 2  # nothing on record yet
+    first.end()
+    second = Run(records, path)
+    second.node.facts()
+    assert second.read() == "one\n" and second.transport.round_trips == 1  # read with the facts
+
+
+def test_a_change_applied_since_the_facts_voids_the_read_ahead(tmp_path):
+    records, path = Records(), tmp_path / "f"
+    path.write_text("one\n")
+    first = Run(records, path)
+    first.node.facts()
+    first.read()
+    first.end()
+    second = Run(records, path)
+    second.node.facts()
+    path.write_text("two\n")  # what a task of this run changed...
+    second.cluster.note(Event("task_changes", node="spark2", task="ssh.mesh"))  # ...and said so
+    assert second.read() == "two\n" and second.transport.round_trips == 2
+
+
+def test_facts_read_again_void_the_read_ahead(tmp_path):
+    records, path = Records(), tmp_path / "f"
+    path.write_text("one\n")
+    Run(records, path).node.facts()
+    first = Run(records, path)
+    first.node.facts()
+    first.read()
+    first.end()
+    second = Run(records, path)
+    second.node.facts()
+    path.write_text("two\n")
+    second.node.invalidate()
+    second.node.facts()  # a change on the node made its facts stale: read again, no reads ahead this time
+    assert second.read() == "two\n" and second.transport.round_trips == 3
+
+
+def test_another_script_than_the_one_on_record_is_run(tmp_path):
+    records, path = Records(), tmp_path / "f"
+    (tmp_path / "g").write_text("gee\n")
+    path.write_text("one\n")
+    first = Run(records, path)
+    first.node.facts()
+    first.read()
+    first.end()
+    second = Run(records, path)
+    second.node.facts()
+    other = second.read(lambda f, _p: f.section("file", f"cat {tmp_path / 'g'}"))  # the plan moved
+    assert other == "gee\n" and second.transport.round_trips == 2
+
+
+def test_a_read_ahead_that_failed_is_run_again_by_its_task(tmp_path):
+    records, path = Records(), tmp_path / "f"
+    flaky = tmp_path / "flaky"
+    script = lambda f, p: f.section("file", f"cat {p}") + f"\n[ -e {flaky} ] || exit 7"  # noqa: E731
+    path.write_text("one\n")
+    first = Run(records, path)
+    first.node.facts()
+    first.read(script)
+    first.end()
+    second = Run(records, path)
+    second.node.facts()  # the read ahead exits 7
+    flaky.write_text("")
+    assert second.read(script) == "one\n" and second.transport.round_trips == 2
