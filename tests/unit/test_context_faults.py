@@ -85,7 +85,7 @@ def test_facts_are_read_again_once_when_the_connection_was_closed_under_them():
     def answers(*first):
         queue = list(first)
 
-        def read():
+        def read(side_reads=None):
             if queue:
                 raise queue.pop(0)
             return shows
