@@ -30,6 +30,8 @@ from sparkctl.plan.bench import (
     collect,
     iperf3_client,
     iperf3_server,
+    link_settings,
+    nccl_settings,
     parse_probe,
     perftest_line,
     probe_script,
@@ -118,7 +120,7 @@ class BenchRun:
         method, why = self.method(link)
         out: dict = {"key": link.key, "client": link.client, "client_if": link.client_if, "server": link.server,
                      "server_if": link.server_if, "method": method, "why_not_rdma": why, "gbps": None,
-                     "latency_us": None, "error": None}
+                     "settings": link_settings(method), "latency_us": None, "error": None}
         rdma_mtu = None
         if method == "rdma":
             out.update(self._rdma(link, slot))
@@ -202,6 +204,7 @@ class BenchRun:
         busbw = table.peak_busbw if table.rows else None
         verdict = judge_allreduce(busbw, inv.topology, len(order), reports, ends, cabled)
         out = {"busbw": busbw, "avg_busbw": table.avg_busbw, "ranks": len(order), "nccl_tests": table.version,
+               "settings": nccl_settings(self.request.nccl_min, self.request.nccl_max, order),
                "transport": {n: _transport(r) for n, r in reports.items()}, "verdict": verdict.to_dict(),
                "error": None if busbw is not None else (table.errors[:1] or [_tail(output) or "no result rows"])[0]}
         out["summary"] = verdict.summary("the all-reduce") if busbw is not None else f"not measured: {out['error']}"
