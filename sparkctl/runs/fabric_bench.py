@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sparkctl.errors import BadInput, SparkctlError
+from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.fabric_verdict import TwinEnd, judge_allreduce, judge_link, parse_shaper
@@ -177,6 +177,13 @@ class BenchRun:
     def all_reduce(self) -> dict:
         inv = self.inventory
         order = [n.name for n in inv.nodes if n.name in self.facts]
+        missing = [n.name for n in inv.nodes if n.name not in self.facts]
+        if missing:
+            # fewer ranks than nodes is another all-reduce, not this cluster's figure
+            out = _not_measured(f"{', '.join(missing)} did not answer: the all-reduce needs every node", len(order))
+            out["unreachable"] = missing
+            self.progress(f"NCCL all-reduce: {out['summary']}")
+            return out
         head = order[0]
         script = all_reduce_script(len(order), self.request.nccl_min, self.request.nccl_max,
                                    self.request.all_reduce_perf)
@@ -241,7 +248,10 @@ def fabric_bench(inventory: Inventory, request: BenchRequest,
     with Session(inventory, forks=request.forks) as session:
         facts = session.gather()
         if not facts:
-            raise SparkctlError("no node answered", hint="; ".join(f"{n}: {e}" for n, e in session.unreachable.items()))
+            kinds = list(session.unreachable_kinds.values())
+            raise Unreachable(f"no node of {inventory.cluster.name} answered: nothing measured",
+                              kind=kinds[0] if kinds else "network",
+                              details=[f"{n}: {e}" for n, e in session.unreachable.items()])
         try:
             plan = plan_cluster(inventory, facts)
         except PlanError as exc:
