@@ -320,10 +320,27 @@ def _run(command: list[str], what: str, timeout: int, log: Log | None = None) ->
     result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-        raise SparkctlError(
-            f"lab image: {what} failed (exit {result.returncode}):\n{tail}",
-            hint="is the machine's apt mirror reachable and are the lab packages installed?",
-        )
+        raise SparkctlError(f"lab image: {what} failed (exit {result.returncode}):\n{tail}",
+                            hint=build_hint(result.stderr + result.stdout))
+
+
+# apt's own words (apt 2.x: methods/connect.cc, apt-pkg/acquire-item.cc, cmdline/apt-get.cc) for a mirror that
+# cannot be reached and for a package the mirror does not have; the kernel's for a full disk.
+_UNREACHABLE_MIRROR = ("Failed to fetch", "Could not resolve", "Temporary failure resolving", "Could not connect",
+                       "Unable to connect", "Connection timed out", "Connection failed")
+_NO_PACKAGE = ("Unable to locate package", "has no installation candidate")
+
+
+def build_hint(output: str) -> str | None:
+    """The hint for what a build step's output shows; None when nothing here explains it (the output does)."""
+    hints = []
+    if any(w in output for w in _UNREACHABLE_MIRROR):
+        hints.append("is the machine's apt mirror reachable? (the build fetches the lab packages from it)")
+    if any(w in output for w in _NO_PACKAGE):
+        hints.append("a lab package is not in the mirror's suite (lab/image.py IMAGE_PACKAGES)")
+    if "No space left on device" in output:
+        hints.append(f"the disk holding {IMAGE_STORE} or the temp directory is full")
+    return "; ".join(hints) or None
 
 
 @contextmanager

@@ -193,8 +193,8 @@ class BenchRun:
         if not _TAG.search(output) and "@@no-all-reduce-perf@@" not in output and not result.ok:
             # docker's or mpirun's own words (no such container, not running, ORTE ...): facts may be stale by now
             why = _tail(output) or "no output"
-            return _not_measured(f"the all-reduce in {inv.container.name} on {head} failed: {why} "
-                                 "(sparkctl cluster bootstrap starts the containers)", len(order))
+            return _not_measured(f"the all-reduce in {inv.container.name} on {head} failed: {why}"
+                                 + container_hint(output), len(order))
         if "@@no-all-reduce-perf@@" in output:
             return _not_measured("all_reduce_perf is not in the image: build nccl-tests in it (git clone "
                                  "https://github.com/NVIDIA/nccl-tests && make -C nccl-tests MPI=1, NVIDIA's NCCL "
@@ -217,6 +217,19 @@ class BenchRun:
         out["summary"] = verdict.summary("the all-reduce") if busbw is not None else f"not measured: {out['error']}"
         self.progress(f"NCCL all-reduce over {len(order)} nodes: {_figure(busbw, 'GB/s')} busbw: {out['summary']}")
         return out
+
+
+# docker's and podman's words for a container that is not there or not running: moby's "No such container: X"
+# and "container X is not running" (daemon/errors.go), podman's "no container with name or ID ... found: no such
+# container" (libpod/define ErrNoSuchCtr) and "can only create exec sessions on running containers: container
+# state improper" (libpod/container_exec.go)
+_NO_CONTAINER = re.compile(r"No such container|no container with name or ID|container \S+ is not running|"
+                           r"container state improper", re.I)
+
+
+def container_hint(output: str) -> str:
+    """The bootstrap hint, only when the failure is the container's absence."""
+    return " (sparkctl cluster bootstrap starts the containers)" if _NO_CONTAINER.search(output) else ""
 
 
 def _not_measured(error: str, ranks: int | None = None) -> dict:
