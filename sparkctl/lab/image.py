@@ -144,6 +144,17 @@ def installed_recipe(ref: str | None = None) -> str | None:
     return labels.get(RECIPE_LABEL)
 
 
+#: The CUDA an NVIDIA image says it carries, as NGC's images (the TensorRT-LLM release images among them) set it in
+#: their environment (knowledge/cuda.py): what doctor's gpu.driver_too_old reads.
+IMAGE_CUDA_VERSION = "13.0.2"
+
+
+def image_env() -> dict[str, str]:
+    return {"CUDA_VERSION": IMAGE_CUDA_VERSION, "HF_HOME": "/root/.cache/huggingface",
+            "SPARKCTL_LAB_FIXTURE_REPOS": FIXTURE_REPOS_IN_IMAGE, "SPARKCTL_LAB_TRTLLM_VERSION": TRTLLM_VERSION,
+            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE}
+
+
 def recipe_hash() -> str:
     digest = hashlib.sha256()
     recipe = {
@@ -153,6 +164,7 @@ def recipe_hash() -> str:
         "mirrors": apt_mirrors(),
         "version": TRTLLM_VERSION,
         "repository": IMAGE_REPO,
+        "env": image_env(),
     }
     digest.update(json.dumps(recipe, sort_keys=True).encode())
     for relative, path in _baked_files():
@@ -285,10 +297,7 @@ def _import_rootfs(tarball: Path, recipe: str, ref: str) -> None:
         f'CMD ["{ENTRYPOINT_IN_IMAGE}"]',
         f"LABEL {VERSION_LABEL}={TRTLLM_VERSION}",
         f"LABEL {RECIPE_LABEL}={recipe}",
-        "ENV HF_HOME=/root/.cache/huggingface",
-        f"ENV SPARKCTL_LAB_FIXTURE_REPOS={FIXTURE_REPOS_IN_IMAGE}",
-        f"ENV SPARKCTL_LAB_TRTLLM_VERSION={TRTLLM_VERSION}",
-        f"ENV SPARKCTL_LAB_TRTLLM_RELEASES={RELEASES_IN_IMAGE}",
+        *[f"ENV {name}={value}" for name, value in image_env().items()],
     ]
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]
