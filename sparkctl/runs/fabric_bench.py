@@ -38,15 +38,8 @@ from sparkctl.plan.bench import (
     rounds,
 )
 from sparkctl.plan.fabric import FabricPlan
-from sparkctl.plan.nccl_tests import (
-    BUILD_TIMEOUT,
-    NCCL_TESTS_TAG,
-    build_error,
-    build_outcome,
-    build_script,
-    cached_binary,
-)
 from sparkctl.runs.bench_records import record_bench
+from sparkctl.runs.nccl_tests_build import build_all_reduce_perf
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import q
 
@@ -188,23 +181,9 @@ class BenchRun:
                                                      timeout=NCCL_TIMEOUT)
 
     def build_nccl_tests(self, order: list[str]) -> tuple[str | None, str]:
-        """(all_reduce_perf's path in every container, "") once built or found in the cache on every node, else
-        (None, why not: the node and what is missing)."""
-        container = self.inventory.container.name
-        images = {n: (c.image_id if (c := self.facts[n].containers.get(container)) is not None else None)
-                  for n in order}
-        if not all(images.values()):
-            absent = [n for n, i in images.items() if not i]
-            return None, (f"it cannot be built: no {container} container on {', '.join(absent)} (sparkctl cluster "
-                          "bootstrap starts the containers)")
-        if len(set(images.values())) > 1:
-            return None, ("it cannot be built once for all: the containers run different images ("
-                          + ", ".join(f"{n} {i[:19]}" for n, i in images.items()) + ")")
-        image_id = images[order[0]]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.request.forks, len(order)))) as pool:
-            outcomes = dict(zip(order, pool.map(lambda n: _build_on(self, n, image_id), order), strict=True))
-        failed = [build_error(n, kind, detail) for n, (kind, detail) in outcomes.items() if kind != "ready"]
-        return (None, "; ".join(failed)) if failed else (cached_binary(image_id), "")
+        return build_all_reduce_perf(self.session.transports, self.inventory.container.name, self.facts, order,
+                                     forks=self.request.forks, progress=self.progress)
+
     def all_reduce(self) -> dict:
         inv = self.inventory
         order = [n.name for n in inv.nodes if n.name in self.facts]
@@ -264,19 +243,6 @@ _NO_CONTAINER = re.compile(r"No such container|no container with name or ID|cont
 def container_hint(output: str) -> str:
     """The bootstrap hint, only when the failure is the container's absence."""
     return " (sparkctl cluster bootstrap starts the containers)" if _NO_CONTAINER.search(output) else ""
-
-
-def _build_on(run: BenchRun, node: str, image_id: str) -> tuple[str, str]:
-    container = run.inventory.container.name
-    run.progress(f"{node}: nccl-tests {NCCL_TESTS_TAG} for this image (cached under the node's sparkctl state; "
-                 "the first time it is built, which takes minutes)")
-    result = run.session.transports[node].exec_in(container, f"bash -c {q(build_script(image_id))}",
-                                                  timeout=BUILD_TIMEOUT)
-    kind, detail = build_outcome(result.stdout + result.stderr)
-    if kind == "unknown" and result.timed_out:
-        detail = f"the build did not finish within {BUILD_TIMEOUT:g} s"
-    run.progress(f"{node}: nccl-tests {'ready' if kind == 'ready' else 'not built'}")
-    return kind, detail
 
 
 def _not_measured(error: str, ranks: int | None = None) -> dict:
