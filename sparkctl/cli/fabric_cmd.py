@@ -97,7 +97,8 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     """Bandwidth and latency of every fabric link (perftest over each twin's RoCE device, iperf3 where there is no
     RDMA), an NCCL all-reduce across the containers, and a verdict on each against a Spark's figures.
 
-    Exit 0 when everything passes, 1 when something is below its figure or could not be measured.
+    Exit 0 when everything passes, 1 when something is below its figure or could not be measured, 3 when a node
+    did not answer (and nothing measured failed).
     """
     inventory = load(file)
     if all_reduce_perf is not None and (not all_reduce_perf.startswith("/") or any(c in all_reduce_perf
@@ -107,7 +108,7 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     request = BenchRequest(forks=forks, links=not no_links, nccl=not no_nccl, tcp=tcp, nccl_min=nccl_min,
                            nccl_max=nccl_max, all_reduce_perf=all_reduce_perf, record=not no_record)
     result = fabric_bench(inventory, request, progress=lambda line: console.print(Text(redacted(line), style="dim")))
-    exit_status = ExitStatus.SUCCESS if bench_passed(result) else ExitStatus.TASK_FAILED
+    exit_status = bench_status(result)
     if as_json:
         report_line("fabric bench", exit_status, **redacted(result))
     else:
@@ -124,8 +125,13 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     sys.exit(int(exit_status))
 
 
-def bench_passed(result: dict) -> bool:
+def bench_status(result: dict) -> ExitStatus:
+    """1 when something measured is below its figure or failed to measure, else 3 when a node did not answer
+    (what needed it was not measured), else 0: the precedence of the other commands' exit codes."""
     checks = [link.get("verdict", {}).get("ok") for link in result["links"]]
-    if result.get("nccl") is not None:
-        checks.append((result["nccl"].get("verdict") or {}).get("ok"))
-    return all(checks) and not result["unreachable"]
+    nccl = result.get("nccl")
+    if nccl is not None and not nccl.get("unreachable"):
+        checks.append((nccl.get("verdict") or {}).get("ok"))
+    if not all(checks):
+        return ExitStatus.TASK_FAILED
+    return ExitStatus.UNREACHABLE if result["unreachable"] else ExitStatus.SUCCESS

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.bench_history import regressions
+from sparkctl.knowledge.bench_history import compared, incomparable, regressions
 from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.secrets import redacted
 
@@ -87,7 +87,8 @@ def status_table(inventory: Inventory, facts: dict[str, Facts], unreachable: dic
 
 
 def bench_lines(history: list[dict]) -> list[str]:
-    """The last fabric bench in one line, and what got slower than at the first (or the last) bench."""
+    """The last fabric bench in one line, what got slower than at the first (or the last) bench that measured it
+    the same way, and what no earlier bench measured the same way."""
     if not history:
         return ["fabric bench: never run (sparkctl fabric bench INVENTORY measures every link)"]
     latest = history[0]
@@ -96,6 +97,7 @@ def bench_lines(history: list[dict]) -> list[str]:
     nccl = latest.get("nccl") or {}
     head = (f"fabric bench {latest.get('time', '?')}: {len(links)} link(s), {len(below)} below line rate"
             + (f"; NCCL all-reduce {nccl['busbw']:.3g} GB/s busbw" if nccl.get("busbw") is not None else ""))
-    slower = regressions(history)
-    return [head] + [f"slower than at the {r.reference}: {r.line()}" for r in slower] if slower else \
-        [head + ("; no slower than at the first bench" if len(history) > 1 else "")]
+    slower, unlike = regressions(history), incomparable(history)
+    lines = [head] + [f"slower than at the {r.reference}: {r.line()}" for r in slower] if slower else \
+        [head + ("; no slower than at the first bench" if compared(history) else "")]
+    return lines + [f"nothing to compare with: {line}" for line in unlike]

@@ -144,6 +144,17 @@ def installed_recipe(ref: str | None = None) -> str | None:
     return labels.get(RECIPE_LABEL)
 
 
+#: The CUDA an NVIDIA image says it carries, as NGC's images (the TensorRT-LLM release images among them) set it in
+#: their environment (knowledge/cuda.py): what doctor's gpu.driver_too_old reads.
+IMAGE_CUDA_VERSION = "13.0.2"
+
+
+def image_env() -> dict[str, str]:
+    return {"CUDA_VERSION": IMAGE_CUDA_VERSION, "HF_HOME": "/root/.cache/huggingface",
+            "SPARKCTL_LAB_FIXTURE_REPOS": FIXTURE_REPOS_IN_IMAGE, "SPARKCTL_LAB_TRTLLM_VERSION": TRTLLM_VERSION,
+            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE}
+
+
 def recipe_hash() -> str:
     digest = hashlib.sha256()
     recipe = {
@@ -153,6 +164,7 @@ def recipe_hash() -> str:
         "mirrors": apt_mirrors(),
         "version": TRTLLM_VERSION,
         "repository": IMAGE_REPO,
+        "env": image_env(),
     }
     digest.update(json.dumps(recipe, sort_keys=True).encode())
     for relative, path in _baked_files():
@@ -285,10 +297,7 @@ def _import_rootfs(tarball: Path, recipe: str, ref: str) -> None:
         f'CMD ["{ENTRYPOINT_IN_IMAGE}"]',
         f"LABEL {VERSION_LABEL}={TRTLLM_VERSION}",
         f"LABEL {RECIPE_LABEL}={recipe}",
-        "ENV HF_HOME=/root/.cache/huggingface",
-        f"ENV SPARKCTL_LAB_FIXTURE_REPOS={FIXTURE_REPOS_IN_IMAGE}",
-        f"ENV SPARKCTL_LAB_TRTLLM_VERSION={TRTLLM_VERSION}",
-        f"ENV SPARKCTL_LAB_TRTLLM_RELEASES={RELEASES_IN_IMAGE}",
+        *[f"ENV {name}={value}" for name, value in image_env().items()],
     ]
     podman = ["podman", *podman_store_args()]
     change_args = [arg for change in changes for arg in ("--change", change)]
@@ -320,10 +329,27 @@ def _run(command: list[str], what: str, timeout: int, log: Log | None = None) ->
     result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-        raise SparkctlError(
-            f"lab image: {what} failed (exit {result.returncode}):\n{tail}",
-            hint="is the machine's apt mirror reachable and are the lab packages installed?",
-        )
+        raise SparkctlError(f"lab image: {what} failed (exit {result.returncode}):\n{tail}",
+                            hint=build_hint(result.stderr + result.stdout))
+
+
+# apt's own words (apt 2.x: methods/connect.cc, apt-pkg/acquire-item.cc, cmdline/apt-get.cc) for a mirror that
+# cannot be reached and for a package the mirror does not have; the kernel's for a full disk.
+_UNREACHABLE_MIRROR = ("Failed to fetch", "Could not resolve", "Temporary failure resolving", "Could not connect",
+                       "Unable to connect", "Connection timed out", "Connection failed")
+_NO_PACKAGE = ("Unable to locate package", "has no installation candidate")
+
+
+def build_hint(output: str) -> str | None:
+    """The hint for what a build step's output shows; None when nothing here explains it (the output does)."""
+    hints = []
+    if any(w in output for w in _UNREACHABLE_MIRROR):
+        hints.append("is the machine's apt mirror reachable? (the build fetches the lab packages from it)")
+    if any(w in output for w in _NO_PACKAGE):
+        hints.append("a lab package is not in the mirror's suite (lab/image.py IMAGE_PACKAGES)")
+    if "No space left on device" in output:
+        hints.append(f"the disk holding {IMAGE_STORE} or the temp directory is full")
+    return "; ".join(hints) or None
 
 
 @contextmanager

@@ -19,6 +19,10 @@ PERFTEST_PORT = 18515
 IPERF3_PORT = 5201
 BW_SECONDS = 2
 IPERF3_SECONDS = 3
+#: all_reduce_perf's -f (size factor), -n (iterations) and -w (warm-up iterations)
+NCCL_FACTOR = 2
+NCCL_ITERS = 5
+NCCL_WARMUP = 1
 #: Where nccl-tests' all_reduce_perf may sit in an image (NVIDIA's NCCL playbook builds it in ~/nccl-tests/build).
 ALL_REDUCE_PERF_PATHS = ("all_reduce_perf", "/usr/local/bin/all_reduce_perf", "/opt/nccl-tests/build/all_reduce_perf",
                          "/workspace/nccl-tests/build/all_reduce_perf", "/root/nccl-tests/build/all_reduce_perf")
@@ -156,6 +160,28 @@ def perftest_line(tool: str, device: str, gid: int | None, port: int, server_ip:
     return f"{tool} -d {q(device)} {addressing} -p {int(port)} -F{extra}{target}"
 
 
+def link_settings(method: str) -> dict:
+    """What changes a link's figure besides the link, recorded with it (only like figures are compared)."""
+    if method == "rdma":
+        return {"tool": "ib_write_bw", "seconds": BW_SECONDS}
+    if method == "tcp":
+        return {"tool": "iperf3", "seconds": IPERF3_SECONDS}
+    return {}
+
+
+def size_bytes(size: str) -> int | str:
+    """nccl-tests' size argument (`1M`, `256M`, `1G`, a byte count) in bytes, so 1M and 1048576 compare alike."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+    digits = size[:-1] if scale != 1 else size
+    return int(digits) * scale if digits.isdigit() else size
+
+
+def nccl_settings(min_bytes: str, max_bytes: str, nodes: list[str]) -> dict:
+    """What changes the all-reduce's bus bandwidth besides the fabric, recorded with it."""
+    return {"min": size_bytes(min_bytes), "max": size_bytes(max_bytes), "factor": NCCL_FACTOR, "iters": NCCL_ITERS,
+            "warmup": NCCL_WARMUP, "nodes": list(nodes)}
+
+
 def iperf3_server(server_ip: str, port: int) -> str:
     return f"iperf3 -s -1 -B {q(server_ip)} -p {int(port)} -J"
 
@@ -183,7 +209,8 @@ def all_reduce_script(ranks: int, min_bytes: str, max_bytes: str, path: str | No
     """In the head container: find all_reduce_perf, then run it on every node through sparkctl's mpirun line."""
     candidates = (path,) if path else ALL_REDUCE_PERF_PATHS
     find = " ".join(q(c) for c in candidates)
-    program = f'"$p" -b {q(min_bytes)} -e {q(max_bytes)} -f 2 -g 1 -n 5 -w 1'
+    program = (f'"$p" -b {q(min_bytes)} -e {q(max_bytes)} -f {NCCL_FACTOR} -g 1 -n {NCCL_ITERS} '
+               f'-w {NCCL_WARMUP}')
     return (f"p=; for c in {find}; do p=$(command -v \"$c\" 2>/dev/null) && break; done\n"
             f'[ -n "$p" ] || {{ echo "@@no-all-reduce-perf@@"; exit 0; }}\n'
             f"{mpirun_line(ranks, program, env=NCCL_DEBUG_ENV)} 2>&1")

@@ -208,3 +208,24 @@ def parse_pings(stdout: str) -> list[tuple[str, str, str, str]]:
         if len(fields) == 4 and fields[0] in ("ok", "mtu", "dead"):
             out.append((fields[0], fields[1], fields[2], fields[3]))
     return out
+
+
+# ssh's own words for why a pair is broken (OpenSSH 9.x: sshconnect.c, sshconnect2.c, ssh.c), for a hint that
+# fits the failure: the cause -> the phrases that show it.
+_SSH_FAILURES = {
+    "refused": ("Connection refused",),
+    "denied": ("Permission denied", "Too many authentication failures"),
+    "host_key": ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED", "No ED25519 host key",
+                 "host key for", "No matching host key"),
+    "timeout": ("Connection timed out", "Operation timed out", "timed out"),
+    "no_route": ("No route to host", "Network is unreachable"),
+}
+
+
+def failure_causes(errors: Sequence[str]) -> set[str]:
+    """The causes ssh's messages show (keys of _SSH_FAILURES); "other" for a message none of them explains."""
+    out = set()
+    for error in errors:
+        found = {cause for cause, words in _SSH_FAILURES.items() if any(w.lower() in error.lower() for w in words)}
+        out |= found or {"other"}
+    return out

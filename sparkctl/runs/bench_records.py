@@ -1,6 +1,7 @@
 """Where `fabric bench` keeps its figures on the controller: per cluster, beside the run journals
-(`$XDG_STATE_HOME/sparkctl/fabric-bench/<cluster>/<UTC time>.json`). The first record is kept for good (the
-baseline "at bootstrap"); of the others the newest KEEP."""
+(`$XDG_STATE_HOME/sparkctl/fabric-bench/<cluster>/<UTC time>.json`). The first record to measure a figure in a
+given way (a link by RDMA or by TCP, the all-reduce over given sizes: knowledge.bench_history) is kept for good, as
+that figure's baseline; of the others the newest KEEP."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sparkctl.knowledge.bench_history import comparable_keys
 from sparkctl.runs.journal import runs_dir
 from sparkctl.secrets import redacted
 
@@ -29,10 +31,22 @@ def record_bench(cluster: str, result: dict, base: Path | None = None) -> Path:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(redacted(result), handle, indent=1)
-    files = sorted(directory.glob("*.json"))
-    for old in files[1:-KEEP] if len(files) > KEEP + 1 else []:
-        old.unlink(missing_ok=True)
+    _prune(directory)
     return path
+
+
+def _prune(directory: Path) -> None:
+    files = sorted(directory.glob("*.json"))
+    seen: set[tuple[str, str]] = set()
+    for old in files[:-KEEP]:
+        try:
+            keys = comparable_keys(json.loads(old.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            keys = set()
+        if old == files[0] or keys - seen:
+            seen |= keys  # a baseline: the first record of a figure measured this way
+        else:
+            old.unlink(missing_ok=True)
 
 
 def bench_history(cluster: str, base: Path | None = None) -> list[dict]:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sparkctl.errors import BadInput, SparkctlError
+from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.fabric_verdict import TwinEnd, judge_allreduce, judge_link, parse_shaper
@@ -30,6 +30,8 @@ from sparkctl.plan.bench import (
     collect,
     iperf3_client,
     iperf3_server,
+    link_settings,
+    nccl_settings,
     parse_probe,
     perftest_line,
     probe_script,
@@ -37,6 +39,7 @@ from sparkctl.plan.bench import (
 )
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.runs.bench_records import record_bench
+from sparkctl.runs.nccl_tests_build import build_all_reduce_perf
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import q
 
@@ -118,7 +121,7 @@ class BenchRun:
         method, why = self.method(link)
         out: dict = {"key": link.key, "client": link.client, "client_if": link.client_if, "server": link.server,
                      "server_if": link.server_if, "method": method, "why_not_rdma": why, "gbps": None,
-                     "latency_us": None, "error": None}
+                     "settings": link_settings(method), "latency_us": None, "error": None}
         rdma_mtu = None
         if method == "rdma":
             out.update(self._rdma(link, slot))
@@ -172,24 +175,43 @@ class BenchRun:
         return [results[link.key] for link in links]
 
     # --- NCCL -------------------------------------------------------------------------------------------------
+    def _run_all_reduce(self, head: str, order: list[str], path: str | None):
+        script = all_reduce_script(len(order), self.request.nccl_min, self.request.nccl_max, path)
+        return self.session.transports[head].exec_in(self.inventory.container.name, f"bash -c {q(script)}",
+                                                     timeout=NCCL_TIMEOUT)
+
+    def build_nccl_tests(self, order: list[str]) -> tuple[str | None, str]:
+        return build_all_reduce_perf(self.session.transports, self.inventory.container.name, self.facts, order,
+                                     forks=self.request.forks, progress=self.progress)
+
     def all_reduce(self) -> dict:
         inv = self.inventory
         order = [n.name for n in inv.nodes if n.name in self.facts]
+        missing = [n.name for n in inv.nodes if n.name not in self.facts]
+        if missing:
+            # fewer ranks than nodes is another all-reduce, not this cluster's figure
+            out = _not_measured(f"{', '.join(missing)} did not answer: the all-reduce needs every node", len(order))
+            out["unreachable"] = missing
+            self.progress(f"NCCL all-reduce: {out['summary']}")
+            return out
         head = order[0]
-        script = all_reduce_script(len(order), self.request.nccl_min, self.request.nccl_max,
-                                   self.request.all_reduce_perf)
-        result = self.session.transports[head].exec_in(inv.container.name, f"bash -c {q(script)}",
-                                                       timeout=NCCL_TIMEOUT)
+        result = self._run_all_reduce(head, order, self.request.all_reduce_perf)
         output = result.stdout + result.stderr
+        if "@@no-all-reduce-perf@@" in output and self.request.all_reduce_perf is None:
+            # not in the image: built once per node and image into the cache the containers mount
+            path, error = self.build_nccl_tests(order)
+            if path is None:
+                return _not_measured(f"all_reduce_perf is not in the image, and {error}", len(order))
+            result = self._run_all_reduce(head, order, path)
+            output = result.stdout + result.stderr
         if not _TAG.search(output) and "@@no-all-reduce-perf@@" not in output and not result.ok:
             # docker's or mpirun's own words (no such container, not running, ORTE ...): facts may be stale by now
             why = _tail(output) or "no output"
-            return _not_measured(f"the all-reduce in {inv.container.name} on {head} failed: {why} "
-                                 "(sparkctl cluster bootstrap starts the containers)", len(order))
+            return _not_measured(f"the all-reduce in {inv.container.name} on {head} failed: {why}"
+                                 + container_hint(output), len(order))
         if "@@no-all-reduce-perf@@" in output:
-            return _not_measured("all_reduce_perf is not in the image: build nccl-tests in it (git clone "
-                                 "https://github.com/NVIDIA/nccl-tests && make -C nccl-tests MPI=1, NVIDIA's NCCL "
-                                 "playbook step 3) or name it with --all-reduce-perf PATH", len(order))
+            return _not_measured(f"no all_reduce_perf at {self.request.all_reduce_perf} in {inv.container.name} on "
+                                 f"{head} (--all-reduce-perf)", len(order))
         by_rank: dict[int, list[str]] = {}
         for line in output.splitlines():
             if m := _TAG.match(line):
@@ -202,11 +224,25 @@ class BenchRun:
         busbw = table.peak_busbw if table.rows else None
         verdict = judge_allreduce(busbw, inv.topology, len(order), reports, ends, cabled)
         out = {"busbw": busbw, "avg_busbw": table.avg_busbw, "ranks": len(order), "nccl_tests": table.version,
+               "settings": nccl_settings(self.request.nccl_min, self.request.nccl_max, order),
                "transport": {n: _transport(r) for n, r in reports.items()}, "verdict": verdict.to_dict(),
                "error": None if busbw is not None else (table.errors[:1] or [_tail(output) or "no result rows"])[0]}
         out["summary"] = verdict.summary("the all-reduce") if busbw is not None else f"not measured: {out['error']}"
         self.progress(f"NCCL all-reduce over {len(order)} nodes: {_figure(busbw, 'GB/s')} busbw: {out['summary']}")
         return out
+
+
+# docker's and podman's words for a container that is not there or not running: moby's "No such container: X"
+# and "container X is not running" (daemon/errors.go), podman's "no container with name or ID ... found: no such
+# container" (libpod/define ErrNoSuchCtr) and "can only create exec sessions on running containers: container
+# state improper" (libpod/container_exec.go)
+_NO_CONTAINER = re.compile(r"No such container|no container with name or ID|container \S+ is not running|"
+                           r"container state improper", re.I)
+
+
+def container_hint(output: str) -> str:
+    """The bootstrap hint, only when the failure is the container's absence."""
+    return " (sparkctl cluster bootstrap starts the containers)" if _NO_CONTAINER.search(output) else ""
 
 
 def _not_measured(error: str, ranks: int | None = None) -> dict:
@@ -238,7 +274,10 @@ def fabric_bench(inventory: Inventory, request: BenchRequest,
     with Session(inventory, forks=request.forks) as session:
         facts = session.gather()
         if not facts:
-            raise SparkctlError("no node answered", hint="; ".join(f"{n}: {e}" for n, e in session.unreachable.items()))
+            kinds = list(session.unreachable_kinds.values())
+            raise Unreachable(f"no node of {inventory.cluster.name} answered: nothing measured",
+                              kind=kinds[0] if kinds else "network",
+                              details=[f"{n}: {e}" for n, e in session.unreachable.items()])
         try:
             plan = plan_cluster(inventory, facts)
         except PlanError as exc:

@@ -44,6 +44,8 @@ LOCK_DIR = 'd="$HOME/.local/state/sparkctl/$1"'
 
 #: $1: the cluster, $2: this run's holder record (one line of JSON), $3: the lease in seconds.
 HOLD_SCRIPT = f"""{LOCK_DIR}
+command -v flock >/dev/null 2>&1 || {{
+  echo "{MARK} error flock is not installed (sudo apt install util-linux)"; exit 1; }}
 mkdir -p "$d" 2>/dev/null && exec 9>>"$d/run.lock" || {{ echo "{MARK} error cannot open $d/run.lock"; exit 1; }}
 if ! flock -n 9; then
   echo "{MARK} held $(cat "$d/run.holder" 2>/dev/null | head -c 2000)"
@@ -68,6 +70,15 @@ exit 0"""
 #: $1: the run id of a holder whose process is gone from this controller: its node-side holders (bash processes
 #: of this user whose command line carries that id) are ended, which frees their flock.
 TAKEOVER_SCRIPT = 'pkill -u "$(id -u)" -f -- "$1"; sleep 0.2; true'
+
+
+def no_answer(node: str, ended: bool) -> SparkctlError:
+    """The lock script gave no answer: it ended without one (bash could not run it), or none came in time."""
+    if ended:
+        return SparkctlError(f"{node}: the cluster lock's script ended without an answer",
+                             hint="is bash on the node? (`bash --version` there)")
+    return SparkctlError(f"{node}: no answer within {ANSWER_TIMEOUT_S:g} s while taking the cluster lock",
+                         hint="the node or its connection is slow to answer (load, a stalled link); try again")
 
 
 def gone_from_here(holder: Holder) -> bool:
@@ -199,9 +210,9 @@ class ClusterLock:
         while True:
             line = held.readline(max(0.1, deadline - time.monotonic()))
             if line is None:
+                ended = held.ended
                 held.close()
-                raise SparkctlError(f"{node}: no answer while taking the cluster lock",
-                                    hint="check that flock (util-linux) and bash are on the node")
+                raise no_answer(node, ended)
             word, _, rest = line.removeprefix(MARK + " ").partition(" ")
             if not line.startswith(MARK):
                 continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.mesh import Try, Verdict, missing_verdicts, parse_verdicts
 from sparkctl.tasks.context import ClusterContext
@@ -17,7 +19,11 @@ def collect(outputs: dict[str, tuple[str, str]], tries: dict[str, list[Try]]) ->
     return verdicts
 
 
-def raise_for(verdicts: list[Verdict], what: str, hint: str) -> None:
+#: the hint for the broken pairs' own errors (a hint fits the failure it explains)
+Hint = Callable[[list[str]], str]
+
+
+def raise_for(verdicts: list[Verdict], what: str, hint: Hint) -> None:
     """A broken pair fails the task; a pair that could not be checked fails it too, but says so."""
     broken = [v for v in verdicts if v.state == "fail"]
     unknown = [v for v in verdicts if v.state == "unknown"]
@@ -29,13 +35,13 @@ def raise_for(verdicts: list[Verdict], what: str, hint: str) -> None:
         message = f"{len(broken)} {what}(s) failed"
         if unknown:
             message += f", {len(unknown)} could not be checked"
-        raise TaskFailed(message, hint=hint, details=lines)
+        raise TaskFailed(message, hint=hint([v.error for v in broken]), details=lines)
     raise TaskFailed(f"{len(unknown)} {what}(s) could not be checked (no pair is known to be broken)",
                      hint="the peers' sshd reset or timed out the handshake (overloaded?); rerun", details=lines)
 
 
 def run_mesh(ctx: ClusterContext, scripts: dict[str, str], tries: dict[str, list[Try]], *, timeout: float,
-             what: str, hint: str) -> list[Verdict]:
+             what: str, hint: Hint) -> list[Verdict]:
     """Run each node's mesh script (one round trip per node, all at once); raise for what is not ok."""
     results = ctx.run_on_all(scripts, timeout=timeout)
     outputs = {n: (r.stdout, f"the check timed out after {timeout:g}s" if r.timed_out else "")

@@ -183,12 +183,21 @@ def test_the_three_ring_example_serves_once_cabled_as_init_wrote(miscabled, tmp_
     assert rc == 0 and changed(events) == set(), (why(events), summaries, err[-2000:])
 
 
-def test_without_lldpd_the_map_says_it_is_inferred(miscabled):
+def test_without_lldpd_the_map_says_it_is_inferred(miscabled, tmp_path):
+    """On an inventory in the order the cables contradict (spark1, spark2, spark3), whatever order the tests above
+    left the lab's own inventory in: with lldpd the wrong cables are named, without it nothing is called wrong."""
     lab = miscabled
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    by_name = {n["name"]: n for n in document["nodes"]}
+    document["nodes"] = [by_name[n] for n in NODES]
+    contradicted = tmp_path / "contradicted.yaml"
+    contradicted.write_text(yaml.safe_dump(document, sort_keys=False))
+    seen = CliRunner().invoke(cli, ["doctor", str(contradicted), "--json"], catch_exceptions=False)
+    assert any(f["id"] == "fabric.cable_wrong" for f in doctor_report(seen.stdout)["findings"])
     for node in NODES:
         lab.exec(node, ["systemctl", "stop", "lldpd"], check=True)
     try:
-        result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"], catch_exceptions=False)
+        result = CliRunner().invoke(cli, ["doctor", str(contradicted), "--json"], catch_exceptions=False)
         report = doctor_report(result.stdout)
         assert report["cabling"]["inferred"]
         assert set(report["cabling"]["lldp_unavailable"]) == set(NODES)

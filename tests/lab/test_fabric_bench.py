@@ -96,3 +96,25 @@ def test_a_slowed_twin_is_named_with_its_cause_and_doctor_sees_the_regression(la
         assert "a traffic shaper limits" in findings[0]["evidence"]
     finally:
         lab.exec(spark1, f"tc qdisc del dev {SLOW_TWIN} root")
+
+
+def test_all_reduce_perf_missing_from_an_image_without_a_compiler_is_said_with_that_cause(lab):
+    """NVIDIA's TensorRT-LLM images ship no nccl-tests: the bench builds it in the containers, and the lab image (no
+    git, make, nvcc or MPI headers) cannot, which it says, naming what is missing, instead of crashing."""
+    hide = "docker exec trtllm-multinode mv /usr/local/bin/all_reduce_perf /usr/local/bin/all_reduce_perf.hidden"
+    for node in lab.nodes:
+        assert lab.exec(node.name, hide).returncode == 0
+    try:
+        result = run(lab, "--no-links", "--no-record", "--json")
+        assert result.exit_code == 1, result.output
+        assert "Traceback" not in result.output
+        report = json.loads(result.stdout.splitlines()[-1])
+        error = report["nccl"]["error"]
+        assert error.startswith("all_reduce_perf is not in the image, and "), error
+        for node in lab.nodes:
+            assert f"{node.name}: cannot build nccl-tests" in error, error
+        assert "missing git, make, nvcc(" in error and "--all-reduce-perf PATH" in error
+    finally:
+        for node in lab.nodes:
+            lab.exec(node.name, hide.replace("mv /usr/local/bin/all_reduce_perf /usr/local/bin/all_reduce_perf.hidden",
+                                             "mv /usr/local/bin/all_reduce_perf.hidden /usr/local/bin/all_reduce_perf"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.errors import ClusterBusy
+from sparkctl.errors import ClusterBusy, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs import lock as lockmod
 from sparkctl.runs.lock import ClusterLock, Holder, peek
@@ -172,3 +172,43 @@ def holder_time(holder: Holder) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(holder.since.replace("Z", "+00:00")).timestamp()
+
+
+class Scripted(Node):
+    """A node whose lock script is replaced (what it does instead of answering)."""
+
+    def __init__(self, name, home, script):
+        super().__init__(name, home)
+        self.script = script
+
+    def hold(self, script, *args, what="held command"):
+        return LocalTransport.hold(self, self.script, *args, what=what)
+
+
+def test_a_lock_script_that_ends_without_an_answer_asks_for_bash_only(tmp_path):
+    node = Scripted("spark1", tmp_path, "exit 127")
+    with pytest.raises(SparkctlError) as failed:
+        ClusterLock("lab", {"spark1": node}, Holder.now("bootstrap")).acquire()
+    assert "ended without an answer" in failed.value.message and "bash" in failed.value.hint
+    assert "flock" not in failed.value.hint
+
+
+def test_a_node_slow_to_answer_is_not_told_to_install_flock_or_bash(tmp_path, monkeypatch):
+    monkeypatch.setattr(lockmod, "ANSWER_TIMEOUT_S", 0.5)
+    node = Scripted("spark1", tmp_path, "sleep 5")
+    with pytest.raises(SparkctlError) as failed:
+        ClusterLock("lab", {"spark1": node}, Holder.now("bootstrap")).acquire()
+    assert "no answer within 0.5 s" in failed.value.message
+    assert "flock" not in failed.value.hint and "bash" not in failed.value.hint and "slow" in failed.value.hint
+
+
+def test_a_node_without_flock_is_told_so_not_that_the_cluster_is_busy(nodes, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("mkdir", "cat", "head", "mv", "rm"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    node = Scripted("spark1", nodes["spark1"].home, f"export PATH={q(str(bin_dir))}\n{lockmod.HOLD_SCRIPT}")
+    with pytest.raises(SparkctlError) as failed:
+        ClusterLock("lab", {"spark1": node}, Holder.now("bootstrap")).acquire()
+    assert not isinstance(failed.value, ClusterBusy)
+    assert "flock is not installed" in failed.value.message

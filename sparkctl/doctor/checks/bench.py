@@ -1,5 +1,5 @@
-"""PURE: the fabric's recorded bandwidth against itself — the last `fabric bench` slower than the first one
-(at bootstrap) or the one before it, on a link or in the NCCL all-reduce."""
+"""PURE: the fabric's recorded bandwidth against itself — the last `fabric bench` slower than the first recorded
+bench or the one before it that measured the same figure the same way, on a link or in the NCCL all-reduce."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def check_bandwidth_regression(s: Snapshot) -> list[Finding]:
             "fabric.bandwidth_regression", "warning", node,
             f"{found.subject} is {found.percent_lower}% slower than at the {found.reference} ({found.then_time})",
             evidence=(f"{found.now:.3g} {found.unit} in the bench of {now}, {found.then:.3g} {found.unit} in that of "
-                      f"{found.then_time} (a drop of more than {round(REGRESSION_FRACTION * 100)}% counts)"
+                      f"{found.then_time}, both measured alike ({found.how}); a drop of more than "
+                      f"{round(REGRESSION_FRACTION * 100)}% counts"
                       + (f"; the bench said: {found.now_summary}" if found.now_summary else "")),
             fix=(f"a person must find what changed on this link (the bench's causes name the evidence: link speed, "
                  f"MTU, NCCL_IB_HCA, PCIe width, a shaper); after fixing it, `sparkctl fabric bench {inventory}` "

@@ -7,13 +7,14 @@ travel, into every container's authorized_keys and pinned known_hosts ([fabric i
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
-from sparkctl.rules.mesh import Try, container_tries, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import Try, container_tries, failure_causes, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
@@ -24,7 +25,25 @@ from sparkctl.transport.hostkeys import host_key_name
 
 SSHD_WAIT_S = 30.0
 MESH_WHAT = "container-to-container ssh connection"
-MESH_HINT = "`docker logs` of the container on the peer; its sshd port must be free"
+
+
+def mesh_hint(container: str, port: int) -> Callable[[list[str]], str]:
+    """The hint for the broken container-to-container pairs, from their ssh errors (a hint fits its failure)."""
+    fixes = {
+        "refused": f"the peer container's sshd does not listen on port {port}: `docker logs {container}` on the "
+                   f"peer (a process holding port {port} makes it exit)",
+        "denied": "the peer container refused this container's key: rerun bootstrap (container.ssh writes "
+                  "authorized_keys)",
+        "host_key": "a container's host key differs from the pinned one: rerun bootstrap (container.ssh pins them)",
+        "timeout": "no answer from the peer's fabric address: see verify.fabric (link up, addresses, routes)",
+        "no_route": "no route to the peer's fabric address: see verify.fabric (link up, addresses, routes)",
+    }
+
+    def hint(errors: list[str]) -> str:
+        causes = failure_causes(errors)
+        found = list(dict.fromkeys(fixes[c] for c in fixes if c in causes))
+        return "; ".join(found or [f"`docker logs {container}` on the peer and ssh -v from the container show why"])
+    return hint
 
 
 def desired_ssh_files(ctx: ClusterContext, pubs: dict[str, tuple[str, str]]) -> dict[str, str]:
@@ -218,8 +237,22 @@ def sshd_not_listening(ctx: ClusterContext, status: dict[str, str]) -> TaskFaile
     container = ctx.inventory.container.name
     return TaskFailed(
         f"the container sshd does not listen on port {port} on {', '.join(status)}",
-        hint=f"docker logs {container} on those nodes (a process holding port {port} makes the container exit)",
+        hint=sshd_hint(container, port, status),
         details=[f"{n}: container {st or 'unknown'}" for n, st in status.items()])
+
+
+def sshd_hint(container: str, port: int, status: dict[str, str]) -> str:
+    """A running container whose sshd is not up yet is not the port holder's doing; one that exited may be."""
+    running = [n for n, st in status.items() if st == "running"]
+    stopped = [n for n in status if n not in running]
+    hints = []
+    if stopped:
+        hints.append(f"docker logs {container} on {', '.join(stopped)}: the container is not running (a process "
+                     f"holding port {port} makes it exit)")
+    if running:
+        hints.append(f"docker logs {container} on {', '.join(running)}: the container runs but its sshd did not "
+                     f"listen within the wait (did it start? `docker exec {container} ps`)")
+    return "; ".join(hints)
 
 
 def wait_for_sshd(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> None:
@@ -251,7 +284,8 @@ def verify_container_ssh(ctx: ClusterContext) -> None:
     tries = container_ssh_tries(ctx)
     scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
                for n, probe in container_ssh_probes(ctx, tries).items()}
-    run_mesh(ctx, scripts, tries, timeout=container_mesh_timeout(tries), what=MESH_WHAT, hint=MESH_HINT)
+    run_mesh(ctx, scripts, tries, timeout=container_mesh_timeout(tries), what=MESH_WHAT,
+             hint=mesh_hint(container, int(ctx.inventory.container.ssh_port)))
 
 
 def container_mesh_timeout(tries: dict[str, list[Try]]) -> float:

@@ -9,6 +9,7 @@ from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.rules.mesh import failure_causes
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
 from sparkctl.tasks.proof import proven, since
@@ -16,6 +17,31 @@ from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
 
 _TAGGED = re.compile(r"^\[\d+,(?P<rank>\d+)\]<stdout>:(?P<text>.*)$")
+
+
+#: coreutils `timeout`'s exit status when it stopped the command (plan.mpi.timed)
+TIMEOUT_EXIT = 124
+
+#: what each cause of a failed `mpirun hostname` asks for (rules.mesh.failure_causes on mpirun's ssh's words)
+_MPIRUN_FIXES = {
+    "refused": "`Connection refused`: a peer's container sshd is not up (container.ssh waits for it)",
+    "denied": "a peer's container refused the head's key: rerun bootstrap (container.ssh writes authorized_keys)",
+    "host_key": "a container's host key differs from the pinned one: rerun bootstrap (container.ssh pins them)",
+    "no_route": "no route to a hostfile address: see verify.fabric (links, addresses, routes)",
+}
+
+
+def mpirun_hint(output: str, *, hung: bool, answered: bool) -> str | None:
+    """The hint for the failure mpirun's own words (or its hang) show; None when nothing here explains it."""
+    causes = failure_causes([ln for ln in output.splitlines() if ln.strip()])
+    hints = [fix for cause, fix in _MPIRUN_FIXES.items() if cause in causes]
+    if hung or "timeout" in causes:
+        hints.append("a hang: the hostfile addresses are not on the interfaces in OMPI_MCA_btl_tcp_if_include "
+                     "(see verify.fabric)")
+    if answered and not hints:
+        hints.append("every rank answered, with other names or in another order: the hostfile's order is the "
+                     "inventory's and each container's hostname its node's")
+    return "; ".join(hints) or None
 
 
 def tagged_output(stdout: str) -> dict[int, list[str]]:
@@ -110,9 +136,11 @@ class HostfileTask(Task):
             result = ctx.nodes[head].transport.exec_in(inv.container.name, mpirun_line(len(inv.nodes), "hostname"),
                                                        timeout=mpirun_timeout(len(inv.nodes)))
             ok, stdout, stderr = result.ok, result.stdout, result.stderr
+            hung = result.timed_out or result.exit_code == TIMEOUT_EXIT
         else:
             ok, stdout = mpirun.ok, mpirun.output
             stderr = "\n".join(ln for ln in stdout.splitlines() if not _TAGGED.match(ln))
+            hung = mpirun.rc == TIMEOUT_EXIT
         got = [lines[0] if lines else "" for _, lines in sorted(tagged_output(stdout).items())]
         if ok and got == expected:
             return
@@ -120,7 +148,5 @@ class HostfileTask(Task):
         raise TaskFailed(
             f"mpirun -np {len(expected)} hostname from the head container returned {got or 'nothing'}, "
             f"expected {expected}",
-            hint="`Connection refused`: a peer's container sshd is not up; a hang: the hostfile addresses are "
-                 "not on the interfaces in OMPI_MCA_btl_tcp_if_include (see verify.fabric)",
-            details=tail)
+            hint=mpirun_hint(stderr or stdout, hung=hung, answered=ok and bool(got)), details=tail)
 

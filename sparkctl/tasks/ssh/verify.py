@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkctl.engine.task import Change, Scope, Task
-from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import failure_causes, host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 
@@ -35,5 +35,21 @@ class SshVerify(Task):
         scripts = {n: mesh_script(t) for n, t in tries.items() if t}
         timeout = mesh_timeout(max((len(t) for t in tries.values()), default=0))
         run_mesh(ctx, scripts, tries, timeout=timeout, what="node-to-node ssh connection",
-                 hint="ssh -v from the node to the peer shows why; rerun bootstrap to repair the keys")
+                 hint=host_mesh_hint)
         return []
+
+
+#: what each cause of a broken node-to-node pair asks for (rules.mesh.failure_causes)
+_HOST_FIXES = {
+    "denied": "a key was refused: rerun bootstrap to repair the keys (ssh.keys)",
+    "host_key": "a pinned host key differs from the peer's: rerun bootstrap to repin them (ssh.known_hosts)",
+    "refused": "the peer's sshd does not listen on that address: is ssh.service running there?",
+    "timeout": "no answer from the peer's fabric address: see verify.fabric (link up, addresses, routes)",
+    "no_route": "no route to the peer's fabric address: see verify.fabric (link up, addresses, routes)",
+}
+
+
+def host_mesh_hint(errors: list[str]) -> str:
+    causes = failure_causes(errors)
+    fixes = list(dict.fromkeys(_HOST_FIXES[c] for c in _HOST_FIXES if c in causes))
+    return "; ".join(fixes + ["ssh -v from the node to the peer shows why"])

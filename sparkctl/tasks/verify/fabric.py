@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
@@ -229,7 +230,7 @@ class FabricVerify(Task):
             proof.forget(ctx)
             tail = (output.strip() or text.strip()).splitlines()[-4:]
             raise TaskFailed(f"the MPI probe did not complete from {head}'s container", details=tail,
-                             hint="python3 with mpi4py must be in the image; see mpi.hostfile for mpirun itself")
+                             hint=probe_hint(output))
         seconds = max(report.get("seconds", 0.0), 1e-9)
         gbps = report.get("bytes", 0) / seconds / 1e9
         summary = (f"{report.get('size')} rank(s), allreduce sum "
@@ -246,4 +247,14 @@ class FabricVerify(Task):
         else:
             proof.record(ctx, summary)
         return found
+
+
+def probe_hint(output: str) -> str:
+    """The hint for what the MPI probe's output shows: the image lacks python3 or mpi4py, or mpirun itself
+    failed (mpi.hostfile proves it)."""
+    if re.search(r"No module named '?mpi4py|ModuleNotFoundError.*mpi4py", output):
+        return "mpi4py is not in the image: pip install mpi4py in it (NVIDIA's TensorRT-LLM images have it)"
+    if re.search(r"python3: (command )?not found|No such file or directory.*python3|python3.*not found", output):
+        return "python3 is not in the image"
+    return "mpirun itself failed: mpi.hostfile's `mpirun hostname` proves the launch (its hint names the cause)"
 
