@@ -49,6 +49,8 @@ TOPOLOGY_FIT = {
 #: serve.config sections that are mappings in every TensorRT-LLM release (llm_args.py): never a plain value.
 MAPPING_SECTIONS = frozenset({"speculative_config", "kv_cache_config", "cuda_graph_config", "scheduler_config",
                               "moe_config", "attention_dp_config"})
+#: The prefix of the container variables sparkctl sets itself (plan/container.py SSHD_LISTEN_ENV).
+OWN_ENV_PREFIX = "SPARKCTL_"
 SECRET_HINT = ("secrets are never stored in the inventory: export it in your shell; for the Hugging Face "
                "token serve.hf_token_env names the variable")
 
@@ -303,6 +305,9 @@ def _container_problems(parts: InventoryParts) -> Iterator[Problem]:
         if not ENV_NAME_RE.match(key):
             yield (loc, "not an environment variable name (letters, digits and '_', "
                         "not starting with a digit)")
+        elif key.upper().startswith(OWN_ENV_PREFIX):
+            yield (loc, f"{OWN_ENV_PREFIX}* variables are sparkctl's own: it sets them itself, e.g. where the "
+                        "container's sshd listens (remove the key)")
         elif is_secret_name(key) and value and not looks_like_credential(value):
             yield (loc, f"a secret in the inventory is refused ({SECRET_HINT})")
 

@@ -64,6 +64,8 @@ CASES = {
     "hf_cache at /etc": with_(container={"hf_cache": "/etc"}),
     "hf_cache that is two mounts": with_(container={"hf_cache": "/data:/etc"}),
     "hf_cache with ..": with_(container={"hf_cache": "~/../../etc"}),
+    "env key that is sparkctl's own (sshd on every interface)": with_(container={"env": {"SPARKCTL_SSHD_LISTEN": ""}}),
+    "env key that is sparkctl's own, any case": with_(container={"env": {"sparkctl_sshd_listen": "0.0.0.0"}}),
     "docker arg with a newline": with_(container={"docker_args": ["--shm-size=1g\n--privileged"]}),
     "host that is an option": with_(nodes=[{"name": "a", "host": "-oProxyCommand=touch /tmp/x"}]),
     "host with a shell": with_(nodes=[{"name": "a", "host": "h;reboot"}]),
