@@ -31,6 +31,8 @@ from sparkctl.secrets import looks_like_credential, mask_credentials
 
 # Sections the cross-field checks read; each is validated on its own when the whole file does not validate.
 CHECKED_SECTIONS = ("fabric", "serve", "container", "ssh")
+#: Problems printed at most; past this the rest are counted (a generated file can have thousands).
+MAX_SHOWN = 50
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -65,8 +67,12 @@ def load_inventory(path: str | Path) -> Inventory:
     if problems:
         placed = sorted(((_nearest_line(lines, loc), loc, message) for loc, message in problems),
                         key=lambda item: item[0])
-        raise InventoryError([mask_credentials(f"{label}:{line}: {field_path(loc)}: {message}")
-                              for line, loc, message in placed])
+        shown = [mask_credentials(f"{label}:{line}: {field_path(loc)}: {message}")
+                 for line, loc, message in placed[:MAX_SHOWN]]
+        if len(placed) > MAX_SHOWN:
+            shown.append(f"{label}: and {len(placed) - MAX_SHOWN} more problems (fix the ones above, then validate "
+                         "again)")
+        raise InventoryError(shown)
     inventory._source = path
     inventory._lines = lines
     inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")

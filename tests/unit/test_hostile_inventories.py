@@ -97,7 +97,19 @@ CASES = {
     "switch of 260": with_(nodes=[node(i) for i in range(260)], fabric={"topology": "switch"}),
     "nested 400 deep": "user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: " + "{a: " * 400 + "1"
                        + "}" * 400 + "}\n",
+    # YAML values their tag cannot construct: a clean refusal at their line, the value never repeated
+    "invalid date": "user: nvidia\nnodes: [{name: a, host: h}]\ncluster: {name: 2024-02-30}\n",
+    "!!int of letters": "user: nvidia\nnodes: [{name: a, host: h, port: !!int abc}]\n",
+    "!!bool maybe": "user: nvidia\nnodes: [{name: a, host: h, local: !!bool maybe}]\n",
+    "!!float of letters": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: !!float soon}\n",
+    "5000-digit int": "user: nvidia\nnodes: [{name: a, host: h, port: " + "1" * 5000 + "}]\n",
+    "!!int of a token": f"user: nvidia\nnodes: [{{name: a, host: h}}]\nx: !!int {TOKEN}\n",
+    "alias named like a token": f"user: *{TOKEN}\nnodes: [{{name: a, host: h}}]\n",
+    "tag named like a token": f"user: !{TOKEN} x\nnodes: [{{name: a, host: h}}]\n",
     # inputs that exhaust the machine
+    "a 1 MiB value": "user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: {x: '" + "y" * 1_000_000 + "'}}\n",
+    "4 900 unknown config keys": "user: nvidia\nnodes: [{name: a, host: h}]\nserve:\n  config:\n"
+                                 + "".join(f"    k{i}: '{'v' * 180}'\n" for i in range(4900)),
     "alias bomb": alias_bomb(),
     "alias loop": "a: &a [*a]\nuser: nvidia\n",
     # wrong but passing before
@@ -282,3 +294,58 @@ def test_fuzzed_bytes_never_crash_the_loader(tmp_path_factory, data):
     path.write_bytes(data)
     with contextlib.suppress(InventoryError):
         load_inventory(path)
+
+
+def test_a_file_with_thousands_of_problems_prints_the_first_50_and_counts_the_rest(write, tmp_path):
+    path = write("many", CASES["4 900 unknown config keys"])
+    lines, _ = refused(["inventory", "validate", str(path)], tmp_path)
+    assert len(lines) == 52, lines[-3:]
+    assert lines[-2] == f"{path}: and 4850 more problems (fix the ones above, then validate again)"
+    assert all(PROBLEM.match(line) for line in lines[:-1])
+
+
+def test_a_bad_yaml_value_is_placed_at_its_line_and_field_without_repeating_it(write):
+    path = write("tok", f"user: nvidia\nnodes:\n  - name: a\n    host: h\n    port: !!int {TOKEN}\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    assert err.value.problems == [f"{path}:5: nodes[0].port: cannot be read as a whole number (correct it, or "
+                                  "quote it to make it text)"]
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/proc/version"])
+def test_an_output_file_that_cannot_be_written_is_bad_input(target, tmp_path):
+    if not os.path.exists(target):
+        pytest.skip(f"no {target} here")
+    result = CliRunner().invoke(cli, ["playbooks", "-o", target], env={"SPARKCTL_DEBUG": ""})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"sparkctl: error: --output {target}: cannot write it: "
+                                          + ("No space left on device" if target == "/dev/full"
+                                             else "Input/output error")]
+
+
+# YAML written by hand, not by yaml.safe_dump (which quotes what would not read back): dates, tags, huge numbers,
+# aliases and tags named like tokens, in the positions of real fields.
+RAW_SCALARS = st.one_of(
+    st.sampled_from(["2024-02-30", "2024-13-01", "2024-02-29 25:61:00", "!!int abc", "!!bool maybe", "!!float x",
+                     "!!timestamp 2024-99-99", "!!null x", "!!binary '###'", "!!int 0x" + "f" * 5000, "1" * 5000,
+                     "-" + "9" * 4400, f"!!int {TOKEN}", f"*{TOKEN}", f"!{TOKEN} x", f"!!str {TOKEN}", ".inf",
+                     ".nan", "0o777", "1_000", "0b101", "~", "!!set {a}", "!!omap [a: 1]", "!!pairs [a: 1]",
+                     "&a x", "'2024-02-30'", "true", "22", "nvidia", "10.0.0.11", "[1, 2]", "{a: 1}"]),
+    st.from_regex(r"\A[0-9]{1,5}(-[0-9]{1,3}){0,2}\Z"),
+)
+RAW_TEMPLATE = ("user: {user}\nnodes:\n  - name: spark1\n    host: {host}\n    port: {port}\n"
+                "  - {{name: spark2, host: 10.0.0.12, local: {local}}}\ncluster: {{name: {cluster}}}\n"
+                "ssh: {{connect_timeout: {timeout}}}\ncontainer: {{ssh_port: {ssh_port}, env: {{X: {env}}}}}\n")
+RAW_FIELDS = ("user", "host", "port", "local", "cluster", "timeout", "ssh_port", "env")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({name: RAW_SCALARS for name in RAW_FIELDS}))
+def test_fuzzed_raw_yaml_scalars_load_or_are_refused_never_crash(tmp_path_factory, values):
+    path = tmp_path_factory.mktemp("raw") / "inv.yaml"
+    path.write_text(RAW_TEMPLATE.format(**values))
+    try:
+        load_inventory(path)
+    except InventoryError as err:
+        assert not any(s in str(err) for s in SECRETS), err.problems
+        assert all(PROBLEM.match(line) for line in err.problems), err.problems
