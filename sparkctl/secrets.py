@@ -259,20 +259,29 @@ def forget_secrets() -> None:
 # --- logging ---------------------------------------------------------------------------------------------------
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that masks every registered secret in the formatted message."""
+    """A logging filter that passes the formatted message through the one redaction (registered secrets and
+    credential shapes)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = redact_known(message)
+        masked = redacted(message)
         if masked != message:
             record.msg, record.args = masked, None
         return True
 
 
+class RedactingFormatter(logging.Formatter):
+    """The whole formatted record redacted: an attached traceback (exc_info) is formatted after any filter ran."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redacted(super().format(record))
+
+
 def redacting_handler(stream: Any, level: int) -> logging.Handler:
-    """A stream handler whose every record passes RedactingFilter (install it instead of a bare handler)."""
+    """A stream handler whose every record, traceback included, passes the one redaction (install it instead of
+    a bare handler)."""
     handler = logging.StreamHandler(stream)
     handler.setLevel(level)
     handler.addFilter(RedactingFilter())
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(name)s: %(message)s"))
     return handler
