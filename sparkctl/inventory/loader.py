@@ -132,7 +132,7 @@ def _valid_parts(data: dict, error_locs: list[Loc]) -> InventoryParts:
         for index, raw in enumerate(raw_nodes):
             nodes.append(None if index in failed_nodes else Node.model_validate(raw))
     sections = {name: section(name) for name in CHECKED_SECTIONS}
-    return InventoryParts(node_count=node_count, nodes=nodes, **sections)
+    return InventoryParts(node_count=node_count, nodes=nodes, serving="serve" in data, **sections)
 
 
 def _describe(error: dict[str, Any]) -> Problem:

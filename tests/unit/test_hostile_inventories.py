@@ -118,6 +118,9 @@ CASES = {
     "connect_timeout nan": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: .nan}\n",
     "serve port = container ssh port": with_(container={"ssh_port": 8355}, serve={"preset": "qwen3-235b-eagle3",
                                                                                   "port": 8355}),
+    "container ssh port = the preset's serve port": with_(container={"ssh_port": 8355},
+                                                          serve={"preset": "qwen3-235b-eagle3"}),
+    "container ssh port = the default serve port": with_(container={"ssh_port": 8355}, serve={}),
     "container ssh port = host sshd": with_(container={"ssh_port": 22}),
     "multicast subnets": with_(fabric={"subnets": ["224.0.0.0/24", "192.168.1.0/24"]}),
     "loopback subnets": with_(fabric={"subnets": ["127.0.0.0/24", "192.168.1.0/24"]}),
@@ -210,6 +213,7 @@ LEGITIMATE = {
     "docker args": {"container": {"docker_args": ["--shm-size=16g", "-e", "NCCL_DEBUG"]}},
     "model ids with dots and underscores": {"serve": {"model": "meta-llama/Llama-3.3-70B-Instruct",
                                                       "draft": "nvidia/Llama_3.1.8B", "decoding": "draft-target"}},
+    "container ssh port 8355 without serving": {"container": {"ssh_port": 8355}},
     "carrier-grade subnets": {"fabric": {"subnets": ["100.64.0.0/24", "100.64.1.0/24"]}},
     "a /8 judged, not enumerated": {"fabric": {"subnets": ["10.128.0.0/9", "172.16.0.0/12"]}},
 }
