@@ -25,6 +25,7 @@ from sparkctl.inventory.checks import (
     cross_check_warnings,
     field_path,
 )
+from sparkctl.inventory.local_files import local_file_problems
 from sparkctl.inventory.model import Inventory
 from sparkctl.inventory.sections import Node
 from sparkctl.secrets import looks_like_credential, mask_credentials
@@ -59,6 +60,7 @@ def load_inventory(path: str | Path) -> Inventory:
         problems += [_describe(error) for error in errors]
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
     problems += cross_check_problems(parts)
+    problems += local_file_problems(parts)
     # a credential where it does not belong is the problem at its place, whatever else is wrong there
     secrets = credential_problems(data)
     pasted = {loc for loc, _ in secrets}

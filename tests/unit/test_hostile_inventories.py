@@ -353,3 +353,21 @@ def test_fuzzed_raw_yaml_scalars_load_or_are_refused_never_crash(tmp_path_factor
     except InventoryError as err:
         assert not any(s in str(err) for s in SECRETS), err.problems
         assert all(PROBLEM.match(line) for line in err.problems), err.problems
+
+
+def test_key_and_known_hosts_files_are_judged_before_anything_connects(write, tmp_path):
+    """paramiko reads them whole: /dev/zero or a FIFO would exhaust memory or hang (MemoryError before)."""
+    fifo = tmp_path / "kh"
+    os.mkfifo(fifo)
+    big = tmp_path / "big_key"
+    big.write_bytes(b"x" * (65 << 10))
+    path = write("keys", "user: nvidia\nnodes:\n  - {name: a, host: h, identity_file: /dev/zero}\n"
+                         f"  - {{name: b, host: i, identity_file: {big}}}\nssh: {{known_hosts: {fifo}}}\n")
+    lines, peak = refused(["cluster", "bootstrap", str(path)], tmp_path)
+    assert lines[:-1] == [
+        f"{path}:3: nodes[0].identity_file: /dev/zero is a character device, not a regular file (name a private key "
+        "here)",
+        f"{path}:4: nodes[1].identity_file: {big} is larger than 64 KiB (name a private key here)",
+        f"{path}:5: ssh.known_hosts: {fifo} is a FIFO (named pipe), not a regular file (name a known_hosts file "
+        "here)"]
+    assert peak < MEMORY_LIMIT
