@@ -55,7 +55,14 @@ def repo_id(value: str) -> str:
     return value
 
 
+#: Longer than any real setting; Linux caps one argument (a `-e NAME=value` of docker run) at 128 KiB.
+MAX_ENV_VALUE = 4096
+
+
 def env_value(value: str) -> str:
+    if len(value) > MAX_ENV_VALUE:
+        raise ValueError(f"longer than {MAX_ENV_VALUE} characters (an environment setting is a word, a number or a "
+                         "list: shorten it)")
     # sshd's SetEnv carries each value to the ranks mpirun starts: one line, inside double quotes
     if _CONTROL.search(value) or '"' in value or "\\" in value:
         raise ValueError("must be one line without '\"' or '\\' (sshd's SetEnv carries it to the MPI ranks)")

@@ -122,6 +122,11 @@ CASES = {
                                                           serve={"preset": "qwen3-235b-eagle3"}),
     "container ssh port = the default serve port": with_(container={"ssh_port": 8355}, serve={}),
     "container ssh port = host sshd": with_(container={"ssh_port": 22}),
+    "fabric.port true": with_(fabric={"port": True}),
+    "connect_timeout a string": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: '10'}\n",
+    "connect_timeout a millisecond": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: 0.001}\n",
+    "ready_timeout of a second": with_(serve={"ready_timeout": 1}),
+    "env value of 5000 characters": with_(container={"env": {"X": "a" * 5000}}),
     "multicast subnets": with_(fabric={"subnets": ["224.0.0.0/24", "192.168.1.0/24"]}),
     "loopback subnets": with_(fabric={"subnets": ["127.0.0.0/24", "192.168.1.0/24"]}),
     "link-local subnets": with_(fabric={"subnets": ["169.254.1.0/24", "192.168.1.0/24"]}),
@@ -371,3 +376,9 @@ def test_key_and_known_hosts_files_are_judged_before_anything_connects(write, tm
         f"{path}:5: ssh.known_hosts: {fifo} is a FIFO (named pipe), not a regular file (name a known_hosts file "
         "here)"]
     assert peak < MEMORY_LIMIT
+
+
+def test_a_refused_subnet_names_every_range_that_is_accepted(write):
+    with pytest.raises(InventoryError) as err:
+        load_inventory(write("public", with_(fabric={"subnets": ["8.8.8.0/24", "192.168.1.0/24"]})))
+    assert "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10" in str(err.value)
