@@ -40,6 +40,18 @@ def word(value: object) -> str:
     return text
 
 
+# Line breaks as bash, sshd and YAML (libyaml: NEL, LS, PS too) read them, and the other control characters.
+_BREAK = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(value: object) -> str:
+    """For a value in a comment (`# ... {{ x | one_line }}`): there only a line break could start a line of its own."""
+    text = str(value)
+    if _BREAK.search(text):
+        raise UnsafeValue("refusing to render a value with a line break or control character into a node file")
+    return text
+
+
 @lru_cache(maxsize=1)
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -51,6 +63,7 @@ def template_env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["word"] = word
+    env.filters["one_line"] = one_line
     return env
 
 

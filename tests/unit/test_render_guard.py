@@ -12,7 +12,7 @@ import pytest
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.container import SSHD_LISTEN_ENV, container_env, render_entrypoint
 from sparkctl.plan.fabric import plan_fabric
-from sparkctl.plan.render import UnsafeValue, word
+from sparkctl.plan.render import UnsafeValue, one_line, word
 from sparkctl.plan.ssh import ssh_config_block
 from tests.taskkit import inventory
 
@@ -64,8 +64,10 @@ def test_the_word_guard_passes_plain_values(value):
     assert word(value) == value
 
 
-@pytest.mark.parametrize("section, field", [("cluster", "name"), ("container", "name"), ("container", "ssh_port")])
-@pytest.mark.parametrize("value", ["x\nPermitRootLogin yes", "x $(reboot)"])
+@pytest.mark.parametrize("section, field, value", [
+    ("cluster", "name", "x\nPermitRootLogin yes"), ("container", "name", "x\rexec evil"),
+    ("cluster", "name", "x\u2028y"), ("container", "ssh_port", "22\nPermitRootLogin yes"),
+    ("container", "ssh_port", "2233 $(reboot)")])
 def test_the_entrypoint_refuses_values_validation_would_have_refused(section, field, value):
     inv = bypassed(inventory(), section, **{field: value})
     with pytest.raises(UnsafeValue):
@@ -88,3 +90,11 @@ def test_the_ssh_config_and_plan_refuse_a_user_or_host_that_bypassed_validation(
     bad_mtu = bypassed(inv, "fabric", mtu="9000\n  evil: 1")
     with pytest.raises(UnsafeValue):
         plan_cluster(bad_mtu)
+
+
+def test_a_comment_only_refuses_what_would_end_it():
+    """In a `#` comment only a line break (as bash, sshd or libyaml read one) could start a line of its own."""
+    assert one_line("pair x'; touch pwned; '$(touch pwned)") == "pair x'; touch pwned; '$(touch pwned)"
+    for value in ("a\nb", "a\rb", "a\x00b", "a\x85b", "a\u2028b", "a\u2029b"):
+        with pytest.raises(UnsafeValue):
+            one_line(value)
