@@ -114,37 +114,69 @@ def _path_to(root: yaml.Node | None, target: yaml.Node) -> tuple:
     return ()
 
 
+class _Open:
+    """A mapping or list whose end the event stream has not reached yet."""
+
+    __slots__ = ("anchor", "before", "is_map", "children", "key", "part")
+
+    def __init__(self, anchor: str | None, before: int, is_map: bool, part: Any):
+        self.anchor, self.before, self.is_map, self.part = anchor, before, is_map, part
+        self.children, self.key = 0, "?"
+
+
+_KEY = object()  # the place of a mapping's key: the problem is the mapping's
+
+
 def _check_shape(text: str, label: str) -> None:
-    """Depth and expanded size from the event stream: an alias counts as many values as what it names."""
+    """Depth and expanded size from the event stream: an alias counts as many values as what it names. Each
+    refusal names the field it was met in (the event stream's path of keys and indexes)."""
     size_of: dict[str, int] = {}
-    stack: list[tuple[str | None, int]] = []  # (anchor, values counted before the collection started)
+    stack: list[_Open] = []
     values = 0
+
+    def place(event: yaml.Event, part: Any = None) -> str:
+        loc = tuple(o.part for o in stack[1:] if o.part is not _KEY)
+        if part is not None and part is not _KEY:
+            loc = (*loc, part)
+        return f"{label}:{event.start_mark.line + 1}: {field_path(loc)}"
+
+    def refuse(event: yaml.Event, what: str, part: Any = None) -> InventoryError:
+        # an anchor or a key may be a pasted token
+        return InventoryError([redacted(f"{place(event, part)}: {what}")])
+
     for event in yaml.parse(text, Loader=_LOADER):
+        part: Any = None
+        if isinstance(event, yaml.NodeEvent) and stack:
+            parent = stack[-1]
+            index, parent.children = parent.children, parent.children + 1
+            part = (_KEY if index % 2 == 0 else parent.key) if parent.is_map else index // 1
+            if part is _KEY:
+                parent.key = event.value if isinstance(event, yaml.ScalarEvent) else "?"
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            stack.append((event.anchor, values))
+            stack.append(_Open(event.anchor, values, isinstance(event, yaml.MappingStartEvent), part))
             if len(stack) > MAX_DEPTH:
-                raise InventoryError([f"{label}:{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels "
-                                      "deep (an inventory is a few levels of mappings and lists)"])
+                raise refuse(event, f"nested more than {MAX_DEPTH} levels deep (an inventory is a few levels of "
+                                    "mappings and lists)")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            anchor, before = stack.pop()
+            done = stack.pop()
             values += 1
-            if anchor is not None:
-                size_of[anchor] = values - before
+            if done.anchor is not None:
+                size_of[done.anchor] = values - done.before
         elif isinstance(event, yaml.ScalarEvent):
             values += 1
             if len(event.value) > MAX_SCALAR:
-                raise InventoryError([f"{label}:{event.start_mark.line + 1}: a value is longer than {MAX_SCALAR} "
-                                      "characters (an inventory value is a name, a number or a path: shorten it)"])
+                raise refuse(event, f"a value is longer than {MAX_SCALAR} characters (an inventory value is a name, "
+                                    "a number or a path: shorten it)", part)
             if event.anchor is not None:
                 size_of[event.anchor] = 1
         elif isinstance(event, yaml.AliasEvent):
-            if any(anchor == event.anchor for anchor, _ in stack):
-                raise InventoryError([f"{label}:{event.start_mark.line + 1}: the alias *{event.anchor} refers to a "
-                                      "value that contains it (a loop: write the value out)"])
+            if any(o.anchor == event.anchor for o in stack):
+                raise refuse(event, f"the alias *{event.anchor} refers to a value that contains it (a loop: write "
+                                    "the value out)", part)
             values += size_of.get(event.anchor, 1)
         if values > MAX_VALUES:
-            raise InventoryError([f"{label}:{event.start_mark.line + 1}: expands to more than {MAX_VALUES} values "
-                                  "(YAML aliases repeat what they name: write the inventory out plainly)"])
+            raise refuse(event, f"expands to more than {MAX_VALUES} values (YAML aliases repeat what they name: "
+                                "write the inventory out plainly)", part)
 
 
 def _syntax_problem(label: str, err: yaml.YAMLError) -> str:

@@ -112,6 +112,7 @@ CASES = {
                                  + "".join(f"    k{i}: '{'v' * 180}'\n" for i in range(4900)),
     "alias bomb": alias_bomb(),
     "alias loop": "a: &a [*a]\nuser: nvidia\n",
+    "alias loop through an anchor named like a token": f"a: &{TOKEN} [*{TOKEN}]\nuser: nvidia\n",
     # wrong but passing before
     "ssh_port true": with_(container={"ssh_port": True}),
     "connect_timeout inf": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: .inf}\n",
@@ -382,3 +383,21 @@ def test_a_refused_subnet_names_every_range_that_is_accepted(write):
     with pytest.raises(InventoryError) as err:
         load_inventory(write("public", with_(fabric={"subnets": ["8.8.8.0/24", "192.168.1.0/24"]})))
     assert "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10" in str(err.value)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: {x: '" + "y" * 70_000 + "'}}\n",
+     ":3: serve.config.x: a value is longer than 65536 characters"),
+    ("user: nvidia\ncontainer:\n  env:\n    A: [" + ",".join(["1"] * 10_001) + "]\n",
+     ":4: container.env.A[9995]: expands to more than 10000 values"),
+    ("user: nvidia\nnodes:\n  - name: a\n    fabric: " + "[" * 40 + "]" * 40 + "\n",
+     ":4: nodes[0].fabric[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]"
+     ": nested more than 32 levels deep"),
+])
+def test_refusals_of_the_file_s_shape_name_the_field_they_met(write, text, where):
+    path = write("shape", text)
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{path}{where}"), problem
+    assert PROBLEM.match(problem)
