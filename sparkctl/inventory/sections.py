@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     field_validator,
@@ -108,7 +109,7 @@ class SshSettings(_Section):
     identity_file: LocalPath | None = None
     port: Port = 22
     known_hosts: LocalPath = "~/.ssh/known_hosts"
-    use_ssh_config: bool = True
+    use_ssh_config: StrictBool = True
     connect_timeout: Seconds = 10
 
 
@@ -139,7 +140,7 @@ class Node(_Section):
     user: UserName | None = None
     port: Port | None = None
     identity_file: LocalPath | None = None
-    local: bool = False
+    local: StrictBool = False
     fabric: NodeFabric = Field(default_factory=NodeFabric)
 
     @field_validator("name")

@@ -124,6 +124,8 @@ CASES = {
     "container ssh port = the default serve port": with_(container={"ssh_port": 8355}, serve={}),
     "container ssh port = host sshd": with_(container={"ssh_port": 22}),
     "fabric.port true": with_(fabric={"port": True}),
+    "local as the string 'yes'": with_(nodes=[{"name": "a", "host": "h", "local": "yes"}]),
+    "use_ssh_config as the number 1": with_(ssh={"use_ssh_config": 1}),
     "connect_timeout a string": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: '10'}\n",
     "connect_timeout a millisecond": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: 0.001}\n",
     "ready_timeout of a second": with_(serve={"ready_timeout": 1}),
