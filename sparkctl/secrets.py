@@ -47,6 +47,9 @@ CREDENTIAL_SHAPES = (
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/-]{16,}=*"),
 )
+# All shapes in one pattern: one scan of a value instead of one per shape (the loader checks every value).
+_ANY_SHAPE = re.compile("|".join(f"(?i:{p.pattern[4:]})" if p.pattern.startswith("(?i)") else f"(?:{p.pattern})"
+                                 for p in CREDENTIAL_SHAPES))
 # The value of any key whose name says it is secret: quoted ("x", 'x', JSON's \"x\") or bare (a JSON key's bare
 # value is a number, true, false or null, so bare values only after a bare key).
 _ASSIGNMENTS = (
@@ -71,7 +74,10 @@ def is_secret_name(name: str) -> bool:
 
 def looks_like_credential(value: str) -> bool:
     """The value has the shape of a credential, or assigns one (`--env=HF_TOKEN=...`)."""
-    return any(p.search(value) for p in CREDENTIAL_SHAPES) or any(p.search(value) for p in _ASSIGNMENTS)
+    if _ANY_SHAPE.search(value):
+        return True
+    # an assignment needs its `=` or `:`; most values have neither, and these patterns backtrack
+    return ("=" in value or ":" in value) and any(p.search(value) for p in _ASSIGNMENTS)
 
 
 #: Well-known variables of other services' credentials: one named as the HF token's variable is a mistake that
@@ -253,20 +259,29 @@ def forget_secrets() -> None:
 # --- logging ---------------------------------------------------------------------------------------------------
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that masks every registered secret in the formatted message."""
+    """A logging filter that passes the formatted message through the one redaction (registered secrets and
+    credential shapes)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = redact_known(message)
+        masked = redacted(message)
         if masked != message:
             record.msg, record.args = masked, None
         return True
 
 
+class RedactingFormatter(logging.Formatter):
+    """The whole formatted record redacted: an attached traceback (exc_info) is formatted after any filter ran."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redacted(super().format(record))
+
+
 def redacting_handler(stream: Any, level: int) -> logging.Handler:
-    """A stream handler whose every record passes RedactingFilter (install it instead of a bare handler)."""
+    """A stream handler whose every record, traceback included, passes the one redaction (install it instead of
+    a bare handler)."""
     handler = logging.StreamHandler(stream)
     handler.setLevel(level)
     handler.addFilter(RedactingFilter())
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(name)s: %(message)s"))
     return handler

@@ -56,6 +56,25 @@ def read_limited(path: str | os.PathLike, limit: int) -> bytes:
         os.close(fd)
 
 
+def file_problem(path: str | os.PathLike, limit: int) -> str | None:
+    """Why a file another library will read (paramiko: a key, known_hosts) cannot be used, without opening it:
+    not a regular file, or larger than `limit`. None when it is fine or does not exist (the reader says that)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return exc.strerror or type(exc).__name__
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+        return f"is {kind}, not a regular file"
+    if info.st_size > limit:
+        return f"is larger than {_size(limit)}"
+    return None
+
+
 def _size(count: int) -> str:
     return f"{count // (1 << 20)} MiB" if count >= 1 << 20 else f"{count // 1024} KiB" if count >= 1024 else \
         f"{count} bytes"

@@ -16,7 +16,7 @@ from sparkctl import __version__
 from sparkctl.cli.report import JSON_META, VERBOSE_META, error_line
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.secrets import redact_known, redacting_handler
+from sparkctl.secrets import redacted, redacting_handler
 
 
 class SparkctlGroup(click.Group):
@@ -66,15 +66,15 @@ class SparkctlGroup(click.Group):
             raise
         except SparkctlError as exc:
             if ctx.find_root().params.get("debug"):
-                traceback.print_exc()
+                _print_traceback()
             _print_error(exc)
             if ctx.meta.get(JSON_META):
                 _json_error(exc)
             sys.exit(int(exc.exit_status))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
             if ctx.find_root().params.get("debug") or ctx.meta.get(VERBOSE_META, 0) >= 2:
-                traceback.print_exc()
-            message = redact_known(f"internal error: {type(exc).__name__}: {exc}")
+                _print_traceback()
+            message = redacted(f"internal error: {type(exc).__name__}: {exc}")
             hint = "this is a bug in sparkctl: run again with --debug for the traceback and report it"
             click.echo(f"sparkctl: {message}", err=True)
             click.echo(f"  hint: {hint}", err=True)
@@ -111,19 +111,24 @@ def _json_error(exc: SparkctlError) -> None:
     error_line(exc.message, exc.exit_status, exc.hint, exc.details)
 
 
+def _print_traceback() -> None:
+    """--debug's traceback, through the one redaction like every other line (a secret may be in a frame's text)."""
+    click.echo(redacted(traceback.format_exc()).rstrip("\n"), err=True)
+
+
 def _print_error(exc: SparkctlError) -> None:
     if isinstance(exc, InventoryError):
         for line in exc.problems:
-            click.echo(line, err=True)
+            click.echo(redacted(line), err=True)
         count = len(exc.problems)
         click.echo(f"sparkctl: {count} problem{'s' if count != 1 else ''} in the inventory; nothing was changed",
                    err=True)
         return
-    click.echo(f"sparkctl: error: {exc.message}", err=True)
+    click.echo(redacted(f"sparkctl: error: {exc.message}"), err=True)
     for line in exc.details:
-        click.echo(f"  {line}", err=True)
+        click.echo(redacted(f"  {line}"), err=True)
     if exc.hint:
-        click.echo(f"  hint: {exc.hint}", err=True)
+        click.echo(redacted(f"  hint: {exc.hint}"), err=True)
 
 
 @click.group(cls=SparkctlGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl.engine.events import SCHEMA_VERSION
+from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.outputs import check_writable
 from sparkctl.secrets import RedactingFilter, redacted
@@ -130,8 +131,12 @@ def output_file(path: str, option: str, *, binary: bool = False) -> Iterator[IO]
         yield sys.stdout.buffer if binary else sys.stdout
         return
     check_writable(path, option)
-    with open(path, "wb" if binary else "w") as handle:
-        yield handle
+    try:
+        with open(path, "wb" if binary else "w") as handle:
+            yield handle
+    except OSError as err:
+        # a full disk (/dev/full), a file the kernel refuses (/proc/version): bad input, one line
+        raise BadInput(f"{option} {path}: cannot write it: {err.strerror or type(err).__name__}") from None
 
 
 # --- tables -----------------------------------------------------------------------------------------------------

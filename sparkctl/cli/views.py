@@ -41,6 +41,7 @@ def _clean(event: Event) -> Event:
         details=redacted(list(event.details)),
         changes=redacted([dict(c) for c in event.changes]),
         traceback=redacted(event.traceback),
+        data=redacted(dict(event.data)),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from dataclasses import dataclass, field
 
 from sparkctl.doctor.node_probes import SystemProbe
@@ -161,7 +162,8 @@ class Snapshot:
 
     def bootstrap(self, only: str) -> str:
         """The command that repairs a finding: bootstrap limited to the tasks or phase that own it."""
-        return f"sparkctl cluster bootstrap {self.inventory.source or 'inventory.yaml'} --only {only}"
+        source = shlex.quote(str(self.inventory.source or "inventory.yaml"))
+        return f"sparkctl cluster bootstrap {source} --only {shlex.quote(only)}"
 
 
 def doctor_plan(inventory: Inventory, facts: dict[str, Facts]) -> tuple[ClusterPlan | None, str | None]:

@@ -28,7 +28,7 @@ from sparkctl.inventory.sections import (
     resolve_topology,
     subnet_count,
 )
-from sparkctl.inventory.serve import resolve_serve
+from sparkctl.inventory.serve import resolve_serve, serve_port
 from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
 
 Loc = tuple
@@ -49,6 +49,8 @@ TOPOLOGY_FIT = {
 #: serve.config sections that are mappings in every TensorRT-LLM release (llm_args.py): never a plain value.
 MAPPING_SECTIONS = frozenset({"speculative_config", "kv_cache_config", "cuda_graph_config", "scheduler_config",
                               "moe_config", "attention_dp_config"})
+#: The prefix of the container variables sparkctl sets itself (plan/container.py SSHD_LISTEN_ENV).
+OWN_ENV_PREFIX = "SPARKCTL_"
 SECRET_HINT = ("secrets are never stored in the inventory: export it in your shell; for the Hugging Face "
                "token serve.hf_token_env names the variable")
 
@@ -63,6 +65,8 @@ class InventoryParts:
     serve: ServeSettings | None
     container: ContainerSettings | None
     ssh: SshSettings | None = None
+    #: the inventory has a serve: section (serving is set up, so the server's port is taken on the head)
+    serving: bool = False
 
 
 def field_path(loc: Loc) -> str:
@@ -303,6 +307,9 @@ def _container_problems(parts: InventoryParts) -> Iterator[Problem]:
         if not ENV_NAME_RE.match(key):
             yield (loc, "not an environment variable name (letters, digits and '_', "
                         "not starting with a digit)")
+        elif key.upper().startswith(OWN_ENV_PREFIX):
+            yield (loc, f"{OWN_ENV_PREFIX}* variables are sparkctl's own: it sets them itself, e.g. where the "
+                        "container's sshd listens (remove the key)")
         elif is_secret_name(key) and value and not looks_like_credential(value):
             yield (loc, f"a secret in the inventory is refused ({SECRET_HINT})")
 
@@ -314,10 +321,23 @@ def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
     if container is not None and container.ssh_port in ssh_ports:
         yield (("container", "ssh_port"), f"{container.ssh_port} is the nodes' own sshd port (the container runs "
                                           "on the host network: choose another, e.g. 2233)")
-    if serve is not None and "port" in serve.model_fields_set:
-        taken = ssh_ports | ({container.ssh_port} if container is not None else set())
-        free = next(p for p in range(8355, 8500) if p not in taken)
-        if container is not None and serve.port == container.ssh_port:
-            yield (("serve", "port"), f"{serve.port} is container.ssh_port too (choose another, e.g. {free})")
-        elif serve.port in ssh_ports:
-            yield (("serve", "port"), f"{serve.port} is the nodes' sshd port (choose another, e.g. {free})")
+    if serve is None or not (parts.serving or "port" in serve.model_fields_set):
+        return
+    written = "port" in serve.model_fields_set
+    try:
+        port = serve_port(serve, parts.node_count or 1)
+    except KeyError:  # an unknown preset: its own problem
+        return
+    taken = ssh_ports | ({container.ssh_port} if container is not None else set())
+    free = next(p for p in range(8355, 8500) if p not in taken)
+    if container is not None and port == container.ssh_port:
+        if written:
+            yield (("serve", "port"), f"{port} is container.ssh_port too (choose another, e.g. {free})")
+        else:
+            free_ssh = next(p for p in range(2233, 2400) if p not in ssh_ports | {port})
+            yield (("container", "ssh_port"), f"{port} is the port the server listens on (serve.port, the "
+                                              f"preset's when not written): choose another, e.g. {free_ssh} "
+                                              "(or set serve.port)")
+    elif port in ssh_ports:
+        loc = ("serve", "port") if written else ("serve",)
+        yield (loc, f"{port} is the nodes' sshd port (choose another serve.port, e.g. {free})")

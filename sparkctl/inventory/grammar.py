@@ -30,9 +30,14 @@ _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
 _NETPLAN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.yaml\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Where a node's HF cache may not be mounted from: the system's own directories (docker would mount them into a
-#: root container that downloads into them).
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run",
-               "/sbin", "/sys", "/usr", "/var/lib", "/var/run", "/var/log")
+#: root container that downloads into them), and so neither from a directory that holds one of them.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/root",
+               "/run", "/sbin", "/snap", "/sys", "/tmp", "/usr", "/var/lib", "/var/run", "/var/log", "/var/tmp")
+#: Directories that hold every user's home: a mount of one hands every user's files (keys included) to the container.
+HOME_ROOTS = ("/home",)
+#: What in a home directory holds credentials or configuration a root container must not write into.
+SENSITIVE_IN_HOME = (".ssh", ".gnupg", ".aws", ".docker", ".kube", ".config", ".local", ".sparkctl")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/~-]+\Z")
 
 
 def image_reference(value: str) -> str:
@@ -50,7 +55,14 @@ def repo_id(value: str) -> str:
     return value
 
 
+#: Longer than any real setting; Linux caps one argument (a `-e NAME=value` of docker run) at 128 KiB.
+MAX_ENV_VALUE = 4096
+
+
 def env_value(value: str) -> str:
+    if len(value) > MAX_ENV_VALUE:
+        raise ValueError(f"longer than {MAX_ENV_VALUE} characters (an environment setting is a word, a number or a "
+                         "list: shorten it)")
     # sshd's SetEnv carries each value to the ranks mpirun starts: one line, inside double quotes
     if _CONTROL.search(value) or '"' in value or "\\" in value:
         raise ValueError("must be one line without '\"' or '\\' (sshd's SetEnv carries it to the MPI ranks)")
@@ -97,21 +109,43 @@ def local_path(value: str) -> str:
 
 
 def node_dir(value: str) -> str:
-    """A directory on every node that a container mounts: ~/... or absolute, normalised, never a system one."""
-    if _CONTROL.search(value) or ":" in value or "," in value:
-        raise ValueError("must be a path without ':', ',' or control characters (docker's -v would read them as "
-                         "more than one mount)")
+    """A directory on every node that a container mounts: ~/... or absolute, normalised, plain characters (it is
+    put in docker's -v and in printed fix commands), never a system directory, a home or a home's key store."""
+    if ":" in value or "," in value:
+        raise ValueError("must be one path without ':' or ',' (docker's -v would read them as more than one mount)")
+    if not _PLAIN_PATH.match(value):
+        raise ValueError("must be a path of letters, digits, '.', '_', '-', '/' and a leading '~' only (no spaces, "
+                         "'$', quotes or backticks: it is mounted and printed in shell commands)")
     if not (value.startswith("/") or value == "~" or value.startswith("~/")):
         # docker reads a relative `-v` source as a volume name, and `~user` is not expanded on the node
         raise ValueError("must be an absolute path or start with ~/ (e.g. ~/.cache/huggingface)")
+    if "~" in value[1:]:
+        raise ValueError("may hold '~' only at the start (e.g. ~/.cache/huggingface)")
     bare = value[1:] if value.startswith("~") else value
     if bare and posixpath.normpath(bare) != (bare.rstrip("/") or "/") or "//" in bare:
         raise ValueError("must be a plain path (no '.', '..' or '//' in it)")
-    if value.startswith("/"):
-        clean = posixpath.normpath(value)
-        if clean == "/" or any(clean == d or clean.startswith(d + "/") for d in SYSTEM_DIRS):
-            raise ValueError(f"{clean} is a system directory (use a data directory, e.g. ~/.cache/huggingface or "
-                             "/data/huggingface)")
+    data_dir = "(use a data directory, e.g. ~/.cache/huggingface or /data/huggingface)"
+    if value.startswith("~"):
+        parts = [p for p in bare.split("/") if p]
+        if not parts:
+            raise ValueError("~ is the whole home directory: the root container would write into it, keys and all "
+                             + data_dir)
+        if parts[0] in SENSITIVE_IN_HOME:
+            raise ValueError(f"~/{parts[0]} holds keys or configuration: the root container would write into it "
+                             + data_dir)
+        return value
+    clean = posixpath.normpath(value)
+    if clean == "/" or any(clean == d or clean.startswith(d + "/") or d.startswith(clean + "/")
+                           for d in SYSTEM_DIRS):
+        raise ValueError(f"{clean} is a system directory or holds one: docker would mount it into a root container "
+                         "that writes there " + data_dir)
+    for root in HOME_ROOTS:
+        inside = clean[len(root) + 1:].split("/") if clean.startswith(root + "/") else None
+        if clean == root or (inside is not None and len(inside) == 1):
+            raise ValueError(f"{clean} is a home directory or holds them: the root container would write into "
+                             "every file there, keys and all " + data_dir)
+        if inside is not None and inside[1] in SENSITIVE_IN_HOME:
+            raise ValueError(f"{clean} is in a home's {inside[1]}, which holds keys or configuration " + data_dir)
     return value
 
 

@@ -25,12 +25,15 @@ from sparkctl.inventory.checks import (
     cross_check_warnings,
     field_path,
 )
+from sparkctl.inventory.local_files import local_file_problems
 from sparkctl.inventory.model import Inventory
 from sparkctl.inventory.sections import Node
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 # Sections the cross-field checks read; each is validated on its own when the whole file does not validate.
 CHECKED_SECTIONS = ("fabric", "serve", "container", "ssh")
+#: Problems printed at most; past this the rest are counted (a generated file can have thousands).
+MAX_SHOWN = 50
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -57,6 +60,7 @@ def load_inventory(path: str | Path) -> Inventory:
         problems += [_describe(error) for error in errors]
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
     problems += cross_check_problems(parts)
+    problems += local_file_problems(parts)
     # a credential where it does not belong is the problem at its place, whatever else is wrong there
     secrets = credential_problems(data)
     pasted = {loc for loc, _ in secrets}
@@ -65,8 +69,12 @@ def load_inventory(path: str | Path) -> Inventory:
     if problems:
         placed = sorted(((_nearest_line(lines, loc), loc, message) for loc, message in problems),
                         key=lambda item: item[0])
-        raise InventoryError([mask_credentials(f"{label}:{line}: {field_path(loc)}: {message}")
-                              for line, loc, message in placed])
+        shown = [mask_credentials(f"{label}:{line}: {field_path(loc)}: {message}")
+                 for line, loc, message in placed[:MAX_SHOWN]]
+        if len(placed) > MAX_SHOWN:
+            shown.append(f"{label}: and {len(placed) - MAX_SHOWN} more problems (fix the ones above, then validate "
+                         "again)")
+        raise InventoryError(shown)
     inventory._source = path
     inventory._lines = lines
     inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")
@@ -126,7 +134,7 @@ def _valid_parts(data: dict, error_locs: list[Loc]) -> InventoryParts:
         for index, raw in enumerate(raw_nodes):
             nodes.append(None if index in failed_nodes else Node.model_validate(raw))
     sections = {name: section(name) for name in CHECKED_SECTIONS}
-    return InventoryParts(node_count=node_count, nodes=nodes, **sections)
+    return InventoryParts(node_count=node_count, nodes=nodes, serving="serve" in data, **sections)
 
 
 def _describe(error: dict[str, Any]) -> Problem:

@@ -71,7 +71,8 @@ class Inventory(_Section):
         return self
 
     def parts(self) -> InventoryParts:
-        return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container, self.ssh)
+        return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container, self.ssh,
+                              serving="serve" in self.model_fields_set)
 
     # -- resolved views ------------------------------------------------------------------------------------
     @property

@@ -8,7 +8,17 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from sparkctl.inventory import grammar
 from sparkctl.inventory.presets import get_preset, preset_names
@@ -46,7 +56,7 @@ def _check_subnet(value: str) -> str:
                 "link-local" if network.is_link_local else "reserved" if network.is_reserved else
                 "unspecified" if network.is_unspecified else "public" if network.is_global else "special-purpose")
         raise ValueError(f"{network} is a {kind} range (a fabric subnet comes from a private range: "
-                         "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)")
+                         "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10)")
     if network.prefixlen > 30:
         raise ValueError(f"{network} holds no two hosts (use a /24)")
     return str(network)
@@ -60,7 +70,14 @@ def _not_bool(value: Any) -> Any:
 
 Subnet = Annotated[str, AfterValidator(_check_subnet)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
-Seconds = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=3600, allow_inf_nan=False)]
+def _not_bool_port(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be auto, 0 or 1, not true/false (0: the CX-7's first port, 1: its second)")
+    return value
+
+
+# a timeout shorter than a second fails on any real network; "10" in quotes is a string, not a number
+Seconds = Annotated[StrictFloat, BeforeValidator(_not_bool), Field(ge=1, le=3600, allow_inf_nan=False)]
 ImageRef = Annotated[str, AfterValidator(grammar.image_reference)]
 RepoId = Annotated[str, AfterValidator(grammar.repo_id)]
 HostName = Annotated[str, AfterValidator(grammar.host)]
@@ -92,7 +109,7 @@ class SshSettings(_Section):
     identity_file: LocalPath | None = None
     port: Port = 22
     known_hosts: LocalPath = "~/.ssh/known_hosts"
-    use_ssh_config: bool = True
+    use_ssh_config: StrictBool = True
     connect_timeout: Seconds = 10
 
 
@@ -123,7 +140,7 @@ class Node(_Section):
     user: UserName | None = None
     port: Port | None = None
     identity_file: LocalPath | None = None
-    local: bool = False
+    local: StrictBool = False
     fabric: NodeFabric = Field(default_factory=NodeFabric)
 
     @field_validator("name")
@@ -137,7 +154,7 @@ class Node(_Section):
 
 class FabricSettings(_Section):
     topology: Topology | None = None
-    port: Literal["auto", 0, 1] = "auto"
+    port: Annotated[Literal["auto", 0, 1], BeforeValidator(_not_bool_port)] = "auto"
     subnets: list[Subnet] | None = Field(None, max_length=2 * MAX_NODES)
     mtu: StrictInt = Field(9000, ge=1280, le=9216)
     netplan_file: NetplanPath = "/etc/netplan/40-cx7.yaml"
@@ -184,7 +201,7 @@ class ServeSettings(_Section):
     #: "warn" goes on when the fit check says the model cannot fit (for memory sparkctl misjudges)
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
-    ready_timeout: StrictInt = Field(1800, gt=0, le=86_400)
+    ready_timeout: StrictInt = Field(1800, ge=10, le=86_400)
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")

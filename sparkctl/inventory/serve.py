@@ -39,17 +39,28 @@ class ServeSpec:
 
 
 
+def _preset_of(serve: ServeSettings, node_count: int):
+    if serve.preset:
+        return get_preset(serve.preset)
+    if serve.model is None:
+        return get_preset(default_preset_name(node_count))
+    return None
+
+
+def serve_port(serve: ServeSettings, node_count: int) -> int:
+    """The port the server will listen on: serve.port when written, else the preset's (without resolving the
+    rest, which a broken config section would stop)."""
+    preset = _preset_of(serve, node_count)
+    return serve.port if "port" in serve.model_fields_set or not preset else preset.port
+
+
 def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
     """The preset (named, or the default for the node count when no model is given) under the overrides.
 
     speculative_config.decoding_type and max_draft_len always follow the resolved decoding and
     max_draft_len; decoding none drops speculative_config. serve.config is merged over the preset's config.
     """
-    preset = None
-    if serve.preset:
-        preset = get_preset(serve.preset)
-    elif serve.model is None:
-        preset = get_preset(default_preset_name(node_count))
+    preset = _preset_of(serve, node_count)
 
     model = serve.model or preset.model
     decoding = serve.decoding or (preset.decoding if preset else ("eagle3" if serve.draft else "none"))
@@ -78,7 +89,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
         decoding=decoding,
         max_draft_len=max_draft_len,
         tp_size=serve.tp_size or (preset.tp_size if preset else node_count),
-        port=serve.port if "port" in serve.model_fields_set or not preset else preset.port,
+        port=serve_port(serve, node_count),
         max_num_tokens=serve.max_num_tokens,
         max_batch_size=serve.max_batch_size,
         config=config,

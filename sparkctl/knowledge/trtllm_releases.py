@@ -136,7 +136,7 @@ class ReleaseSchema:
                         value=value), "value_error", value, f"remove {key} (TensorRT-LLM {self.release} removed it)"))
                 continue
             if key not in self.top_level:
-                problems.append(_extra((key,), value, self.top_level))
+                problems.append(_extra((key,), value, self.top_level, suggest=len(problems) < SUGGEST_AT_MOST))
                 continue
             if key == "speculative_config" and isinstance(value, dict):
                 problems += self._speculative(value)
@@ -170,14 +170,18 @@ def _fields(where: tuple[str, ...], values: dict, fields: dict[str, str]) -> lis
     for key, value in values.items():
         path = (*where, str(key))
         if key not in fields:
-            problems.append(_extra(path, value, fields))
+            problems.append(_extra(path, value, fields, suggest=len(problems) < SUGGEST_AT_MOST))
         else:
             problems += _typed(path, value, fields[key])
     return problems
 
 
-def _extra(path: tuple[str, ...], value: Any, allowed: dict[str, str]) -> ConfigProblem:
-    close = difflib.get_close_matches(path[-1], list(allowed), n=1)
+#: Unknown keys past this many get no "did you mean" (difflib per key is what makes a file of thousands slow).
+SUGGEST_AT_MOST = 50
+
+
+def _extra(path: tuple[str, ...], value: Any, allowed: dict[str, str], suggest: bool = True) -> ConfigProblem:
+    close = difflib.get_close_matches(path[-1], list(allowed), n=1) if suggest else None
     hint = f"did you mean {close[0]!r}?" if close else f"{len(allowed)} keys are allowed there: " + ", ".join(
         sorted(allowed)[:12]) + (", ..." if len(allowed) > 12 else "")
     return ConfigProblem(path, "Extra inputs are not permitted", "extra_forbidden", value, hint)

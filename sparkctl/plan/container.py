@@ -80,9 +80,10 @@ def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[s
         "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
         "HF_HOME": CONTAINER_HF_HOME,
     })
-    # the container mesh needs its sshd on the fabric only, never on the management LAN or Wi-Fi
-    env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
     env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
+    # sparkctl's own variables last, so no inventory key can override them (the inventory checks refuse
+    # SPARKCTL_* keys too): the container mesh needs its sshd on the fabric only, never on the management LAN
+    env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
     return env
 
 

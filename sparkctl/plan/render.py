@@ -1,7 +1,9 @@
-"""Where the shipped templates live, in a wheel and in a source checkout alike."""
+"""Where the shipped templates live, in a wheel and in a source checkout alike, and the guard every value
+rendered into a shell script, an sshd/ssh config or a netplan file passes (`| word`)."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,9 +20,41 @@ def templates_dir() -> Path:
     return package.parent / "templates"
 
 
+#: What a value rendered into a shell line, an sshd/ssh config line or a YAML scalar may hold: names, numbers,
+#: addresses (v4, v6, /prefix), paths. No whitespace, quote, `$`, backtick, `;`, `#`, newline or NUL.
+_WORD = re.compile(r"[A-Za-z0-9_.,:/@%+=~-]+\Z")
+
+
+class UnsafeValue(ValueError):
+    """A value a template would render that could change what the rendered file says (validation bypassed)."""
+
+
+def word(value: object) -> str:
+    """Defence in depth behind the inventory's grammar: a value that could not come from a valid inventory is
+    refused here, never rendered."""
+    text = str(value)
+    if not _WORD.match(text) or text.startswith("-"):
+        # the value is not repeated: it may be a secret pasted in the wrong place
+        raise UnsafeValue("refusing to render a value that is not a plain word (letters, digits, ._,:/@%+=~-) "
+                          "into a node file")
+    return text
+
+
+# Line breaks as bash, sshd and YAML (libyaml: NEL, LS, PS too) read them, and the other control characters.
+_BREAK = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(value: object) -> str:
+    """For a value in a comment (`# ... {{ x | one_line }}`): there only a line break could start a line of its own."""
+    text = str(value)
+    if _BREAK.search(text):
+        raise UnsafeValue("refusing to render a value with a line break or control character into a node file")
+    return text
+
+
 @lru_cache(maxsize=1)
 def template_env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -28,6 +62,9 @@ def template_env() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["word"] = word
+    env.filters["one_line"] = one_line
+    return env
 
 
 def render(name: str, **context) -> str:

@@ -551,3 +551,18 @@ def test_a_run_holding_the_lock_while_doctor_looked_is_said():
     s.busy = "bootstrap by nvidia@ctl (pid 42) since 2026-01-02 03:04:05Z (12 s ago)"
     [finding] = check_busy(s)
     assert finding.id == "doctor.run_in_progress" and finding.severity == "warning" and "pid 42" in finding.evidence
+
+
+def test_printed_fix_commands_quote_the_hf_cache_and_the_inventory_path():
+    """A fix line is pasted into a shell: a path read from a node or given on the command line is one word there
+    (the glob stays outside the quotes)."""
+    import shlex
+
+    s = healthy_snapshot()
+    s.facts["spark2"].hf_cache = "/data/hf cache;reboot"
+    s.facts["spark2"].hf_cache_free_bytes = 5 * 10**9
+    s.inventory = s.inventory.model_copy(deep=True)
+    s.inventory._source = "/tmp/my inventory;reboot.yaml"
+    low = next(f for f in diagnose(s).findings if f.id == "disk.hf_cache_low")
+    assert "`du -sh '/data/hf cache;reboot'/hub/*`" in low.fix
+    assert shlex.split(s.bootstrap("verify.fabric"))[3] == "/tmp/my inventory;reboot.yaml"

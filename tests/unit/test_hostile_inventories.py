@@ -64,6 +64,17 @@ CASES = {
     "hf_cache at /etc": with_(container={"hf_cache": "/etc"}),
     "hf_cache that is two mounts": with_(container={"hf_cache": "/data:/etc"}),
     "hf_cache with ..": with_(container={"hf_cache": "~/../../etc"}),
+    "hf_cache with a $": with_(container={"hf_cache": "/data/$(reboot)"}),
+    "hf_cache with a backtick": with_(container={"hf_cache": "/data/`id`"}),
+    "hf_cache with a space": with_(container={"hf_cache": "/data/hf cache"}),
+    "hf_cache at /var (holds /var/lib)": with_(container={"hf_cache": "/var"}),
+    "hf_cache at /usr/local": with_(container={"hf_cache": "/usr/local"}),
+    "hf_cache at /home": with_(container={"hf_cache": "/home"}),
+    "hf_cache at a home": with_(container={"hf_cache": "/home/nvidia"}),
+    "hf_cache at ~": with_(container={"hf_cache": "~"}),
+    "hf_cache at ~/.ssh": with_(container={"hf_cache": "~/.ssh"}),
+    "env key that is sparkctl's own (sshd on every interface)": with_(container={"env": {"SPARKCTL_SSHD_LISTEN": ""}}),
+    "env key that is sparkctl's own, any case": with_(container={"env": {"sparkctl_sshd_listen": "0.0.0.0"}}),
     "docker arg with a newline": with_(container={"docker_args": ["--shm-size=1g\n--privileged"]}),
     "host that is an option": with_(nodes=[{"name": "a", "host": "-oProxyCommand=touch /tmp/x"}]),
     "host with a shell": with_(nodes=[{"name": "a", "host": "h;reboot"}]),
@@ -86,16 +97,39 @@ CASES = {
     "switch of 260": with_(nodes=[node(i) for i in range(260)], fabric={"topology": "switch"}),
     "nested 400 deep": "user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: " + "{a: " * 400 + "1"
                        + "}" * 400 + "}\n",
+    # YAML values their tag cannot construct: a clean refusal at their line, the value never repeated
+    "invalid date": "user: nvidia\nnodes: [{name: a, host: h}]\ncluster: {name: 2024-02-30}\n",
+    "!!int of letters": "user: nvidia\nnodes: [{name: a, host: h, port: !!int abc}]\n",
+    "!!bool maybe": "user: nvidia\nnodes: [{name: a, host: h, local: !!bool maybe}]\n",
+    "!!float of letters": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: !!float soon}\n",
+    "5000-digit int": "user: nvidia\nnodes: [{name: a, host: h, port: " + "1" * 5000 + "}]\n",
+    "!!int of a token": f"user: nvidia\nnodes: [{{name: a, host: h}}]\nx: !!int {TOKEN}\n",
+    "alias named like a token": f"user: *{TOKEN}\nnodes: [{{name: a, host: h}}]\n",
+    "tag named like a token": f"user: !{TOKEN} x\nnodes: [{{name: a, host: h}}]\n",
     # inputs that exhaust the machine
+    "a 1 MiB value": "user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: {x: '" + "y" * 1_000_000 + "'}}\n",
+    "4 900 unknown config keys": "user: nvidia\nnodes: [{name: a, host: h}]\nserve:\n  config:\n"
+                                 + "".join(f"    k{i}: '{'v' * 180}'\n" for i in range(4900)),
     "alias bomb": alias_bomb(),
     "alias loop": "a: &a [*a]\nuser: nvidia\n",
+    "alias loop through an anchor named like a token": f"a: &{TOKEN} [*{TOKEN}]\nuser: nvidia\n",
     # wrong but passing before
     "ssh_port true": with_(container={"ssh_port": True}),
     "connect_timeout inf": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: .inf}\n",
     "connect_timeout nan": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: .nan}\n",
     "serve port = container ssh port": with_(container={"ssh_port": 8355}, serve={"preset": "qwen3-235b-eagle3",
                                                                                   "port": 8355}),
+    "container ssh port = the preset's serve port": with_(container={"ssh_port": 8355},
+                                                          serve={"preset": "qwen3-235b-eagle3"}),
+    "container ssh port = the default serve port": with_(container={"ssh_port": 8355}, serve={}),
     "container ssh port = host sshd": with_(container={"ssh_port": 22}),
+    "fabric.port true": with_(fabric={"port": True}),
+    "local as the string 'yes'": with_(nodes=[{"name": "a", "host": "h", "local": "yes"}]),
+    "use_ssh_config as the number 1": with_(ssh={"use_ssh_config": 1}),
+    "connect_timeout a string": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: '10'}\n",
+    "connect_timeout a millisecond": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: 0.001}\n",
+    "ready_timeout of a second": with_(serve={"ready_timeout": 1}),
+    "env value of 5000 characters": with_(container={"env": {"X": "a" * 5000}}),
     "multicast subnets": with_(fabric={"subnets": ["224.0.0.0/24", "192.168.1.0/24"]}),
     "loopback subnets": with_(fabric={"subnets": ["127.0.0.0/24", "192.168.1.0/24"]}),
     "link-local subnets": with_(fabric={"subnets": ["169.254.1.0/24", "192.168.1.0/24"]}),
@@ -180,11 +214,14 @@ LEGITIMATE = {
                                                                        + "a" * 64}},
     "docker hub short name": {"container": {"image": "ubuntu:24.04"}},
     "hf cache on a data disk": {"container": {"hf_cache": "/data/hf-cache"}},
+    "hf cache under a home": {"container": {"hf_cache": "/home/nvidia/.cache/huggingface"}},
+    "hf cache under /var/cache": {"container": {"hf_cache": "/var/cache/huggingface"}},
     "ipv6 host and ssh alias": {"nodes": [{"name": "a", "host": "fd00::11"}, {"name": "b", "host": "spark-2.lan"}]},
     "env with spaces and equals": {"container": {"env": {"NCCL_DEBUG_SUBSYS": "INIT,NET", "X": "a b=c"}}},
     "docker args": {"container": {"docker_args": ["--shm-size=16g", "-e", "NCCL_DEBUG"]}},
     "model ids with dots and underscores": {"serve": {"model": "meta-llama/Llama-3.3-70B-Instruct",
                                                       "draft": "nvidia/Llama_3.1.8B", "decoding": "draft-target"}},
+    "container ssh port 8355 without serving": {"container": {"ssh_port": 8355}},
     "carrier-grade subnets": {"fabric": {"subnets": ["100.64.0.0/24", "100.64.1.0/24"]}},
     "a /8 judged, not enumerated": {"fabric": {"subnets": ["10.128.0.0/9", "172.16.0.0/12"]}},
 }
@@ -269,3 +306,100 @@ def test_fuzzed_bytes_never_crash_the_loader(tmp_path_factory, data):
     path.write_bytes(data)
     with contextlib.suppress(InventoryError):
         load_inventory(path)
+
+
+def test_a_file_with_thousands_of_problems_prints_the_first_50_and_counts_the_rest(write, tmp_path):
+    path = write("many", CASES["4 900 unknown config keys"])
+    lines, _ = refused(["inventory", "validate", str(path)], tmp_path)
+    assert len(lines) == 52, lines[-3:]
+    assert lines[-2] == f"{path}: and 4850 more problems (fix the ones above, then validate again)"
+    assert all(PROBLEM.match(line) for line in lines[:-1])
+
+
+def test_a_bad_yaml_value_is_placed_at_its_line_and_field_without_repeating_it(write):
+    path = write("tok", f"user: nvidia\nnodes:\n  - name: a\n    host: h\n    port: !!int {TOKEN}\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    assert err.value.problems == [f"{path}:5: nodes[0].port: cannot be read as a whole number (correct it, or "
+                                  "quote it to make it text)"]
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/proc/version"])
+def test_an_output_file_that_cannot_be_written_is_bad_input(target, tmp_path):
+    if not os.path.exists(target):
+        pytest.skip(f"no {target} here")
+    result = CliRunner().invoke(cli, ["playbooks", "-o", target], env={"SPARKCTL_DEBUG": ""})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"sparkctl: error: --output {target}: cannot write it: "
+                                          + ("No space left on device" if target == "/dev/full"
+                                             else "Input/output error")]
+
+
+# YAML written by hand, not by yaml.safe_dump (which quotes what would not read back): dates, tags, huge numbers,
+# aliases and tags named like tokens, in the positions of real fields.
+RAW_SCALARS = st.one_of(
+    st.sampled_from(["2024-02-30", "2024-13-01", "2024-02-29 25:61:00", "!!int abc", "!!bool maybe", "!!float x",
+                     "!!timestamp 2024-99-99", "!!null x", "!!binary '###'", "!!int 0x" + "f" * 5000, "1" * 5000,
+                     "-" + "9" * 4400, f"!!int {TOKEN}", f"*{TOKEN}", f"!{TOKEN} x", f"!!str {TOKEN}", ".inf",
+                     ".nan", "0o777", "1_000", "0b101", "~", "!!set {a}", "!!omap [a: 1]", "!!pairs [a: 1]",
+                     "&a x", "'2024-02-30'", "true", "22", "nvidia", "10.0.0.11", "[1, 2]", "{a: 1}"]),
+    st.from_regex(r"\A[0-9]{1,5}(-[0-9]{1,3}){0,2}\Z"),
+)
+RAW_TEMPLATE = ("user: {user}\nnodes:\n  - name: spark1\n    host: {host}\n    port: {port}\n"
+                "  - {{name: spark2, host: 10.0.0.12, local: {local}}}\ncluster: {{name: {cluster}}}\n"
+                "ssh: {{connect_timeout: {timeout}}}\ncontainer: {{ssh_port: {ssh_port}, env: {{X: {env}}}}}\n")
+RAW_FIELDS = ("user", "host", "port", "local", "cluster", "timeout", "ssh_port", "env")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({name: RAW_SCALARS for name in RAW_FIELDS}))
+def test_fuzzed_raw_yaml_scalars_load_or_are_refused_never_crash(tmp_path_factory, values):
+    path = tmp_path_factory.mktemp("raw") / "inv.yaml"
+    path.write_text(RAW_TEMPLATE.format(**values))
+    try:
+        load_inventory(path)
+    except InventoryError as err:
+        assert not any(s in str(err) for s in SECRETS), err.problems
+        assert all(PROBLEM.match(line) for line in err.problems), err.problems
+
+
+def test_key_and_known_hosts_files_are_judged_before_anything_connects(write, tmp_path):
+    """paramiko reads them whole: /dev/zero or a FIFO would exhaust memory or hang (MemoryError before)."""
+    fifo = tmp_path / "kh"
+    os.mkfifo(fifo)
+    big = tmp_path / "big_key"
+    big.write_bytes(b"x" * (65 << 10))
+    path = write("keys", "user: nvidia\nnodes:\n  - {name: a, host: h, identity_file: /dev/zero}\n"
+                         f"  - {{name: b, host: i, identity_file: {big}}}\nssh: {{known_hosts: {fifo}}}\n")
+    lines, peak = refused(["cluster", "bootstrap", str(path)], tmp_path)
+    assert lines[:-1] == [
+        f"{path}:3: nodes[0].identity_file: /dev/zero is a character device, not a regular file (name a private key "
+        "here)",
+        f"{path}:4: nodes[1].identity_file: {big} is larger than 64 KiB (name a private key here)",
+        f"{path}:5: ssh.known_hosts: {fifo} is a FIFO (named pipe), not a regular file (name a known_hosts file "
+        "here)"]
+    assert peak < MEMORY_LIMIT
+
+
+def test_a_refused_subnet_names_every_range_that_is_accepted(write):
+    with pytest.raises(InventoryError) as err:
+        load_inventory(write("public", with_(fabric={"subnets": ["8.8.8.0/24", "192.168.1.0/24"]})))
+    assert "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10" in str(err.value)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("user: nvidia\nnodes: [{name: a, host: h}]\nserve: {config: {x: '" + "y" * 70_000 + "'}}\n",
+     ":3: serve.config.x: a value is longer than 65536 characters"),
+    ("user: nvidia\ncontainer:\n  env:\n    A: [" + ",".join(["1"] * 10_001) + "]\n",
+     ":4: container.env.A[9995]: expands to more than 10000 values"),
+    ("user: nvidia\nnodes:\n  - name: a\n    fabric: " + "[" * 40 + "]" * 40 + "\n",
+     ":4: nodes[0].fabric[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]"
+     ": nested more than 32 levels deep"),
+])
+def test_refusals_of_the_file_s_shape_name_the_field_they_met(write, text, where):
+    path = write("shape", text)
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{path}{where}"), problem
+    assert PROBLEM.match(problem)

@@ -218,3 +218,29 @@ def test_a_noop_container_phase_mpi_and_verify_are_one_round_trip_per_node():
     assert FabricVerify().check(cctx) == []
     assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
     assert not any("mpirun" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
+
+
+def test_verify_fabric_reports_a_container_sshd_that_answers_on_the_management_address():
+    """The mesh belongs on the fabric: verify (not only doctor) says so when a node's management address accepts
+    a connection to the container's ssh port."""
+    from sparkctl.tasks.container.ssh import ContainerSshTask
+    from tests.unit.test_tasks_container import PUBS, _ssh_listing
+
+    cctx, facts, _ = passed_once()
+    inv = cctx.inventory
+    good = cctx.plan().hostfile
+    more = {"spark1": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""), ("exposure", "")),
+            "spark2": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""),
+                       ("exposure", "open 10.0.0.12\n"))}
+    verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
+    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
+             for n in ("spark1", "spark2")}
+    cctx, _, _ = converged(rules, cctx.records)
+    for node in ("spark1", "spark2"):
+        cctx.nodes[node]._facts = facts[node]
+    assert ContainerSshTask().check(cctx) == []
+    with pytest.raises(TaskFailed) as failed:
+        FabricVerify().check(cctx)
+    text = str(failed.value) + " ".join(failed.value.details)
+    assert "spark2" in text and f"10.0.0.12:{inv.container.ssh_port}" in text
+    assert "answers on the management address (the mesh belongs on the fabric)" in text

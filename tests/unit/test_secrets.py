@@ -122,3 +122,43 @@ def test_logs_pass_through_the_redacting_handler(monkeypatch):
     text = stream.getvalue()
     assert TOKEN not in text and text.count(MASK) == 2
     assert "sent hf download" in text and "never shown" not in text and "not shown" not in text
+
+
+def test_the_logging_handler_masks_credential_shapes_and_tracebacks_too():
+    import io
+    import logging
+
+    from sparkctl.secrets import MASK, forget_secrets, redacting_handler, register_secret
+
+    stream = io.StringIO()
+    logger = logging.getLogger("sparkctl.test_redaction")
+    handler = redacting_handler(stream, logging.DEBUG)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    register_secret("registered-secret-value")
+    try:
+        logger.debug("pasted %s", "hf_" + "Z" * 30)
+        try:
+            raise ValueError("registered-secret-value and ghp_" + "a" * 30)
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+        forget_secrets()
+    text = stream.getvalue()
+    assert "ZZZZ" not in text and "registered-secret-value" not in text and "ghp_aaaa" not in text, text
+    assert MASK in text and "Traceback" in text
+
+
+def test_debug_tracebacks_and_error_lines_pass_the_redaction(capsys):
+    from sparkctl.cli import main
+    from sparkctl.errors import BadInput
+
+    token = "hf_" + "T" * 30
+    try:
+        raise BadInput(f"cannot use {token}", hint=f"not {token}", details=[token])
+    except BadInput as exc:
+        main._print_traceback()
+        main._print_error(exc)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "cannot use" in err and token not in err, err

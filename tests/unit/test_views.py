@@ -302,3 +302,25 @@ def test_long_steps_show_their_duration_and_the_spinner_its_elapsed_time(monkeyp
     view(Event("task_start", task="model.fetch", phase="model", node="spark1"))
     clock[0] = 112.5
     assert view._spinner_text() == "model.fetch: spark1 [12.5s]"
+
+
+def test_the_recap_passes_event_data_through_the_redaction_too():
+    """A secret that is also a host (or a credential-shaped value anywhere in the data) is masked in the recap's
+    endpoint and lost/left-undone lines, as in every other line."""
+    from sparkctl import secrets
+
+    secrets.register_secret("secrethost.lan")
+    try:
+        console = Console(record=True, width=200, force_terminal=False, color_system=None)
+        view = ConsoleView(console)
+        view(Event("recap", nodes={"spark1": {"ok": 1}}, duration=1.0, check_mode=False, exit_status=0,
+                   data={"verified": True, "endpoint": "http://secrethost.lan:8355",
+                         "smoke": {"seconds": 0.4, "answer": "hf_" + "Q" * 30},
+                         "lost": {"spark2": {"during": "network.netplan", "reason": "secrethost.lan: gone"}},
+                         "left_undone": ["ssh.mesh"]}))
+        text = console.export_text()
+        assert "secrethost.lan" not in text and "hf_QQQQ" not in text, text
+        assert f"endpoint: http://{secrets.MASK}:8355/v1" in text
+        assert f"spark2 lost during network.netplan: {secrets.MASK}: gone" in text
+    finally:
+        secrets.forget_secrets()

@@ -3,6 +3,8 @@ bench or the one before it that measured the same figure the same way, on a link
 
 from __future__ import annotations
 
+import shlex
+
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.bench_history import REGRESSION_FRACTION, regressions
@@ -12,7 +14,7 @@ PHASE = "verify"
 
 def check_bandwidth_regression(s: Snapshot) -> list[Finding]:
     out = []
-    inventory = s.inventory.source or "inventory.yaml"
+    inventory = shlex.quote(str(s.inventory.source or "inventory.yaml"))
     history = s.bench_history
     for found in regressions(history):
         node = found.node if found.node in s.all_nodes else s.all_nodes[0]

@@ -217,7 +217,7 @@ def check_hf_cache_disk(s: Snapshot) -> list[Finding]:
                                evidence=f"{_gb(f.hf_cache_free_bytes)} free in {f.hf_cache}, want at least "
                                         f"{_gb(floor)}" + (f" ({len(missing)} checkpoint(s) still to download)"
                                                            if missing else ""),
-                               fix=f"free space (`du -sh {f.hf_cache}/hub/*`, `hf cache scan`), or point "
+                               fix=f"free space (`du -sh {shlex.quote(f.hf_cache)}/hub/*`, `hf cache scan`), or point "
                                    "container.hf_cache at a bigger disk", phase="model"))
     return out
 

@@ -4,6 +4,7 @@ node: private keys never leave it), the run dir and the MPI probe."""
 from __future__ import annotations
 
 import posixpath
+import shlex
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
@@ -64,7 +65,7 @@ class ContainerStateTask(Task):
         if "hf_cache_not_writable" in have:
             # typically made by an earlier `docker run -v` (NVIDIA's procedure): docker creates it owned by root
             raise TaskFailed(f"the HF cache {hf_cache} on {ctx.name} is not writable by {ctx.user}",
-                             hint=f"sudo chown -R {ctx.user}: {hf_cache}")
+                             hint=f"sudo chown -R {shlex.quote(ctx.user + ':')} {shlex.quote(hf_cache)}")
         changes = []
         for rel, content in self._files(ctx).items():
             current = sections.get(f"file:{rel}", "")
