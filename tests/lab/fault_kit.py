@@ -190,10 +190,17 @@ def applied_marker(lab, node: str) -> bool:
 
 
 def half_written(lab, node: str) -> list[str]:
-    """Temp files sparkctl writes before renaming (`.NAME.sparkctl-XXXX`, `KEY.sparkctl-XXXX`), left anywhere it
-    writes: the netplan dir, the user's home (keys, state dir), its root state."""
-    found = lab.exec(node, ["find", "/etc/netplan", "/home/nvidia", "/var/lib/sparkctl", "-name", "*.sparkctl-*"])
-    return found.stdout.split()
+    """What a write cut short leaves: temp files sparkctl writes before renaming (`.NAME.sparkctl-XXXX`,
+    `KEY.sparkctl-XXXX`, the network records' `.NAME.tmp`) anywhere it writes (the netplan dir, the user's home:
+    keys, state dir; its root state), and a network record that is there but not whole: an empty netplan original
+    or revert backup, an interfaces record that is not JSON."""
+    found = lab.exec(node, ["find", "/etc/netplan", "/home/nvidia", "/var/lib/sparkctl", "(", "-name", "*.sparkctl-*",
+                            "-o", "-path", "/var/lib/sparkctl/*", "-name", ".*.tmp", ")"]).stdout.split()
+    network = network_state_dir(lab.names.cluster_name)
+    records = lab.exec(node, ["find", network, "-type", "f", "-empty", "-name", "*.yaml"]).stdout.split()
+    interfaces = lab.exec(node, f"f={network}/original/interfaces.json; [ ! -e $f ] || "
+                                f"{{ [ \"$(head -c 1 $f)$(tail -c 2 $f)\" = '{{}}' ] || echo $f; }}").stdout.split()
+    return found + records + interfaces
 
 
 def stop_process(pid: int, signum: int = signal.SIGSTOP) -> None:
