@@ -34,8 +34,10 @@ POINTS = {
 }
 #: What a fault at each point needs undone first, so the run still has work there: `cluster down` (containers) or
 #: `cluster down --network` (containers, keys, netplan: a fresh pair).
-RESET = {"preflight": "--network", "network": "--network", "ssh": "--network", "container": "", "mpi": ""}
+RESET = {"preflight": "--network", "network": "--network", "ssh": "--network", "container": "", "mpi": "",
+         "verify": ""}
 NODE_TASKS = [t.name for t in bootstrap_graph().ordered() if t.scope is Scope.NODE]
+CLUSTER_TASKS = [t.name for t in bootstrap_graph().ordered() if t.scope is Scope.CLUSTER]
 PHASE_ORDER = [t.name for t in bootstrap_graph().ordered()]
 
 
