@@ -52,11 +52,14 @@ class Controller:
     lab: object
     args: tuple[str, ...] = ()
     events: list[tuple[float, dict]] = field(default_factory=list)
+    #: another inventory than the lab's own (one that serves), and the environment it needs (HF_TOKEN)
+    inventory: str | None = None
+    env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
-        env = {**os.environ, "XDG_STATE_HOME": str(xdg_state(self.lab))}
-        argv = [sys.executable, "-m", "sparkctl.cli.main", "cluster", "bootstrap", str(self.lab.inventory_path),
-                "--json", *self.args]
+        env = {**(self.env or os.environ), "XDG_STATE_HOME": str(xdg_state(self.lab))}
+        argv = [sys.executable, "-m", "sparkctl.cli.main", "cluster", "bootstrap",
+                str(self.inventory or self.lab.inventory_path), "--json", *self.args]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self._changed = threading.Condition()
