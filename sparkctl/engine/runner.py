@@ -282,6 +282,10 @@ class Runner:
 
     def _execute(self, task: Task, ctx: Any, node: str | None) -> None:
         with self._lock:
+            if self.interruption.requested:
+                # Ctrl-C landed after this node's walk looked and before the start: under the lock the interrupt
+                # notice is out already, and nothing starts after it (the recap lists the task as not started)
+                return
             self._running[(task.name, node)] = None
             self._emit_to(Event("task_start", task=task.name, phase=task.phase, node=node))
         outcome = TaskOutcome(task.name, task.phase, node, Status.OK)

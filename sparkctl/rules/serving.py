@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
+from sparkctl.knowledge.nccl import NcclReport
 
 
 def serving_enabled(inventory: Inventory) -> bool:
@@ -27,3 +29,17 @@ def copy_mode(inventory: Inventory) -> bool:
     """serve.distribute: copy: the head downloads once and sends the snapshots to the peers over the fabric."""
     return (serving_enabled(inventory) and inventory.serve.distribute == "copy"
             and len(inventory.serving_nodes()) > 1)
+
+
+def rdma_up(facts: Facts) -> list[str]:
+    """The node's RoCE devices whose twin is Up: what NCCL could have used."""
+    return [d.device for d in facts.roce if facts.interface_up(d.netdev)]
+
+
+def fell_back_to_sockets(report: NcclReport, facts: Facts) -> bool:
+    """NCCL ran over TCP sockets where RDMA was there to use: the devices NCCL_IB_HCA lists were not found (the
+    silent fallback), or it chose Socket while RoCE devices are Up and IB is not disabled. NCCL picks its network
+    once, when the communicator starts: a server started before the devices were ready keeps sockets until it is
+    restarted (doctor reports it, serve.launch restarts it)."""
+    ib_disabled = report.env.get("NCCL_IB_DISABLE") == "1"
+    return report.silent_tcp_fallback or (report.network == "Socket" and bool(rdma_up(facts)) and not ib_disabled)

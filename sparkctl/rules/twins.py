@@ -152,8 +152,10 @@ def _merge(a: TwinFault, b: TwinFault) -> TwinFault:
 
 def twin_faults(inventory: Inventory, plan: FabricPlan, facts: dict[str, Facts]) -> list[TwinFault]:
     """Planned twins (of the nodes whose facts are known) that are not Up, ROOT CAUSES ONLY, in inventory order:
-    a far end's lost carrier is said under the end that is set down; a dead cable seen from both ends is one
-    fault, on the first node, the other end under it. The twins of one port with one cause are one fault."""
+    a far end's lost carrier is said under the end that is set down; a dead cable, or a cable in another port
+    than planned, seen from both ends is one fault, on the first node, the other end under it. A far end set down
+    is always found as that end's own fault, so FAR_END_DOWN is never a root. The twins of one port with one
+    cause are one fault."""
     if inventory.topology == "single":
         return []
     ends = far_ends(inventory, plan)
@@ -170,7 +172,9 @@ def twin_faults(inventory: Inventory, plan: FabricPlan, facts: dict[str, Facts])
         far = fault.far_ends[0] if fault.far_ends else None
         explained_there = far in found and (
             fault.cause == FAR_END_DOWN  # the end set down is the cause
-            or (fault.cause == NO_CARRIER and found[far].cause == NO_CARRIER and order.index(far) < order.index(key)))
+            # one cable seen from both ends (dead, or in another port at both): said once, on the first node
+            or (fault.cause in (NO_CARRIER, WRONG_PORT) and found[far].cause == fault.cause
+                and order.index(far) < order.index(key)))
         if explained_there:
             caused.setdefault(far, []).append(fault)
         else:
@@ -192,6 +196,6 @@ def _consequences(faults: list[TwinFault]) -> tuple[str, ...]:
     for f in faults:
         key = (f.node, f.cause)
         by_node[key] = _merge(by_node[key], f) if key in by_node else f
-    return tuple(f.sentence() if f.cause == FAR_END_DOWN else
+    return tuple(f.sentence() if f.cause in (FAR_END_DOWN, WRONG_PORT) else
                  f"{f.node} {' and '.join(f.interfaces)} {'have' if len(f.interfaces) > 1 else 'has'} no carrier "
                  "either (the same cable)" for f in by_node.values())

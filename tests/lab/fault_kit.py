@@ -34,8 +34,10 @@ POINTS = {
 }
 #: What a fault at each point needs undone first, so the run still has work there: `cluster down` (containers) or
 #: `cluster down --network` (containers, keys, netplan: a fresh pair).
-RESET = {"preflight": "--network", "network": "--network", "ssh": "--network", "container": "", "mpi": ""}
+RESET = {"preflight": "--network", "network": "--network", "ssh": "--network", "container": "", "mpi": "",
+         "verify": ""}
 NODE_TASKS = [t.name for t in bootstrap_graph().ordered() if t.scope is Scope.NODE]
+CLUSTER_TASKS = [t.name for t in bootstrap_graph().ordered() if t.scope is Scope.CLUSTER]
 PHASE_ORDER = [t.name for t in bootstrap_graph().ordered()]
 
 
@@ -50,11 +52,14 @@ class Controller:
     lab: object
     args: tuple[str, ...] = ()
     events: list[tuple[float, dict]] = field(default_factory=list)
+    #: another inventory than the lab's own (one that serves), and the environment it needs (HF_TOKEN)
+    inventory: str | None = None
+    env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
-        env = {**os.environ, "XDG_STATE_HOME": str(xdg_state(self.lab))}
-        argv = [sys.executable, "-m", "sparkctl.cli.main", "cluster", "bootstrap", str(self.lab.inventory_path),
-                "--json", *self.args]
+        env = {**(self.env or os.environ), "XDG_STATE_HOME": str(xdg_state(self.lab))}
+        argv = [sys.executable, "-m", "sparkctl.cli.main", "cluster", "bootstrap",
+                str(self.inventory or self.lab.inventory_path), "--json", *self.args]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self._changed = threading.Condition()
@@ -190,10 +195,17 @@ def applied_marker(lab, node: str) -> bool:
 
 
 def half_written(lab, node: str) -> list[str]:
-    """Temp files sparkctl writes before renaming (`.NAME.sparkctl-XXXX`, `KEY.sparkctl-XXXX`), left anywhere it
-    writes: the netplan dir, the user's home (keys, state dir), its root state."""
-    found = lab.exec(node, ["find", "/etc/netplan", "/home/nvidia", "/var/lib/sparkctl", "-name", "*.sparkctl-*"])
-    return found.stdout.split()
+    """What a write cut short leaves: temp files sparkctl writes before renaming (`.NAME.sparkctl-XXXX`,
+    `KEY.sparkctl-XXXX`, the network records' `.NAME.tmp`) anywhere it writes (the netplan dir, the user's home:
+    keys, state dir; its root state), and a network record that is there but not whole: an empty netplan original
+    or revert backup, an interfaces record that is not JSON."""
+    found = lab.exec(node, ["find", "/etc/netplan", "/home/nvidia", "/var/lib/sparkctl", "(", "-name", "*.sparkctl-*",
+                            "-o", "-path", "/var/lib/sparkctl/*", "-name", ".*.tmp", ")"]).stdout.split()
+    network = network_state_dir(lab.names.cluster_name)
+    records = lab.exec(node, ["find", network, "-type", "f", "-empty", "-name", "*.yaml"]).stdout.split()
+    interfaces = lab.exec(node, f"f={network}/original/interfaces.json; [ ! -e $f ] || "
+                                f"{{ [ \"$(head -c 1 $f)$(tail -c 2 $f)\" = '{{}}' ] || echo $f; }}").stdout.split()
+    return found + records + interfaces
 
 
 def stop_process(pid: int, signum: int = signal.SIGSTOP) -> None:

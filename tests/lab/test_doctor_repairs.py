@@ -158,14 +158,16 @@ def restore(lab, request):
 
 #: Repairable ids not seeded in this module, and where they are tested instead.
 ELSEWHERE = {
-    # no RDMA, GPU or NCCL in the lab (the stand-in always reports Socket): tests/unit/test_doctor_checks.py
-    "nccl.socket_fallback": "unit",
-    # the serve phase's, on a serving lab: tests/lab/test_doctor_repairs_serve.py
+    # the serve phase's, and what NCCL said in the serve log, on a serving lab: tests/lab/test_doctor_repairs_serve.py
     "model.absent": "serve", "model.incomplete": "serve", "hf.token_missing": "serve", "serve.down": "serve",
-    "serve.health": "unit",
+    "serve.health": "serve", "nccl.socket_fallback": "serve",
     # NetworkManager's, on a NetworkManager-rendered pair: tests/lab/test_networkmanager.py (NM_SEEDS)
     "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",
 }
+
+
+#: What ELSEWHERE may name: the lab modules that seed repairable findings.
+LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager"}
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
@@ -175,6 +177,8 @@ def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
     seeded = {s.finding for s in SEEDS}
     assert repairable - seeded - set(ELSEWHERE) == set()
     assert seeded & set(ELSEWHERE) == set() and set(ELSEWHERE) <= repairable
+    # and only where a lab test module seeds them: a unit test does not prove a repair on a node
+    assert set(ELSEWHERE.values()) <= set(LAB_MODULES), set(ELSEWHERE.values()) - set(LAB_MODULES)
     # and where ELSEWHERE says, they are seeded
     assert {s.finding for s in test_doctor_repairs_serve.SEEDS} == {i for i, w in ELSEWHERE.items() if w == "serve"}
     assert {s.finding for s in test_networkmanager.NM_SEEDS} >= {i for i, w in ELSEWHERE.items()

@@ -7,10 +7,16 @@ and the next rerun changes nothing. (tests/lab/test_doctor_repairs.py: the rest,
 from __future__ import annotations
 
 import os
+import shlex
+import time
 
 import pytest
 import yaml
 
+from sparkctl.inventory import load_inventory
+from sparkctl.runs.serve_ops import connected, server_handle
+from sparkctl.tasks.serve.server import head_client
+from tests.lab.conftest import poll
 from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems
 
 pytestmark = pytest.mark.lab
@@ -40,12 +46,46 @@ def interrupt_download(lab, node: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def hang_server(lab, node: str) -> None:
+    """The server hung on the head (a deadlock, a stuck call): it holds the port and answers nothing. (A hung
+    worker rank is not this fault in the lab: the stand-in's rank 0 gives up on a silent peer after its MPI timeout
+    and exits, which is serve.down.)"""
+    script = ("for p in $(pgrep -f 'bin/trtllm-serve'); do "
+              "grep -q __lab_worker__ /proc/$p/cmdline || kill -STOP $p || exit 1; done")
+    result = lab.exec(node, f"docker exec {CONTAINER} sh -c {shlex.quote(script)}")
+    assert result.returncode == 0, result.stderr
+
+
+def start_on_sockets(lab, node: str) -> None:
+    """The server started again while the RoCE devices were not ready yet (right after a reboot): NCCL found no
+    device and runs over TCP sockets, healthy, until the server restarts. The stand-in's one-shot switch in every
+    container, then the server started the way sparkctl starts it (its launch record kept current), by hand: a
+    bootstrap would see the fallback and restart it at once."""
+    kill_server(lab, node)
+    for name in ("spark1", "spark2"):  # and the worker rank its mpirun left behind
+        result = lab.exec(name, f"docker exec {CONTAINER} sh -c 'mkdir -p /run/lab && "
+                                "echo nccl-ib-late >> /run/lab/standin-faults' && "
+                                f"{{ docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi'; true; }}")
+        assert result.returncode == 0, result.stderr
+    inventory = load_inventory(lab.serve_inventory)
+    with connected(inventory, node) as transport:
+        handle = server_handle(inventory, transport)
+        record = handle.read_record()
+        pid = handle.launch(record["command"], record["fingerprint"])
+        handle.write_record({**record, "pid": pid, "started": time.time()})
+        client = head_client(transport, inventory)
+        assert poll(lambda: client.health_detail()[0] == 200, timeout=180, interval=1), handle.tail(20)
+
+
 SEEDS = [
     Seed("model-absent", "model.absent", "spark2", f"rm -rf {DRAFT}"),
     Seed("model-incomplete", "model.incomplete", "spark2", interrupt_download),
     Seed("token-missing", "hf.token_missing", "spark1", f"rm -f {HF}/token; rm -rf {DRAFT}",
          also=frozenset({("model.absent", "spark1")})),
     Seed("serve-down", "serve.down", "spark1", kill_server),
+    Seed("serve-hung", "serve.health", "spark1", hang_server),
+    # the serve log is the head's: NCCL's lines of every rank are there
+    Seed("nccl-socket-fallback", "nccl.socket_fallback", "spark1", start_on_sockets),
 ]
 
 
@@ -59,9 +99,12 @@ def served(lab_factory, env, tmp_path_factory):
     lab = lab_factory(2, "pair", port=1)
     document = yaml.safe_load(lab.inventory_path.read_text())
     document["serve"] = SERVE
+    # NCCL says in the serve log which network it chose (nccl.socket_fallback is read there)
+    document.setdefault("container", {}).setdefault("env", {})["NCCL_DEBUG"] = "INFO"
     path = tmp_path_factory.mktemp("inv") / "serve.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     lab.serve_inventory = str(path)
+    lab.serve_env = env
     code, events = bootstrap(lab, env=env, inventory=lab.serve_inventory)
     assert code == 0, failed(events)
     healthy = doctor(lab, env=env, inventory=lab.serve_inventory)

@@ -110,6 +110,36 @@ def test_a_full_disk_is_one_clear_error_on_that_node_and_nothing_half_written(la
     assert_converges(lab)
 
 
+def test_a_full_disk_where_the_network_record_goes_is_one_clear_error_and_nothing_half_written(lab):
+    """The node's root state (/var/lib/sparkctl: the originals `cluster down --network` restores, the netplan revert
+    guard's backups) on a full file system while its netplan file must be rewritten (edited by hand):
+    network.netplan stops at its first write, before any netplan change, and leaves no temp file, no short record,
+    no guard armed over a short backup."""
+    netplan = "/etc/netplan/40-cx7.yaml"
+    lab.exec(FAULTY, f"echo '# edited by hand' >> {netplan}", check=True)
+    root = "/var/lib/sparkctl"
+    lab.exec(FAULTY, f"mount -t tmpfs -o size=64k,mode=755 full {root} && "
+                     f"(dd if=/dev/zero of={root}/filler bs=4k 2>/dev/null; true)", check=True)
+    try:
+        result, _ = run_with(lab)
+        left = half_written(lab, FAULTY)
+        files = lab.exec(FAULTY, ["find", root, "-type", "f"]).stdout.split()
+    finally:
+        lab.exec(FAULTY, f"umount {root}", check=True)
+
+    assert result.exit_status() == ExitStatus.TASK_FAILED, failures(result)
+    assert len(failures(result)) == 1, failures(result)
+    ((task, node, message),) = failures(result)
+    assert (task, node) == ("network.netplan", FAULTY)
+    assert message == f"recording the original netplan files failed on {FAULTY} (no space left on the device)"
+    assert result.outcome(task, node).hint.startswith(f"the disk of {FAULTY} is full where sparkctl writes")
+    assert not result.unreachable
+    assert_healthy_node_finished(result)
+    assert left == [] and files == [f"{root}/filler"]
+    assert lab.exec(FAULTY, ["tail", "-n", "1", netplan]).stdout == "# edited by hand\n"  # no netplan change
+    assert_converges(lab)
+
+
 # --- docker stopped ---------------------------------------------------------------------------------------------
 def test_docker_stopped_mid_run_is_one_clear_error_on_that_node(lab):
     reset(lab, "container")  # the containers must be made again

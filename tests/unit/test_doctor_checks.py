@@ -12,6 +12,7 @@ from sparkctl.doctor.findings import CLUSTER
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
 from sparkctl.facts import Address, ContainerInfo, Lldp, LldpNeighbor, NetplanFile
 from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.rules.twins import SET_DOWN, twin_faults
 from tests.taskkit import inventory, spark_facts
 
 NODES = ("spark1", "spark2")
@@ -377,9 +378,26 @@ def test_the_cable_in_another_port_is_named_on_its_node():
     s.inventory = s.inventory.model_copy(deep=True)
     s.inventory.fabric.port = 0
     d = diagnose(s)
-    assert {(f.id, f.node) for f in d.errors} >= {("fabric.wrong_port", "spark1"), ("fabric.wrong_port", "spark2")}
-    f = next(f for f in d.errors if f.id == "fabric.wrong_port")
+    # one cable, in port 1 at both ends: one finding, on the first node, the other end under it
+    (f,) = [f for f in d.errors if f.id == "fabric.wrong_port"]
+    assert f.node == "spark1"
     assert "the cable is in port 1 of spark1, the inventory plans port 0" in f.evidence
+    assert f.details[0] == ("spark2 enp1s0f0np0 and enP2p1s0f0np0 have no carrier: the cable is in port 1 of spark2, "
+                            "the inventory plans port 0")
+    assert f.fix == "move the cable to port 0 on both nodes, or set fabric.port: auto in the inventory"
+
+
+def test_a_far_end_set_down_is_never_a_finding_of_its_own():
+    """spark1's twin lost its carrier because spark2's end is set down (FAR_END_DOWN): that is said under
+    spark2's own fault, the root, and never as a finding on spark1."""
+    s = healthy_snapshot()
+    fault_port_down(s)
+    faults = twin_faults(s.inventory, s.plan.fabric, s.facts)
+    assert [(f.node, f.cause) for f in faults] == [("spark2", SET_DOWN)]
+    assert faults[0].consequences == ("spark1 enp1s0f1np1 has no carrier because spark2's end is "
+                                      "administratively down",)
+    assert [(f.id, f.node) for f in diagnose(s).errors if f.id.startswith("fabric.")] == [
+        ("fabric.port_down", "spark2")]
 
 
 def test_nccl_ib_hca_leaving_out_a_twin_is_one_warning_not_a_spec_drift_too():

@@ -592,6 +592,31 @@ def test_ctrl_c_cuts_what_runs_starts_nothing_more_and_exits_130():
     assert {"task": "base.b", "node": "spark2"} in recap["interrupted"]["cut"]
 
 
+def test_a_ctrl_c_between_a_walk_looking_and_the_task_starting_starts_nothing():
+    """A node's walk read "not interrupted", then Ctrl-C landed (its notice emitted) before the next task started:
+    that task does not start after the notice (the lab saw ssh.keys start on the other node after it)."""
+
+    class LandsAfterTheLook(Interruption):
+        armed = False
+
+        @property
+        def requested(self) -> bool:
+            if self.armed and not self._event.is_set():
+                self.armed = False
+                self.request()
+                assert self.done.wait(5)
+                return False  # what the walk read a moment before
+            return self._event.is_set()
+
+    interruption = LandsAfterTheLook()
+    tasks = [Ensure("base.a", on_check=lambda _ctx: setattr(interruption, "armed", True)), Ensure("base.b")]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1"]), interruption=interruption)
+    kinds = [(e.event, e.task) for e in events]
+    after = kinds[kinds.index(("interrupt", None)):]
+    assert ("task_start", "base.b") not in after, kinds
+    assert result.interrupted and result.not_started == ["base.b"]
+
+
 def test_the_stage_hook_marks_node_stages_and_cluster_tasks():
     seen = []
     tasks = [Ensure("base.a"), Ensure("base.b"), Ensure("base.all", scope=Scope.CLUSTER, needs=("base.b",)),

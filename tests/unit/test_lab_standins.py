@@ -632,3 +632,29 @@ def test_ibv_devinfo_standin_has_the_layout_of_a_real_spark(tmp_path):
     assert blocks(out) == blocks(real)  # the same MACs give the same GUIDs, states, MTUs, firmware, board
     assert run("ibv_devinfo", "-d", "mlx5_9", env={"SPARKCTL_LAB_SYSFS": str(tmp_path)}).stderr == \
         "IB device 'mlx5_9' wasn't found\n"
+
+
+def test_trtllm_serve_prints_nccls_lines_and_the_ib_late_switch_makes_one_start_fall_back(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """The serve stand-in's NCCL lines are all_reduce_perf's (the shapes of the real NCCL 2.28.9 logs): IB over the
+    Up RoCE devices NCCL_IB_HCA lists; with `nccl-ib-late` in the container's fault file, that one start finds no
+    device and falls back to sockets, as doctor and serve.launch then see it."""
+    from sparkctl.knowledge.nccl import parse_nccl_log
+
+    serve = load_script("trtllm-serve")
+    monkeypatch.setattr(serve, "FAULTS", str(tmp_path / "standin-faults"))
+    perf = serve.all_reduce_perf()
+    monkeypatch.setattr(perf, "SPARK_ROCE_DEVICES", [("rocelo", "lo")])
+    monkeypatch.setattr(perf, "up", lambda netdev: True)
+    monkeypatch.setattr(serve, "all_reduce_perf", lambda: perf)
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("NCCL_IB_HCA", "rocelo")
+    (tmp_path / "standin-faults").write_text("port-down x\nnccl-ib-late\n")
+    serve.nccl_startup(0, 2)
+    late = parse_nccl_log(capsys.readouterr().out)
+    assert late.network == "Socket" and late.ib_no_device and late.silent_tcp_fallback
+    assert (tmp_path / "standin-faults").read_text() == "port-down x\n"  # used once
+    serve.nccl_startup(0, 2)
+    ready = parse_nccl_log(capsys.readouterr().out)
+    assert ready.network == "IB" and [d.device for d in ready.ib_devices] == ["rocelo"]

@@ -208,11 +208,15 @@ def test_a_competing_profile_is_removed_backed_up_before_netplan_apply():
     NetplanTask().apply(ctx, changes)
     runs = [normalize_run_id(c.target) for c in kit.transport("spark1").calls if c.kind == "run"]
     base = "/var/lib/sparkctl/spark-pair/network/original"
-    assert runs[0].startswith(f"install -d -m 700 {base}\n")  # the record (addresses and MTUs, once)
+    assert runs[0].startswith(f"set -e\ninstall -d -m 700 {base}\n")  # the record (addresses and MTUs, once)
     remove = runs[1]
     assert remove.startswith(f"set -e\ninstall -d -m 700 {base}/nm\n")
-    assert (f"cp -p /etc/NetworkManager/system-connections/rogue.nmconnection "
-            f"{base}/nm/6e38f5a2-dd93-4245-8818-2bc7db02f9dd.nmconnection") in remove
+    profile, kept = ("/etc/NetworkManager/system-connections/rogue.nmconnection",
+                     f"{base}/nm/6e38f5a2-dd93-4245-8818-2bc7db02f9dd.nmconnection")
+    temp = f"{base}/nm/.6e38f5a2-dd93-4245-8818-2bc7db02f9dd.nmconnection.tmp"
+    # written under a temp name, renamed, and proved equal to the profile before the profile is deleted
+    assert f"cp -p {profile} {temp} && mv -f {temp} {kept}; }} || {{ rm -f {temp}; exit 1; }}" in remove
+    assert f"cmp -s {profile} {kept} || " in remove
     assert remove.endswith("nmcli connection delete uuid 6e38f5a2-dd93-4245-8818-2bc7db02f9dd >/dev/null")
     assert runs[2] == "netplan apply"  # after the removal: NetworkManager chooses again as it restarts
     assert kit.fresh == []  # no file changed: no revert guard, no confirm
@@ -294,7 +298,7 @@ def test_down_puts_the_removed_profiles_back_before_netplan_apply():
     calls = [(c.kind, normalize_run_id(c.target)) for c in kit.transport("spark1").calls]
     assert calls[0] == ("put", "/etc/NetworkManager/system-connections/rogue.nmconnection")
     assert calls[1] == ("run", "nmcli connection load /etc/NetworkManager/system-connections/rogue.nmconnection")
-    assert calls[2][1].startswith("install -d -m 700 /var/lib/sparkctl/spark-pair/network/revert-")
+    assert calls[2][1].startswith("set -e\ninstall -d -m 700 /var/lib/sparkctl/spark-pair/network/revert-")
     assert not any(target == "/etc/shadow" for _, target in calls)
     put = kit.transport("spark1").puts[0]
     assert (put.content, put.mode, put.owner, put.sudo) == ("[connection]\nid=rogue\n", 0o600, "root:root", True)

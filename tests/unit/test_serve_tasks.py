@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -118,6 +119,27 @@ def test_launch_check_states(tmp_path, endpoint):
     endpoint.health = 503
     (sick,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record).cluster)
     assert "/health answers 503" in sick.summary
+
+
+def nccl_log(fixture: str) -> str:
+    return (Path(__file__).resolve().parents[1] / "fixtures" / "nccl-2.28.9" / fixture).read_text()
+
+
+def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_is_up(tmp_path, endpoint):
+    """NCCL chooses its network once, when the server starts: a server that fell back to sockets (its devices not
+    ready then, or NCCL_IB_HCA naming none) stays on them, healthy, until restarted. doctor names it
+    (nccl.socket_fallback) and names serve among its repairs: so serve.launch must restart it."""
+    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    kit = launch_kit(tmp_path, endpoint.port, record)
+    kit.transport("spark1").respond(r"grep -E 'NCCL\|NET/' .*serve\.log", nccl_log("ib_hca_missing.log"))
+    (restart,) = ServeLaunchTask().check(kit.cluster)
+    assert restart.summary == ("restart the server on spark1: NCCL runs over TCP sockets though RoCE devices are "
+                               "Up (rocep1s0f1, roceP2p1s0f1; it chose its network when it started)")
+    # sockets by choice (IB disabled), or no RDMA device Up: nothing to restart for
+    kit = launch_kit(tmp_path, endpoint.port, record)
+    kit.transport("spark1").respond(r"grep -E 'NCCL\|NET/' .*serve\.log", nccl_log("socket_lo.log"))
+    assert ServeLaunchTask().check(kit.cluster) == []
 
 
 def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, endpoint):

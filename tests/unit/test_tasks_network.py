@@ -92,9 +92,9 @@ def test_apply_sequence_record_arm_put_apply_confirm_wait():
     assert [s[:2] for s in steps] == [("spark1", "run"), ("spark1", "run"), ("spark1", "put"), ("spark1", "run"),
                                       ("spark1 (new connection)", "run")]
     record, arm, put, apply_, confirm = (call for _, call in kit.log)
-    assert record.target.startswith(f"install -d -m 700 {base}/original\n") and record.sudo
+    assert record.target.startswith(f"set -e\ninstall -d -m 700 {base}/original\n") and record.sudo
     assert "cp -p /etc/netplan/40-cx7.yaml" in record.target
-    assert arm.target.startswith(f"install -d -m 700 {base}/revert-") and arm.sudo
+    assert arm.target.startswith(f"set -e\ninstall -d -m 700 {base}/revert-") and arm.sudo
     assert "setsid nohup /bin/sh" in arm.target.splitlines()[-1] and arm.target.endswith("&")
     assert (put.target, put.mode, put.owner, put.sudo) == ("/etc/netplan/40-cx7.yaml", 0o600, "root:root", True)
     assert put.content == kit.cluster.plan().nodes["spark1"].netplan

@@ -10,7 +10,7 @@ from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.fabric import InterfaceDrift, interface_drift, twins_sharing_subnet
 from sparkctl.rules.netplan import conflicting_stanzas
-from sparkctl.rules.twins import ABSENT, FAR_END_DOWN, NO_CARRIER, SET_DOWN, WRONG_PORT, TwinFault, twin_faults
+from sparkctl.rules.twins import ABSENT, NO_CARRIER, SET_DOWN, WRONG_PORT, TwinFault, twin_faults
 
 PHASE = "network"
 
@@ -30,11 +30,11 @@ def _peer_twins(s: Snapshot, node: str, iface: str) -> list[tuple[str, str]]:
     return []
 
 
+# FAR_END_DOWN is no root cause (twin_faults says it under the end set down): no finding of its own.
 _FAULT_IDS = {SET_DOWN: "fabric.port_down", NO_CARRIER: "fabric.no_carrier", WRONG_PORT: "fabric.wrong_port",
-              ABSENT: "fabric.interface_missing", FAR_END_DOWN: "fabric.no_carrier"}
+              ABSENT: "fabric.interface_missing"}
 _SUMMARIES = {SET_DOWN: "set down (administratively down)", NO_CARRIER: "without carrier",
-              WRONG_PORT: "without carrier: the cable is in another port", ABSENT: "missing",
-              FAR_END_DOWN: "without carrier"}
+              WRONG_PORT: "without carrier: the cable is in another port", ABSENT: "missing"}
 
 
 def check_ports(s: Snapshot) -> list[Finding]:

@@ -7,7 +7,7 @@ from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
-from sparkctl.rules.serving import serves, serving_enabled
+from sparkctl.rules.serving import fell_back_to_sockets, rdma_up, serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
 SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-launch")
@@ -98,15 +98,14 @@ def check_nccl(s: Snapshot) -> list[Finding]:
             continue
         report = parse_nccl_log(text)
         f = s.facts[node]
-        rdma_up = [d.device for d in f.roce if f.interface_up(d.netdev)]
-        ib_disabled = report.env.get("NCCL_IB_DISABLE") == "1"
-        if report.silent_tcp_fallback or (report.network == "Socket" and rdma_up and not ib_disabled):
+        if fell_back_to_sockets(report, f):
             out.append(Finding("nccl.socket_fallback", "error", node, "NCCL ran over TCP sockets, not RDMA",
                                evidence=f"`Using network Socket` with NCCL_IB_HCA={report.env.get('NCCL_IB_HCA', '')}"
                                         f"{' (NET/IB : No device found)' if report.ib_no_device else ''}; Up RoCE "
-                                        f"devices: {', '.join(rdma_up) or 'none'}",
-                               fix=f"set NCCL_IB_HCA to the Up twins' devices: {s.bootstrap('container')}, then "
-                                   "restart the server", phase="verify"))
+                                        f"devices: {', '.join(rdma_up(f)) or 'none'}",
+                               fix=f"set NCCL_IB_HCA to the Up twins' devices ({s.bootstrap('container')}); "
+                                   f"{s.bootstrap('serve')} restarts the server, and NCCL chooses its network anew",
+                               phase="verify"))
         for warning in report.warnings:
             bootstrap = warning.startswith("Bootstrap :")
             out.append(Finding("nccl.warn", "error" if bootstrap else "warning", node, "NCCL warned in the serve log",

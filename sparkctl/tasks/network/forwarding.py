@@ -55,13 +55,21 @@ class ForwardingTask(Task):
             facts = ctx.facts()
             was = "".join(f"{key} {facts.ipv4_conf[conf_key(key)]}\n" for key in plan.sysctl
                           if facts.ipv4_conf.get(conf_key(key)) is not None)
-            ctx.must(f"install -d -m 700 {q(posixpath.dirname(original))} && "
-                     f"{{ [ -e {q(original)} ] || printf '%s' {q(was)} > {q(original)}; }}",
-                     "recording the kernel settings sparkctl changes", sudo=True)
+            ctx.must(record_script(original, was), "recording the kernel settings sparkctl changes", sudo=True)
             ctx.transport.put(path, plan.sysctl_file, mode=0o644, owner="root:root", sudo=True)
             ctx.must(f"sysctl -q -p {q(path)}", f"loading {path}", sudo=True)
         finally:
             ctx.invalidate()
+
+
+def record_script(original: str, was: str) -> str:
+    """Shell that records `was` at `original` once. The record is never overwritten, so it goes to a temp name
+    first and is renamed: a cut connection or a full disk leaves no record (the next run writes it), never a short
+    one that `cluster down --network` would restore from."""
+    temp = posixpath.join(posixpath.dirname(original), f".{posixpath.basename(original)}.tmp")
+    return (f"install -d -m 700 {q(posixpath.dirname(original))} && "
+            f"{{ [ -e {q(original)} ] || {{ printf '%s' {q(was)} > {q(temp)} && mv -f {q(temp)} {q(original)}; }} "
+            f"|| {{ rm -f {q(temp)}; exit 1; }}; }}")
 
 
 def restore_script(original: str) -> str:

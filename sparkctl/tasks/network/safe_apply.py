@@ -50,24 +50,33 @@ def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) 
     facts = ctx.facts()
     live = {i: {"mtu": facts.interfaces[i].mtu, "addresses": [str(a) for a in facts.interfaces[i].ipv4()]}
             for i in interfaces if i in facts.interfaces}
-    # Each record is written under a temp name and renamed: records are never overwritten, so one cut short would
-    # stay short for good (and `cluster down --network` would restore it).
-    lines = [f"install -d -m 700 {q(base)}",
+    # Each record is written under a temp name and renamed, every step checked: records are never overwritten, so
+    # one cut short would stay short for good (and `cluster down --network` would restore it), and one that
+    # failed unnoticed would be written by a later run from what sparkctl had set by then.
+    temp = f"{base}/.interfaces.json.tmp"
+    lines = ["set -e", f"install -d -m 700 {q(base)}",
              f"[ -e {q(base)}/interfaces.json ] || {{ printf '%s\\n' {q(json.dumps(live, sort_keys=True))} "
-             f"> {q(base)}/.interfaces.json.tmp && mv -f {q(base)}/.interfaces.json.tmp {q(base)}/interfaces.json; }}"]
+             f"> {q(temp)} && mv -f {q(temp)} {q(base)}/interfaces.json; }} || {{ rm -f {q(temp)}; exit 1; }}"]
     for path in paths:
         name = posixpath.basename(path)
         lines.append(
             f"if [ ! -e {q(base)}/{q(name)} ] && [ ! -e {q(base)}/{q(name + '.absent')} ]; then "
-            f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(base)}/{q('.' + name + '.tmp')} && "
-            f"mv -f {q(base)}/{q('.' + name + '.tmp')} {q(base)}/{q(name)}; "
+            f"if [ -e {q(path)} ]; then {_copy(path, f'{base}/.{name}.tmp', f'{base}/{name}')}; "
             f"else touch {q(base)}/{q(name + '.absent')}; fi; fi"
         )
     ctx.must("\n".join(lines), "recording the original netplan files", sudo=True)
 
 
 def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
-    """Back up the current files and start the node-side timer. Returns the id to confirm with."""
+    """Back up the current files and start the node-side timer. Returns the id to confirm with.
+
+    Every step is checked (`set -e`) and the guard starts last: a backup that could not be written whole (a full
+    disk, a cut connection) leaves no guard armed, never one that would restore a truncated file into /etc/netplan.
+    """
+    refused = [path for path in paths if "\n" in path]
+    if refused:  # the guard reads the absent files one per line
+        raise TaskFailed(f"cannot guard a netplan change on {ctx.name}: a path holds a newline: {refused[0]!r}",
+                         hint="name the netplan file without a newline in the inventory")
     run_id = f"{int(time.time() * 1000)}"
     base = network_state_dir(ctx.inventory.cluster.name)
     backup = posixpath.join(base, f"revert-{run_id}")
@@ -77,15 +86,28 @@ def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
         reverted=q(_marker(base, "reverted", run_id)), applied=q(_marker(base, "applied", run_id)),
         pidfile=q(_marker(base, "guard", run_id) + ".pid"), timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30,
     )
-    lines = [f"install -d -m 700 {q(backup)}"]
+    absent_temp = posixpath.join(backup, ".absent.tmp")
+    lines = ["set -e", f"install -d -m 700 {q(backup)}"]
     for path in paths:
-        lines.append(f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(backup)}/; "
-                     f"else echo {q(path)} >> {q(backup)}/absent; fi")
-    lines.append(f"cat > {q(script)} <<'SPARKCTL_EOF'\n{body}SPARKCTL_EOF")
+        name = posixpath.basename(path)
+        kept, temp = posixpath.join(backup, name), posixpath.join(backup, f".{name}.tmp")
+        lines.append(f"if [ -e {q(path)} ]; then {_copy(path, temp, kept)}; "
+                     f"cmp -s {q(path)} {q(kept)} || {{ echo {q(f'the backup of {path} differs from it')} >&2; "
+                     f"exit 1; }}; else printf '%s\\n' {q(path)} >> {q(absent_temp)}; fi")
+    lines.append(f"if [ -e {q(absent_temp)} ]; then mv -f {q(absent_temp)} {q(backup + '/absent')}; fi")
+    temp_script = posixpath.join(base, f".revert-{run_id}.sh.tmp")
+    lines.insert(2, f"trap {q(f'rm -f -- {q(temp_script)} {q(absent_temp)}')} EXIT")  # renamed when whole
+    lines.append(f"cat > {q(temp_script)} <<'SPARKCTL_EOF'\n{body}SPARKCTL_EOF")
+    lines.append(f"mv -f {q(temp_script)} {q(script)}")
     # A new session, detached from ours: it must survive the very connection loss it guards against.
     lines.append(f"setsid nohup /bin/sh {q(script)} >/dev/null 2>&1 < /dev/null &")
     ctx.must("\n".join(lines), "arming the netplan revert", sudo=True)
     return run_id
+
+
+def _copy(source: str, temp: str, final: str) -> str:
+    """Shell: `source` copied to `final` through `temp`; on a failure the temp is removed and the script ends."""
+    return f"{{ cp -p {q(source)} {q(temp)} && mv -f {q(temp)} {q(final)}; }} || {{ rm -f {q(temp)}; exit 1; }}"
 
 
 def _marker(base: str, what: str, run_id: str) -> str:
@@ -171,7 +193,7 @@ def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> float:
 
 
 def remove_nm_profiles(ctx: NodeContext, profiles: list[tuple[str, str]]) -> None:
-    """Back up each NetworkManager profile's file once (for `cluster down --network`), then delete the profile
+    """Back up each NetworkManager profile's file (for `cluster down --network`), then delete the profile
     through NetworkManager. `profiles`: (uuid, the file nmcli named)."""
     refused = [path for uuid, path in profiles if not is_keyfile(path) or not is_uuid(uuid)]
     if refused:
@@ -181,15 +203,25 @@ def remove_nm_profiles(ctx: NodeContext, profiles: list[tuple[str, str]]) -> Non
     base = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original", NM_BACKUP)
     lines = ["set -e", f"install -d -m 700 {q(base)}"]
     for uuid, path in profiles:
-        backup, where = (posixpath.join(base, f"{uuid}.{ext}") for ext in ("nmconnection", "path"))
-        lines += [f"if [ ! -e {q(backup)} ]; then",
-                  f"  [ -f {q(path)} ] || {{ echo {q(f'no profile file {path}')} >&2; exit 3; }}",
-                  f"  cp -p {q(path)} {q(backup)} && printf '%s\\n' {q(path)} > {q(where)}",
-                  "fi",
-                  f"nmcli connection delete uuid {q(uuid)} >/dev/null"]
+        lines += nm_backup_lines(base, uuid, path) + [f"nmcli connection delete uuid {q(uuid)} >/dev/null"]
     ctx.must("\n".join(lines), "removing the competing NetworkManager profiles", sudo=True,
              hint="see `nmcli connection show` on the node; remove the profile by hand with "
                   "`sudo nmcli connection delete <uuid>`")
+
+
+def nm_backup_lines(base: str, uuid: str, path: str) -> list[str]:
+    """Shell (under `set -e`) that keeps the profile at `path` as `<uuid>.nmconnection` (and where it was as
+    `<uuid>.path`) under `base`, each written to a temp name and renamed, and proves the backup equals the profile
+    before the caller deletes it: a backup cut short is rewritten, never kept while the profile goes. A profile
+    whose file is gone is deleted only when a whole backup was taken before."""
+    backup, where = (posixpath.join(base, f"{uuid}.{ext}") for ext in ("nmconnection", "path"))
+    temp_backup, temp_where = (posixpath.join(base, f".{uuid}.{ext}.tmp") for ext in ("nmconnection", "path"))
+    return [f"if [ -f {q(path)} ]; then",
+            f"  {{ printf '%s\\n' {q(path)} > {q(temp_where)} && mv -f {q(temp_where)} {q(where)}; }} "
+            f"|| {{ rm -f {q(temp_where)}; exit 1; }}",
+            f"  if ! cmp -s {q(path)} {q(backup)}; then {_copy(path, temp_backup, backup)}; fi",
+            f"  cmp -s {q(path)} {q(backup)} || {{ echo {q(f'the backup of {path} differs from it')} >&2; exit 4; }}",
+            f"elif [ ! -e {q(backup)} ]; then echo {q(f'no profile file {path}')} >&2; exit 3; fi"]
 
 
 def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeout: float = 20.0) -> dict[str, str]:

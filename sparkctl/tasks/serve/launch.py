@@ -14,9 +14,10 @@ import time
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.serve import endpoint, launch_fingerprint
-from sparkctl.rules.serving import left_out, serving_enabled
+from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_config, refuse_rejected
@@ -44,7 +45,9 @@ class ServeLaunchTask(Task):
     description = "start trtllm-serve with mpirun from the head container and wait for /health"
     checks = ("<state>/run/serve/launch.json on the head names a live mpirun (PID in the container) started "
               "with the planned config and launch line, and /health answers 200 on the head (asked inside its "
-              "container, over the SSH connection: the controller's route to the endpoint does not matter)")
+              "container, over the SSH connection: the controller's route to the endpoint does not matter); the "
+              "serve log's NCCL lines (NCCL_DEBUG=INFO) do not say NCCL runs over TCP sockets while the head's "
+              "RoCE devices are Up (NCCL chooses its network once, at start)")
     changes = ("stops a stale server (mpirun TERM, leftover ranks on every node), then `docker exec -d` "
                "mpirun ... trtllm-llmapi-launch trtllm-serve ..., logging to run/serve/serve.log; waits for "
                "/health 200 with progress, or fails with the log's last lines and the likely cause")
@@ -79,6 +82,11 @@ class ServeLaunchTask(Task):
         if status != 200:
             return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
                            f"{status or 'nothing'}" + (f" ({why})" if why else ""), node=head.name)]
+        report = parse_nccl_log(handle.nccl_lines())
+        if fell_back_to_sockets(report, head.facts()):
+            return [Change(f"restart the server on {head.name}: NCCL runs over TCP sockets though RoCE devices "
+                           f"are Up ({', '.join(rdma_up(head.facts()))}; it chose its network when it started)",
+                           node=head.name)]
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:

@@ -74,6 +74,11 @@ class ServerHandle:
         result = self._run(f"tail -n {int(lines)} {q(self.log_path)} 2>/dev/null", timeout=30)
         return result.stdout.splitlines()
 
+    def nccl_lines(self, lines: int = 2000) -> str:
+        """The NCCL/NET lines of the running server's log (there with NCCL_DEBUG=INFO; empty without)."""
+        return self._run(f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {int(lines)}",
+                         timeout=30).stdout
+
     def launch(self, command: str, fingerprint: str) -> int:
         """Start `command` detached in the container, logging to serve.log (the last run's log kept as .1)."""
         script = (
