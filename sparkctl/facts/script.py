@@ -147,14 +147,17 @@ df -B1 --output=avail "$d" 2>/dev/null | tail -n 1""")
 #: Sections that wait on a daemon or walk a big table (docker/podman, nft, ss -p, ethtool): started together
 #: in the background at the top and printed in their place, so the round trip costs the slowest, not the sum.
 CONCURRENT = frozenset({"speed", "nm", "docker-info", "docker", "ss", "firewall"})
+#: How much longer than the facts the side reads may take before they are left out.
+SIDE_GRACE_S = 3.0
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
                   hf_cache: str = "~/.cache/huggingface", guard_dirs: Iterable[str] = (),
                   side_reads: Mapping[str, tuple[str, float]] | None = None) -> str:
     """`side_reads`: name -> (bash script, seconds): read-only scripts of later tasks, run in the background
-    beside the facts (each bounded by its seconds) and printed as section `side:<i>` (the i-th given); without
-    a private temp dir they are not run at all (a side read only saves time, it is never needed)."""
+    beside the facts (each bounded by its seconds, and by SIDE_GRACE_S past the facts) and printed as section
+    `side:<i>` (the i-th given; rc 1 and no output when it did not finish); without a private temp dir they are
+    not run at all (a side read only saves time, it is never needed)."""
     guard_dirs = list(guard_dirs)
     side = list((side_reads or {}).items())
     sections = (_STATIC_SECTIONS + _docker_sections(container_names, image_refs)
@@ -165,22 +168,30 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
     for name, body in sections:
         if name in CONCURRENT:
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
-                         f'echo $? >"$_D/{name}.rc"; }} & fi')
+                         f'echo $? >"$_D/{name}.rc"; }} & _FP="$_FP $!"; fi')
     for i, (_name, (body, seconds)) in enumerate(side):
+        # nothing of the round trip's own stdin/stdout stays open in it: one left out must not hold the channel
         parts.append(f'if [ -n "$_D" ]; then {{ _t {max(1.0, float(seconds)):g} bash -c {q(body)} >"$_D/side-{i}" '
-                     f'2>/dev/null; echo $? >"$_D/side-{i}.rc"; }} & fi')
+                     f'2>/dev/null; echo $? >"$_D/side-{i}.rc"; }} </dev/null >/dev/null 2>&1 & _SP="$_SP $!"; fi')
     framing = Framing(nonce)
     for name, body in sections:
         if name in CONCURRENT:
-            # wait for every background job: sh has no portable wait-for-one-file; they run in parallel anyway
+            # wait for the facts' own background jobs (not the side reads): they run in parallel anyway
             parts.append(f"{framing.begin(name)}\n"
-                         f'if [ -n "$_D" ]; then wait; cat "$_D/{name}"; _rc=1; read -r _rc <"$_D/{name}.rc"\n'
+                         f'if [ -n "$_D" ]; then wait $_FP; cat "$_D/{name}"; _rc=1; read -r _rc <"$_D/{name}.rc"\n'
                          f"else {{\n{body}\n}}; _rc=$?; fi\n"
                          f"{framing.end(name, '$_rc')}")
         else:
             parts.append(framing.section(name, body))
+    if side:
+        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is left out (its
+        # task reads for itself), so a slow or broken peer never holds the facts up for long
+        ticks = int(SIDE_GRACE_S * 10)
+        parts.append(f'_g=0; for _p in $_SP; do while kill -0 "$_p" 2>/dev/null && [ "$_g" -lt {ticks} ]; do '
+                     'sleep 0.1; _g=$((_g+1)); done; done')
     for i in range(len(side)):
         parts.append(f"{framing.begin(f'side:{i}')}\n"
-                     f'_rc=1; if [ -n "$_D" ]; then wait; cat "$_D/side-{i}"; read -r _rc <"$_D/side-{i}.rc"; fi\n'
+                     f'_rc=1; if [ -n "$_D" ] && [ -e "$_D/side-{i}.rc" ]; then cat "$_D/side-{i}"; '
+                     f'read -r _rc <"$_D/side-{i}.rc"; fi\n'
                      f"{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + '\n[ -n "$_D" ] && rm -rf "$_D"\nexit 0\n'

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sparkctl.engine.events import Event
 from sparkctl.facts import gather_facts
+from sparkctl.facts.script import SIDE_GRACE_S
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.read_ahead import BUDGET_S, PLACEHOLDER, RECORD, ReadsAhead
 from sparkctl.transport.framing import Framing
@@ -29,6 +30,15 @@ def test_side_reads_run_beside_the_facts_each_within_its_seconds(tmp_path):
     assert (facts.side_reads["quick"].output, facts.side_reads["quick"].rc) == ("a\nb\n", 0)
     assert facts.side_reads["slow"].rc == 124 and "late" not in facts.side_reads["slow"].output  # cut: not used
     assert facts.side_reads["odd name's"].rc == 3
+
+
+def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are_not_held(tmp_path):
+    marker = tmp_path / "finished"
+    facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
+                         side_reads={"stuck": (f"echo partial; sleep {SIDE_GRACE_S + 5:g}; touch {marker}", 60.0)})
+    assert facts.hostname and facts.raw_errors == []
+    assert facts.side_reads["stuck"].rc != 0 and facts.side_reads["stuck"].output == ""  # its task reads itself
+    assert not marker.exists()  # the round trip ended before the side read could have
 
 
 def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_a_fresh_nonce():
