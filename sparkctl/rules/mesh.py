@@ -229,3 +229,9 @@ def failure_causes(errors: Sequence[str]) -> set[str]:
         found = {cause for cause, words in _SSH_FAILURES.items() if any(w.lower() in error.lower() for w in words)}
         out |= found or {"other"}
     return out
+
+
+def fitting_fixes(errors: Sequence[str], fixes: dict[str, str]) -> list[str]:
+    """The fixes (cause -> what to do) for the causes ssh's messages show, once each, in the table's order."""
+    causes = failure_causes(errors)
+    return list(dict.fromkeys(fix for cause, fix in fixes.items() if cause in causes))

@@ -14,7 +14,7 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
-from sparkctl.rules.mesh import Try, container_tries, failure_causes, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
@@ -40,8 +40,7 @@ def mesh_hint(container: str, port: int) -> Callable[[list[str]], str]:
     }
 
     def hint(errors: list[str]) -> str:
-        causes = failure_causes(errors)
-        found = list(dict.fromkeys(fixes[c] for c in fixes if c in causes))
+        found = fitting_fixes(errors, fixes)
         return "; ".join(found or [f"`docker logs {container}` on the peer and ssh -v from the container show why"])
     return hint
 

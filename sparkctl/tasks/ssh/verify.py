@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkctl.engine.task import Change, Scope, Task
-from sparkctl.rules.mesh import failure_causes, host_tries, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import fitting_fixes, host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 
@@ -50,6 +50,4 @@ _HOST_FIXES = {
 
 
 def host_mesh_hint(errors: list[str]) -> str:
-    causes = failure_causes(errors)
-    fixes = list(dict.fromkeys(_HOST_FIXES[c] for c in _HOST_FIXES if c in causes))
-    return "; ".join(fixes + ["ssh -v from the node to the peer shows why"])
+    return "; ".join([*fitting_fixes(errors, _HOST_FIXES), "ssh -v from the node to the peer shows why"])
