@@ -82,72 +82,50 @@ class Run:
         self.cluster.reads_ahead.save()
 
 
-def test_a_no_op_rerun_takes_the_read_from_the_facts_round_trip(tmp_path):
+def rerun(tmp_path, script_of=None) -> tuple[Run, Run]:
+    """A first run that reads file f (and records its script), then a second run whose facts were just read."""
     records, path = Records(), tmp_path / "f"
     path.write_text("one\n")
     first = Run(records, path)
     first.node.facts()
-    assert first.read() == "one\n" and first.transport.round_trips == 2  # nothing on record yet
+    first.read(script_of) if script_of else first.read()
     first.end()
     second = Run(records, path)
     second.node.facts()
+    return first, second
+
+
+def test_a_no_op_rerun_takes_the_read_from_the_facts_round_trip(tmp_path):
+    first, second = rerun(tmp_path)
+    assert first.transport.round_trips == 2  # nothing on record yet: facts, then the task's own read
     assert second.read() == "one\n" and second.transport.round_trips == 1  # read with the facts
 
 
 def test_a_change_applied_since_the_facts_voids_the_read_ahead(tmp_path):
-    records, path = Records(), tmp_path / "f"
-    path.write_text("one\n")
-    first = Run(records, path)
-    first.node.facts()
-    first.read()
-    first.end()
-    second = Run(records, path)
-    second.node.facts()
-    path.write_text("two\n")  # what a task of this run changed...
+    _, second = rerun(tmp_path)
+    second.path.write_text("two\n")  # what a task of this run changed...
     second.cluster.note(Event("task_changes", node="spark2", task="ssh.mesh"))  # ...and said so
     assert second.read() == "two\n" and second.transport.round_trips == 2
 
 
 def test_facts_read_again_void_the_read_ahead(tmp_path):
-    records, path = Records(), tmp_path / "f"
-    path.write_text("one\n")
-    Run(records, path).node.facts()
-    first = Run(records, path)
-    first.node.facts()
-    first.read()
-    first.end()
-    second = Run(records, path)
-    second.node.facts()
-    path.write_text("two\n")
+    _, second = rerun(tmp_path)
+    second.path.write_text("two\n")
     second.node.invalidate()
     second.node.facts()  # a change on the node made its facts stale: read again, no reads ahead this time
     assert second.read() == "two\n" and second.transport.round_trips == 3
 
 
 def test_another_script_than_the_one_on_record_is_run(tmp_path):
-    records, path = Records(), tmp_path / "f"
+    _, second = rerun(tmp_path)
     (tmp_path / "g").write_text("gee\n")
-    path.write_text("one\n")
-    first = Run(records, path)
-    first.node.facts()
-    first.read()
-    first.end()
-    second = Run(records, path)
-    second.node.facts()
     other = second.read(lambda f, _p: f.section("file", f"cat {tmp_path / 'g'}"))  # the plan moved
     assert other == "gee\n" and second.transport.round_trips == 2
 
 
 def test_a_read_ahead_that_failed_is_run_again_by_its_task(tmp_path):
-    records, path = Records(), tmp_path / "f"
     flaky = tmp_path / "flaky"
     script = lambda f, p: f.section("file", f"cat {p}") + f"\n[ -e {flaky} ] || exit 7"  # noqa: E731
-    path.write_text("one\n")
-    first = Run(records, path)
-    first.node.facts()
-    first.read(script)
-    first.end()
-    second = Run(records, path)
-    second.node.facts()  # the read ahead exits 7
+    _, second = rerun(tmp_path, script)  # the second run's read ahead exits 7
     flaky.write_text("")
     assert second.read(script) == "one\n" and second.transport.round_trips == 2
