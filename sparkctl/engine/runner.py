@@ -30,6 +30,9 @@ from sparkctl.engine.stops import Interruption, LostNodes
 from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
 from sparkctl.errors import Interrupted, SparkctlError, Unreachable
 
+#: How long the recap waits for the interrupt's callbacks (transports cut, the interrupt event said).
+INTERRUPT_NOTICE_S = 5.0
+
 __all__ = ["CLUSTER_ROW", "NOT_SELECTED", "RECAP_COLUMNS", "RunResult", "Runner", "TaskOutcome", "change_dicts"]
 
 
@@ -162,6 +165,9 @@ class Runner:
         interrupted = self.interruption.requested
         not_started = []
         if interrupted:
+            # the interrupt's own event comes from the callbacks' thread (after the transports are cut): it belongs
+            # before the recap, in the stream and the journal alike
+            self.interruption.done.wait(INTERRUPT_NOTICE_S)
             for task in self.graph.ordered():
                 wanted = [None] if task.scope is Scope.CLUSTER else [n for n in self.nodes if n not in unreachable]
                 if self.graph.is_selected(task.name) and any((task.name, n) not in done for n in wanted):

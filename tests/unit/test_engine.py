@@ -592,6 +592,23 @@ def test_ctrl_c_cuts_what_runs_starts_nothing_more_and_exits_130():
     assert {"task": "base.b", "node": "spark2"} in recap["interrupted"]["cut"]
 
 
+def test_the_interrupt_event_comes_before_the_recap_even_when_cutting_the_transports_is_slow():
+    """The callbacks run on a thread of their own, the transports' first (the lab saw a recap with no interrupt
+    event before it, a connection being slow to close): the recap waits for them."""
+    interruption = Interruption()
+    interruption.on_request(lambda: time.sleep(0.5))  # a transport slow to close, registered before the runner
+
+    def ctrl_c(ctx):
+        if ctx.name == "spark2":
+            interruption.request()
+            raise Interrupted("spark2")
+
+    tasks = [Ensure("base.a"), Ensure("base.b", on_check=ctrl_c), Ensure("net.c", "net")]
+    result, events, _ = run(tasks, nodes=make_nodes(["spark1", "spark2"]), interruption=interruption)
+    kinds = [e.event for e in events]
+    assert result.interrupted and "interrupt" in kinds and kinds.index("interrupt") < kinds.index("recap")
+
+
 def test_a_ctrl_c_between_a_walk_looking_and_the_task_starting_starts_nothing():
     """A node's walk read "not interrupted", then Ctrl-C landed (its notice emitted) before the next task started:
     that task does not start after the notice (the lab saw ssh.keys start on the other node after it)."""
