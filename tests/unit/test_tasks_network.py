@@ -126,7 +126,10 @@ def test_unplanned_address_removed_with_ip_addr_del():
     assert dels == ["ip addr del 192.168.200.12/24 dev enp1s0f1np1\nip addr del 192.168.200.14/24 dev enP2p1s0f1np1"]
 
 
-def test_lost_management_path_is_unreachable_and_leaves_the_revert_armed():
+def test_lost_management_path_is_unreachable_and_leaves_the_revert_armed(monkeypatch):
+    clock = iter(range(1000))  # the confirm's retry window passes without waiting for it
+    monkeypatch.setattr(netplan_apply.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(netplan_apply.time, "monotonic", lambda: float(next(clock)))
     (case,) = [c for n, c in CASES if n == "create"]
     kit = kit_from_case(case)
     kit.refuse_fresh = True
