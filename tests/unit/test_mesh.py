@@ -43,16 +43,23 @@ def test_waves_bound_what_one_node_has_in_flight():
 
 
 STUB = """#!/bin/sh
-# the stubbed ssh: -G answers the option probe; the target decides the outcome
+# the stubbed ssh: -G answers the option probe; the target decides the outcome. Once "authenticated" it does what
+# ssh -N does: runs LocalCommand, then holds the connection until something ends it.
 case "$*" in *" -G "*|"-G "*) exit 0 ;; esac
-target=$(printf '%s\\n' "$@" | tail -n 2 | head -n 1)
+case " $* " in *" -N "*) ;; *) echo "stub: a mesh try opens no session (-N)" >&2; exit 1 ;; esac
+target=$(printf '%s\\n' "$@" | tail -n 1)
 count="$STATE/$target"; n=$(cat "$count" 2>/dev/null || echo 0); echo $((n+1)) >"$count"
+authenticated() {
+  for a in "$@"; do case $a in LocalCommand=*) sh -c "${a#LocalCommand=}" ;; esac; done
+  while :; do sleep 0.1; done
+}
 case $target in
-  ok.*) exit 0 ;;
+  ok.*) authenticated "$@" ;;
   denied.*) echo "$target: Permission denied (publickey)." >&2; exit 255 ;;
   reset.*) echo "kex_exchange_identification: read: Connection reset by peer" >&2; exit 255 ;;
-  flaky.*) [ "$n" -ge 1 ] && exit 0; echo "kex_exchange_identification: Connection closed by remote host" >&2
-           exit 255 ;;
+  flaky.*) [ "$n" -ge 1 ] && authenticated "$@"
+           echo "kex_exchange_identification: Connection closed by remote host" >&2; exit 255 ;;
+  silent.*) exit 0 ;;
 esac
 exit 1
 """
@@ -71,7 +78,8 @@ def run_with_stub(tmp_path, tries: list[Try]) -> tuple[str, dict[str, int]]:
 
 
 def test_verdicts_tell_broken_pairs_from_tries_that_could_not_run(tmp_path):
-    tries = [ssh_try("a", "ok.a"), ssh_try("b", "denied.b"), ssh_try("c", "reset.c"), ssh_try("d", "flaky.d")]
+    tries = [ssh_try("a", "ok.a"), ssh_try("b", "denied.b"), ssh_try("c", "reset.c"), ssh_try("d", "flaky.d"),
+             ssh_try("e", "silent.e")]
     stdout, counts = run_with_stub(tmp_path, tries)
     verdicts = {v.peer: v for v in parse_verdicts("n1", stdout)}
     assert verdicts["a"].state == "ok"
@@ -83,6 +91,8 @@ def test_verdicts_tell_broken_pairs_from_tries_that_could_not_run(tmp_path):
     assert verdicts["d"].state == "ok" and counts["flaky.d"] == 2
     # a plain refusal is not retried
     assert counts["denied.b"] == 1
+    # an ssh that ends without having been authenticated proves nothing, whatever its exit status
+    assert verdicts["e"].state == "fail" and verdicts["e"].error == "exit status 0"
 
 
 def test_a_try_that_printed_nothing_is_unknown_not_broken():

@@ -191,15 +191,17 @@ def test_ssh_keys_quotes_a_hostile_cluster_name(tmp_path):
 def test_verify_reports_each_failed_connection():
     kit = mesh_kit({n: {} for n in ("spark1", "spark2")})
     kit.transport("spark1").rules.clear()
-    kit.transport("spark1").respond("ssh -o BatchMode", "fail spark2 192.168.100.11 Permission denied (publickey).\n")
+    kit.transport("spark1").respond("ssh -N -o BatchMode",
+                                    "fail spark2 192.168.100.11 Permission denied (publickey).\n")
     kit.transport("spark2").rules.clear()
-    kit.transport("spark2").respond("ssh -o BatchMode", "ok spark1 192.168.100.10\n")
+    kit.transport("spark2").respond("ssh -N -o BatchMode", "ok spark1 192.168.100.10\n")
     with pytest.raises(TaskFailed) as err:
         SshVerify().check(kit.cluster)
     assert err.value.message == "1 node-to-node ssh connection(s) failed"
     assert err.value.details == ["spark1 -> spark2 (192.168.100.11): Permission denied (publickey)."]
     script = kit.transport("spark1").commands[-1]
-    assert "_try spark2 192.168.100.11 ssh -o BatchMode=yes -o ConnectTimeout=5 $_K 192.168.100.11 true &" in script
+    assert ("_try spark2 192.168.100.11 ssh -N -o BatchMode=yes -o ConnectTimeout=5 -o PermitLocalCommand=yes "
+            "-o 'LocalCommand=echo sparkctl-mesh-authenticated >&2; kill $PPID' $_K 192.168.100.11 &") in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
