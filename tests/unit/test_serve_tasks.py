@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from sparkctl.knowledge.trtllm_releases import Release
 from sparkctl.plan.serve import CONFIG_PATH, release_config
 from sparkctl.tasks.serve.config import ServeConfigTask, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask, desired_launch
+from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle
 from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import Call, inventory_from_yaml, make_kit, spark_facts
@@ -89,66 +91,108 @@ def test_an_override_the_release_rejects_is_refused_before_launch(tmp_path):
     assert kit.transport("spark1").puts == []
 
 
-def launch_kit(tmp_path, port: int, record: dict | None, alive: bool = True, head: str = "127.0.0.1"):
+DOCKER_STUB = """#!/bin/sh
+# the head's docker: `docker exec C sh -c SCRIPT NAME PID` runs SCRIPT here (the container shares the node's
+# network and, for this test, its processes); $DOCKER_FAILS makes every exec fail as a stopped container's does
+[ "$1" = exec ] || { echo "stub: only exec" >&2; exit 1; }
+if [ -n "$DOCKER_FAILS" ]; then echo "$DOCKER_FAILS" >&2; exit 125; fi
+shift 2
+exec "$@"
+"""
+
+
+@pytest.fixture
+def mpirun():
+    """A live process whose command line is our server's mpirun's (what serve.launch recognises by its PID)."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 60", "mpirun", "--extra_llm_api_options", CONFIG_PATH])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def launch_kit(tmp_path, port: int, record: dict | None, alive: int | None = None, head: str = "127.0.0.1",
+               nccl: str = "", docker_fails: str = "", path: str = "/usr/bin:/bin"):
+    """The head answers serve.launch's state read by running it here: its record and serve log in a directory of
+    this test, `docker exec` stubbed, `alive` the PID of a live mpirun (the record names it)."""
     kit = kit_for(tmp_path, port=port, head=head)
-    head = kit.transport("spark1")
+    remote = ServerHandle.of(kit.node("spark1")).dir
+    here = tmp_path / "head-serve"
+    here.mkdir(exist_ok=True)
+    (here / "serve.log").write_text(nccl)
     if record is not None:
-        head.respond(r"cat .*launch\.json", json.dumps(record))
-    if alive:
-        head.respond(r"/proc/4242/cmdline", f"mpirun trtllm-serve --extra_llm_api_options {CONFIG_PATH} ")
+        record = dict(record, pid=alive) if alive else record
+        (here / "launch.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    bin_dir = tmp_path / "head-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "docker").write_text(DOCKER_STUB)
+    (bin_dir / "docker").chmod(0o755)
+
+    def run_here(script: str) -> str:
+        env = {"PATH": f"{bin_dir}:{path}", "no_proxy": "*", "DOCKER_FAILS": docker_fails}
+        return subprocess.run(["/bin/sh", "-c", script.replace(remote, str(here))], capture_output=True, text=True,
+                              timeout=60, env=env).stdout
+
+    run_here.wants_script = True  # type: ignore[attr-defined]
+    kit.transport("spark1").respond(STATE_SCRIPT_NAME, run_here)
     return kit
 
 
-def test_launch_check_states(tmp_path, endpoint):
+def test_launch_check_states(tmp_path, endpoint, mpirun):
     kit = launch_kit(tmp_path, endpoint.port, None)
     (start,) = ServeLaunchTask().check(kit.cluster)
     assert start.summary.startswith("start the server on spark1")
+    assert kit.transport("spark1").round_trips == 1  # the record, the PID, /health and the log: one read
 
     text, command, fingerprint = desired_launch(kit.node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
-    assert ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record).cluster) == []
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command, "started": 1.0}
+    assert ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun).cluster) == []
 
-    (gone,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=False).cluster)
-    assert "is gone" in gone.summary
+    (gone,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, dict(record, pid=2 ** 22 + 1)).cluster)
+    assert f"mpirun (pid {2 ** 22 + 1}) is gone" in gone.summary
+    (stopped,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun,
+                                                    docker_fails="Error: container abc is not running").cluster)
+    assert "is gone (its log: run/serve/serve.log; docker exec: Error: container abc is not running)" in \
+        stopped.summary
 
     old = dict(record, fingerprint="0" * 16, config=text.replace("max_draft_len: 3", "max_draft_len: 5"))
-    (changed,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, old).cluster)
+    (changed,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, old, alive=mpirun).cluster)
     assert "config or launch line changed" in changed.summary
     assert "-  max_draft_len: 5" in changed.diff and "+  max_draft_len: 3" in changed.diff
 
     endpoint.health = 503
-    (sick,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record).cluster)
+    (sick,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun).cluster)
     assert "/health answers 503" in sick.summary
+    endpoint.close()
+    (silent,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun).cluster)
+    assert "/health answers nothing (URLError: [Errno 111] Connection refused)" in silent.summary
 
 
 def nccl_log(fixture: str) -> str:
     return (Path(__file__).resolve().parents[1] / "fixtures" / "nccl-2.28.9" / fixture).read_text()
 
 
-def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_is_up(tmp_path, endpoint):
+def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_is_up(tmp_path, endpoint, mpirun):
     """NCCL chooses its network once, when the server starts: a server that fell back to sockets (its devices not
     ready then, or NCCL_IB_HCA naming none) stays on them, healthy, until restarted. doctor names it
     (nccl.socket_fallback) and names serve among its repairs: so serve.launch must restart it."""
     text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
-    kit = launch_kit(tmp_path, endpoint.port, record)
-    kit.transport("spark1").respond(r"grep -E 'NCCL\|NET/' .*serve\.log", nccl_log("ib_hca_missing.log"))
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, nccl=nccl_log("ib_hca_missing.log"))
     (restart,) = ServeLaunchTask().check(kit.cluster)
     assert restart.summary == ("restart the server on spark1: NCCL runs over TCP sockets though RoCE devices are "
                                "Up (rocep1s0f1, roceP2p1s0f1; it chose its network when it started)")
     # sockets by choice (IB disabled), or no RDMA device Up: nothing to restart for
-    kit = launch_kit(tmp_path, endpoint.port, record)
-    kit.transport("spark1").respond(r"grep -E 'NCCL\|NET/' .*serve\.log", nccl_log("socket_lo.log"))
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, nccl=nccl_log("socket_lo.log"))
     assert ServeLaunchTask().check(kit.cluster) == []
 
 
-def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, endpoint):
+def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, endpoint, mpirun):
     """The inventory host (an ssh_config alias, a host behind a jump host) answers nothing from here: /health
     is asked on the head, so a healthy server is ok, not restarted on every run."""
     kit = kit_for(tmp_path, port=endpoint.port, head="127.0.0.2")  # the fake listens on 127.0.0.1 only
     text, command, fingerprint = desired_launch(kit.node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
-    kit = launch_kit(tmp_path, endpoint.port, record, head="127.0.0.2")
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, head="127.0.0.2")
     assert ServeLaunchTask().check(kit.cluster) == []
     assert ServeSmokeTask().check(kit.cluster) == []
     messages = [e.message for e in kit.events if e.task == "serve.smoke"]
@@ -158,15 +202,19 @@ def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, end
     assert chat and SMOKE_PROMPT in chat[-1].input and SMOKE_PROMPT not in chat[-1].target  # stdin, not argv
 
 
-def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint):
-    kit = launch_kit(tmp_path, endpoint.port, None)
-    head_execs_here(kit, returncode=1, stderr="Error response from daemon: container abc is not running")
-    text, command, fingerprint = desired_launch(kit.node("spark1"))
-    kit.transport("spark1").respond(r"cat .*launch\.json", json.dumps(
-        {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}))
+def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint, mpirun):
+    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    # a container without python3 (the probe asks /health with it)
+    bare = tmp_path / "no-python"
+    bare.mkdir()
+    for tool in ("sh", "cat", "sed", "head", "tail", "grep", "tr"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, path=str(bare))
     (change,) = ServeLaunchTask().check(kit.cluster)
     assert "answers nothing" in change.summary and "cannot run python3 in the container" in change.summary
-    assert "is not running" in change.summary
+    assert "python3: not found" in change.summary
+    head_execs_here(kit, returncode=1, stderr="Error response from daemon: container abc is not running")
     with pytest.raises(TaskFailed, match="cannot run python3 in the container trtllm-multinode on spark1"):
         ServeSmokeTask().check(kit.cluster)
 

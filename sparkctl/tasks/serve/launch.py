@@ -23,10 +23,13 @@ from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_config, refuse_rejected
 from sparkctl.tasks.serve.server import ServerHandle, head_client, leftover_ranks_script
 from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
 
 #: Loading a 235B checkpoint from the page cache takes minutes; from disk longer.
 PROGRESS_EVERY_S = 10.0
 POLL_S = 1.0
+#: the check's one read of the head: /health's own limit, docker exec and the log's grep
+STATE_READ_S = 30.0
 
 
 def desired_launch(head: NodeContext) -> tuple[str, str, str]:
@@ -47,7 +50,8 @@ class ServeLaunchTask(Task):
               "with the planned config and launch line, and /health answers 200 on the head (asked inside its "
               "container, over the SSH connection: the controller's route to the endpoint does not matter); the "
               "serve log's NCCL lines (NCCL_DEBUG=INFO) do not say NCCL runs over TCP sockets while the head's "
-              "RoCE devices are Up (NCCL chooses its network once, at start)")
+              "RoCE devices are Up (NCCL chooses its network once, at start); all of it is one read of the head (one "
+              "`docker exec`), on a rerun read ahead with its facts")
     changes = ("stops a stale server (mpirun TERM, leftover ranks on every node), then `docker exec -d` "
                "mpirun ... trtllm-llmapi-launch trtllm-serve ..., logging to run/serve/serve.log; waits for "
                "/health 200 with progress, or fails with the log's last lines and the likely cause")
@@ -65,24 +69,29 @@ class ServeLaunchTask(Task):
                 f"{spec.pp_size} = {spec.world_size} rank(s)); left out of the launch: {', '.join(spared)}"),
                 data={"serving_nodes": ctx.inventory.serving_nodes(), "left_out": spared}))
         handle = ServerHandle.of(head)
-        record = handle.read_record()
+        framing = Framing()
+        script = handle.state_script(ctx.inventory.serve_spec().port, framing)
+        state = handle.parse_state(head.read(self.name, script, framing, timeout=STATE_READ_S).stdout, framing,
+                                   head.name)
+        record = state.record
         if record is None:
             return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]
         pid = record.get("pid")
-        if not handle.alive(pid):
+        if not state.alive:
+            why = f"; {state.exec_error}" if state.exec_error else ""
             return [Change(f"restart the server on {head.name}: mpirun (pid {pid}) is gone "
-                           "(its log: run/serve/serve.log)", node=head.name)]
+                           f"(its log: run/serve/serve.log{why})", node=head.name)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
             if record.get("command") != command:
                 diff += unified_diff("launch line", (record.get("command") or "") + "\n", command + "\n") or ""
             return [Change(f"restart the server on {head.name}: the config or launch line changed",
                            diff=diff or None, node=head.name)]
-        status, why = head_client(head.transport, ctx.inventory).health_detail()
+        status, why = state.health, state.health_why
         if status != 200:
             return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
                            f"{status or 'nothing'}" + (f" ({why})" if why else ""), node=head.name)]
-        report = parse_nccl_log(handle.nccl_lines())
+        report = parse_nccl_log(state.nccl)
         if fell_back_to_sockets(report, head.facts()):
             return [Change(f"restart the server on {head.name}: NCCL runs over TCP sockets though RoCE devices "
                            f"are Up ({', '.join(rdma_up(head.facts()))}; it chose its network when it started)",

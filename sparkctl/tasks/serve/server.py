@@ -12,16 +12,22 @@ import posixpath
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.serve_client import NodeFetch, ServeClient
+from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
 from sparkctl.plan.paths import CONFIG_PATH, LOG_PATH, PID_PATH
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import CommandResult, Transport, q
+from sparkctl.transport.framing import Framing
 
 RunFn = Callable[..., CommandResult]
 STOP_WAIT_S = 15.0
+#: How long /health may take to answer inside the state read (as ServeClient.health's default)
+HEALTH_TIMEOUT_S = 5.0
+NCCL_LINES = 2000
+STATE_SCRIPT_NAME = "sparkctl-serve-state"
 
 
 def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.0) -> ServeClient:
@@ -34,6 +40,21 @@ def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.
 
 def serve_dir(state_dir: str) -> str:
     return posixpath.join(state_dir, "run", "serve")
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What serve.launch reads of the head in one round trip (ServerHandle.state_script)."""
+    record: dict | None       # launch.json, None when absent or unreadable
+    alive: bool               # the record's PID is still our mpirun
+    health: int               # /health's HTTP status, 0 when nothing answered
+    health_why: str           # why nothing answered
+    exec_error: str           # what `docker exec` said when it failed (the container not running), else ""
+    nccl: str                 # the serve log's NCCL/NET lines
+
+
+def _is_our_mpirun(cmdline: str) -> bool:
+    return "mpirun" in cmdline and CONFIG_PATH in cmdline
 
 
 class ServerHandle:
@@ -68,16 +89,55 @@ class ServerHandle:
         if not pid:
             return False
         result = self._exec(f"tr '\\0' ' ' < /proc/{int(pid)}/cmdline 2>/dev/null")
-        return result.ok and "mpirun" in result.stdout and CONFIG_PATH in result.stdout
+        return result.ok and _is_our_mpirun(result.stdout)
 
     def tail(self, lines: int = 40) -> list[str]:
         result = self._run(f"tail -n {int(lines)} {q(self.log_path)} 2>/dev/null", timeout=30)
         return result.stdout.splitlines()
 
-    def nccl_lines(self, lines: int = 2000) -> str:
-        """The NCCL/NET lines of the running server's log (there with NCCL_DEBUG=INFO; empty without)."""
-        return self._run(f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {int(lines)}",
-                         timeout=30).stdout
+    def state_script(self, port: int, framing: Framing) -> str:
+        """One read of everything serve.launch checks, in one round trip and one `docker exec`: the record, the
+        command line of the PID it names, /health, and the serve log's NCCL/NET lines (there with
+        NCCL_DEBUG=INFO). The PID is taken from the record as write_record lays it out (`"pid": N,`); what
+        `docker exec` itself says (a container that is not running) is its own section."""
+        url = f"http://127.0.0.1:{int(port)}/health"
+        inside = "\n".join([
+            framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
+            framing.section("health", node_http_command("GET", url, HEALTH_TIMEOUT_S) + " 2>&1")])
+        pid = (f"_pid=$(sed -n 's/^ *\"pid\": *\\([0-9][0-9]*\\),\\{{0,1\\}}$/\\1/p' {q(self.record_path)} "
+               "2>/dev/null | head -n 1)")
+        # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
+        inspect = (f"{{ _e=$(docker exec {q(self.container)} sh -c {q(inside)} {STATE_SCRIPT_NAME} \"$_pid\" "
+                   "2>&1 1>&3 </dev/null); _r=$?; } 3>&1")
+        return "\n".join([
+            framing.section("record", f"cat {q(self.record_path)}"), pid, inspect,
+            framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),
+            framing.section("nccl", f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {NCCL_LINES}"),
+            "true"])
+
+    def parse_state(self, stdout: str, framing: Framing, node: str) -> ServingState:
+        found = framing.split(stdout)
+        texts = Framing.texts_of(found)
+        record = None
+        if "record" in found and found["record"].ok and texts["record"].strip():
+            try:
+                value = json.loads(texts["record"])
+            except ValueError:
+                value = None
+            record = value if isinstance(value, dict) else None
+        exec_error = ""
+        if "exec" not in found or not found["exec"].ok:
+            lines = texts.get("exec", "").strip().splitlines()
+            exec_error = f"docker exec: {lines[-1] if lines else 'no answer'}"
+        alive = "cmdline" in found and found["cmdline"].ok and _is_our_mpirun(texts["cmdline"])
+        health = texts.get("health", "")
+        if health.partition("\n")[0].strip().isdigit():  # NODE_HTTP_PY ran: a status, 0 with why nothing answered
+            status, body = parse_node_http(health)
+            why = "" if status else (body.strip() or "no answer")
+        else:
+            lines = health.strip().splitlines() or [exec_error or "no answer"]
+            status, why = 0, f"cannot run python3 in the container {self.container} on {node}: {lines[-1]}"
+        return ServingState(record, alive, status, why, exec_error, texts.get("nccl", ""))
 
     def launch(self, command: str, fingerprint: str) -> int:
         """Start `command` detached in the container, logging to serve.log (the last run's log kept as .1)."""
