@@ -59,10 +59,6 @@ def load_inventory(path: str | Path) -> Inventory:
         errors = err.errors()
         problems += [_describe(error) for error in errors]
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
-    except ValueError as err:  # what pydantic does not wrap: an integer too long to turn into text, say
-        reason = str(err).split(";")[0].split("(")[0].strip()
-        raise InventoryError([f"{label}:1: top level: a value sparkctl cannot read: {reason} (a number of "
-                              "thousands of digits? check the numbers in the file)"]) from None
     problems += cross_check_problems(parts)
     problems += local_file_problems(parts)
     # a credential where it does not belong is the problem at its place, whatever else is wrong there

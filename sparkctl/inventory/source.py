@@ -67,13 +67,22 @@ class _UnreadableValue(Exception):
         self.node = node
 
 
+#: No inventory number needs more (a port, a timeout, a size): a longer one is a mistake or an attack. Hex, octal
+#: and binary spellings have no length limit in int(), and a decimal over 4300 digits cannot even be printed.
+MAX_INT_DIGITS = 100
+_MAX_INT = 10 ** MAX_INT_DIGITS
+
+
 class _Loader(_LOADER):  # type: ignore[misc,valid-type]
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
-            return super().construct_object(node, deep)
+            value = super().construct_object(node, deep)
         except (ValueError, TypeError, KeyError, OverflowError):
             # the constructors raise these on a bad scalar (int(), datetime(), a dict lookup for booleans)
             raise _UnreadableValue(node) from None
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _MAX_INT:
+            raise _UnreadableValue(node)
+        return value
 
 
 #: What each tag's scalar must look like, for the message.
@@ -87,8 +96,8 @@ _TAG_WORDS = {
 def _value_problem(label: str, root: yaml.Node | None, node: yaml.Node) -> str:
     """The bad scalar's place and what it should be, never the value itself (it may be a pasted token)."""
     what = _TAG_WORDS.get(node.tag, "a value of its YAML tag")
-    if node.tag == "tag:yaml.org,2002:int" and isinstance(node.value, str) and len(node.value) > 100:
-        what = "a whole number of at most 100 digits"
+    if node.tag == "tag:yaml.org,2002:int" and isinstance(node.value, str) and len(node.value) > MAX_INT_DIGITS:
+        what = f"a whole number of at most {MAX_INT_DIGITS} digits"
     return (f"{label}:{node.start_mark.line + 1}: {field_path(_path_to(root, node))}: cannot be read as {what} "
             "(correct it, or quote it to make it text)")
 

@@ -103,6 +103,8 @@ CASES = {
     "!!bool maybe": "user: nvidia\nnodes: [{name: a, host: h, local: !!bool maybe}]\n",
     "!!float of letters": "user: nvidia\nnodes: [{name: a, host: h}]\nssh: {connect_timeout: !!float soon}\n",
     "5000-digit int": "user: nvidia\nnodes: [{name: a, host: h, port: " + "1" * 5000 + "}]\n",
+    "4000-digit hex int where text goes": "user: nvidia\nnodes: [{name: a, host: h}]\ncontainer: {env: {X: 0x"
+                                          + "f" * 4000 + "}}\n",
     "!!int of a token": f"user: nvidia\nnodes: [{{name: a, host: h}}]\nx: !!int {TOKEN}\n",
     "alias named like a token": f"user: *{TOKEN}\nnodes: [{{name: a, host: h}}]\n",
     "tag named like a token": f"user: !{TOKEN} x\nnodes: [{{name: a, host: h}}]\n",
@@ -174,6 +176,19 @@ def test_each_hostile_inventory_is_refused_cleanly_before_any_node(name, write, 
         assert found and found["file"] == str(path), line
     assert peak < MEMORY_LIMIT, f"{peak >> 20} MiB"
     assert not (tmp_path / "state").exists(), "a run started (its journal exists): a node may have been touched"
+
+
+@pytest.mark.parametrize("number", ["0x" + "f" * 4000, "-0b" + "1" * 400, "1_" * 120 + "1", "9" * 101])
+def test_a_number_longer_than_any_field_needs_is_refused_at_its_line_whatever_its_spelling(number, tmp_path):
+    """int() reads hex, octal and binary of any length, and pydantic then cannot even print the number it refuses
+    (Python's 4300-digit limit): the source refuses it at construction, where it knows the line."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"user: nvidia\nnodes: [{{name: a, host: h}}]\ncontainer:\n  env:\n    X: {number}\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    assert err.value.problems == [f"{path}:5: container.env.X: cannot be read as a whole number"
+                                  f"{' of at most 100 digits' if len(number) > 100 else ''} (correct it, or "
+                                  "quote it to make it text)"]
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "fifo", "big", "directory", "loop"])
