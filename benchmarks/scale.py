@@ -37,6 +37,8 @@ DEFAULT_SHAPES = "2pair,4ring,4switch,8ring,8switch,16switch"
 class Figure:
     seconds: list[float] = field(default_factory=list)
     peak_kb: int = 0
+    busiest_node_cpu: list[float] = field(default_factory=list)  # per run: the most CPU one node's cgroup used
+    controller_cpu: list[float] = field(default_factory=list)    # per run: the sparkctl process's own CPU
     loads: list[float] = field(default_factory=list)
     exits: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -53,9 +55,31 @@ def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
-    """Run one sparkctl command, adding its wall time and peak RSS (wait4's rusage of that child) to figure."""
+def node_cpu_seconds(lab) -> dict[str, float]:
+    """CPU used so far by each node's cgroup (its systemd, sshd, networkd, its containers, what sparkctl runs there):
+    cgroup v1's cpuacct.usage (ns) or v2's cpu.stat usage_usec, whichever the machine mounts."""
+    from sparkctl.lab.node import CGROUP_ROOT
+
+    used = {}
+    for record in lab.state.nodes:
+        for mount in lab.cgroup_mounts:
+            base = CGROUP_ROOT / mount.mountpoint / lab.node_cgroup(record.name)
+            with contextlib.suppress(OSError, ValueError):
+                if (base / "cpuacct.usage").exists():
+                    used[record.name] = int((base / "cpuacct.usage").read_text()) / 1e9
+                    break
+                if (base / "cpu.stat").exists():
+                    stat = dict(line.split() for line in (base / "cpu.stat").read_text().splitlines())
+                    used[record.name] = int(stat["usage_usec"]) / 1e6
+                    break
+    return used
+
+
+def run(argv: list[str], figure: Figure, env: dict[str, str], lab=None) -> str:
+    """Run one sparkctl command, adding its wall time, peak RSS and CPU (wait4's rusage of that child) and the
+    busiest node's CPU during it to figure."""
     figure.loads.append(load1())
+    before = node_cpu_seconds(lab) if lab is not None else {}
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
@@ -65,6 +89,10 @@ def run(argv: list[str], figure: Figure, env: dict[str, str]) -> str:
         stderr = errors.read()
     figure.seconds.append(time.monotonic() - started)
     figure.peak_kb = max(figure.peak_kb, usage.ru_maxrss)
+    figure.controller_cpu.append(usage.ru_utime + usage.ru_stime)
+    if lab is not None:
+        after = node_cpu_seconds(lab)
+        figure.busiest_node_cpu.append(max((after[n] - before.get(n, after[n]) for n in after), default=0.0))
     figure.exits.append(os.waitstatus_to_exitcode(status))
     figure.loads.append(load1())
     if figure.exits[-1] != 0:
@@ -139,8 +167,8 @@ def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) 
             fresh.notes.append(f"{changed_count(out)} changed")
             noop_changed = 0
             for _ in range(repeat):
-                noop_changed += changed_count(run(bootstrap, noop, env))
-            errors = [doctor_errors(run(["sparkctl", "doctor", inventory, "--json"], doctor, env))
+                noop_changed += changed_count(run(bootstrap, noop, env, lab))
+            errors = [doctor_errors(run(["sparkctl", "doctor", inventory, "--json"], doctor, env, lab))
                       for _ in range(repeat)]
             verify, clean = Figure(), 0
             for _ in range(verify_runs):
@@ -172,6 +200,14 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['shape']}: cluster bootstrap --reprove {len(r['verify'].seconds)}x in a row: "
                   f"{r['verify_clean']} clean; median {r['verify'].median:.2f} s; exits {r['verify'].exits}; "
                   f"load {r['verify'].load_span()}")
+    print("  CPU of a no-op rerun, median s: the controller's own / the busiest node's (its cgroup: sshd, the "
+          "mesh tries it makes and answers, its container); on real Sparks each node has its own cores")
+    for r in rows:
+        noop, doc = r["noop"], r["doctor"]
+        if noop.busiest_node_cpu:
+            print(f"  {r['shape']}: no-op {statistics.median(noop.controller_cpu):.2f} / "
+                  f"{statistics.median(noop.busiest_node_cpu):.2f}; doctor {statistics.median(doc.controller_cpu):.2f}"
+                  f" / {statistics.median(doc.busiest_node_cpu):.2f}")
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
     sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
