@@ -184,9 +184,15 @@ def test_gated_draft_without_token_fails_with_the_hint(lab_pair, served, env):
 def test_a_short_lab_token_masks_no_path(lab_pair, served, env):
     """HF_TOKEN=lab, as the README's lab line has it: the lab's paths (cluster lab-<id>) print whole; a real token
     is masked everywhere (the next test)."""
-    code, _events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--check", "-v"],
-                                     {**env, "HF_TOKEN": "lab"})
-    assert code == 4, output[-3000:]  # the token file would change: it holds the real one
+    # a drifted serve config on spark2: the change names its path under the state dir (check mode: kept as is)
+    config = f"{state_dir(lab_pair)}/extra-llm-api-config.yml"
+    sh(lab_pair, "spark2", f"cp {config} {config}.kept && echo '# drift' >> {config}")
+    try:
+        code, _events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--check", "-v"],
+                                         {**env, "HF_TOKEN": "lab"})
+    finally:
+        sh(lab_pair, "spark2", f"mv -f {config}.kept {config}")
+    assert code == 4, output[-3000:]  # the token file would change (it holds the real one), and the config
     cluster = yaml.safe_load(lab_pair.inventory_path.read_text())["cluster"]["name"]
     assert cluster.startswith("lab-") and f"/sparkctl/{cluster}/" in output, output[-3000:]
     assert f"{MASK}-" not in output and f"-{MASK}" not in output
