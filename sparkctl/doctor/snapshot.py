@@ -25,7 +25,8 @@ class LinkProbe:
 
 @dataclass
 class SshProbe:
-    """`ssh -o BatchMode=yes <target> true` from a node (or its container) to a peer."""
+    """A mesh try (rules/mesh.py: `ssh -N -o BatchMode=yes <target>`, ended once authenticated) from a node (or its
+    container) to a peer."""
 
     peer: str
     target: str

@@ -35,24 +35,32 @@ _TRANSIENT = ("kex_exchange_identification", "Connection reset by peer", "Connec
               "banner exchange", "Broken pipe", "ssh_dispatch_run_fatal")
 
 # What a pair proves is that the peer's sshd, at the pinned host key, accepts the node's key for the user: all
-# of that is settled once authentication succeeds. So the try opens no session (-N) and ends right there: ssh runs
-# LocalCommand only after authentication, and it prints the mark and ends its own ssh. Without a session the peer
-# opens no PAM session and starts no shell, which halved a try's cost in the lab (0.12 vs 0.22 s per try, one
-# after another). That the ranks' daemons really start over ssh is verify.fabric's MPI probe's to prove.
+# of that is settled once authentication succeeds. So the try opens no session channel (-N) and ends right there:
+# ssh runs LocalCommand only after host key verification and authentication, and it prints the mark and ends its
+# own ssh (LocalCommand runs under $SHELL, which _try sets to /bin/sh: the user's login shell may be fish or a
+# wrapper). The peer then starts no shell and no command, which halved a try's cost in the lab (0.12 vs 0.22 s per
+# try, one after another). A user's ControlMaster is bypassed: through a live master there would be no
+# authentication to prove. That the ranks' daemons really start over ssh is verify.fabric's MPI probe's to prove.
 AUTHENTICATED = "sparkctl-mesh-authenticated"
-_AUTHENTICATED_THEN_QUIT = ("-o PermitLocalCommand=yes -o "
+_AUTHENTICATED_THEN_QUIT = ("-o ControlMaster=no -o ControlPath=none -o PermitLocalCommand=yes -o "
                             + q(f"LocalCommand=echo {AUTHENTICATED} >&2; kill $PPID"))
+#: A try still running after this long (a peer's sshd that accepted the connection and went silent) is stopped:
+#: the pair could not be checked.
+TRY_LIMIT = 30
 
 # The check's session carries nothing, so its key exchange only has to be cheap: OpenSSH 9.x offers
 # sntrup761x25519 first, which cost about 2x the CPU of curve25519 per connection on both ends in the lab
 # (measured: ~210 vs ~95 ms per host ssh). `^` puts curve25519 first and keeps every default behind it;
 # an ssh that does not know `^` (before OpenSSH 8.2) simply goes without.
 _PRELUDE = r"""_K="-o KexAlgorithms=^curve25519-sha256"; ssh -G $_K _ >/dev/null 2>&1 || _K=""
+_T=""; command -v timeout >/dev/null 2>&1 && _T="timeout -k 2 TRY_LIMIT"
 _try() { _p=$1; _t=$2; shift 2; _n=0
   while :; do _n=$((_n+1))
-    _e=$("$@" </dev/null 2>&1 >/dev/null); _r=$?
+    _e=$(SHELL=/bin/sh $_T "$@" </dev/null 2>&1 >/dev/null); _r=$?
     case $_e in *AUTHED*) echo "ok $_p $_t"; return ;; esac
     _l=$(printf '%s' "$_e" | tr -d '\r' | grep -v '^Warning: Permanently added' | tail -n 1)
+    case $_T:$_r in timeout*:124|timeout*:137)
+      echo "unknown $_p $_t no answer within TRY_LIMIT s${_l:+ ($_l)}"; return ;; esac
     case $_e in
       TRANSIENT)
         if [ "$_n" -lt ATTEMPTS ]; then sleep "0.$((_n * 3))"; continue; fi
@@ -67,7 +75,7 @@ def prelude() -> str:
     """The shell functions every mesh script starts with (`_try PEER TARGET argv...`)."""
     patterns = "|".join(f"*{q(t)}*" for t in _TRANSIENT)
     return (_PRELUDE.replace("TRANSIENT", patterns).replace("ATTEMPTS", str(ATTEMPTS))
-            .replace("AUTHED", AUTHENTICATED))
+            .replace("AUTHED", AUTHENTICATED).replace("TRY_LIMIT", str(TRY_LIMIT)))
 
 
 def schedule(order: Sequence[str], node: str) -> list[str]:

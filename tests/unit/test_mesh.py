@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from sparkctl.rules import mesh
 from sparkctl.rules.mesh import (
     WAVE,
     Ping,
@@ -50,7 +51,7 @@ case " $* " in *" -N "*) ;; *) echo "stub: a mesh try opens no session (-N)" >&2
 target=$(printf '%s\\n' "$@" | tail -n 1)
 count="$STATE/$target"; n=$(cat "$count" 2>/dev/null || echo 0); echo $((n+1)) >"$count"
 authenticated() {
-  for a in "$@"; do case $a in LocalCommand=*) sh -c "${a#LocalCommand=}" ;; esac; done
+  for a in "$@"; do case $a in LocalCommand=*) "${SHELL:-/bin/sh}" -c "${a#LocalCommand=}" ;; esac; done
   while :; do sleep 0.1; done
 }
 case $target in
@@ -60,19 +61,20 @@ case $target in
   flaky.*) [ "$n" -ge 1 ] && authenticated "$@"
            echo "kex_exchange_identification: Connection closed by remote host" >&2; exit 255 ;;
   silent.*) exit 0 ;;
+  hung.*) while :; do sleep 0.1; done ;;
 esac
 exit 1
 """
 
 
-def run_with_stub(tmp_path, tries: list[Try]) -> tuple[str, dict[str, int]]:
+def run_with_stub(tmp_path, tries: list[Try], shell: str = "/bin/sh") -> tuple[str, dict[str, int]]:
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
     state.mkdir()
     (bin_dir / "ssh").write_text(STUB)
     (bin_dir / "ssh").chmod(0o755)
     result = subprocess.run(["sh", "-c", mesh_script(tries)], capture_output=True, text=True, timeout=60,
-                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)})
+                            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state), "SHELL": shell})
     counts = {p.name: int(p.read_text()) for p in state.iterdir()}
     return result.stdout, counts
 
@@ -93,6 +95,23 @@ def test_verdicts_tell_broken_pairs_from_tries_that_could_not_run(tmp_path):
     assert counts["denied.b"] == 1
     # an ssh that ends without having been authenticated proves nothing, whatever its exit status
     assert verdicts["e"].state == "fail" and verdicts["e"].error == "exit status 0"
+
+
+def test_a_login_shell_that_is_not_posix_does_not_matter_and_a_silent_peer_is_cut_off(tmp_path, monkeypatch):
+    """ssh runs LocalCommand with $SHELL (the user's login shell: fish has no $PPID, a wrapper would kill
+    itself): the try gives ssh /bin/sh. A peer that accepts the connection and then says nothing is not waited
+    for past TRY_LIMIT: the pair could not be checked."""
+    monkeypatch.setattr(mesh, "TRY_LIMIT", 1)
+    stdout, _ = run_with_stub(tmp_path, [ssh_try("a", "ok.a"), ssh_try("h", "hung.h")], shell="/bin/false")
+    verdicts = {v.peer: v for v in parse_verdicts("n1", stdout)}
+    assert verdicts["a"].state == "ok"
+    assert verdicts["h"].state == "unknown" and verdicts["h"].error == "no answer within 1 s"
+
+
+def test_a_try_goes_around_a_users_control_master():
+    """Through a live ControlMaster nothing is authenticated (and LocalCommand never runs): a try never uses one."""
+    argv = ssh_try("b", "10.0.0.2").argv
+    assert "-o ControlMaster=no -o ControlPath=none" in argv and argv.startswith("ssh -N ")
 
 
 def test_a_try_that_printed_nothing_is_unknown_not_broken():

@@ -200,7 +200,8 @@ def test_verify_reports_each_failed_connection():
     assert err.value.message == "1 node-to-node ssh connection(s) failed"
     assert err.value.details == ["spark1 -> spark2 (192.168.100.11): Permission denied (publickey)."]
     script = kit.transport("spark1").commands[-1]
-    assert ("_try spark2 192.168.100.11 ssh -N -o BatchMode=yes -o ConnectTimeout=5 -o PermitLocalCommand=yes "
+    assert ("_try spark2 192.168.100.11 ssh -N -o BatchMode=yes -o ConnectTimeout=5 -o ControlMaster=no "
+            "-o ControlPath=none -o PermitLocalCommand=yes "
             "-o 'LocalCommand=echo sparkctl-mesh-authenticated >&2; kill $PPID' $_K 192.168.100.11 &") in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 

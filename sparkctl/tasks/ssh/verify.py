@@ -14,7 +14,8 @@ class SshVerify(Task):
     scope = Scope.CLUSTER
     needs = ("ssh.mesh",)
     description = "prove passwordless ssh from every node to every other over the fabric"
-    checks = ("`ssh -o BatchMode=yes <peer fabric ip> true` from every node to every other node (every ordered "
+    checks = ("`ssh -N -o BatchMode=yes <peer fabric ip>`, ended once the peer accepted the key (host key "
+              "pinned, no session opened), from every node to every other node (every ordered "
               "pair, each node its own in one round trip, all nodes at once, a few tries in flight per node so "
               "no sshd sees more than its MaxStartups); a handshake an overloaded sshd reset is retried, and "
               "reported as not checked, never as a broken pair")
