@@ -202,6 +202,27 @@ def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, end
     assert chat and SMOKE_PROMPT in chat[-1].input and SMOKE_PROMPT not in chat[-1].target  # stdin, not argv
 
 
+def test_a_python_that_warns_on_stderr_still_reads_health(tmp_path, endpoint, mpirun):
+    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    noisy = tmp_path / "noisy-python"
+    noisy.mkdir()
+    (noisy / "python3").write_text(f"#!/bin/sh\necho 'Could not find platform libraries' >&2\n"
+                                   f"exec {shutil.which('python3')} \"$@\"\n")
+    (noisy / "python3").chmod(0o755)
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, path=f"{noisy}:/usr/bin:/bin")
+    assert ServeLaunchTask().check(kit.cluster) == []
+
+
+def test_a_state_read_that_times_out_fails_instead_of_restarting_a_server_not_known_down(tmp_path, endpoint):
+    kit = launch_kit(tmp_path, endpoint.port, None)
+    head = kit.transport("spark1")
+    head.run = lambda cmd, **_kw: CommandResult(cmd, -1, "", "", timed_out=True)
+    with pytest.raises(TaskFailed, match="reading the server's state on spark1 timed out after 30 s") as err:
+        ServeLaunchTask().check(kit.cluster)
+    assert "docker ps" in err.value.hint
+
+
 def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint, mpirun):
     text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}

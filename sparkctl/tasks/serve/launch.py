@@ -71,8 +71,12 @@ class ServeLaunchTask(Task):
         handle = ServerHandle.of(head)
         framing = Framing()
         script = handle.state_script(ctx.inventory.serve_spec().port, framing)
-        state = handle.parse_state(head.read(self.name, script, framing, timeout=STATE_READ_S).stdout, framing,
-                                   head.name)
+        read = head.read(self.name, script, framing, timeout=STATE_READ_S)
+        if read.timed_out:  # not known to be down: a restart would meet the same hung docker
+            raise TaskFailed(f"reading the server's state on {head.name} timed out after {STATE_READ_S:g} s",
+                             hint=f"is docker answering on {head.name}? (`docker ps`, `docker exec "
+                                  f"{ctx.inventory.container.name} true`)")
+        state = handle.parse_state(read.stdout, framing, head.name)
         record = state.record
         if record is None:
             return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]

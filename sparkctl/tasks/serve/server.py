@@ -103,7 +103,10 @@ class ServerHandle:
         url = f"http://127.0.0.1:{int(port)}/health"
         inside = "\n".join([
             framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
-            framing.section("health", node_http_command("GET", url, HEALTH_TIMEOUT_S) + " 2>&1")])
+            # python's stderr kept apart: a warning it prints must not stand before the status line
+            framing.section("health", "{ _he=$(" + node_http_command("GET", url, HEALTH_TIMEOUT_S)
+                            + " 2>&1 1>&3); } 3>&1"),
+            framing.section("health_err", 'printf \'%s\' "$_he"')])
         pid = (f"_pid=$(sed -n 's/^ *\"pid\": *\\([0-9][0-9]*\\),\\{{0,1\\}}$/\\1/p' {q(self.record_path)} "
                "2>/dev/null | head -n 1)")
         # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
@@ -135,7 +138,7 @@ class ServerHandle:
             status, body = parse_node_http(health)
             why = "" if status else (body.strip() or "no answer")
         else:
-            lines = health.strip().splitlines() or [exec_error or "no answer"]
+            lines = (texts.get("health_err", "") or health).strip().splitlines() or [exec_error or "no answer"]
             status, why = 0, f"cannot run python3 in the container {self.container} on {node}: {lines[-1]}"
         return ServingState(record, alive, status, why, exec_error, texts.get("nccl", ""))
 
