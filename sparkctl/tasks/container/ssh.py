@@ -90,7 +90,9 @@ class ContainerSshTask(Task):
         already try ssh to every peer from the container. The ssh verdicts count only when every file turns out
         right; they change nothing either way."""
         handed = {node: ctx.take_over(READ_FOR.format(node=node)) for node in ctx.nodes}
-        if all(found is not None for found in handed.values()):
+        # carried without waiting for the sshd: a node where it did not listen yet is read again, waiting
+        if all(found is not None and "sshd" in found and found["sshd"].output.strip() == "listening"
+               for found in handed.values()):
             sections = dict(handed)
         else:
             framing = Framing()
@@ -171,7 +173,7 @@ def container_key_options(ctx: ClusterContext, name: str) -> str:
             f"-o UserKnownHostsFile={q(posixpath.join(keys, 'known_hosts'))} -o GlobalKnownHostsFile=/dev/null")
 
 
-def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
+def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S) -> str:
     """One node's read: the container sshd waited for, the key files on the node and in the container, its
     outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
     client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
@@ -180,7 +182,10 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
     No `docker exec` when nothing needs one: the pairs are tried from the node with the container's own key and
     pinned host keys (the container shares the node's network; the peer's sshd and its authorized_keys are what
     is proven), and the container's files are read over an ssh to the node's OWN container. mpirun (not on
-    record), or a container that does not answer its own ssh, is asked through `docker exec` as before."""
+    record), or a container that does not answer its own ssh, is asked through `docker exec` as before.
+
+    `sshd_wait`: how long to wait for the container sshd. Carried by container.state it is 0 (one look): a container
+    container.run is about to recreate (a hand-started one that runs no sshd) must not be waited for."""
     container = ctx.inventory.container.name
     node = ctx.nodes[name]
     plan = ctx.plan()
@@ -202,7 +207,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing) -> str:
         reader = "\n".join(['_o=$(mktemp 2>/dev/null || echo /tmp/sparkctl-ssh.$$)', f'( {probe}\n) >"$_o" 2>&1 &',
                             reader, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')])
     return "\n".join([
-        sshd_wait_script(ctx), framing.section("sshd", 'printf "%s\\n" "$st"'),
+        sshd_wait_script(ctx, sshd_wait), framing.section("sshd", 'printf "%s\\n" "$st"'),
         framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
         framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
         framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),

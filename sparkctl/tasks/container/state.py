@@ -52,7 +52,8 @@ class ContainerStateTask(Task):
         # container.ssh's read of this node rides along (the phase is one round trip per node on a no-op); it
         # counts there only if nothing changed in between (container.run starting or recreating the container)
         try:
-            carried, timeout = mesh_read_script(ctx.cluster, ctx.name, framing), mesh_read_timeout(ctx.cluster)
+            carried = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0)
+            timeout = mesh_read_timeout(ctx.cluster)
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
         result = ctx.raise_unless_ok(ctx.read(self.name, "\n".join([*lines, carried]), framing,
