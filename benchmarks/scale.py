@@ -64,7 +64,7 @@ def node_cpu_seconds(lab) -> dict[str, float]:
     for record in lab.state.nodes:
         for mount in lab.cgroup_mounts:
             base = CGROUP_ROOT / mount.mountpoint / lab.node_cgroup(record.name)
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, KeyError):  # a v2 mount without the cpu controller
                 if (base / "cpuacct.usage").exists():
                     used[record.name] = int((base / "cpuacct.usage").read_text()) / 1e9
                     break

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparkctl.engine.task import Change, Task
+from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import NodeContext
-from sparkctl.transport.base import q
 
 
 class ContainerRemoveTask(Task):
@@ -12,7 +12,7 @@ class ContainerRemoveTask(Task):
     phase = "container"
     description = "stop and remove the trtllm-multinode container"
     checks = "whether the container exists"
-    changes = "`docker rm -f <container>`"
+    changes = "`docker stop -t 0 <container>; docker rm -f <container>` (killed at once, whatever the engine)"
 
     def check(self, ctx: NodeContext) -> list[Change]:
         name = ctx.inventory.container.name
@@ -22,6 +22,6 @@ class ContainerRemoveTask(Task):
     def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
         name = ctx.inventory.container.name
         try:
-            ctx.must(f"docker rm -f {q(name)}", f"removing container {name}", timeout=120)
+            ctx.must(remove_command(name), f"removing container {name}", timeout=120)
         finally:
             ctx.invalidate()

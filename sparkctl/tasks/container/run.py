@@ -47,6 +47,13 @@ def port_owner(ctx: NodeContext, port: int) -> str | None:
     return f"{facts.listening_tcp.get(port) or 'an unknown process'} (pid unknown)"
 
 
+def remove_command(name: str) -> str:
+    """Remove the container at once. Docker's `rm -f` kills it at once; Podman's (behind a `docker` alias) first
+    waits out the stop timeout, 10 s when PID 1 ignores SIGTERM (`sleep infinity` in a hand-started container):
+    `stop -t 0` first makes every docker CLI kill it at once."""
+    return f"docker stop -t 0 {q(name)} >/dev/null 2>&1; docker rm -f {q(name)}"
+
+
 class ContainerRunTask(Task):
     name = "container.run"
     phase = "container"
@@ -101,7 +108,7 @@ class ContainerRunTask(Task):
                 ctx.must(f"docker start {q(spec.name)}", f"starting container {spec.name}", timeout=120)
             else:
                 if action == "recreate":
-                    ctx.must(f"docker rm -f {q(spec.name)}", f"removing container {spec.name}", timeout=120)
+                    ctx.must(remove_command(spec.name), f"removing container {spec.name}", timeout=120)
                     ctx.invalidate()
                 self._free_port_or_fail(ctx, ssh_port, ours_running=False)
                 ctx.must(shlex.join(spec.run_argv()), f"docker run {spec.name}", timeout=300)
