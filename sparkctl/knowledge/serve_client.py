@@ -9,6 +9,7 @@ inside the head's container over the SSH connection (the endpoint need not be ro
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import shlex
@@ -58,6 +59,10 @@ class Fetch(Protocol):
 
     def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]: ...
 
+    def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
+        """Several requests in order, in one go where the fetch can: (status, body, seconds) each."""
+        ...
+
 
 class HttpFetch:
     """Straight from this machine over HTTP (the endpoint must be routable from here)."""
@@ -83,6 +88,14 @@ class HttpFetch:
             raise EndpointError(f"{self.where}{path}: {exc}") from exc
         finally:
             conn.close()
+
+    def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
+        out = []
+        for method, path, body, timeout in requests:
+            started = time.monotonic()
+            status, data = self(method, path, body, timeout)
+            out.append((status, data, time.monotonic() - started))
+        return out
 
 
 #: The one in-node HTTP client (doctor's probes and the serve tasks both run it inside the head's container,
@@ -110,6 +123,30 @@ sys.stdout.buffer.write(body)
 def node_http_command(method: str, url: str, timeout: float) -> str:
     """The shell words that run NODE_HTTP_PY (feed the body of a POST on its stdin)."""
     return f"python3 -c {shlex.quote(NODE_HTTP_PY)} {shlex.quote(method)} {shlex.quote(url)} {float(timeout):g}"
+
+
+#: Several requests in one run of python3 in the container (one `docker exec` instead of one each): a JSON list of
+#: [method, url, body or null, timeout] on stdin; one JSON line per request, in order: [status, body (base64) or
+#: why nothing answered, seconds it took]. Status 0: nothing answered.
+NODE_HTTP_BATCH_PY = """\
+import base64, json, sys, time, urllib.request as u, urllib.error as e
+o = u.build_opener(u.ProxyHandler({}))
+for m, url, body, t in json.load(sys.stdin):
+    data = body.encode() if body is not None else None
+    h = {"Content-Type": "application/json"} if data else {}
+    s = time.monotonic()
+    try:
+        x = o.open(u.Request(url, data=data, method=m, headers=h), timeout=t)
+        code, out = x.getcode(), base64.b64encode(x.read()).decode()
+    except e.HTTPError as x:
+        code, out = x.code, base64.b64encode(x.read()).decode()
+    except Exception as x:
+        code, out = 0, "%s: %s" % (type(x).__name__, getattr(x, "reason", x))
+    print(json.dumps([code, out, time.monotonic() - s]), flush=True)
+"""
+
+#: One request of a batch: (method, path, body, timeout)
+Request = tuple[str, str, bytes | None, float]
 
 
 def parse_node_http(output: str) -> tuple[int, str]:
@@ -143,6 +180,30 @@ class NodeFetch:
         if status == 0:
             raise EndpointError(f"{self.where}{path}: {text.strip() or 'no answer'}")
         return status, text.encode()
+
+
+    def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
+        """The requests in order, in one run of python3 in the container: (status, body, seconds) each."""
+        base = f"http://127.0.0.1:{self.port}"
+        payload = json.dumps([[m, base + path, body.decode() if body is not None else None, t]
+                              for m, path, body, t in requests])
+        try:
+            result = self.transport.exec_in(self.container, f"python3 -c {shlex.quote(NODE_HTTP_BATCH_PY)}",
+                                            timeout=sum(t for *_, t in requests) + 15, input=payload)
+        except Exception as exc:  # noqa: BLE001 - a lost connection is "nothing answered", said clearly
+            raise EndpointError(f"{self.where}: {exc}") from exc
+        lines = [line for line in result.stdout.splitlines() if line.startswith("[")]
+        if not result.ok or len(lines) != len(requests):
+            why = (result.stderr or result.stdout).strip().splitlines()
+            raise EndpointError(f"{self.where}: cannot run python3 in the container {self.container} on "
+                                f"{self.node}: {why[-1] if why else f'exit code {result.exit_code}'}")
+        out = []
+        for (_m, path, _b, _t), line in zip(requests, lines, strict=True):
+            status, body, seconds = json.loads(line)
+            if status == 0:
+                raise EndpointError(f"{self.where}{path}: {body or 'no answer'}")
+            out.append((int(status), base64.b64decode(body), float(seconds)))
+        return out
 
 
 class ServeClient:
@@ -212,6 +273,32 @@ class ServeClient:
             acceptance_length=_number(choice.get("avg_decoded_tokens_per_iter")),
             completion_tokens=(reply.get("usage") or {}).get("completion_tokens"),
             finish_reason=choice.get("finish_reason"), seconds=time.monotonic() - started)
+
+    def drained_chat(self, prompt: str, max_tokens: int = 64) -> tuple[Completion, list[dict]]:
+        """/metrics drained, a chat completion, /metrics again, in one go (one `docker exec` through the head):
+        the completion and the iteration stats of that request alone ([] when the server keeps none)."""
+        body = json.dumps(self._body(prompt, max_tokens, False)).encode()
+        (_, _, _), (status, data, seconds), (after_status, after, _) = self.fetch.batch([
+            ("GET", "/metrics", None, 10.0), ("POST", "/v1/chat/completions", body, self.timeout),
+            ("GET", "/metrics", None, 10.0)])
+        path = "/v1/chat/completions"
+        if status != 200:
+            raise EndpointError(f"{self.base_url}{path}: HTTP {status}: {_error_message(data)}")
+        try:
+            reply = json.loads(data or b"null") or {}
+        except ValueError as exc:
+            raise EndpointError(f"{self.base_url}{path}: not JSON: {data[:200]!r}") from exc
+        choice = (reply.get("choices") or [{}])[0]
+        completion = Completion(
+            text=(choice.get("message") or {}).get("content") or "",
+            acceptance_length=_number(choice.get("avg_decoded_tokens_per_iter")),
+            completion_tokens=(reply.get("usage") or {}).get("completion_tokens"),
+            finish_reason=choice.get("finish_reason"), seconds=seconds)
+        try:
+            stats = json.loads(after) if after_status == 200 else []
+        except ValueError:
+            stats = []
+        return completion, stats if isinstance(stats, list) else []
 
     def stream_chat(self, prompt: str, max_tokens: int = 64,
                     on_text: Callable[[str], None] | None = None) -> Completion:

@@ -95,6 +95,23 @@ def test_the_same_client_through_the_head_node(endpoint):
     assert client.health() == 503
 
 
+@pytest.mark.parametrize("through", ["here", "head"])
+def test_a_drained_chat_is_one_go_and_its_stats_are_its_own(endpoint, through):
+    transport = HereTransport()
+    fetch = endpoint.url if through == "here" else NodeFetch(transport, "trtllm-multinode", endpoint.port)
+    client = ServeClient(fetch, model="m")
+    reply, stats = client.drained_chat("a prompt that stays off argv", max_tokens=8)
+    assert reply.text == "hello from the sparks" and reply.seconds > 0
+    assert acceptance_from_metrics(stats) == 2.5
+    assert endpoint.requests[-1]["messages"][0]["content"] == "a prompt that stays off argv"
+    if through == "head":
+        (cmd, body), = transport.calls  # the drain, the chat and the read after: one exec
+        assert "a prompt that stays off argv" in body and "a prompt" not in cmd
+    endpoint.close()
+    with pytest.raises(EndpointError, match="/metrics: .*refused"):
+        client.drained_chat("hi")
+
+
 def test_the_head_node_client_says_why_nothing_answers():
     fake = FakeEndpoint()
     port = fake.port

@@ -32,7 +32,8 @@ class ServeSmokeTask(Task):
     description = "prove the endpoint answers a chat completion with text"
     checks = ("POST /v1/chat/completions on the head (from inside its container, over SSH) returns text that is "
               "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
-              "length when the server gives it, and whether this machine reaches the endpoint too")
+              "length when the server gives it (/metrics drained before and read after, all in one run of python3 "
+              "in the container), and whether this machine reaches the endpoint too")
     changes = "nothing (read-only)"
     read_only = True
 
@@ -44,8 +45,8 @@ class ServeSmokeTask(Task):
         client = head_client(head.transport, inv, timeout=300)
         where = client.base_url
         try:
-            client.metrics()  # drain: the acceptance length below is this request's
-            reply = client.chat(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
+            # /metrics drained before and read after, in the same exec: the acceptance length is this request's
+            reply, stats = client.drained_chat(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
         except EndpointError as exc:
             # /health only once something failed (serve.launch has just seen it answer 200): it says
             # whether the server is down or this request failed
@@ -62,10 +63,7 @@ class ServeSmokeTask(Task):
                              hint=DEGENERATE_HINT)
         acceptance = reply.acceptance_length
         if acceptance is None:
-            try:
-                acceptance = acceptance_from_metrics(client.metrics())
-            except EndpointError:
-                acceptance = None
+            acceptance = acceptance_from_metrics(stats)
         shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
         url = endpoint(inv)
         reach, reach_why = ServeClient(url).health_detail(timeout=REACH_TIMEOUT)
