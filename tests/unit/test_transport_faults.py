@@ -55,10 +55,14 @@ class Relay:
                 continue
             ready, _, _ = select.select([a, b], [], [], 0.05)
             for sock in ready:
-                data = sock.recv(65536)
+                try:
+                    data = sock.recv(65536)
+                    if data:
+                        (b if sock is a else a).sendall(data)
+                except OSError:  # an end reset the connection (the client gave up on a silent node): done
+                    data = b""
                 if not data:
                     return
-                (b if sock is a else a).sendall(data)
 
     def silence(self) -> None:
         self.silent.set()
