@@ -227,6 +227,28 @@ def test_stopped_container_is_started():
     assert "docker start trtllm-multinode" in ctx.transport.commands
 
 
+def test_a_container_that_will_not_start_is_made_again_from_the_plan(monkeypatch):
+    """A run cut while `docker run` created the container can leave the runtime's state behind: `docker start`
+    then fails (runc: "container with given ID already exists"). Nothing lives in the container: it is made again."""
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts, {"spark1": [
+        (r"docker start", CommandResult("docker start", 125, "",
+                                        "Error: runc create failed: container with given ID already exists")),
+        (r"docker inspect --format", "running 0\n")]})
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1", running=False,
+                                                                       status="created")
+    ctx = cctx.nodes["spark1"]
+    ctx.invalidate = lambda: None  # the recorded facts stay (this harness gathers none)
+    changes = ContainerRunTask().check(ctx)
+    assert changes[0].payload == "start"
+    import sparkctl.tasks.container.run as mod
+    monkeypatch.setattr(mod, "START_GRACE_S", 0)
+    ContainerRunTask().apply(ctx, changes)
+    commands = ctx.transport.commands
+    start = commands.index("docker start trtllm-multinode")
+    assert "docker rm -f trtllm-multinode" in commands[start + 1] and commands[-2].startswith("docker run ")
+
+
 def test_port_taken_by_another_process_names_it():
     inv, facts = pair()
     facts["spark1"].listening_tcp[2233] = "python3"

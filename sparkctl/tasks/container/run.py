@@ -105,8 +105,15 @@ class ContainerRunTask(Task):
             if action == "start":
                 # `docker start` reuses the old spec, which is exactly the planned one (same label)
                 self._free_port_or_fail(ctx, ssh_port, ours_running=False)
-                ctx.must(f"docker start {q(spec.name)}", f"starting container {spec.name}", timeout=120)
-            else:
+                started = ctx.run(f"docker start {q(spec.name)}", timeout=120)
+                if not started.ok:
+                    # the container holds nothing of its own (the cache and state dir are mounted): one that
+                    # will not start (a run cut mid-create leaves the runtime's state behind) is made again
+                    why = (started.stderr or started.stdout).strip().splitlines()[-1:] or ["no output"]
+                    ctx.warn(f"container {spec.name} would not start ({why[0][:200]}): made again from the plan",
+                             task=self.name)
+                    action = "recreate"
+            if action != "start":
                 if action == "recreate":
                     ctx.must(remove_command(spec.name), f"removing container {spec.name}", timeout=120)
                     ctx.invalidate()
