@@ -225,6 +225,10 @@ class ServeClient:
 
     def _json(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         status, data = self._request(method, path, body, timeout)
+        return self._parsed(path, status, data)
+
+    def _parsed(self, path: str, status: int, data: bytes):
+        """An answer's JSON, or EndpointError for an HTTP error or a body that is not JSON."""
         if status != 200:
             raise EndpointError(f"{self.base_url}{path}: HTTP {status}: {_error_message(data)}")
         try:
@@ -267,12 +271,7 @@ class ServeClient:
     def chat(self, prompt: str, max_tokens: int = 64) -> Completion:
         started = time.monotonic()
         reply = self._json("POST", "/v1/chat/completions", self._body(prompt, max_tokens, False))
-        choice = (reply.get("choices") or [{}])[0]
-        return Completion(
-            text=(choice.get("message") or {}).get("content") or "",
-            acceptance_length=_number(choice.get("avg_decoded_tokens_per_iter")),
-            completion_tokens=(reply.get("usage") or {}).get("completion_tokens"),
-            finish_reason=choice.get("finish_reason"), seconds=time.monotonic() - started)
+        return _completion(reply or {}, time.monotonic() - started)
 
     def drained_chat(self, prompt: str, max_tokens: int = 64) -> tuple[Completion, list[dict]]:
         """/metrics drained, a chat completion, /metrics again, in one go (one `docker exec` through the head):
@@ -281,19 +280,7 @@ class ServeClient:
         (_, _, _), (status, data, seconds), (after_status, after, _) = self.fetch.batch([
             ("GET", "/metrics", None, 10.0), ("POST", "/v1/chat/completions", body, self.timeout),
             ("GET", "/metrics", None, 10.0)])
-        path = "/v1/chat/completions"
-        if status != 200:
-            raise EndpointError(f"{self.base_url}{path}: HTTP {status}: {_error_message(data)}")
-        try:
-            reply = json.loads(data or b"null") or {}
-        except ValueError as exc:
-            raise EndpointError(f"{self.base_url}{path}: not JSON: {data[:200]!r}") from exc
-        choice = (reply.get("choices") or [{}])[0]
-        completion = Completion(
-            text=(choice.get("message") or {}).get("content") or "",
-            acceptance_length=_number(choice.get("avg_decoded_tokens_per_iter")),
-            completion_tokens=(reply.get("usage") or {}).get("completion_tokens"),
-            finish_reason=choice.get("finish_reason"), seconds=seconds)
+        completion = _completion(self._parsed("/v1/chat/completions", status, data) or {}, seconds)
         try:
             stats = json.loads(after) if after_status == 200 else []
         except ValueError:
@@ -360,6 +347,16 @@ def _sse_events(response) -> Iterator[dict]:
             yield json.loads(payload)
         except ValueError:
             continue
+
+
+def _completion(reply: dict, seconds: float) -> Completion:
+    """A (non-streamed) chat completion's answer."""
+    choice = (reply.get("choices") or [{}])[0]
+    return Completion(
+        text=(choice.get("message") or {}).get("content") or "",
+        acceptance_length=_number(choice.get("avg_decoded_tokens_per_iter")),
+        completion_tokens=(reply.get("usage") or {}).get("completion_tokens"),
+        finish_reason=choice.get("finish_reason"), seconds=seconds)
 
 
 def _number(value) -> float | None:
