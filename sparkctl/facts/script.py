@@ -184,11 +184,12 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
         else:
             parts.append(framing.section(name, body))
     if side:
-        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is left out (its
-        # task reads for itself), so a slow or broken peer never holds the facts up for long
-        ticks = int(SIDE_GRACE_S * 10)
-        parts.append(f'_g=0; for _p in $_SP; do while kill -0 "$_p" 2>/dev/null && [ "$_g" -lt {ticks} ]; do '
-                     'sleep 0.1; _g=$((_g+1)); done; done')
+        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is stopped and
+        # left out (its task reads for itself), so a slow or broken peer never holds the facts up for long. The
+        # wait ends the moment the last one does (a poll would add its tick to every no-op); the stopper holds
+        # nothing of the round trip's output open, so one left behind never holds the channel.
+        parts.append(f'if [ -n "$_SP" ]; then {{ sleep {SIDE_GRACE_S:g}; kill $_SP; }} </dev/null >/dev/null 2>&1 & '
+                     '_W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
     for i in range(len(side)):
         parts.append(f"{framing.begin(f'side:{i}')}\n"
                      f'_rc=1; if [ -n "$_D" ] && [ -e "$_D/side-{i}.rc" ]; then cat "$_D/side-{i}"; '

@@ -48,11 +48,12 @@ _AUTHENTICATED_THEN_QUIT = ("-o ControlMaster=no -o ControlPath=none -o PermitLo
 #: the pair could not be checked.
 TRY_LIMIT = 30
 
-# The check's session carries nothing, so its key exchange only has to be cheap: OpenSSH 9.x offers
+# The check's session carries nothing secret, so its key exchange only has to be cheap: OpenSSH 9.x offers
 # sntrup761x25519 first, which cost about 2x the CPU of curve25519 per connection on both ends in the lab
 # (measured: ~210 vs ~95 ms per host ssh). `^` puts curve25519 first and keeps every default behind it;
-# an ssh that does not know `^` (before OpenSSH 8.2) simply goes without.
-_PRELUDE = r"""_K="-o KexAlgorithms=^curve25519-sha256"; ssh -G $_K _ >/dev/null 2>&1 || _K=""
+# an ssh that does not know `^` (before OpenSSH 8.2) simply goes without. Sets $_K.
+CHEAP_KEX = '_K="-o KexAlgorithms=^curve25519-sha256"; ssh -G $_K _ >/dev/null 2>&1 || _K=""'
+_PRELUDE = CHEAP_KEX + r"""
 _T=""; command -v timeout >/dev/null 2>&1 && _T="timeout -k 2 TRY_LIMIT"
 _try() { _p=$1; _t=$2; shift 2; _n=0
   while :; do _n=$((_n+1))

@@ -18,8 +18,8 @@ from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.tasks.read_ahead import ReadsAhead, answer
-from sparkctl.transport.base import CommandResult, Transport
-from sparkctl.transport.framing import Framing
+from sparkctl.transport.base import CommandResult, Transport, q
+from sparkctl.transport.framing import Framing, Section
 
 #: Causes a failed command's last lines name, whatever the command: what to call them and what to do.
 KNOWN_CAUSES = {
@@ -139,17 +139,47 @@ class NodeContext:
     def read(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0) -> CommandResult:
         """Run task `name`'s read-only script (framed with `framing`), or take what its read ahead read, when
         that was the same script and nothing changed since (tasks/read_ahead.py)."""
+        stdout = self._read_ahead(name, script, framing, timeout)
+        if stdout is not None:
+            return CommandResult(command=script, exit_code=0, stdout=stdout, stderr="")
+        return self.run(script, timeout=timeout)
+
+    def read_output(self, name: str, command: str, *, timeout: float = 60.0) -> CommandResult:
+        """Task `name`'s read-only `command`: what its read ahead printed when it succeeded (exit 0) and counts,
+        else the command run now (so a failure is always met first hand, with its stderr)."""
+        framing = Framing()
+        section = self._read_ahead_section(name, command, framing, timeout)
+        if section is not None and section.ok:
+            return CommandResult(command=command, exit_code=0, stdout=section.output, stderr="")
+        return self.run(command, timeout=timeout)
+
+    def read_file(self, name: str, path: str) -> str | None:
+        """Task `name`'s read of the file at `path` (None: absent), as transport.read reads it; taken from its
+        read ahead when that read it and counts."""
+        framing = Framing()
+        section = self._read_ahead_section(name, f"exec cat -- {q(path)}", framing, 60.0)
+        if section is not None and section.ok:
+            return section.output
+        return self.transport.read(path)
+
+    def _read_ahead_section(self, name: str, command: str, framing: Framing, timeout: float) -> Section | None:
+        """`command` as a read ahead of its own: its one section, or None when there is none that counts."""
+        stdout = self._read_ahead(name, framing.section("out", command, subshell=True), framing, timeout)
+        return None if stdout is None else framing.split(stdout).get("out")
+
+    def _read_ahead(self, name: str, script: str, framing: Framing, timeout: float) -> str | None:
+        """Record `script` as task `name`'s read (for the next run's facts to carry); what its read ahead printed
+        in this run, when that was the same script and nothing changed since."""
         reads = self.cluster.reads_ahead
         normalized = reads.remember(self.name, name, script, framing, timeout)
         with self._lock:
             ahead, facts = self._ahead, self._facts
-        if ahead is not None and ahead[0] is facts and ahead[1] == self.cluster.changes_applied:
-            stdout = answer(facts.side_reads.get(name), reads.sent(self.name, name), normalized, framing)
-            if stdout is not None:
-                if self.options.verbosity >= 1:
-                    self.log(f"{name}: read ahead with the facts")
-                return CommandResult(command=script, exit_code=0, stdout=stdout, stderr="")
-        return self.run(script, timeout=timeout)
+        if ahead is None or ahead[0] is not facts or ahead[1] != self.cluster.changes_applied:
+            return None
+        stdout = answer(facts.side_reads.get(name), reads.sent(self.name, name), normalized, framing)
+        if stdout is not None and self.options.verbosity >= 1:
+            self.log(f"{name}: read ahead with the facts")
+        return stdout
 
     def known_facts(self) -> Facts | None:
         """This node's facts as a PEER's task needs them (to plan): read now while the node is in the run; once

@@ -4,6 +4,8 @@ itself. Run for real on this machine (the facts script and the reads through a l
 
 from __future__ import annotations
 
+import subprocess
+
 from sparkctl.engine.events import Event
 from sparkctl.facts import gather_facts
 from sparkctl.facts.script import SIDE_GRACE_S
@@ -39,6 +41,22 @@ def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are
     assert facts.hostname and facts.raw_errors == []
     assert facts.side_reads["stuck"].rc != 0 and facts.side_reads["stuck"].output == ""  # its task reads itself
     assert not marker.exists()  # the round trip ended before the side read could have
+
+
+def test_side_reads_without_a_temp_dir_are_not_run_and_arm_no_stopper(tmp_path):
+    """The stopper that ends side reads still running SIDE_GRACE_S after the facts is only armed when some ran:
+    without a private temp dir there are none, and a bare `wait` would have waited for the stopper itself."""
+    from sparkctl.facts.script import render_script
+
+    log = tmp_path / "sleeps"
+    script = render_script("n", hf_cache=str(tmp_path), side_reads={"quick": ("echo done", 5.0)})
+    stub = f'sleep() {{ echo "$*" >> {log}; command sleep "$@"; }}\n'
+    for prelude, expected in (("", (0, "done\n")), ("mktemp() { return 1; }\n", (1, ""))):
+        log.unlink(missing_ok=True)
+        out = subprocess.run(["bash", "-c", stub + prelude + script], capture_output=True, text=True, timeout=60)
+        quick = Framing("n").split(out.stdout)["side:0"]
+        assert (quick.rc, quick.output) == expected
+    assert not log.exists()
 
 
 def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_a_fresh_nonce():
@@ -129,3 +147,43 @@ def test_a_read_ahead_that_failed_is_run_again_by_its_task(tmp_path):
     _, second = rerun(tmp_path, script)  # the second run's read ahead exits 7
     flaky.write_text("")
     assert second.read(script) == "one\n" and second.transport.round_trips == 2
+
+
+def _two_runs(tmp_path, first_read):
+    """A first run that reads with `first_read(node)` (recording it), then a second run whose facts were just
+    read (carrying it)."""
+    records = Records()
+    first = Run(records, tmp_path / "f")
+    first.node.facts()
+    first_read(first.node)
+    first.end()
+    second = Run(records, tmp_path / "f")
+    second.node.facts()
+    return first, second
+
+
+def test_a_plain_command_read_is_taken_from_the_facts_round_trip_only_when_it_succeeded(tmp_path):
+    (tmp_path / "f").write_text("one\n")
+    command = f"cat {tmp_path / 'f'}; [ -e {tmp_path / 'fail'} ] && echo broken >&2 && exit 4; true"
+    seen = []
+    first, second = _two_runs(tmp_path, lambda node: seen.append(node.read_output("t", command)))
+    assert first.transport.round_trips == 2 and seen[0].stdout == "one\n"  # nothing on record: run as it is
+    result = second.node.read_output("t", command)
+    assert (result.exit_code, result.stdout) == (0, "one\n") and second.transport.round_trips == 1
+    (tmp_path / "fail").write_text("")
+    _, third = _two_runs(tmp_path, lambda node: node.read_output("t", command))
+    result = third.node.read_output("t", command)  # its read ahead failed: the task meets the failure itself
+    assert (result.exit_code, result.stderr) == (4, "broken\n") and third.transport.round_trips == 2
+
+
+def test_a_file_read_ahead_is_the_file_as_transport_read_reads_it(tmp_path):
+    path = tmp_path / "f"
+    for text in ("no newline at the end", "two\nlines\n\n", ""):
+        path.write_text(text)
+        _, second = _two_runs(tmp_path, lambda node: node.read_file("t", str(path)))
+        ahead = second.node.read_file("t", str(path))
+        assert second.transport.round_trips == 1  # the facts carried it
+        assert ahead == text == second.transport.read(str(path))
+    path.unlink()
+    _, second = _two_runs(tmp_path, lambda node: node.read_file("t", str(path)))
+    assert second.node.read_file("t", str(path)) is None  # absent: read (and told) by transport.read

@@ -14,7 +14,7 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
-from sparkctl.rules.mesh import Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import CHEAP_KEX, Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
@@ -198,8 +198,10 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
     docker = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null"
     own = plan.fabric.first_address(name)
     if own is not None and framing.begin("mpirun") not in in_container:
-        ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 root@{own} {q('sh -c ' + q(inside))}"
-        reader = f'if _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; else {docker}; fi'
+        # the files read are public (keys, known hosts, the hostfile): the tries' cheap key exchange will do
+        ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 $_K root@{own} {q('sh -c ' + q(inside))}"
+        reader = (f'{CHEAP_KEX}\nif _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; '
+                  f'else {docker}; fi')
     else:
         reader = docker
     if probe:

@@ -44,7 +44,8 @@ class ModelFetchTask(Task):
     description = "download the model and its draft into the mounted HF cache on every node"
     checks = ("the model's hub-cache snapshot (refs/main) and the draft's dir in <hf_cache>/sparkctl-models/ "
               "each hold config.json and every weight file, nothing half-downloaded (no network needed); "
-              "with serve.distribute: copy only the head's (model.copy serves the peers)")
+              "with serve.distribute: copy only the head's (model.copy serves the peers); on a rerun read ahead "
+              "with the node's facts")
     changes = ("`hf download` inside the container (resumes partial files), with the bytes so far logged every "
                "few seconds; the token comes from the 0600 token file; a gated repo without a token fails with "
                "the license hint")
@@ -53,7 +54,8 @@ class ModelFetchTask(Task):
         if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
         repos = wanted_repos(ctx.inventory)
-        result = ctx.must(snapshot_check_script(ctx, repos), "checking the HF cache", timeout=60)
+        result = ctx.raise_unless_ok(ctx.read_output(self.name, snapshot_check_script(ctx, repos), timeout=60),
+                                     "checking the HF cache")
         changes = []
         for line in result.stdout.splitlines():
             verdict, _, rest = line.partition(" ")

@@ -30,7 +30,8 @@ class ModelTokenTask(Task):
     description = "put the Hugging Face token on the node as a 0600 file in the HF cache"
     checks = ("when the variable named by serve.hf_token_env (or <name>_FILE) holds a token: <hf_cache>/token "
               "has mode 600 and the token's sha256 (the token itself never travels back); with serve.distribute: "
-              "copy only the head's (the peers' ranks load the copied snapshot, no Hub access)")
+              "copy only the head's (the peers' ranks load the copied snapshot, no Hub access); on a rerun read ahead "
+              "with the node's facts (what succeeded there counts)")
     changes = "writes <hf_cache>/token, mode 600, atomically, content on stdin (never in argv)"
 
     def check(self, ctx: NodeContext) -> list[Change]:
@@ -41,7 +42,8 @@ class ModelTokenTask(Task):
         if token is None:
             return []
         path = token_path(ctx)
-        result = ctx.run(f"[ -f {q(path)} ] && stat -c %a {q(path)} && sha256sum < {q(path)}; true", timeout=30)
+        result = ctx.read_output(self.name, f"[ -f {q(path)} ] && stat -c %a {q(path)} && sha256sum < {q(path)}; true",
+                                 timeout=30)
         lines = result.stdout.split()
         want = hashlib.sha256(token.encode()).hexdigest()
         if len(lines) < 2:

@@ -47,7 +47,7 @@ class ServeConfigTask(Task):
               "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "
               "the image's com.nvidia.tensorrt-llm.version label, else its tag; an unknown release is judged as "
               "the nearest known one), checked at every depth; an override the release would reject fails here, "
-              "naming the key's path and the release")
+              "naming the key's path and the release; on a rerun the file is read ahead with the node's facts")
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
     def check(self, ctx: NodeContext) -> list[Change]:
@@ -63,7 +63,7 @@ class ServeConfigTask(Task):
         if rc.dropped:
             ctx.log(f"left out of the config, TensorRT-LLM {rc.release} does not have: {', '.join(rc.dropped)}")
         path = ServerHandle.of(ctx).config_path
-        current = ctx.transport.read(path)
+        current = ctx.read_file(self.name, path)
         want = rc.text()
         if current == want:
             return []
