@@ -377,6 +377,16 @@ class ClusterContext:
             futures = {n: pool.submit(self.nodes[n].run, s, sudo=sudo, timeout=timeout) for n, s in scripts.items()}
             return {n: f.result() for n, f in futures.items()}
 
+    def read_on_all(self, name: str, commands: dict[str, str], *, timeout: float = 60.0) -> dict[str, CommandResult]:
+        """Task `name`'s read-only command per node, in parallel, each taken from its read ahead where that
+        counts (NodeContext.read_output); results by node."""
+        if not commands:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(32, len(commands))) as pool:
+            futures = {n: pool.submit(self.nodes[n].read_output, name, c, timeout=timeout)
+                       for n, c in commands.items()}
+            return {n: f.result() for n, f in futures.items()}
+
     def each_node(self, work: dict[str, Callable[[], None]]) -> None:
         """Run each node's work (its own steps in order) on all nodes at once; the first failure is raised after
         every node finished (a node's half-done work is never abandoned mid-way)."""

@@ -111,6 +111,18 @@ def test_second_run_changes_nothing_and_keeps_the_server(lab_pair, served, env):
     assert record(lab_pair)["pid"] == pid
 
 
+def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pair, served, env):
+    """Every read a no-op rerun makes beside its facts (tasks/read_ahead.py) counts: a read whose script is not the
+    same text from one run to the next, or that cannot run beside the facts, would be read again on its own."""
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json", "-v"], env)
+    assert code == 0 and changed(events) == set(), output[-3000:]
+    ahead = {(e["message"].split(":")[0], e.get("node")) for e in events
+             if e["event"] == "log" and e.get("message", "").endswith(": read ahead with the facts")}
+    each_node = ("network.verify", "ssh.keys", "container.state", "model.token", "model.fetch", "serve.config")
+    head = lab_pair.nodes[0].name
+    assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {("serve.launch", head)}
+
+
 def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, env, tmp_path):
     pid = record(lab_pair)["pid"]
     inventory = write_inventory(lab_pair, tmp_path / "draft4.yaml", dict(SERVE, max_draft_len=4))

@@ -27,7 +27,7 @@ class NetworkVerify(Task):
     checks = ("from each node (all at once, each node's pings in parallel), a don't-fragment ping of MTU-28 bytes "
               "to every peer address on the same twin subnet and, in a ring, to every address its routes lead to "
               "(relayed by the nodes in between), tried twice; on failure, a small ping tells an MTU problem from a "
-              "dead link")
+              "dead link; on a rerun the pings run beside the node's facts (they count only if nothing changed since)")
     changes = "nothing (read-only)"
     read_only = True
 
@@ -51,7 +51,7 @@ class NetworkVerify(Task):
                                       if (name, p.interface) not in explained
                                       and owner.get(p.address) not in explained], size)
                    for name in order}
-        results = ctx.run_on_all({n: s for n, s in scripts.items() if s}, timeout=60)
+        results = ctx.read_on_all(self.name, {n: s for n, s in scripts.items() if s}, timeout=60)
         for name, result in results.items():
             for verdict, iface, peer, address in parse_pings(result.stdout):
                 tag = f"{iface}>{peer}:{address}"
