@@ -92,6 +92,18 @@ def test_run_returns_output_and_exit_code(ssh):
     assert ssh.round_trips == 2
 
 
+def test_the_connection_sends_small_packets_at_once(ssh):
+    """TCP_NODELAY from the first packet: a request/reply exchange must not wait out the peer's delayed ACK."""
+    ssh.connect()
+    sock = ssh._conn.transport.sock
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    ssh.close()
+    ssh.connect()  # a connection opened again has a socket of its own, set the same way
+    assert ssh._conn.transport.sock is not sock
+    assert ssh._conn.transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    assert ssh.run("echo again").stdout == "again\n"
+
+
 def test_stdin_is_closed_and_input_is_passed(ssh):
     started = time.monotonic()
     assert ssh.run("cat", timeout=10).stdout == ""
