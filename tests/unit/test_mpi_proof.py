@@ -180,35 +180,37 @@ def test_reprove_runs_the_probe_whatever_the_record_says():
     assert proof.proven(cctx) is None
 
 
-def test_a_noop_container_phase_mpi_and_verify_are_one_round_trip_per_node():
-    """container.state's read carries container.ssh's (and so mpi.hostfile's and verify.fabric's): with the MPI
-    probe on record, everything from container.state to verify.fabric is one round trip per node."""
+def state_rules(cctx, facts):
+    """container.state's read answered on both nodes as a converged pair's (its carried container.ssh read too)."""
     from sparkctl.plan.mpi import MPI_PROBE, probe_source
-    from sparkctl.tasks.container.ssh import ContainerSshTask
-    from sparkctl.tasks.container.state import ContainerStateTask
     from tests.unit.test_tasks_container import PUBS, _ssh_listing
 
-    cctx, facts, _ = passed_once()
     inv = cctx.inventory
     good = cctx.plan().hostfile
-    entrypoint = cctx.plan().entrypoint
     verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
-    state = (("file:entrypoint.sh", entrypoint), (f"file:run/{MPI_PROBE}", probe_source()),
+    state = (("file:entrypoint.sh", cctx.plan().entrypoint), (f"file:run/{MPI_PROBE}", probe_source()),
              ("have", "hf_cache\nrun\nkeydir\nclient\nhostkey"))
 
     def answer(node):
         listing = _ssh_listing(inv, facts, node, PUBS, verdicts[node],
                                (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""),
                                 ("exposure", "")))
-        return lambda script: framed(list(state))(script) + listing(script)
-
-    rules = {}
-    for n in ("spark1", "spark2"):
-        reply = answer(n)
+        reply = lambda script: framed(list(state))(script) + listing(script)  # noqa: E731
         reply.wants_script = True
-        rules[n] = [(r":begin file:", reply)]
+        return reply
+
+    return {n: [(r":begin file:", answer(n))] for n in ("spark1", "spark2")}
+
+
+def test_a_noop_container_phase_mpi_and_verify_are_one_round_trip_per_node():
+    """container.state's read carries container.ssh's (and so mpi.hostfile's and verify.fabric's): with the MPI
+    probe on record, everything from container.state to verify.fabric is one round trip per node."""
+    from sparkctl.tasks.container.ssh import ContainerSshTask
+    from sparkctl.tasks.container.state import ContainerStateTask
+
+    cctx, facts, _ = passed_once()
     records = cctx.records
-    cctx, _, events = converged(rules, records)
+    cctx, _, events = converged(state_rules(cctx, facts), records)
     for node in ("spark1", "spark2"):
         cctx.nodes[node]._facts = facts[node]
     for node in ("spark1", "spark2"):
@@ -218,6 +220,26 @@ def test_a_noop_container_phase_mpi_and_verify_are_one_round_trip_per_node():
     assert FabricVerify().check(cctx) == []
     assert [cctx.nodes[n].transport.round_trips for n in ("spark1", "spark2")] == [1, 1]
     assert not any("mpirun" in c for n in ("spark1", "spark2") for c in cctx.nodes[n].transport.commands)
+
+
+def test_a_state_read_that_runs_mpirun_is_not_kept_for_the_next_run_to_read_ahead():
+    """Without an MPI proof on record the head's container.state read runs mpirun; the next run (the proof on
+    record by then) would render it without, so it must not run this one beside its facts for nothing."""
+    from sparkctl.tasks.container.state import ContainerStateTask
+    from sparkctl.tasks.read_ahead import RECORD, ReadsAhead
+
+    for has_proof in (False, True):
+        cctx, facts, _ = passed_once() if has_proof else converged()
+        records = cctx.records
+        cctx, _, _ = converged(state_rules(cctx, facts), records)
+        cctx.reads_ahead = ReadsAhead(records)
+        for node in ("spark1", "spark2"):
+            cctx.nodes[node]._facts = facts[node]
+            ContainerStateTask().check(cctx.nodes[node])
+        cctx.reads_ahead.save()
+        kept = {n for n, tasks in records[RECORD].items() if "container.state" in tasks}
+        assert kept == ({"spark1", "spark2"} if has_proof else {"spark2"})
+        assert ("mpirun" in cctx.nodes["spark1"].transport.commands[-1]) is not has_proof
 
 
 def test_verify_fabric_reports_a_container_sshd_that_answers_on_the_management_address():

@@ -187,3 +187,22 @@ def test_a_file_read_ahead_is_the_file_as_transport_read_reads_it(tmp_path):
     path.unlink()
     _, second = _two_runs(tmp_path, lambda node: node.read_file("t", str(path)))
     assert second.node.read_file("t", str(path)) is None  # absent: read (and told) by transport.read
+
+
+def test_a_read_not_to_be_read_ahead_is_run_and_leaves_no_record(tmp_path):
+    """`ahead=False` (a read that runs mpirun for want of a proof): the next run's facts carry nothing for it,
+    and the task reads for itself; what it reads then is kept as usual."""
+    (tmp_path / "f").write_text("one\n")
+    script = lambda f, p: f.section("file", f"cat {p}")  # noqa: E731
+
+    def costly(node):
+        framing = Framing()
+        node.read("t", script(framing, tmp_path / "f"), framing, ahead=False)
+
+    first, second = _two_runs(tmp_path, costly)
+    assert first.transport.round_trips == 2 and second.cluster.reads_ahead.side_reads("spark1") == {}
+    assert second.read(script) == "one\n" and second.transport.round_trips == 2  # read for itself, recorded
+    second.end()
+    third = Run(second.cluster.records, tmp_path / "f")
+    third.node.facts()
+    assert third.read(script) == "one\n" and third.transport.round_trips == 1

@@ -13,6 +13,7 @@ from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
 from sparkctl.tasks.container.ssh import READ_FOR, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
+from sparkctl.tasks.mpi.reads import runs_mpirun
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -56,8 +57,12 @@ class ContainerStateTask(Task):
             timeout = mesh_read_timeout(ctx.cluster)
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
+        # a carried read that runs mpirun (no MPI proof on record yet) is not one for the next run to read ahead:
+        # that run will have the proof, and would run mpirun beside its facts for nothing
         result = ctx.raise_unless_ok(ctx.read(self.name, "\n".join([*lines, carried]), framing,
-                                              timeout=max(60.0, timeout)), "reading sparkctl's state dir")
+                                              timeout=max(60.0, timeout),
+                                              ahead=not (carried and runs_mpirun(ctx.cluster, ctx.name))),
+                                     "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if carried and "sshd" in found:
             ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)

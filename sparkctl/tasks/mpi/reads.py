@@ -21,21 +21,23 @@ def host_hostfile_path(ctx: NodeContext) -> str:
     return posixpath.join(ctx.state_dir(), "run", "openmpi-hostfile")
 
 
+def runs_mpirun(ctx: ClusterContext, node: str) -> bool:
+    """Whether `node`'s hostfile read runs `mpirun hostname`: on the head, while no MPI proof on record holds."""
+    return node == ctx.inventory.head.name and proven(ctx) is None
+
+
 def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = None) -> dict[str, tuple[str, str]]:
     """Per node, (shell on the node, shell in the container): sections `node-hostfile`, `container-hostfile`
     and, on the head, `mpirun` (`mpirun hostname`, its exit status as the section's), run only when the head's
     hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours) and
     no MPI proof on record still holds (tasks/proof.py)."""
     want = ctx.plan().hostfile
-    head = ctx.inventory.head.name
-    # the MPI probe on record proves more, and nothing changed since
-    skip_mpirun = (only is None or only == head) and proven(ctx) is not None
     out = {}
     for n, node in ctx.nodes.items():
         if only is not None and n != only:
             continue
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
-        if n == head and not skip_mpirun:
+        if runs_mpirun(ctx, n):
             ranks = len(ctx.inventory.nodes)
             mpirun = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
