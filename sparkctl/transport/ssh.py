@@ -111,6 +111,9 @@ class SSHTransport(ShellTransport):
                 self._conn.open()
             except Exception as exc:  # noqa: BLE001 (every failure becomes one line)
                 self._conn.close()
+                sock = self._conn.connect_kwargs.get("sock")
+                if sock is not None:
+                    sock.close()  # paramiko closes it once it holds it; before that it is still ours
                 raise self._unreachable(exc, time.monotonic() - started) from exc
             finally:
                 self._conn.connect_kwargs.pop("sock", None)  # a reconnect opens a socket of its own
@@ -303,7 +306,8 @@ class SSHTransport(ShellTransport):
     # --- files --------------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
         self.connect()
-        return self._conn.sftp()
+        with self._open_lock:  # fabric's sftp() opens the connection itself if it is not: never beside connect()
+            return self._conn.sftp()
 
     def _put_plain(self, path: str, data: bytes, mode: int, owner: str | None) -> None:
         directory, name = posixpath.split(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import pwd
@@ -92,8 +93,30 @@ def test_run_returns_output_and_exit_code(ssh):
     assert ssh.round_trips == 2
 
 
-def test_the_connection_sends_small_packets_at_once(ssh):
+def test_the_socket_sends_small_packets_at_once_from_the_first_one():
+    """TCP_NODELAY is set before the key exchange: the socket is opened the way paramiko would open it."""
+    from paramiko.ssh_exception import NoValidConnectionsError
+
+    from sparkctl.transport.ssh import _open_socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        sock = _open_socket("localhost", listener.getsockname()[1], 5)
+        with sock:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            assert sock.getpeername() == listener.getsockname()
+            assert sock.gettimeout() == 5
+    with pytest.raises(NoValidConnectionsError) as refused:
+        _open_socket("127.0.0.1", free_port(), 5)
+    assert [e.errno for e in refused.value.errors.values()] == [errno.ECONNREFUSED]
+    with pytest.raises(socket.gaierror):
+        _open_socket("no-such-host.invalid", 22, 5)
+
+
+def test_the_connection_sends_small_packets_at_once(ssh, monkeypatch):
     """TCP_NODELAY from the first packet: a request/reply exchange must not wait out the peer's delayed ACK."""
+    monkeypatch.setattr("sparkctl.transport.ssh._set_tcp_options", lambda sock: None)  # not set after the fact
     ssh.connect()
     sock = ssh._conn.transport.sock
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
