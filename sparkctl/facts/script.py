@@ -169,10 +169,17 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
         if name in CONCURRENT:
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
                          f'echo $? >"$_D/{name}.rc"; }} & _FP="$_FP $!"; fi')
+    if side:
+        # `timeout` run as the job itself (not through _t), so that its PID is known: stopped, it stops the
+        # whole side read (it leads its own process group and passes the signal on)
+        parts.append('_TO=""; _has timeout && _TO=timeout')
     for i, (_name, (body, seconds)) in enumerate(side):
-        # nothing of the round trip's own stdin/stdout stays open in it: one left out must not hold the channel
-        parts.append(f'if [ -n "$_D" ]; then {{ _t {max(1.0, float(seconds)):g} bash -c {q(body)} >"$_D/side-{i}" '
-                     f'2>/dev/null; echo $? >"$_D/side-{i}.rc"; }} </dev/null >/dev/null 2>&1 & _SP="$_SP $!"; fi')
+        # nothing of the round trip's own stdin/stdout stays open in it: one left out must not hold the channel.
+        # side-i.job: the job's shell, side-i.pid: the read (its timeout), side-i.rc: its exit status, once done
+        parts.append(f'if [ -n "$_D" ]; then {{ $_TO ${{_TO:+{max(1.0, float(seconds)):g}}} bash -c {q(body)} '
+                     f'>"$_D/side-{i}" 2>/dev/null & echo $! >"$_D/side-{i}.pid"; wait $!; '
+                     f'echo $? >"$_D/side-{i}.rc"; }} </dev/null >/dev/null 2>&1 & '
+                     f'echo $! >"$_D/side-{i}.job"; _SP="$_SP $!"; fi')
     framing = Framing(nonce)
     for name, body in sections:
         if name in CONCURRENT:
@@ -184,12 +191,14 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
         else:
             parts.append(framing.section(name, body))
     if side:
-        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is stopped and
-        # left out (its task reads for itself), so a slow or broken peer never holds the facts up for long. The
-        # wait ends the moment the last one does (a poll would add its tick to every no-op); the stopper holds
-        # nothing of the round trip's output open, so one left behind never holds the channel.
-        parts.append(f'if [ -n "$_SP" ]; then {{ sleep {SIDE_GRACE_S:g}; kill $_SP; }} </dev/null >/dev/null 2>&1 & '
-                     '_W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
+        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is stopped (its
+        # job's shell first, so that it leaves no exit status, then the read) and left out: its task reads for
+        # itself, so a slow or broken peer never holds the facts up for long. The wait ends the moment the last
+        # one does (a poll would add its tick to every no-op); the stopper holds nothing of the round trip's
+        # output open, so one left behind never holds the channel.
+        parts.append(f'if [ -n "$_SP" ]; then {{ sleep {SIDE_GRACE_S:g}; for _j in "$_D"/side-*.job; do '
+                     '_s=${_j%.job}; [ -e "$_s.rc" ] || kill $(cat "$_j") $(cat "$_s.pid" 2>/dev/null) 2>/dev/null; '
+                     'done; } </dev/null >/dev/null 2>&1 & _W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
     for i in range(len(side)):
         parts.append(f"{framing.begin(f'side:{i}')}\n"
                      f'_rc=1; if [ -n "$_D" ] && [ -e "$_D/side-{i}.rc" ]; then cat "$_D/side-{i}"; '

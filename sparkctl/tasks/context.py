@@ -141,7 +141,8 @@ class NodeContext:
         """Run task `name`'s read-only script (framed with `framing`), or take what its read ahead read, when
         that was the same script and nothing changed since (tasks/read_ahead.py). `ahead=False`: a read not to
         run beside the next run's facts (a costly one that the next run will not render the same, such as one
-        that runs mpirun for want of an MPI proof): run now, and not kept for the next run."""
+        that runs mpirun for want of an MPI proof): run now, and not kept for the next run (`remember` keeps
+        what the next run will render instead)."""
         if not ahead:
             return self.run(script, timeout=timeout)
         stdout = self._read_ahead(name, script, framing, timeout)
@@ -149,12 +150,13 @@ class NodeContext:
             return CommandResult(command=script, exit_code=0, stdout=stdout, stderr="")
         return self.run(script, timeout=timeout)
 
-    def read_output(self, name: str, command: str, *, timeout: float = 60.0) -> CommandResult:
+    def read_output(self, name: str, command: str, *, timeout: float = 60.0, use_ahead: bool = True) -> CommandResult:
         """Task `name`'s read-only `command`: what its read ahead printed when it succeeded (exit 0) and counts,
-        else the command run now (so a failure is always met first hand, with its stderr)."""
+        else the command run now (so a failure is always met first hand, with its stderr). `use_ahead=False`:
+        run now all the same (kept for the next run as usual)."""
         framing = Framing()
         section = self._read_ahead_section(name, command, framing, timeout)
-        if section is not None and section.ok:
+        if use_ahead and section is not None and section.ok:
             return CommandResult(command=command, exit_code=0, stdout=section.output, stderr="")
         return self.run(command, timeout=timeout)
 
@@ -166,6 +168,10 @@ class NodeContext:
         if section is not None and section.ok:
             return section.output
         return self.transport.read(path)
+
+    def remember(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0) -> None:
+        """Keep `script` (framed with `framing`) as task `name`'s read for the next run's facts to carry."""
+        self.cluster.reads_ahead.remember(self.name, name, script, framing, timeout)
 
     def _read_ahead_section(self, name: str, command: str, framing: Framing, timeout: float) -> Section | None:
         """`command` as a read ahead of its own: its one section, or None when there is none that counts."""
@@ -204,6 +210,11 @@ class NodeContext:
         why = self.cluster.lost.why(self.name)
         if why is not None:
             raise Unreachable(why, node=self.name)
+
+    def has_facts(self) -> bool:
+        """Whether facts read since the last change are at hand (no read needed)."""
+        with self._lock:
+            return self._facts is not None
 
     def invalidate(self) -> None:
         """Something on the node changed: the next facts() reads it again."""
@@ -383,12 +394,15 @@ class ClusterContext:
             return {n: f.result() for n, f in futures.items()}
 
     def read_on_all(self, name: str, commands: dict[str, str], *, timeout: float = 60.0) -> dict[str, CommandResult]:
-        """Task `name`'s read-only command per node, in parallel, each taken from its read ahead where that
-        counts (NodeContext.read_output); results by node."""
+        """Task `name`'s read-only command per node, in parallel; results by node. What one node reads this way
+        may depend on every other (pings, tries): it is taken from the read ahead (NodeContext.read_output)
+        only while every node's facts are still its first of the run. A node read again meanwhile (a link come
+        up: network.verify waits for it) may have changed what the others would see."""
         if not commands:
             return {}
+        first = all(node.facts_round_trips == 1 and node.has_facts() for node in self.nodes.values())
         with ThreadPoolExecutor(max_workers=min(32, len(commands))) as pool:
-            futures = {n: pool.submit(self.nodes[n].read_output, name, c, timeout=timeout)
+            futures = {n: pool.submit(self.nodes[n].read_output, name, c, timeout=timeout, use_ahead=first)
                        for n, c in commands.items()}
             return {n: f.result() for n, f in futures.items()}
 

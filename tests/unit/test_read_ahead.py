@@ -5,6 +5,7 @@ itself. Run for real on this machine (the facts script and the reads through a l
 from __future__ import annotations
 
 import subprocess
+import time
 
 from sparkctl.engine.events import Event
 from sparkctl.facts import gather_facts
@@ -36,11 +37,18 @@ def test_side_reads_run_beside_the_facts_each_within_its_seconds(tmp_path):
 
 def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are_not_held(tmp_path):
     marker = tmp_path / "finished"
+    stuck = f"sleep {SIDE_GRACE_S + 27.25:g}"  # a command line no other process has
     facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
-                         side_reads={"stuck": (f"echo partial; sleep {SIDE_GRACE_S + 5:g}; touch {marker}", 60.0)})
+                         side_reads={"stuck": (f"echo partial; {stuck}; touch {marker}", 60.0)})
     assert facts.hostname and facts.raw_errors == []
     assert facts.side_reads["stuck"].rc != 0 and facts.side_reads["stuck"].output == ""  # its task reads itself
     assert not marker.exists()  # the round trip ended before the side read could have
+    # and it was stopped, not left running beside the read its task now makes for itself
+    for _ in range(50):
+        if subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0
 
 
 def test_side_reads_without_a_temp_dir_are_not_run_and_arm_no_stopper(tmp_path):
@@ -206,3 +214,33 @@ def test_a_read_not_to_be_read_ahead_is_run_and_leaves_no_record(tmp_path):
     third = Run(second.cluster.records, tmp_path / "f")
     third.node.facts()
     assert third.read(script) == "one\n" and third.transport.round_trips == 1
+
+
+def test_reads_across_the_cluster_count_only_while_every_node_keeps_its_first_facts(tmp_path):
+    """A ping or a try from one node depends on its peers: once a peer's facts were read again (network.verify
+    waits for a link to come up), what was read beside the first facts is not taken, on any node."""
+    (tmp_path / "f").write_text("one\n")
+    records = Records()
+
+    def run():
+        inv = inventory()
+        cluster = ClusterContext(inv, RunOptions(), lambda event: None, records=records)
+        for name in ("spark1", "spark2"):
+            cluster.add(NodeContext(cluster, inv.node(name), LocalTransport(name)))
+        for node in cluster.nodes.values():
+            node.facts()
+        return cluster
+
+    commands = {"spark1": f"cat {tmp_path / 'f'}", "spark2": "echo two"}
+    first = run()
+    first.read_on_all("t", commands)
+    first.reads_ahead.save()
+    quiet = run()
+    assert quiet.read_on_all("t", commands)["spark1"].stdout == "one\n"
+    assert [n.transport.round_trips for n in quiet.nodes.values()] == [1, 1]  # read beside the facts
+    moved = run()
+    (tmp_path / "f").write_text("changed\n")
+    moved.nodes["spark2"].invalidate()
+    moved.nodes["spark2"].facts()  # a peer read again
+    assert moved.read_on_all("t", commands)["spark1"].stdout == "changed\n"
+    assert [n.transport.round_trips for n in moved.nodes.values()] == [2, 3]  # every node read first hand

@@ -173,7 +173,8 @@ def container_key_options(ctx: ClusterContext, name: str) -> str:
             f"-o UserKnownHostsFile={q(posixpath.join(keys, 'known_hosts'))} -o GlobalKnownHostsFile=/dev/null")
 
 
-def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S) -> str:
+def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S,
+                     mpirun: bool = True) -> str:
     """One node's read: the container sshd waited for, the key files on the node and in the container, its
     outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
     client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
@@ -185,13 +186,14 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
     record), or a container that does not answer its own ssh, is asked through `docker exec` as before.
 
     `sshd_wait`: how long to wait for the container sshd. Carried by container.state it is 0 (one look): a container
-    container.run is about to recreate (a hand-started one that runs no sshd) must not be waited for."""
+    container.run is about to recreate (a hand-started one that runs no sshd) must not be waited for.
+    `mpirun=False`: without mpi.hostfile's `mpirun` (tasks/mpi/reads.py)."""
     container = ctx.inventory.container.name
     node = ctx.nodes[name]
     plan = ctx.plan()
     options = container_key_options(ctx, name)
     probe = mesh_script(container_tries(plan.fabric, list(ctx.nodes), name, options))
-    on_node, in_container = hostfile_reads(ctx, framing, only=name)[name]
+    on_node, in_container = hostfile_reads(ctx, framing, only=name, mpirun=mpirun)[name]
     keys = posixpath.join(node.state_dir(), "container-ssh")
     inside = "\n".join([*(framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
                            for f in ("authorized_keys", "known_hosts")), in_container, "true"])

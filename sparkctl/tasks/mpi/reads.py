@@ -26,18 +26,20 @@ def runs_mpirun(ctx: ClusterContext, node: str) -> bool:
     return node == ctx.inventory.head.name and proven(ctx) is None
 
 
-def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = None) -> dict[str, tuple[str, str]]:
+def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = None,
+                   mpirun: bool = True) -> dict[str, tuple[str, str]]:
     """Per node, (shell on the node, shell in the container): sections `node-hostfile`, `container-hostfile`
     and, on the head, `mpirun` (`mpirun hostname`, its exit status as the section's), run only when the head's
     hostfile already is the planned one (it proves nothing otherwise and could hang on an address not ours) and
-    no MPI proof on record still holds (tasks/proof.py)."""
+    no MPI proof on record still holds (tasks/proof.py); `mpirun=False`: never (the read as it will be once a
+    proof is on record)."""
     want = ctx.plan().hostfile
     out = {}
     for n, node in ctx.nodes.items():
         if only is not None and n != only:
             continue
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
-        if runs_mpirun(ctx, n):
+        if mpirun and runs_mpirun(ctx, n):
             ranks = len(ctx.inventory.nodes)
             mpirun = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
