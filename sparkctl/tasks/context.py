@@ -136,15 +136,10 @@ class NodeContext:
         """One round trip."""
         return gather_node_facts(self.transport, self.inventory, self.node, side_reads)
 
-    def read(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0,
-             ahead: bool = True) -> CommandResult:
+    def read(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0) -> CommandResult:
         """Run task `name`'s read-only script (framed with `framing`), or take what its read ahead read, when
-        that was the same script and nothing changed since (tasks/read_ahead.py). `ahead=False`: a read not to
-        run beside the next run's facts (a costly one that the next run will not render the same, such as one
-        that runs mpirun for want of an MPI proof): run now, and not kept for the next run (`remember` keeps
-        what the next run will render instead)."""
-        if not ahead:
-            return self.run(script, timeout=timeout)
+        that was the same script and nothing changed since (tasks/read_ahead.py). A read not to run beside the
+        next run's facts is simply `run` (and `remember` may keep what the next run will render instead)."""
         stdout = self._read_ahead(name, script, framing, timeout)
         if stdout is not None:
             return CommandResult(command=script, exit_code=0, stdout=stdout, stderr="")

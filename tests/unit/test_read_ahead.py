@@ -198,14 +198,14 @@ def test_a_file_read_ahead_is_the_file_as_transport_read_reads_it(tmp_path):
 
 
 def test_a_read_not_to_be_read_ahead_is_run_and_leaves_no_record(tmp_path):
-    """`ahead=False` (a read that runs mpirun for want of a proof): the next run's facts carry nothing for it,
+    """A read only `run` (one that runs mpirun for want of a proof): the next run's facts carry nothing for it,
     and the task reads for itself; what it reads then is kept as usual."""
     (tmp_path / "f").write_text("one\n")
     script = lambda f, p: f.section("file", f"cat {p}")  # noqa: E731
 
     def costly(node):
         framing = Framing()
-        node.read("t", script(framing, tmp_path / "f"), framing, ahead=False)
+        node.run(script(framing, tmp_path / "f"))
 
     first, second = _two_runs(tmp_path, costly)
     assert first.transport.round_trips == 2 and second.cluster.reads_ahead.side_reads("spark1") == {}

@@ -17,7 +17,7 @@ from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import CHEAP_KEX, Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
-from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads
+from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads, runs_mpirun
 from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -199,7 +199,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
                            for f in ("authorized_keys", "known_hosts")), in_container, "true"])
     docker = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null"
     own = plan.fabric.first_address(name)
-    if own is not None and framing.begin("mpirun") not in in_container:
+    if own is not None and not (mpirun and runs_mpirun(ctx, name)):
         # the files read are public (keys, known hosts, the hostfile): the tries' cheap key exchange will do
         ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 $_K root@{own} {q('sh -c ' + q(inside))}"
         reader = (f'{CHEAP_KEX}\nif _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; '

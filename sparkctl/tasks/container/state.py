@@ -60,13 +60,14 @@ class ContainerStateTask(Task):
         # a carried read that runs mpirun (no MPI proof on record yet) is not one for the next run to read ahead:
         # that run will have the proof (this run's verify.fabric records it), so what is kept for it is the
         # read as it will render it then, without mpirun
-        ahead = not (carried and runs_mpirun(ctx.cluster, ctx.name))
-        result = ctx.raise_unless_ok(ctx.read(self.name, "\n".join([*lines, carried]), framing,
-                                              timeout=max(60.0, timeout), ahead=ahead),
-                                     "reading sparkctl's state dir")
-        if not ahead:
+        script, timeout = "\n".join([*lines, carried]), max(60.0, timeout)
+        if carried and runs_mpirun(ctx.cluster, ctx.name):
+            result = ctx.run(script, timeout=timeout)
             later = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, mpirun=False)
-            ctx.remember(self.name, "\n".join([*lines, later]), framing, timeout=max(60.0, timeout))
+            ctx.remember(self.name, "\n".join([*lines, later]), framing, timeout=timeout)
+        else:
+            result = ctx.read(self.name, script, framing, timeout=timeout)
+        ctx.raise_unless_ok(result, "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if carried and "sshd" in found:
             ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)

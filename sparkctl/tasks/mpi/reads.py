@@ -41,8 +41,8 @@ def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = Non
         inside = framing.section("container-hostfile", f"cat {HOSTFILE_PATH} 2>/dev/null")
         if mpirun and runs_mpirun(ctx, n):
             ranks = len(ctx.inventory.nodes)
-            mpirun = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
+            line = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
-                       + framing.section("mpirun", f"{mpirun} 2>&1") + "\nfi")
+                       + framing.section("mpirun", f"{line} 2>&1") + "\nfi")
         out[n] = (framing.section("node-hostfile", f"cat {q(host_hostfile_path(node))} 2>/dev/null"), inside)
     return out
