@@ -141,7 +141,8 @@ def test_a_revert_guard_is_never_armed_over_a_backup_that_could_not_be_written(a
 
 def test_a_revert_guard_is_armed_over_whole_backups(arming):
     script, run_id, network, netplan, path, started = arming
-    assert bash(script, path=path).returncode == 0
+    # the guard is started in the background (`&`): wait for it, or its stub may not have written yet
+    assert bash(script + "\nwait", path=path).returncode == 0
     backup = network / f"revert-{run_id}"
     assert (backup / "40-cx7.yaml").read_text() == netplan.read_text()
     assert (backup / "absent").read_text() == f"{netplan.with_name('50-absent.yaml')}\n"
