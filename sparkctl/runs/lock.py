@@ -67,9 +67,12 @@ while IFS= read -r -t "$3" line; do
 done
 exit 0"""
 
-#: $1: the run id of a holder whose process is gone from this controller: its node-side holders (bash processes
-#: of this user whose command line carries that id) are ended, which frees their flock.
-TAKEOVER_SCRIPT = 'pkill -u "$(id -u)" -f -- "$1"; sleep 0.2; true'
+#: stdin: the run id of a holder whose process is gone from this controller. Its node-side holders (bash
+#: processes of this user whose command line carries that id) are ended, and awaited (at most 5 s), which frees
+#: their flock. The id comes on stdin, not in argv: pkill -f would match, and end, this very script.
+TAKEOVER_SCRIPT = """read -r r; u=$(id -u); pkill -u "$u" -f -- "$r"; n=0
+while pgrep -u "$u" -f -- "$r" >/dev/null && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
+true"""
 
 
 def no_answer(node: str, ended: bool) -> SparkctlError:
@@ -222,7 +225,7 @@ class ClusterLock:
                 if not retried and gone is not None and gone_from_here(gone):
                     # a run of this controller that died with its link down: the node still waits for its
                     # heartbeat (no FIN ever came), so the lease would hold the cluster for LEASE_S more
-                    transport.run(f"bash -c {q(TAKEOVER_SCRIPT)} sparkctl {q(gone.run)}", timeout=15)
+                    transport.run(f"bash -c {q(TAKEOVER_SCRIPT)}", input=gone.run + "\n", timeout=15)
                     self._take(node, transport, retried=True)
                     with self._lock:
                         self.stale[node] = gone

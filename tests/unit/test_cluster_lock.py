@@ -114,6 +114,20 @@ def test_a_holder_of_this_controller_whose_process_died_is_taken_over_at_once(no
         held.close()
 
 
+def test_the_takeover_ends_the_holders_awaits_them_and_is_not_ended_by_its_own_pkill():
+    """The run id reaches the takeover on stdin: in its argv, `pkill -f` matched the takeover's own shell, which
+    died before it could wait, and the lock was tried again while the old holder still held it."""
+    run = "0123456789ab"
+    holder = subprocess.Popen(["bash", "-c", "read -r -t 60 line", "sparkctl-holder", run], stdin=subprocess.PIPE)
+    try:
+        result = LocalTransport("local").run(f"bash -c {q(lockmod.TAKEOVER_SCRIPT)}", input=run + "\n", timeout=15)
+        assert result.exit_code == 0, result.stderr
+        assert holder.poll() == -15  # ended, and already gone when the takeover returned
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_dead_holder_of_another_controller_waits_for_its_lease(nodes):
     """Another machine's pid says nothing here: only the lease ends that holder."""
     other = ClusterLock("lab", nodes, dataclasses.replace(Holder.now("bootstrap"), pid=dead_pid(),
@@ -144,7 +158,9 @@ def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
     silent = ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap"))
     silent.acquire()
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30  # the node-side holder gives up once its read waited out the lease
+        while peek("lab", {"spark1": nodes["spark1"]}) and time.monotonic() < deadline:
+            time.sleep(0.05)
         with ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")) as taker:
             assert taker.stale["spark1"].run == silent.holder.run
     finally:
@@ -152,10 +168,10 @@ def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
 
 
 def test_heartbeats_keep_the_lease(nodes, monkeypatch):
-    monkeypatch.setattr(lockmod, "LEASE_S", 1)
+    monkeypatch.setattr(lockmod, "LEASE_S", 3)  # a beat may be late by seconds on a loaded machine, not 2.8 s
     monkeypatch.setattr(lockmod, "HEARTBEAT_S", 0.2)
     with ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")):
-        time.sleep(1.6)
+        time.sleep(3.6)  # longer than the lease: only the beats keep it
         with pytest.raises(ClusterBusy):
             ClusterLock("lab", {"spark1": nodes["spark1"]}, Holder.now("bootstrap")).acquire()
 

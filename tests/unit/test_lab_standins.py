@@ -461,7 +461,7 @@ def http(method, url, body=None, timeout=10):
         return None, ""
 
 
-def wait_health(base, want, timeout=15):
+def wait_health(base, want, timeout=120):  # mpirun and two Python ranks start slowly on two busy cores
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
@@ -484,7 +484,8 @@ def test_trtllm_serve_two_ranks_serve_until_a_peer_dies(serve_env):
         "--backend", "pytorch", "--tp_size", "2", "--extra_llm_api_options", str(options),
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
-    env = {**os.environ, **env, "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"}
+    # "loading" for 3 s: a window the /health poll cannot miss on a loaded machine
+    env = {**os.environ, **env, "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo", "SPARKCTL_LAB_SERVE_DELAY": "3"}
     server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         seen = wait_health(base, 200)

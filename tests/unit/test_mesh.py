@@ -101,11 +101,11 @@ def test_a_login_shell_that_is_not_posix_does_not_matter_and_a_silent_peer_is_cu
     """ssh runs LocalCommand with $SHELL (the user's login shell: fish has no $PPID, a wrapper would kill
     itself): the try gives ssh /bin/sh. A peer that accepts the connection and then says nothing is not waited
     for past TRY_LIMIT: the pair could not be checked."""
-    monkeypatch.setattr(mesh, "TRY_LIMIT", 1)
+    monkeypatch.setattr(mesh, "TRY_LIMIT", 4)  # the limit is also the good try's: room for a few forks under load
     stdout, _ = run_with_stub(tmp_path, [ssh_try("a", "ok.a"), ssh_try("h", "hung.h")], shell="/bin/false")
     verdicts = {v.peer: v for v in parse_verdicts("n1", stdout)}
     assert verdicts["a"].state == "ok"
-    assert verdicts["h"].state == "unknown" and verdicts["h"].error == "no answer within 1 s"
+    assert verdicts["h"].state == "unknown" and verdicts["h"].error == "no answer within 4 s"
 
 
 def test_a_try_goes_around_a_users_control_master():

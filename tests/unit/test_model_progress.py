@@ -27,7 +27,9 @@ def test_progress_reports_the_bytes_so_far_and_the_rate_of_what_arrived():
     events: list[Event] = []
     with TransferProgress(events.append, task="model.fetch", node="spark1", what="org/m",
                           measure=lambda: next(sizes, 9_000_000), total=10_000_000, interval=0.05):
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30  # three intervals, however slow the machine is to schedule the thread
+        while len(events) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert len(events) >= 3
     first = events[0]
     assert first.event == "log" and first.task == "model.fetch" and first.node == "spark1"
@@ -57,9 +59,12 @@ def test_fetch_logs_progress_while_hf_download_runs(tmp_path, monkeypatch):
 
     def download():
         downloading.set()
-        for _ in range(6):
+        deadline = time.monotonic() + 30  # a download that lasts until progress was reported, on a slow machine too
+        for step in range(1000):
             size["bytes"] += 2_000_000
             time.sleep(0.05)
+            if step >= 5 and (any(e.data.get("progress") for e in kit.events) or time.monotonic() > deadline):
+                break
 
     transport.respond(r"config\.json", "missing nvidia/Qwen3-235B-A22B-FP4 no config.json\n")
     changes = ModelFetchTask().check(node)

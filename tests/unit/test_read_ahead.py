@@ -44,8 +44,9 @@ def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are
     assert facts.side_reads["stuck"].rc != 0 and facts.side_reads["stuck"].output == ""  # its task reads itself
     assert not marker.exists()  # the round trip ended before the side read could have
     # and it was stopped, not left running beside the read its task now makes for itself
-    for _ in range(50):
-        if subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0:
+    deadline = time.monotonic() + 20  # still well before the stuck read would have ended by itself
+    while subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode == 0:
+        if time.monotonic() > deadline:
             break
         time.sleep(0.1)
     assert subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0

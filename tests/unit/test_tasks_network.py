@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -245,8 +244,9 @@ def test_hostile_payload_does_not_execute(tmp_path, monkeypatch):
     run_id = netplan_apply.arm_revert(ctx, paths, 30)
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     for command in kit.transport("spark1").commands:
-        result = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=10)
+        # `wait`: what a command starts in the background (&) has run before its stub's log is read
+        result = subprocess.run(["bash", "-c", command + "\nwait"], cwd=tmp_path, env=env, capture_output=True,
+                                text=True, timeout=10)
         assert result.returncode == 0, f"{command}\n{result.stderr}"
     assert not pwned.exists(), "the payload ran: a value reached the shell unquoted"
     network = Path(plan_paths.network_state_dir(inv.cluster.name))
@@ -258,9 +258,6 @@ def test_hostile_payload_does_not_execute(tmp_path, monkeypatch):
     assert "sleep 30\n" in script.read_text() and f"confirmed-{run_id}" in script.read_text()
     bash_n(script.read_text())
     log = tmp_path / "stub.log"
-    deadline = time.monotonic() + 5
-    while not log.exists() and time.monotonic() < deadline:  # setsid was started in the background (&)
-        time.sleep(0.05)
     assert log.read_text() == f"setsid nohup /bin/sh {script}\n"
     assert not pwned.exists()
 

@@ -81,7 +81,7 @@ class Relay:
 def relayed(sshd, known_hosts, relay, **options) -> SSHTransport:
     options.setdefault("identity_file", str(sshd.client_key))
     return SSHTransport("spark2", "127.0.0.1", user=SUDO_USER, port=relay.port, known_hosts_path=known_hosts,
-                        use_ssh_config=False, connect_timeout=2, **options)
+                        use_ssh_config=False, **options)
 
 
 def test_every_connection_is_watched_for_a_dead_peer(sshd, users, known_hosts):  # noqa: F811
@@ -104,7 +104,8 @@ def test_a_node_that_stops_answering_is_unreachable_after_one_wait_not_two(sshd,
     relay = Relay(sshd.port)
     ssh = relayed(sshd, known_hosts, relay)
     try:
-        assert ssh.run("true").ok
+        assert ssh.run("true").ok  # logged in with the default's room for a loaded sshd
+        ssh.connect_timeout = 2  # the wait measured below
         relay.silence()
         started = time.monotonic()
         with pytest.raises(Unreachable) as lost:
@@ -123,7 +124,8 @@ def test_a_node_that_answers_but_opens_no_session_gets_a_second_wait(sshd, users
     relay = Relay(sshd.port)
     ssh = relayed(sshd, known_hosts, relay)
     try:
-        assert ssh.run("true").ok
+        assert ssh.run("true").ok  # logged in with the default's room for a loaded sshd
+        ssh.connect_timeout = 2  # the wait measured below
         relay.hang()  # slow or stuck, not gone: its port still takes connections
         started = time.monotonic()
         with pytest.raises(Unreachable) as stuck:
@@ -139,6 +141,7 @@ def test_a_connection_closed_by_the_node_is_marked_closed(fresh_sshd, users, kno
     sshd = fresh_sshd
     ssh = make_transport(sshd, known_hosts)
     try:
+        assert ssh.run("true").ok
         holder = {}
 
         def run():
@@ -149,9 +152,13 @@ def test_a_connection_closed_by_the_node_is_marked_closed(fresh_sshd, users, kno
 
         worker = threading.Thread(target=run)
         worker.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 15  # until the command runs on the node (a loaded machine is slow to start it)
+        while True:
+            pids = subprocess.run(["pgrep", "-u", SUDO_USER, "-f", "^sleep 20$"], capture_output=True, text=True)
+            if pids.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         # the node's side of our session goes away (sshd restarted with its sessions, the session killed)
-        pids = subprocess.run(["pgrep", "-u", SUDO_USER, "-f", "^sleep 20$"], capture_output=True, text=True)
         # this test's own sshd: its per-connection processes (monitor and session), found from its pid down
         sessions, parents = [], [str(sshd.proc.pid)]
         while parents:

@@ -128,6 +128,7 @@ def test_the_connection_sends_small_packets_at_once(ssh, monkeypatch):
 
 
 def test_stdin_is_closed_and_input_is_passed(ssh):
+    ssh.connect()  # the bound is for the command, not the login
     started = time.monotonic()
     assert ssh.run("cat", timeout=10).stdout == ""
     assert time.monotonic() - started < 3
@@ -137,11 +138,12 @@ def test_stdin_is_closed_and_input_is_passed(ssh):
 
 
 def test_timeout_is_enforced_on_the_node(ssh):
+    ssh.connect()
     started = time.monotonic()
     result = ssh.run("sleep 31.25", timeout=0.5)
     assert result.timed_out and result.exit_code == 124
     assert time.monotonic() - started < 4
-    assert ssh.run("pgrep -f '^sleep 31[.]25'").exit_code == 1
+    assert ssh.run("pgrep -u \"$(id -u)\" -f '^sleep 31[.]25'").exit_code == 1
 
 
 def test_put_is_atomic_with_mode_and_no_leftovers(ssh, users):
