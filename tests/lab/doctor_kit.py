@@ -72,7 +72,7 @@ def replace_container(lab, node: str, change: Callable[[ContainerSpec], Containe
     if serves:
         script += (f" && printf %s {q(hostfile)} > /tmp/seeded-hostfile && "
                    f"docker cp /tmp/seeded-hostfile {CONTAINER}:/etc/openmpi-hostfile && "
-                   f"for i in $(seq 1 50); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.2; done; exit 1")
+                   f"for i in $(seq 1 300); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.2; done; exit 1")
     result = lab.exec(node, script)
     assert result.returncode == 0, result.stderr
 

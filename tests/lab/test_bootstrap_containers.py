@@ -153,7 +153,7 @@ def test_port_taken_names_the_process_then_converges(converged):
     sh(lab, "spark2", f"docker rm -f {CONTAINER}")
     pid = sh(lab, "spark2", "setsid python3 -m http.server 2233 >/dev/null 2>&1 </dev/null & echo $!").strip()
     try:
-        sh(lab, "spark2", "for i in $(seq 50); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.1; done;"
+        sh(lab, "spark2", "for i in $(seq 600); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.1; done;"
                           " exit 1")
         rc, events = bootstrap(lab)
         assert rc == 1

@@ -96,7 +96,10 @@ def test_a_confirmed_netplan_change_is_kept(revert_lab):
         ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
         applied_at = safe.netplan_apply(ctx, run_id)
         safe.confirm(ctx, run_id, applied_at)
-        time.sleep(timeout + 2)
+        # the guard ends once its window is over (kept or reverted): wait for that, not for a guess of it
+        pidfile = f"{network_state_dir(lab.names.cluster_name)}/guard-{run_id}.pid"
+        assert poll(lambda: lab.exec(node, f"test -s {pidfile} && ! kill -0 $(cat {pidfile})").returncode == 0,
+                    timeout=timeout + 60, interval=0.5)
         files = state_files(lab, node, lab.names.cluster_name)
         assert f"confirmed-{run_id}" in files and f"reverted-{run_id}" not in files
         kept = snapshot_node(lab, node)["netplan"]

@@ -97,12 +97,18 @@ class Fault:
     along: tuple[str, ...] = ()
 
 
+def until(condition: str, seconds: int = 60) -> str:
+    """Shell: wait until `condition` holds (a listener bound or gone), at most `seconds`; fail if it never does."""
+    return f"for _ in $(seq {seconds * 10}); do if {condition}; then exit 0; fi; sleep 0.1; done; exit 1"
+
+
 def faults() -> list[Fault]:
     return [
         Fault("port-taken", "spark2",
               f"docker stop -t 1 {CONTAINER} >/dev/null; setsid -f python3 -m http.server 2233 >/dev/null 2>&1; "
-              "sleep 1", "port.taken",
-              manual="kill $(ss -ltnpH 'sport = :2233' | sed -n 's/.*pid=\\([0-9]*\\).*/\\1/p')"),
+              + until("ss -ltnH 'sport = :2233' | grep -q ."), "port.taken",
+              manual="kill $(ss -ltnpH 'sport = :2233' | sed -n 's/.*pid=\\([0-9]*\\).*/\\1/p'); "
+                     + until("! ss -ltnH 'sport = :2233' | grep -q .")),
         Fault("docker-group", "spark1", "gpasswd -d nvidia docker", "node.docker_group",
               manual="usermod -aG docker nvidia"),
         Fault("sudo-password", "spark2", "sed -i 's/NOPASSWD: ALL/ALL/' /etc/sudoers.d/50-lab-nvidia",

@@ -144,7 +144,7 @@ def found(lab, *seeds: Seed) -> dict:
         reports.append(doctor(lab))
         return all((seed.finding, seed.node) in seen(lab, reports[-1]) for seed in seeds)
 
-    poll(look, timeout=15, interval=0.5)
+    poll(look, timeout=120, interval=0.5)  # returns at the first report that has it
     return reports[-1]
 
 

@@ -31,7 +31,7 @@ def kill_server(lab, node: str) -> None:
     """The server and its launcher gone from the head (an OOM kill, a reboot of the container's processes)."""
     result = lab.exec(node, f"docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi-launch|mpirun'")
     assert result.returncode == 0, result.stderr
-    wait = lab.exec(node, "for i in $(seq 1 50); do ss -ltnH 'sport = :8355' | grep -q . || exit 0; sleep 0.2; done; "
+    wait = lab.exec(node, "for i in $(seq 1 300); do ss -ltnH 'sport = :8355' | grep -q . || exit 0; sleep 0.2; done; "
                           "exit 1")
     assert wait.returncode == 0, "the serve port is still taken"
 

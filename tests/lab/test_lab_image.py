@@ -84,7 +84,7 @@ def listening(podman, name, port):
     return any(f":{port:04X} " in line and line.split()[3] == "0A" for line in tcp.splitlines()[1:])
 
 
-def wait_for(condition, what, timeout=20):
+def wait_for(condition, what, timeout=120):  # returns as soon as it holds; slow only on a loaded machine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -93,15 +93,15 @@ def wait_for(condition, what, timeout=20):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_image_carries_release_and_recipe_labels_and_is_cached(lab_image, podman):
+def test_image_carries_release_and_recipe_labels_and_is_cached(lab_image, podman, monkeypatch):
     labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", lab_image).stdout)
     assert labels[image.VERSION_LABEL] == "1.3.0rc12"
     assert labels[image.RECIPE_LABEL] == image.recipe_hash()
     # one repository per recipe: another checkout's build on this machine never retags or prunes this one
     assert lab_image == f"localhost/sparkctl-lab-trtllm-{image.recipe_hash()[:12]}:1.3.0rc12"
-    started = time.monotonic()
+    for step in ("_bootstrap_rootfs", "_import_rootfs"):  # cached: neither build step runs
+        monkeypatch.setattr(image, step, lambda *a, step=step: pytest.fail(f"{step} ran although cached"))
     assert image.ensure_image(log=lambda line: pytest.fail(f"rebuilt although cached: {line}")) == lab_image
-    assert time.monotonic() - started < 10
 
 
 def test_entrypoint_runs_sshd_on_2233_with_the_mounted_keys(podman, container):
@@ -143,7 +143,8 @@ def get(path, body=None):
     except OSError:
         return None, ""
 seen = []
-for _ in range(150):
+deadline = time.monotonic() + 120  # mpirun and the server start slowly on a loaded machine
+while time.monotonic() < deadline:
     seen.append(get("/health")[0])
     if seen[-1] == 200:
         break
@@ -166,4 +167,6 @@ def test_trtllm_serve_under_mpirun_serves_health_and_chat(podman, container):
 def test_stop_is_quick_because_the_entrypoint_traps_term(podman, container):
     started = time.monotonic()
     podman("stop", "-t", "10", container)
-    assert time.monotonic() - started < 3
+    # stopped by its TERM, before the 10 s after which podman kills it (exit 137)
+    assert time.monotonic() - started < 10
+    assert podman("inspect", "-f", "{{.State.ExitCode}}", container).stdout.strip() != "137"

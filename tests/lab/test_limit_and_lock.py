@@ -6,6 +6,7 @@ lock is taken over)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 
 import pytest
@@ -196,6 +197,8 @@ def test_a_second_bootstrap_exits_at_once_naming_the_holder_and_read_only_comman
     first = start_bootstrap(lab)
     try:
         assert wait_for(lambda: f'"pid":{first.pid}' in holder_on(lab, "spark1")), first.stderr
+        # held still while the others run, however slow they are: the nodes keep its lock for the lease (45 s)
+        first.send_signal(signal.SIGSTOP)
         second = subprocess.run(["sparkctl", "cluster", "bootstrap", str(lab.inventory_path)], capture_output=True,
                                 text=True, timeout=120)
         status = subprocess.run(["sparkctl", "cluster", "status", str(lab.inventory_path)], capture_output=True,
@@ -209,6 +212,7 @@ def test_a_second_bootstrap_exits_at_once_naming_the_holder_and_read_only_comman
         assert status.returncode == 0, status.stderr
         assert f"(pid {first.pid})" in status.stderr and "is changing the cluster now" in status.stderr
     finally:
+        first.send_signal(signal.SIGCONT)
         out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert holder_on(lab, "spark1") == "" and holder_on(lab, "spark2") == ""  # released

@@ -224,7 +224,7 @@ def seeded(lab, baseline, seed) -> dict:
         reports.append(kit.doctor(lab))
         return (seed.finding, seed.node) in kit.problems(reports[-1]) - baseline
 
-    poll(look, timeout=15, interval=0.5)
+    poll(look, timeout=120, interval=0.5)  # returns at the first report that has it
     return reports[-1]
 
 
