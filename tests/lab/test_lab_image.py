@@ -167,6 +167,6 @@ def test_trtllm_serve_under_mpirun_serves_health_and_chat(podman, container):
 def test_stop_is_quick_because_the_entrypoint_traps_term(podman, container):
     started = time.monotonic()
     podman("stop", "-t", "10", container)
-    # stopped by its TERM, before the 10 s after which podman kills it (exit 137)
+    # ended by its TERM trap (exit 0), not killed once the 10 s were over (exit 137)
     assert time.monotonic() - started < 10
-    assert podman("inspect", "-f", "{{.State.ExitCode}}", container).stdout.strip() != "137"
+    assert podman("inspect", "-f", "{{.State.ExitCode}}", container).stdout.strip() == "0"
