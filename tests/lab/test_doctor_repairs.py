@@ -205,9 +205,10 @@ def test_doctor_fix_repairs_it_and_a_rerun_changes_nothing(lab, restore, name):
 #: converges them together; that each is named on its node alone is the doctor path's test above).
 BOOTSTRAP_GROUPS = [
     ("twin-set-down", "mtu", "link-local", "address-foreign", "netplan-conflict", "netplan-drift"),
-    ("both-twins-set-down", "address-extra", "ssh-mesh"),
+    ("both-twins-set-down", "ssh-mesh"),
     ("twins-one-subnet", "address-missing", "address-duplicate"),
-    ("container-spec-drift", "container-exited"),
+    # an extra address not with both twins down: the link going down takes it away before anything could repair it
+    ("container-spec-drift", "container-exited", "address-extra"),
     ("container-restarting",),
     ("container-missing", "container-ssh", "hostfile"),
     ("env-down", "env-absent"),
@@ -215,6 +216,11 @@ BOOTSTRAP_GROUPS = [
     ("ib-hca-partial", "env-unset"),
     ("container-exposed",),
 ]
+
+
+#: Seeds that another seed of their group hides from doctor: with both twins down no mesh pair can be tried;
+#: without its container, neither the container's ssh nor its hostfile can be read.
+HIDDEN_BY = {"ssh-mesh": "both-twins-set-down", "container-ssh": "container-missing", "hostfile": "container-missing"}
 
 
 def test_the_bootstrap_groups_hold_every_seed_once():
@@ -227,7 +233,9 @@ def test_a_bootstrap_rerun_repairs_them_and_the_next_changes_nothing(lab, restor
     chosen = [seed_of(lab, name) for name in group]
     for seed in chosen:
         seed.seed(lab)
-    found(lab, *chosen)  # together, a seed may hide another (both twins down: no mesh pair can be tried)
+    shown = [seed for seed in chosen if HIDDEN_BY.get(seed.name) not in group]
+    report = found(lab, *shown)
+    assert {(seed.finding, seed.node) for seed in shown} <= seen(lab, report), report["findings"]
     code, events = bootstrap(lab)
     assert code == 0 and changed(events), (changed(events), failed(events))
     after = doctor(lab)
