@@ -124,3 +124,11 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed:
         item.failed_call = True
     return report
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/lab is a lab test, marked or not: `-m "not lab"` never builds a lab."""
+    lab_dir = Path(__file__).parent
+    for item in items:
+        if lab_dir in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.lab)

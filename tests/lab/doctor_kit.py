@@ -16,9 +16,8 @@ from sparkctl.plan import plan_cluster
 from sparkctl.plan.container import ContainerSpec
 from sparkctl.runs.session import Session
 from sparkctl.transport.base import q
+from tests.lab.lab_kit import CONTAINER, changed  # noqa: F401 (the doctor modules' changed)
 from tests.taskkit import doctor_report
-
-CONTAINER = "trtllm-multinode"
 
 
 def doctor(lab, *args: str, env: dict[str, str] | None = None, inventory: str | None = None) -> dict:
@@ -43,10 +42,6 @@ def bootstrap(lab, *args: str, env: dict[str, str] | None = None, inventory: str
                                 env=env, catch_exceptions=False)
     events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return result.exit_code, events
-
-
-def changed(events: list[dict]) -> list[tuple[str, str | None]]:
-    return [(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"]
 
 
 def failed(events: list[dict]) -> list[str]:

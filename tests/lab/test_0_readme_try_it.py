@@ -16,6 +16,8 @@ import pytest
 from sparkctl.lab import image
 from tests.lab.conftest import _require_lab
 
+pytestmark = pytest.mark.lab
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 CHAT = 'sparkctl serve chat .sparkctl-lab/inventory.yaml "hello"'
 

@@ -6,7 +6,6 @@ import json
 import re
 import shlex
 import socket
-import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -14,31 +13,12 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
+from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, sh
 from tests.taskkit import doctor_report
 
-CONTAINER = "trtllm-multinode"
+pytestmark = pytest.mark.lab
+
 FABRIC = "enp1s0f1np1,enP2p1s0f1np1"
-
-
-def bootstrap(lab, *extra: str) -> tuple[int, list[dict]]:
-    proc = subprocess.run(["sparkctl", "cluster", "bootstrap", str(lab.inventory_path), "--json", *extra],
-                          capture_output=True, text=True, timeout=600)
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return proc.returncode, events
-
-
-def changed(events) -> set[tuple[str, str | None]]:
-    return {(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"}
-
-
-def failures(events) -> list[dict]:
-    return [e for e in events if e["event"] == "task_result" and e["status"] == "failed"]
-
-
-def sh(lab, node: str, command: str, check: bool = True) -> str:
-    result = lab.exec(node, ["sh", "-c", command], timeout=60)
-    assert not check or result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
-from tests.lab.test_bootstrap_containers import CONTAINER, bootstrap, changed, failures, sh
+from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, sh
+
+pytestmark = pytest.mark.lab
 
 MPI_IFACE = "enp1s0f0np0"   # port 0 twin 1 on every node: Open MPI's one interface in a ring
 TWINS = ("enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1", "enP2p1s0f1np1")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.test_bootstrap_containers import bootstrap, changed, failures
+from tests.lab.lab_kit import bootstrap, changed, failures
+
+pytestmark = pytest.mark.lab
 
 NODES = [f"spark{i}" for i in range(1, 9)]
 

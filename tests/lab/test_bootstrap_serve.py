@@ -10,48 +10,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import urllib.request
 
 import pytest
 import yaml
 
 from sparkctl.secrets import MASK
+from tests.lab.lab_kit import CONTAINER, HF_TOKEN, changed, sparkctl, write_inventory
+from tests.lab.lab_kit import failures as failed
+from tests.lab.lab_kit import sh_output as sh
 
 pytestmark = pytest.mark.lab
 
-TOKEN = "hf_LabServeToken4f9c2a7d1e8b3c6a5f0d"
-CONTAINER = "trtllm-multinode"
+TOKEN = HF_TOKEN
 SERVE = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}, "fit_check": "warn"}
-
-
-def write_inventory(lab, path, serve: dict | None = None, nodes: int | None = None) -> str:
-    document = yaml.safe_load(lab.inventory_path.read_text())
-    if nodes is not None:
-        document["nodes"] = document["nodes"][:nodes]
-        document["fabric"]["topology"] = "single"
-    if serve is not None:
-        document["serve"] = serve
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return str(path)
-
-
-def sparkctl(args: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, list[dict], str]:
-    proc = subprocess.run(["sparkctl", *args], capture_output=True, text=True, timeout=timeout, env=env)
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return proc.returncode, events, proc.stdout + proc.stderr
-
-
-def changed(events) -> set[tuple[str, str | None]]:
-    return {(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"}
-
-
-def failed(events) -> list[dict]:
-    return [e for e in events if e["event"] == "task_result" and e["status"] == "failed"]
-
-
-def sh(lab, node: str, command: str) -> str:
-    return lab.exec(node, ["sh", "-c", command], timeout=60).stdout
 
 
 def state_dir(lab) -> str:

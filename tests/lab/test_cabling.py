@@ -15,7 +15,7 @@ from sparkctl.cli.main import cli
 from sparkctl.exitcodes import ExitStatus
 from tests.lab.conftest import poll
 from tests.lab.fault_kit import Controller, cut_link, restore_link
-from tests.lab.test_bootstrap_containers import bootstrap, changed, failures, sh
+from tests.lab.lab_kit import bootstrap, changed, failures, sh
 from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab

@@ -5,35 +5,27 @@ lock is taken over)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 
 import pytest
 
+from tests.lab.lab_kit import CONTAINER, changed, results
+from tests.lab.lab_kit import sparkctl as run_sparkctl
 from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
 
-CONTAINER = "trtllm-multinode"
-
-
 def sparkctl(lab, *args: str) -> tuple[int, list[dict], str]:
-    proc = subprocess.run(["sparkctl", *args, "--json"], capture_output=True, text=True, timeout=600)
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return proc.returncode, events, proc.stderr
+    return run_sparkctl([*args, "--json"])
 
 
 def bootstrap(lab, *extra: str) -> tuple[int, list[dict], str]:
     return sparkctl(lab, "cluster", "bootstrap", str(lab.inventory_path), *extra)
 
 
-def changed(events) -> set[tuple[str, str | None]]:
-    return {(e["task"], e.get("node")) for e in events if e["event"] == "task_result" and e["status"] == "changed"}
-
-
 def failures(events) -> list[dict]:
-    return [e for e in events if e["event"] == "task_result" and e["status"] in ("failed", "unreachable")]
+    return results(events, "failed", "unreachable")
 
 
 def applied_on(events) -> set[str]:

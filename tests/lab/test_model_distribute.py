@@ -10,7 +10,9 @@ import os
 
 import pytest
 
-from tests.lab.test_bootstrap_serve import TOKEN, changed, sh, sparkctl, write_inventory
+from tests.lab.lab_kit import HF_TOKEN as TOKEN
+from tests.lab.lab_kit import changed, sparkctl, write_inventory
+from tests.lab.lab_kit import sh_output as sh
 
 pytestmark = pytest.mark.lab
 

@@ -7,7 +7,7 @@ from sparkctl.doctor.diagnose import run_checks
 from sparkctl.knowledge.bench_history import incomparable, regressions
 from sparkctl.plan.bench import link_settings, nccl_settings
 from sparkctl.runs import bench_records
-from tests.unit.test_doctor_checks import healthy_snapshot
+from tests.unit.doctor_snapshot_kit import healthy_snapshot
 
 LINK = "spark1 enP2p1s0f1np1 -> spark2 enP2p1s0f1np1"
 

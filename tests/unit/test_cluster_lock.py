@@ -167,6 +167,7 @@ def test_a_holder_without_heartbeats_loses_the_lease(nodes, monkeypatch):
         silent.release()
 
 
+@pytest.mark.slow
 def test_heartbeats_keep_the_lease(nodes, monkeypatch):
     monkeypatch.setattr(lockmod, "LEASE_S", 3)  # a beat may be late by seconds on a loaded machine, not 2.8 s
     monkeypatch.setattr(lockmod, "HEARTBEAT_S", 0.2)
@@ -209,6 +210,7 @@ def test_a_lock_script_that_ends_without_an_answer_asks_for_bash_only(tmp_path):
     assert "flock" not in failed.value.hint
 
 
+@pytest.mark.slow
 def test_a_node_slow_to_answer_is_not_told_to_install_flock_or_bash(tmp_path, monkeypatch):
     monkeypatch.setattr(lockmod, "ANSWER_TIMEOUT_S", 0.5)
     node = Scripted("spark1", tmp_path, "sleep 5")

@@ -9,58 +9,20 @@ import pytest
 
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.findings import CLUSTER
-from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
-from sparkctl.facts import Address, ContainerInfo, Lldp, LldpNeighbor, NetplanFile
+from sparkctl.doctor.snapshot import ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
+from sparkctl.facts import Address, ContainerInfo, Lldp, NetplanFile
 from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.rules.twins import SET_DOWN, twin_faults
 from tests.taskkit import inventory, spark_facts
-
-NODES = ("spark1", "spark2")
-ADDRS = {"spark1": ("192.168.100.10", "192.168.101.10"), "spark2": ("192.168.100.11", "192.168.101.11")}
-TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
-GiB_KB = 1024 * 1024
-
-
-def healthy_snapshot() -> Snapshot:
-    """Two bootstrapped, serving Sparks as doctor would see them."""
-    inv = inventory()
-    facts = {}
-    for i, name in enumerate(NODES):
-        f = spark_facts(name, addresses={t: [f"{ip}/24"] for t, ip in zip(TWINS, ADDRS[name], strict=True)},
-                        mtu=9000, session_ip=f"10.0.0.{11 + i}")
-        f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
-        f.hf_cache_free_bytes = 2 * 10**12
-        peer = NODES[1 - i]
-        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, peer, port_descr=t) for t in TWINS])
-        facts[name] = f
-    plan, _ = doctor_plan(inv, facts)
-    probes = {}
-    for name in NODES:
-        node_plan = plan.nodes[name]
-        facts[name].netplan_files = [NetplanFile(inv.fabric.netplan_file, node_plan.netplan, 0o600)]
-        spec = node_plan.container
-        facts[name].containers = {spec.name: ContainerInfo(
-            spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
-            labels={SPEC_LABEL: spec.spec_hash()},
-            mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
-        facts[name].listening_tcp = {22: "sshd", 2233: "sshd"}
-        peer = NODES[1 - NODES.index(name)]
-        probes[name] = NodeProbe(
-            pings=[LinkProbe(t, peer, ip, "ok") for t, ip in zip(TWINS, ADDRS[peer], strict=True)],
-            ssh=[SshProbe(peer, ADDRS[peer][0], True)],
-            container_ssh=[SshProbe(peer, f"root@{ip}", True) for ip in ADDRS[peer]],
-            container_hostfile=plan.hostfile, port_owners={2233: "sshd (pid 40)"}, hf_token_file=True,
-            models=[ModelCache(r, "complete") for r in ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3")],
-            serve_log_exists=name == "spark1")
-    probes["spark1"].health_status = 200
-    probes["spark1"].completion = "The sea is wide and deep."
-    probes["spark1"].port_owners[8355] = "trtllm-serve (pid 77)"
-    return Snapshot(inv, facts, {}, probes, plan)
-
-
-def diagnose(s: Snapshot):
-    s.plan, s.plan_error = doctor_plan(s.inventory, s.facts)
-    return run_checks(s)
+from tests.unit.doctor_snapshot_kit import (
+    NODES,
+    GiB_KB,
+    diagnose,
+    fault_container_exited,
+    fault_mtu,
+    fault_sudo,
+    healthy_snapshot,
+)
 
 
 def errors(s: Snapshot) -> set[tuple[str, str]]:
@@ -89,11 +51,6 @@ def test_a_node_without_lldp_is_a_note_and_its_ports_are_seen_from_the_other_end
 def _addr(text: str) -> Address:
     ip, _, prefix = text.partition("/")
     return Address(ip, int(prefix), "inet", "link" if ip.startswith("169.254.") else "global")
-
-
-def fault_mtu(s):
-    s.facts["spark2"].interfaces["enP2p1s0f1np1"].mtu = 1500
-    s.probes["spark1"].pings[1].verdict = "mtu"  # explained by the MTU finding, not reported again
 
 
 def fault_link_local(s):
@@ -158,16 +115,6 @@ def fault_jumbo(s):
 
 def fault_ssh_mesh(s):
     s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "Permission denied (publickey).")
-
-
-def fault_container_exited(s):
-    info = s.facts["spark2"].containers["trtllm-multinode"]
-    info.running, info.status = False, "exited"
-    s.facts["spark2"].listening_tcp.pop(2233)
-    s.probes["spark2"].port_owners.pop(2233)
-    s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
-                                        for p in s.probes["spark1"].container_ssh]
-    s.probes["spark2"].container_hostfile = None
 
 
 def fault_container_restarting(s):
@@ -252,10 +199,6 @@ def fault_ssh_refused(s):
 
 def fault_user(s):
     s.facts["spark2"].user = "ubuntu"
-
-
-def fault_sudo(s):
-    s.facts["spark1"].sudo_nopasswd = False
 
 
 def fault_docker_broken(s):

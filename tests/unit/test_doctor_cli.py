@@ -21,7 +21,7 @@ from sparkctl.doctor.fix import repair_selection, tasks_for
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.secrets import MASK, forget_secrets, register_secret
 from tests.taskkit import doctor_report
-from tests.unit.test_doctor_checks import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
+from tests.unit.doctor_snapshot_kit import fault_container_exited, fault_mtu, fault_sudo, healthy_snapshot
 
 TOKEN = "hf_" + "Ab1" * 12
 

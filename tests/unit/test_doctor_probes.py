@@ -6,7 +6,7 @@ import subprocess
 
 from sparkctl.doctor.probes import parse_probe, probe_script
 from sparkctl.transport.framing import MARKER
-from tests.unit.test_doctor_checks import healthy_snapshot
+from tests.unit.doctor_snapshot_kit import healthy_snapshot
 
 NONCE = "abc123"
 

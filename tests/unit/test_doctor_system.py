@@ -18,7 +18,7 @@ from sparkctl.doctor.node_probes import (
 )
 from sparkctl.facts.parse import parse_meminfo
 from sparkctl.knowledge.cuda import driver_problem
-from tests.unit.test_doctor_checks import GiB_KB, diagnose, healthy_snapshot
+from tests.unit.doctor_snapshot_kit import GiB_KB, diagnose, healthy_snapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TWINS = {"spark1": ("192.168.100.10", "192.168.101.10"), "spark2": ("192.168.100.11", "192.168.101.11")}

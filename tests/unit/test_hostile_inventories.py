@@ -289,6 +289,7 @@ def _set(document: dict, where: tuple, value) -> dict:
 
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.mark.slow
 @given(changes=st.lists(st.tuples(st.sampled_from(FIELDS), VALUES), min_size=1, max_size=4))
 def test_fuzzed_inventories_load_or_are_refused_never_crash(changes, tmp_path):
     document = {"user": "nvidia", "nodes": [{"name": "spark1", "host": "10.0.0.11"},
@@ -367,6 +368,7 @@ RAW_TEMPLATE = ("user: {user}\nnodes:\n  - name: spark1\n    host: {host}\n    p
 RAW_FIELDS = ("user", "host", "port", "local", "cluster", "timeout", "ssh_port", "env")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.fixed_dictionaries({name: RAW_SCALARS for name in RAW_FIELDS}))
 def test_fuzzed_raw_yaml_scalars_load_or_are_refused_never_crash(tmp_path_factory, values):

@@ -473,6 +473,7 @@ def wait_health(base, want, timeout=120):  # mpirun and two Python ranks start s
     raise AssertionError(f"/health never answered {want}: {seen[-5:]}")
 
 
+@pytest.mark.slow
 @needs_mpi
 def test_trtllm_serve_two_ranks_serve_until_a_peer_dies(serve_env):
     env, options = serve_env

@@ -97,6 +97,7 @@ def test_verdicts_tell_broken_pairs_from_tries_that_could_not_run(tmp_path):
     assert verdicts["e"].state == "fail" and verdicts["e"].error == "exit status 0"
 
 
+@pytest.mark.slow
 def test_a_login_shell_that_is_not_posix_does_not_matter_and_a_silent_peer_is_cut_off(tmp_path, monkeypatch):
     """ssh runs LocalCommand with $SHELL (the user's login shell: fish has no $PPID, a wrapper would kill
     itself): the try gives ssh /bin/sh. A peer that accepts the connection and then says nothing is not waited

@@ -17,8 +17,7 @@ from sparkctl.tasks.mpi.reads import hostfile_reads
 from sparkctl.tasks.verify.fabric import FabricVerify
 from sparkctl.transport.framing import Framing
 from tests.taskkit import framed
-from tests.unit.test_tasks_container import cluster, pair, running_like_plan
-from tests.unit.test_verify_fabric import _probe_line
+from tests.unit.container_kit import cluster, pair, probe_line, running_like_plan
 
 
 class Records(dict):
@@ -46,7 +45,7 @@ def converged(rules=None, records=None):
 def probe_rules(cctx, env, result=None):
     hostfile = cctx.plan().hostfile
     return {"spark1": [(r"docker exec", framed([("container-hostfile", hostfile), ("probe", ""),
-                                                ("probe-result", (result or _probe_line(env)) + "\n"),
+                                                ("probe-result", (result or probe_line(env)) + "\n"),
                                                 ("nccl", "")]))],
             "spark2": [(r"docker exec", framed([("container-hostfile", hostfile), ("nccl", "")]))]}
 

@@ -34,7 +34,7 @@ from sparkctl.tasks.network.down import NetworkDown
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.framing import MARKER
 from tests.taskkit import install_effects, inventory, make_kit, normalize_run_id, spark_facts
-from tests.unit.test_doctor_checks import diagnose, healthy_snapshot
+from tests.unit.doctor_snapshot_kit import diagnose, healthy_snapshot
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nmcli"
 TWINS = ["enp1s0f1np1", "enP2p1s0f1np1"]

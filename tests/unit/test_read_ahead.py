@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from sparkctl.engine.events import Event
 from sparkctl.facts import gather_facts
 from sparkctl.facts.script import SIDE_GRACE_S
@@ -35,6 +37,7 @@ def test_side_reads_run_beside_the_facts_each_within_its_seconds(tmp_path):
     assert facts.side_reads["odd name's"].rc == 3
 
 
+@pytest.mark.slow
 def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are_not_held(tmp_path):
     marker = tmp_path / "finished"
     stuck = f"sleep {SIDE_GRACE_S + 27.25:g}"  # a command line no other process has

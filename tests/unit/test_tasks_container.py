@@ -2,123 +2,28 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 
 import pytest
 
 from sparkctl.engine.task import TaskFailed
-from sparkctl.facts import Address, ContainerInfo, Facts, Interface, RoceDevice
-from sparkctl.inventory import Inventory
-from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.facts import ContainerInfo
 from sparkctl.tasks.container import image as image_task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.run import ContainerRunTask
 from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files
 from sparkctl.tasks.container.state import ContainerStateTask
-from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
 from sparkctl.transport.base import CommandResult
-from tests.taskkit import answer, framed
+from tests.taskkit import framed
+from tests.unit.container_kit import (
+    cluster,
+    node_facts,
+    pair,
+    running_like_plan,
+)
 
 HOSTILE = "a b'c\";$(touch /tmp/pwned)`x`"
-TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
-ROCE = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
-        "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
-
-
-class FakeTransport:
-    """Answers commands by the first matching (regex, result) rule; records every command and file."""
-
-    def __init__(self, node: str, rules: list[tuple[str, CommandResult | str]] | None = None):
-        self.node = node
-        self.round_trips = 0
-        self.rules = rules or []
-        self.commands: list[str] = []
-        self.files: dict[str, str] = {}
-        self.execs: list[tuple[str, str, str | None]] = []
-
-    def _answer(self, cmd: str) -> CommandResult:
-        for pattern, result in self.rules:
-            if re.search(pattern, cmd):
-                if not isinstance(result, CommandResult):
-                    result = CommandResult(cmd, 0, answer(result, cmd), "")
-                return result
-        return CommandResult(cmd, 0, "", "")
-
-    def run(self, cmd, *, sudo=False, timeout=60.0, input=None):
-        self.round_trips += 1
-        self.commands.append(cmd)
-        return self._answer(cmd)
-
-    def put(self, path, content, *, mode=0o644, owner=None, sudo=False):
-        self.files[path] = content
-
-    def read(self, path, *, sudo=False):
-        return self.files.get(path)
-
-    def exec_in(self, container, cmd, *, timeout=60.0, input=None, env=None):
-        self.execs.append((container, cmd, input))
-        return self._answer("exec_in " + cmd)
-
-    def close(self):
-        pass
-
-
-def inventory(env: dict | None = None, nodes: int = 2) -> Inventory:
-    return Inventory.model_validate({
-        "cluster": {"name": "pair"}, "user": "nvidia",
-        "nodes": [{"name": f"spark{i}", "host": f"10.0.0.{i}"} for i in range(1, nodes + 1)],
-        "fabric": {"topology": "pair"},
-        "container": {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12", "env": env or {}},
-    })
-
-
-def node_facts(name: str, index: int, port: int = 1, container: ContainerInfo | None = None,
-               listening: dict | None = None, image: bool = True) -> Facts:
-    interfaces = {"enP7s7": Interface("enP7s7", 1500, "UP", True,
-                                      addresses=[Address(f"10.0.0.{index}", 24, "inet", "global")])}
-    roce = []
-    for p, twins in TWINS.items():
-        for twin, netdev in enumerate(twins):
-            up = p == port
-            addrs = [Address(f"192.168.{100 + twin}.{9 + index}", 24, "inet", "global")] if up else []
-            interfaces[netdev] = Interface(netdev, 9000, "UP" if up else "DOWN", up, addresses=addrs)
-            roce.append(RoceDevice(ROCE[netdev], 1, netdev, up))
-    return Facts(node=name, hostname=name, user="nvidia", interfaces=interfaces, roce=roce,
-                 management_interfaces=["enP7s7"], docker_cli=True, docker_access=True,
-                 containers={"trtllm-multinode": container or ContainerInfo("trtllm-multinode", False)},
-                 images={"nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12": "sha256:abc" if image else None},
-                 listening_tcp=listening or {22: "sshd"}, hf_cache="/home/nvidia/.cache/huggingface")
-
-
-def cluster(inv: Inventory, facts: dict[str, Facts], rules: dict[str, list] | None = None):
-    events = []
-    cctx = ClusterContext(inv, RunOptions(), events.append)
-    for node in inv.nodes:
-        ctx = NodeContext(cctx, node, FakeTransport(node.name, (rules or {}).get(node.name, [])))
-        ctx._facts = facts[node.name]
-        ctx.facts = lambda refresh=False, _c=ctx: _c._facts  # recorded facts: never gathered again
-        cctx.add(ctx)
-    return cctx, events
-
-
-def running_like_plan(cctx, node: str, **override) -> ContainerInfo:
-    spec = cctx.plan().nodes[node].container
-    info = ContainerInfo("trtllm-multinode", True, running=True, status="running", image=spec.image,
-                         labels={SPEC_LABEL: spec.spec_hash()}, env=dict(spec.env, PATH="/usr/bin"),
-                         mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])
-    for key, value in override.items():
-        setattr(info, key, value)
-    return info
-
-
-def pair(port2: int = 1, env=None, **containers):
-    inv = inventory(env)
-    facts = {"spark1": node_facts("spark1", 1), "spark2": node_facts("spark2", 2, port=port2)}
-    return inv, facts
-
-
 # --- container.run ------------------------------------------------------------------------------------------
 
 def test_env_uses_each_nodes_own_up_port():

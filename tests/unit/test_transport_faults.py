@@ -16,7 +16,7 @@ import pytest
 from sparkctl.errors import Interrupted, Unreachable
 from sparkctl.transport.shell import RemoteFileError
 from sparkctl.transport.ssh import DEAD_AFTER_S, KEEPALIVE_S, SSHTransport
-from tests.unit.test_transport_ssh import NOPASSWD_USER, SUDO_USER, make_transport, users  # noqa: F401 (a fixture)
+from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, make_transport
 
 pytestmark = pytest.mark.sshd
 
@@ -120,6 +120,7 @@ def test_a_node_that_stops_answering_is_unreachable_after_one_wait_not_two(sshd,
         relay.close()
 
 
+@pytest.mark.slow
 def test_a_node_that_answers_but_opens_no_session_gets_a_second_wait(sshd, users, known_hosts):  # noqa: F811
     relay = Relay(sshd.port)
     ssh = relayed(sshd, known_hosts, relay)

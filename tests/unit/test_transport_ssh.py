@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import pwd
-import secrets
 import shutil
 import socket
 import stat
-import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,54 +24,14 @@ from sparkctl.transport.shell import RemoteFileError
 from sparkctl.transport.ssh import SSHTransport
 from sparkctl.transport.sudo import SudoMode, sudo_mode
 from tests.sshd_server import free_port, make_key
+from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, make_transport
 
 pytestmark = pytest.mark.sshd
-
-# Names of this process's own: other test runs in the same machine may create and remove theirs meanwhile.
-SUDO_USER = f"sparkctl-t{os.getpid()}"  # sudo asks for a password
-NOPASSWD_USER = f"sparkctl-n{os.getpid()}"  # sudo without a password
-SUDOERS = Path(f"/etc/sudoers.d/sparkctl-tests-{os.getpid()}")
 
 
 @pytest.fixture(autouse=True)
 def _no_agent(monkeypatch):
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-
-
-@pytest.fixture(scope="module")
-def users():
-    """Two throwaway users (a real password each, so sshd does not see a locked account) and their
-    sudoers rules; removed at teardown. Root's own ~/.bashrc may be slow: tests log in as them."""
-    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("sudo"):
-        pytest.skip("needs root, useradd and sudo to create the test users")
-    password = "pw-" + secrets.token_hex(8)
-    for name in (SUDO_USER, NOPASSWD_USER):
-        with contextlib.suppress(KeyError):
-            pwd.getpwnam(name)
-            subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
-        subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True)
-    SUDOERS.write_text(f"{SUDO_USER} ALL=(ALL) ALL\n{NOPASSWD_USER} ALL=(ALL) NOPASSWD: ALL\n")
-    SUDOERS.chmod(0o440)
-    workdir = Path(tempfile.mkdtemp(prefix="sparkctl-ssh-"))
-    shutil.chown(workdir, SUDO_USER)
-    yield {"password": password, "workdir": workdir}
-    shutil.rmtree(workdir, ignore_errors=True)
-    SUDOERS.unlink(missing_ok=True)
-    for name in (SUDO_USER, NOPASSWD_USER):
-        subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
-
-
-@pytest.fixture
-def known_hosts(tmp_path):
-    return str(tmp_path / "known_hosts")
-
-
-def make_transport(server, known_hosts, *, user=SUDO_USER, node="spark1", **options) -> SSHTransport:
-    options.setdefault("identity_file", str(server.client_key))
-    return SSHTransport(node, "127.0.0.1", user=user, port=server.port, known_hosts_path=known_hosts,
-                        use_ssh_config=False, connect_timeout=5, **options)
-
 
 @pytest.fixture
 def ssh(sshd, users, known_hosts):

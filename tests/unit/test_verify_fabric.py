@@ -11,7 +11,7 @@ from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.interface_settings import hostfile_mismatches, node_mismatches, subnet_mismatches
 from sparkctl.tasks.verify.fabric import FabricVerify, nccl_log_findings, probe_mismatches
 from tests.taskkit import framed
-from tests.unit.test_tasks_container import cluster, node_facts, pair, running_like_plan
+from tests.unit.container_kit import cluster, node_facts, pair, probe_line, running_like_plan
 
 GOOD = {
     "NCCL_SOCKET_IFNAME": "enp1s0f1np1,enP2p1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
@@ -108,12 +108,6 @@ def test_ring_peers_share_a_subnet_on_any_fabric_twin_not_only_the_mpi_one():
     assert found and "no subnet in common with spark2" in found[0].has
 
 
-def _probe_line(hostfile_env: dict) -> str:
-    ranks = [{"rank": r, "hostname": f"spark{r + 1}", "env": hostfile_env, "sum_ok": True,
-              "tx_bytes": {"enp1s0f1np1": 1 << 20}, "seconds": 0.01} for r in range(2)]
-    return json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
-
-
 def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
     inv, facts = pair()
     cctx, _ = cluster(inv, facts)
@@ -122,7 +116,7 @@ def test_verify_reads_and_probes_in_one_round_trip_per_node_with_cached_facts():
     hostfile = cctx.plan().hostfile
     env = cctx.plan().nodes["spark1"].container.env
     rules = {"spark1": [(r"docker exec", framed([("container-hostfile", hostfile), ("probe", "mpirun said nothing\n"),
-                                                 ("probe-result", _probe_line(env) + "\n"), ("nccl", "")]))],
+                                                 ("probe-result", probe_line(env) + "\n"), ("nccl", "")]))],
              "spark2": [(r"docker exec", framed([("container-hostfile", hostfile), ("nccl", "")]))]}
     cctx, events = cluster(inv, facts, rules)
     assert FabricVerify().check(cctx) == []
