@@ -92,6 +92,24 @@ def down_command(directory: str) -> None:
     click.echo(f"lab {lab.names.lab_id} is down")
 
 
+@lab_group.command("reboot")
+@dir_option
+@click.argument("node")
+@click.option("--hard", is_flag=True, help="A power cut: every process killed at once, no shutdown.")
+@json_option
+@verbose_option
+def reboot_command(directory: str, node: str, hard: bool, as_json: bool, verbose: int) -> None:
+    """Reboot NODE: its disk is kept (/etc, /home, /var/lib, the containers), /run, /tmp and its addresses are
+    lost, and it boots again through its systemd (netplan, docker, sshd as at any boot)."""
+    lab = _load(directory)
+    _node_of(lab.state.node, node)
+    seconds = lab.reboot(node, hard=hard, log=lambda m: click.echo(m, err=True))
+    if as_json:
+        report_line("lab reboot", ExitStatus.SUCCESS, node=node, hard=hard, seconds=round(seconds, 2))
+        return
+    click.echo(f"{node} is up again after {seconds:.1f}s ({'power cut' if hard else 'reboot'})")
+
+
 @lab_group.command("status")
 @dir_option
 @json_option

@@ -207,6 +207,8 @@ class ContainerInfo:
     id: str | None = None
     #: why the state is "unknown": what docker said, or that it did not answer in time
     error: str | None = None
+    #: HostConfig.RestartPolicy.Name ("no" for none); None when docker did not report one
+    restart_policy: str | None = None
 
 
 @dataclass

@@ -164,7 +164,15 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
         image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
         restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
-        id=str(item.get("Id") or "") or None)
+        id=str(item.get("Id") or "") or None, restart_policy=_restart_policy(item))
+
+
+def _restart_policy(item: dict) -> str | None:
+    """HostConfig.RestartPolicy.Name: docker writes "no" for none, podman "" (None: not reported at all)."""
+    policy = (item.get("HostConfig") or {}).get("RestartPolicy")
+    if not isinstance(policy, dict) or "Name" not in policy:
+        return None
+    return str(policy.get("Name") or "no")
 
 
 def _started_at(value: str | None) -> str | None:

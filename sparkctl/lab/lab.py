@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.errors import BadInput, SparkctlError
-from sparkctl.lab import inventory_writer, network, node, podman, systemd
+from sparkctl.lab import inventory_writer, network, node, podman, reboot, systemd
 from sparkctl.lab.image import IMAGE_STORE, ensure_image, image_ref
 from sparkctl.lab.naming import ALL_TWINS, LabNames, new_lab_id, node_name, parse_ring_order, validate_topology
 from sparkctl.lab.renderer import DEFAULT_RENDERER, renderer_spec
@@ -82,6 +82,10 @@ class Lab:
 
     def pid_of(self, name: str) -> int:
         record = self.state.node(name)
+        if record.pid is None or not process_is_alive(record.pid, None):
+            # another process (`sparkctl lab reboot`) may have booted the node again since this state was read
+            self.state = LabState.load(self.dir)
+            record = self.state.node(name)
         if record.pid is None or not process_is_alive(record.pid, None):
             raise SparkctlError(f"node {name} is not running", hint=f"sparkctl lab up --dir {self.dir}")
         return record.pid
@@ -273,6 +277,19 @@ class Lab:
             if time.monotonic() > deadline:
                 raise SparkctlError(f"sshd on {record.name} ({record.mgmt_ip}:22) did not answer")
             time.sleep(0.05)
+
+    def reboot(self, name: str, hard: bool = False, log: Log = lambda _msg: None) -> float:
+        """Power NAME off (cleanly, or `hard`: a power cut), lose what lives in memory, boot it again; returns the
+        seconds until its sshd answered (sparkctl/lab/reboot.py)."""
+        record = self.state.node(name)
+        started = time.monotonic()
+        reboot.power_off(self, name, hard)
+        reboot.forget_memory(self, name)
+        log(f"{name}: {'power cut' if hard else 'shut down'}; booting")
+        self._start_node(record)
+        self.state.save()
+        self._wait_booted(record)
+        return time.monotonic() - started
 
     def down(self, log: Log = lambda _msg: None) -> list[str]:
         """Tear everything down; returns what could not be removed (empty on success)."""

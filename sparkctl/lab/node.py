@@ -155,8 +155,8 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         # own, never the machine's /dev/null (which would then refuse writes from everyone but root)
         f"mount --bind {d}/console /dev/console",
         f"hostname {hostname}",
-        "rm -f /etc/ssh/ssh_host_*",
-        "ssh-keygen -q -A",
+        # the machine's host keys are dropped once, at the first boot; the node's own are kept across reboots
+        f"if [ ! -e {d}/etc-upper/ssh/ssh_host_ed25519_key ]; then rm -f /etc/ssh/ssh_host_*; ssh-keygen -q -A; fi",
         "getent group docker >/dev/null || groupadd -r docker",
         f"if ! id {user} >/dev/null 2>&1; then",
         # uid 1000 like DGX OS's first user, unless the machine already gave it away
@@ -166,6 +166,8 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         "fi",
         f"usermod -aG docker {user}",
         f"install -d -m 700 -o {user} -g {user} /home/{user}/.ssh",
+        # the lab's key at the first boot; after that the file is the node's (sparkctl adds the cluster's keys)
+        f"[ -e /home/{user}/.ssh/authorized_keys ] || "
         f"install -m 600 -o {user} -g {user} {d}/authorized_keys /home/{user}/.ssh/authorized_keys",
         "echo booting > /run/lab/init",
     ]

@@ -87,6 +87,12 @@ def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[s
     return env
 
 
+#: Docker's policy that brings a container back when its node boots or it dies, and keeps one stopped by hand
+#: stopped (docs.docker.com/engine/containers/start-containers-automatically/). NVIDIA's procedure starts the
+#: container with --rm, which cannot carry a restart policy: sparkctl does not remove it on exit.
+RESTART_POLICY = "unless-stopped"
+
+
 @dataclass
 class ContainerSpec:
     name: str
@@ -98,11 +104,13 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     #: sha256 of the files mounted into the container whose content is part of its spec (the entrypoint)
     content_hash: str = ""
+    #: the node's docker starts it again at boot and when it dies, unless someone stopped it by hand
+    restart: str = RESTART_POLICY
 
     def spec_hash(self) -> str:
         body = json.dumps(
             {"image": self.image, "env": self.env, "mounts": self.mounts, "args": self.docker_args,
-             "command": self.command, "content": self.content_hash},
+             "command": self.command, "content": self.content_hash, "restart": self.restart},
             sort_keys=True,
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -111,7 +119,7 @@ class ContainerSpec:
         """`docker run` as NVIDIA's multi-node procedure does it (NVIDIA/dgx-spark-playbooks,
         nvidia/trt-llm/README.md), with sparkctl's deliberate changes (tests/unit/test_plan_golden.py lists them)."""
         argv = [
-            "docker", "run", "-d", "--name", self.name,
+            "docker", "run", "-d", "--name", self.name, "--restart", self.restart,
             "--gpus", '"device=all"', "--network", "host",
             "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
             "--device", "/dev/infiniband:/dev/infiniband",

@@ -28,4 +28,6 @@ def spec_differences(spec: ContainerSpec, current: ContainerInfo) -> list[str]:
         got = have_mounts.get(inside.rstrip("/"))
         if got != host.rstrip("/"):
             out.append(f"mount {inside}: {got or '(none)'} -> {host}")
+    if current.restart_policy is not None and current.restart_policy != spec.restart:
+        out.append(f"restart policy {current.restart_policy} -> {spec.restart}")
     return out

@@ -100,6 +100,15 @@ def test_docker_inspect_real_podman_output_redacts_secrets():
     assert c.env["HF_TOKEN"] == MASK and "not-a-real-token" not in repr(c)
     assert c.mounts[0]["Destination"] == "/root/.cache/huggingface" and c.mounts[0]["RW"] is False
     assert not info["nope"].exists and info["nope"].status == "absent"
+    assert c.restart_policy == "no"  # podman writes "" for none, docker "no": the same to sparkctl
+
+
+def test_a_container_s_restart_policy_is_read_as_docker_names_it():
+    item = {"Name": "/c", "Id": "1", "State": {"Status": "running", "Running": True}, "Config": {}}
+    for host_config, policy in (({"RestartPolicy": {"Name": "unless-stopped", "MaximumRetryCount": 0}},
+                                 "unless-stopped"), ({"RestartPolicy": {"Name": "no"}}, "no"), ({}, None)):
+        answer = p.parse_docker_answer(json.dumps([dict(item, HostConfig=host_config)]), ["c"], [])
+        assert answer.containers["c"].restart_policy == policy
 
 
 def test_one_docker_inspect_answers_for_the_container_and_the_image():

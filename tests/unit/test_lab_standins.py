@@ -104,6 +104,44 @@ def test_dockerd_holds_its_socket_while_it_runs_and_removes_it_when_stopped(tmp_
     assert not path.exists()
 
 
+def test_docker_remembers_a_hand_stop_until_the_container_is_started_again(fake_podman, tmp_path):
+    env, _, _ = fake_podman
+    stopped = tmp_path / "stopped-by-user"
+    stopped.mkdir()
+    env = {**env, "SPARKCTL_LAB_DOCKER_STOPPED_DIR": str(stopped)}
+    run("docker", "stop", "-t", "0", "web", "db", env=env, check=True)
+    assert sorted(p.name for p in stopped.iterdir()) == ["db", "web"]
+    run("docker", "start", "web", env=env, check=True)
+    run("docker", "run", "-d", "--name", "db", "img", env=env, check=True)  # a new container of that name
+    assert list(stopped.iterdir()) == []
+    run("docker", "kill", "web", env=env, check=True)
+    run("docker", "rm", "-f", "web", env=env, check=True)
+    assert list(stopped.iterdir()) == []
+
+
+def test_dockerd_starts_what_the_restart_policies_bring_back(tmp_path):
+    """always: started; unless-stopped: started unless stopped by hand; no, or already running: left alone."""
+    containers = {"a1": ("always", "exited"), "u1": ("unless-stopped", "exited"), "u2": ("unless-stopped", "exited"),
+                  "n1": ("no", "exited"), "r1": ("unless-stopped", "running"), "h1": ("always", "exited")}
+    calls = tmp_path / "calls"
+    script = tmp_path / "podman"
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\ncontainers = {containers!r}\nargs = sys.argv[1:]\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(args) + '\\n')\n"
+        "if args[0] == 'ps':\n    print('\\n'.join(f'id-{n} {n}' for n in containers))\n"
+        "elif args[0] == 'inspect':\n    print(' '.join(containers[args[-1][3:]]))\n")
+    script.chmod(0o755)
+    stopped = tmp_path / "stopped-by-user"
+    stopped.mkdir()
+    (stopped / "u2").touch()
+    (stopped / "id-h1").touch()  # `always` comes back at a daemon start even after a hand stop (docker's docs)
+    dockerd = load_script("dockerd")
+    dockerd.PODMAN, dockerd.STOPPED_BY_USER_DIR = str(script), str(stopped)
+    dockerd.restart_by_policy()
+    started = [line.split()[1] for line in calls.read_text().splitlines() if line.startswith("start ")]
+    assert sorted(started) == ["a1", "h1", "u1"]
+
+
 NVIDIA_RUN = [
     "run", "-d", "--rm", "--name", "trtllm-multinode", "--gpus", '"device=all"', "--network", "host",
     "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--device", "/dev/infiniband:/dev/infiniband",

@@ -75,6 +75,8 @@ ENTRYPOINT_SHIPPED = ("the entrypoint ships with sparkctl and is mounted read-on
 DELIBERATE_IMPROVEMENTS = {
     # container (each node)
     "run: flag --rm removed": "no --rm: the logs of an exited container stay readable (`docker logs`)",
+    "run: option --restart added": "--restart unless-stopped: the node's docker brings the container back when the "
+                                   "node boots or the container dies (--rm could not carry a policy)",
     "run: env NCCL_IB_HCA added": "both twins' RoCE devices of the node's own port; without it NCCL can silently "
                                   "fall back to TCP (a fraction of the bandwidth)",
     "run: env OMPI_MCA_oob_tcp_if_include added": "else ORTE may use the management network",

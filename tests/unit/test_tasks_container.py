@@ -65,6 +65,22 @@ def test_same_spec_running_is_ok():
     assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
 
 
+def test_the_container_comes_back_by_itself_and_a_policy_changed_by_hand_is_put_back():
+    """--restart unless-stopped: the node's docker starts it at boot and when it dies; `docker update --restart no`
+    keeps the spec label, so the policy docker reports is judged too."""
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    spec = cctx.plan().nodes["spark1"].container
+    argv = spec.run_argv()
+    assert argv[argv.index("--restart") + 1] == "unless-stopped" and "--rm" not in argv
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1", restart_policy="unless-stopped")
+    assert ContainerRunTask().check(cctx.nodes["spark1"]) == []
+    facts["spark1"].containers["trtllm-multinode"] = running_like_plan(cctx, "spark1", restart_policy="no")
+    changes = ContainerRunTask().check(cctx.nodes["spark1"])
+    assert [(c.payload, c.summary) for c in changes] == [
+        ("recreate", "recreate container trtllm-multinode: restart policy no -> unless-stopped")]
+
+
 @pytest.mark.parametrize("listen", [["192.168.100.10", "192.168.101.10", "10.0.0.1"], ["*"], ["0.0.0.0"]])
 def test_an_ssh_port_answering_on_the_management_address_recreates_the_container(listen):
     inv, facts = pair()
