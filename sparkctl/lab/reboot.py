@@ -11,16 +11,30 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sparkctl.errors import SparkctlError
 from sparkctl.lab import network, node
-from sparkctl.lab.state import process_is_alive
+from sparkctl.lab.naming import LabNames
+from sparkctl.lab.state import LabState, process_is_alive
 
-if TYPE_CHECKING:
-    from sparkctl.lab.lab import Lab
+
+class Lab(Protocol):
+    """What a reboot uses of sparkctl.lab.lab.Lab (which imports this module)."""
+
+    state: LabState
+    names: LabNames
+    cgroup_mounts: list[node.CgroupMount]
+
+    def node_cgroup(self, name: str) -> str: ...
+
+    def paths(self, name: str) -> node.NodePaths: ...
+
+    def exec(self, name: str, argv: list[str] | str, check: bool = False, input: str | None = None,
+             timeout: float | None = 120) -> subprocess.CompletedProcess: ...
 
 #: How long a clean shutdown may take before the power is cut anyway (systemd's own default stop timeout is 90 s)
 SHUTDOWN_TIMEOUT_S = 60.0
