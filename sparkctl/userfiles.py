@@ -78,3 +78,10 @@ def file_problem(path: str | os.PathLike, limit: int) -> str | None:
 def _size(count: int) -> str:
     return f"{count // (1 << 20)} MiB" if count >= 1 << 20 else f"{count // 1024} KiB" if count >= 1024 else \
         f"{count} bytes"
+
+
+def controller_state_dir() -> str:
+    """`$XDG_STATE_HOME/sparkctl` (default `~/.local/state/sparkctl`): what sparkctl keeps on this machine (run
+    journals, proofs, bench records, API keys)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "sparkctl")

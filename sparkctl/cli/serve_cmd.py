@@ -63,6 +63,36 @@ def status(file: str, as_json: bool, verbose: int) -> None:
     sys.exit(int(ExitStatus.SUCCESS if report.healthy else ExitStatus.TASK_FAILED))
 
 
+@serve_group.command("key")
+@FILE
+@click.option("--rotate", is_flag=True, help="Make a new key and put it on the gateway: the old one gets 401 at once.")
+@json_option
+@verbose_option
+def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
+    """Print the endpoint's API key (clients send `Authorization: Bearer <key>`); --rotate replaces it."""
+    from sparkctl.cli.options import run_view
+    from sparkctl.runs.serve_ops import endpoint_key, rotate_key
+    from sparkctl.runs.session import RunRequest
+
+    inventory = load(file)
+    if inventory.serve.auth == "none":
+        raise BadInput(f"{file}: serve.auth is none: the endpoint takes no key",
+                       hint="remove `auth: none` from serve: and run `sparkctl cluster bootstrap` to lock it")
+    if rotate:
+        with run_view({"as_json": as_json, "verbose": verbose, "diff": False}) as view:
+            result = rotate_key(inventory, RunRequest.of(verbosity=verbose), view)
+        if result.exit_status() != ExitStatus.SUCCESS:
+            sys.exit(int(result.exit_status()))
+    value = endpoint_key(inventory)
+    if value is None:
+        raise SparkctlError("the endpoint has no key yet: the first serving `sparkctl cluster bootstrap` makes one")
+    if as_json:
+        # the one place the key is printed on purpose: what a script asked for
+        click.echo(json.dumps({"event": "serve key", "status": 0, "key": value}))
+        return
+    click.echo(value)
+
+
 @serve_group.command("logs")
 @FILE
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")

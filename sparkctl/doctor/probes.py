@@ -113,7 +113,8 @@ def _http(container: str, url: str, body: str | None = None, timeout: int = 5) -
     end = "SPARKCTL_HTTP_BODY"
     while end in body:
         end += "_"
-    return f"{line} <<'{end}'\n{body}\n{end}"
+    # the client's first line of input is the Authorization value: none (the engine, on the head's loopback)
+    return f"{line} <<'{end}'\n\n{body}\n{end}"
 
 
 def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,

@@ -384,3 +384,15 @@ def parse_guards(text: str) -> list[str] | None:
     if lines == ["#unreadable"]:
         return None
     return [line for line in lines if line.isdigit()]
+
+
+def listening_on(ss_output: str, port: int) -> set[str]:
+    """The local addresses listening on `port` in `ss -ltnH` output (IPv6 without brackets)."""
+    found = set()
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            address, _, got = fields[3].rpartition(":")
+            if got == str(port):
+                found.add(address.strip("[]").split("%")[0])
+    return found

@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -26,6 +27,10 @@ from sparkctl.knowledge.spark import MANAGEMENT_INTERFACES
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 DEFAULT_SERVE_PORT = 8355
+DEFAULT_API_KEY_ENV = "SPARKCTL_API_KEY"
+#: NGINX's official image, its stable line (docker-library/repo-info, repos/nginx: `stable-alpine` is 1.30.6 as
+#: of 2026-10-21; linux/arm64 v8 among its platforms)
+DEFAULT_GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 MAX_NODES = 64
 NODE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
@@ -69,6 +74,38 @@ def _not_bool(value: Any) -> Any:
 
 
 Subnet = Annotated[str, AfterValidator(_check_subnet)]
+def _listen_address(value: str) -> str:
+    """One address of the head the endpoint answers on: a unicast IP address, never a wildcard or loopback."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("not an IP address (write the head's address, like 10.0.0.11, or `all`)") from None
+    if address.is_unspecified:
+        raise ValueError("is every address: write `listen: all` to answer on all of the head's addresses")
+    if address.is_loopback or address.is_multicast:
+        raise ValueError("is not an address clients reach the head on (the engine itself answers on loopback)")
+    return str(address)
+
+
+def _listen(value: object) -> list[str] | str | None:
+    """serve.listen: `all`, or a list of the head's addresses (each checked, repeats dropped)."""
+    if value is None or value == "all":
+        return value
+    if not isinstance(value, list) or not value:
+        raise ValueError("write `all` or a list of the head's addresses, like [10.0.0.11]")
+    out: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"item {index}: not an address (write it as text, like 10.0.0.11)")
+        try:
+            address = _listen_address(item)
+        except ValueError as exc:
+            raise ValueError(f"item {index}: {exc}") from None
+        if address not in out:
+            out.append(address)
+    return out
+
+
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 def _not_bool_port(value: Any) -> Any:
     if isinstance(value, bool):
@@ -202,6 +239,19 @@ class ServeSettings(_Section):
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
     ready_timeout: StrictInt = Field(1800, ge=10, le=86_400)
+    auth: Literal["key", "none"] = Field("key", description=(
+        "key: every request to the endpoint but /health needs `Authorization: Bearer <key>` (the gateway checks "
+        "it); none: the endpoint is open to anyone who reaches it (every run warns)"))
+    api_key_env: str = Field(DEFAULT_API_KEY_ENV, description=(
+        "the environment variable that holds the endpoint's API key (or <NAME>_FILE a file with it); without "
+        "one, sparkctl makes a key at the first serving run and keeps it 0600 on this machine"))
+    listen: Annotated[list[str] | Literal["all"] | None, PlainValidator(_listen)] = Field(None, description=(
+        "the head's addresses the endpoint answers on (default: its management address, the one sparkctl's "
+        "session reaches); all: every address the head has (warned about); the engine itself answers on the "
+        "head's loopback only"))
+    gateway_image: ImageRef = Field(DEFAULT_GATEWAY_IMAGE, description=(
+        "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
+        "(docs/gateway.md)"))
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
@@ -221,7 +271,7 @@ class ServeSettings(_Section):
             raise ValueError(mask_credentials(f"{err.args[0]} ({hint})")) from None
         return value
 
-    @field_validator("hf_token_env")
+    @field_validator("hf_token_env", "api_key_env")
     @classmethod
     def _hf_token_env(cls, value: str) -> str:
         # The value is not repeated: it may be the token itself.

@@ -67,12 +67,19 @@ class Fetch(Protocol):
 class HttpFetch:
     """Straight from this machine over HTTP (the endpoint must be routable from here)."""
 
-    def __init__(self, base_url: str):
+    def __init__(self, base_url: str, api_key: str | None = None):
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"not an http:// endpoint: {base_url}")
         self.where = base_url.rstrip("/")
         self.host, self.port = parts.hostname, parts.port or 80
+        self.auth = bearer(api_key)
+
+    def headers(self, body: bool, **more: str) -> dict[str, str]:
+        out = {"Content-Type": "application/json"} if body else {}
+        if self.auth:
+            out["Authorization"] = self.auth
+        return {**out, **more}
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
@@ -80,8 +87,7 @@ class HttpFetch:
     def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
         conn = self.connection(timeout)
         try:
-            headers = {"Content-Type": "application/json"} if body is not None else {}
-            conn.request(method, path, body=body, headers=headers)
+            conn.request(method, path, body=body, headers=self.headers(body is not None))
             response = conn.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -99,14 +105,18 @@ class HttpFetch:
 
 
 #: The one in-node HTTP client (doctor's probes and the serve tasks both run it inside the head's container,
-#: which shares the host's network): argv = method, url, timeout; the request body on stdin (never argv);
-#: prints the status (0: nothing answered) on the first line, then the body or the error. No proxy: the
-#: server is on loopback, whatever HTTP_PROXY the image sets.
+#: which shares the host's network): argv = method, url, timeout; on stdin (never argv) the Authorization value
+#: on the first line (empty: none), then the request body; prints the status (0: nothing answered) on the first
+#: line, then the body or the error. No proxy: the server is on the head itself, whatever HTTP_PROXY the image
+#: sets.
 NODE_HTTP_PY = """\
 import sys, urllib.request as u, urllib.error as e
 m, url, t = sys.argv[1], sys.argv[2], float(sys.argv[3])
+a = sys.stdin.buffer.readline().strip().decode()
 data = sys.stdin.buffer.read() if m == "POST" else None
 h = {"Content-Type": "application/json"} if data else {}
+if a:
+    h["Authorization"] = a
 try:
     x = u.build_opener(u.ProxyHandler({})).open(u.Request(url, data=data, method=m, headers=h), timeout=t)
     code, body = x.getcode(), x.read()
@@ -125,15 +135,19 @@ def node_http_command(method: str, url: str, timeout: float) -> str:
     return f"python3 -c {shlex.quote(NODE_HTTP_PY)} {shlex.quote(method)} {shlex.quote(url)} {float(timeout):g}"
 
 
-#: Several requests in one run of python3 in the container (one `docker exec` instead of one each): a JSON list of
-#: [method, url, body or null, timeout] on stdin; one JSON line per request, in order: [status, body (base64) or
-#: why nothing answered, seconds it took]. Status 0: nothing answered.
+#: Several requests in one run of python3 in the container (one `docker exec` instead of one each): on stdin a JSON
+#: object, {"auth": Authorization value or "", "requests": [[method, url, body or null, timeout], ...]}; one JSON
+#: line per request, in order: [status, body (base64) or why nothing answered, seconds it took]. Status 0: nothing
+#: answered.
 NODE_HTTP_BATCH_PY = """\
 import base64, json, sys, time, urllib.request as u, urllib.error as e
 o = u.build_opener(u.ProxyHandler({}))
-for m, url, body, t in json.load(sys.stdin):
+w = json.load(sys.stdin)
+for m, url, body, t in w["requests"]:
     data = body.encode() if body is not None else None
     h = {"Content-Type": "application/json"} if data else {}
+    if w["auth"]:
+        h["Authorization"] = w["auth"]
     s = time.monotonic()
     try:
         x = o.open(u.Request(url, data=data, method=m, headers=h), timeout=t)
@@ -155,21 +169,30 @@ def parse_node_http(output: str) -> tuple[int, str]:
     return (int(status.strip()), body) if status.strip().isdigit() else (0, output.strip())
 
 
-class NodeFetch:
-    """From inside a container on a node (the head), over the SSH connection already open: the server
-    listens on the node's loopback whatever the controller can route to."""
+def bearer(api_key: str | None) -> str:
+    """The Authorization header's value for `api_key` ("" for none)."""
+    return f"Bearer {api_key}" if api_key else ""
 
-    def __init__(self, transport: Any, container: str, port: int, node: str | None = None):
+
+class NodeFetch:
+    """From inside a container on a node (the head), over the SSH connection already open: what answers on the
+    node itself (the engine on its loopback, the gateway on `host`) whatever the controller can route to.
+    `api_key` goes with every request, on stdin."""
+
+    def __init__(self, transport: Any, container: str, port: int, node: str | None = None,
+                 host: str = "127.0.0.1", api_key: str | None = None):
         self.transport, self.container, self.port = transport, container, int(port)
         self.node = node or getattr(transport, "node", "the head")
-        self.where = f"http://127.0.0.1:{self.port} on {self.node}"
+        self.base = endpoint_url(host, self.port)
+        self.where = f"{self.base} on {self.node}"
+        self.auth = bearer(api_key)
 
     def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-        url = f"http://127.0.0.1:{self.port}{path}"
+        url = f"{self.base}{path}"
         try:
             result = self.transport.exec_in(self.container, node_http_command(method, url, timeout),
                                             timeout=timeout + 15,
-                                            input=body.decode() if body is not None else None)
+                                            input=self.auth + "\n" + (body.decode() if body is not None else ""))
         except Exception as exc:  # noqa: BLE001 - a lost connection is "nothing answered", said clearly
             raise EndpointError(f"{self.where}{path}: {exc}") from exc
         status, text = parse_node_http(result.stdout)
@@ -184,9 +207,8 @@ class NodeFetch:
 
     def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
         """The requests in order, in one run of python3 in the container: (status, body, seconds) each."""
-        base = f"http://127.0.0.1:{self.port}"
-        payload = json.dumps([[m, base + path, body.decode() if body is not None else None, t]
-                              for m, path, body, t in requests])
+        payload = json.dumps({"auth": self.auth, "requests": [
+            [m, self.base + path, body.decode() if body is not None else None, t] for m, path, body, t in requests]})
         try:
             result = self.transport.exec_in(self.container, f"python3 -c {shlex.quote(NODE_HTTP_BATCH_PY)}",
                                             timeout=sum(t for *_, t in requests) + 15, input=payload)
@@ -207,8 +229,10 @@ class NodeFetch:
 
 
 class ServeClient:
-    def __init__(self, endpoint: str | Fetch, timeout: float = 60.0, model: str | None = None):
-        self.fetch: Fetch = HttpFetch(endpoint) if isinstance(endpoint, str) else endpoint
+    def __init__(self, endpoint: str | Fetch, timeout: float = 60.0, model: str | None = None,
+                 api_key: str | None = None):
+        """`api_key` goes with every request to an http:// endpoint (a Fetch carries its own)."""
+        self.fetch: Fetch = HttpFetch(endpoint, api_key) if isinstance(endpoint, str) else endpoint
         self.base_url = self.fetch.where
         self.timeout = timeout
         self.model = model
@@ -303,7 +327,7 @@ class ServeClient:
         pieces: list[str] = []
         try:
             conn.request("POST", "/v1/chat/completions", body=json.dumps(self._body(prompt, max_tokens, True)),
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                         headers=self.fetch.headers(True, Accept="text/event-stream"))
             response = conn.getresponse()
             if response.status != 200:
                 raise EndpointError(f"{self.base_url}/v1/chat/completions: HTTP {response.status}: "

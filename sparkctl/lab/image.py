@@ -53,6 +53,8 @@ IMAGE_PACKAGES = [
     "iproute2",
     "procps",
     "iputils-ping",
+    # the gateway sparkctl puts in front of the engine is real NGINX in the lab too (Debian's build)
+    "nginx",
 ]
 DPKG_PATH_EXCLUDES = [
     "/usr/share/doc/*",
@@ -98,6 +100,7 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
         ref = image_ref(recipe)
         current = installed_recipe(ref)
         if current == recipe and not rebuild:
+            _tag_gateway(ref)
             return ref
         reason = "rebuild asked" if rebuild else ("not built yet" if current is None else "recipe changed")
         log(f"lab image: building {ref} ({reason}, recipe {recipe[:12]})")
@@ -115,7 +118,18 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
             log(f"lab image: podman import {time.monotonic() - built:.1f} s")
         finally:
             shutil.rmtree(BUILD_DIR, ignore_errors=True)
+        _tag_gateway(ref)
         return ref
+
+
+#: The gateway image sparkctl runs by default (sparkctl/inventory/sections.py, DEFAULT_GATEWAY_IMAGE; a unit test
+#: keeps the two equal). The lab reaches no registry: this name is given to the lab image, which carries Debian's
+#: NGINX, so the product's own default runs unchanged.
+GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
+
+
+def _tag_gateway(ref: str) -> None:
+    _run(["podman", *podman_store_args(), "tag", ref, GATEWAY_IMAGE], "podman tag", timeout=120)
 
 
 def image_ref(recipe: str | None = None) -> str:

@@ -3,6 +3,7 @@ rendered into a shell script, an sshd/ssh config or a netplan file passes (`| wo
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +53,24 @@ def one_line(value: object) -> str:
     return text
 
 
+#: RFC 6750's b64token: what a Bearer credential may hold, and so all a rendered key may hold
+BEARER_RE = re.compile(r"[A-Za-z0-9._~+/-]{16,512}=*\Z")
+
+
+def bearer(value: object) -> str:
+    """An API key inside a double-quoted config string: token characters only (no quote, `$`, `\\`, space)."""
+    text = str(value)
+    if not BEARER_RE.match(text):
+        raise UnsafeValue("refusing to render an API key that is not a bearer token into a node file")
+    return text
+
+
+def listen_address(value: object) -> str:
+    """An address NGINX listens on: IPv4 as it is, IPv6 in brackets."""
+    address = ipaddress.ip_address(str(value))
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
 @lru_cache(maxsize=1)
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -64,6 +83,8 @@ def template_env() -> jinja2.Environment:
     )
     env.filters["word"] = word
     env.filters["one_line"] = one_line
+    env.filters["bearer"] = bearer
+    env.filters["listen_address"] = listen_address
     return env
 
 

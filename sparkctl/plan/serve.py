@@ -20,6 +20,7 @@ from sparkctl.inventory.release_check import spell_decoding, without_paths
 from sparkctl.inventory.serve import deep_merge
 from sparkctl.knowledge.serve_client import endpoint_url
 from sparkctl.knowledge.trtllm_releases import Release, judged_note, release_of, schema_for
+from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_HF_HOME, draft_dir
 
 
@@ -92,7 +93,8 @@ def launch_argv(inventory: Inventory, hosts: list[str] | None = None) -> list[st
         "--max_batch_size", str(spec.max_batch_size),
         "--extra_llm_api_options", CONFIG_PATH,
         "--port", str(spec.port),
-        "--host", "0.0.0.0",
+        # only the gateway on the head reaches it (sparkctl/plan/gateway.py); NVIDIA's playbook: 0.0.0.0
+        "--host", ENGINE_HOST,
     ]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sparkctl.engine.events import Event
 from sparkctl.secrets import redacted
+from sparkctl.userfiles import controller_state_dir
 
 KEEP_RUNS = 50
 
@@ -19,8 +20,7 @@ KEEP_RUNS = 50
 def runs_dir(cluster: str | None = None) -> Path:
     """`$XDG_STATE_HOME/sparkctl/runs` (default `~/.local/state/sparkctl/runs`); a cluster's journals in its own
     folder below it (pruned and bundled on their own: one cluster's runs never push out another's)."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    base = Path(state) / "sparkctl" / "runs"
+    base = Path(controller_state_dir()) / "runs"
     return base / _safe(cluster) if cluster else base
 
 

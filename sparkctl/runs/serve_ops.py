@@ -8,18 +8,23 @@ machine is used where it must be (streaming chat, bench timings) and reported ot
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from sparkctl.engine import Event, RunResult
+from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
+from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
-from sparkctl.runs.session import Session
+from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.session import RunRequest, Session
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
+from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks
 from sparkctl.tasks.serve.server import ServerHandle, head_client
 from sparkctl.transport.base import Transport, q
@@ -54,13 +59,34 @@ class ServeStatus:
     healthy: bool = False
 
 
+def endpoint_key(inventory: Inventory) -> str | None:
+    """The endpoint's API key, as serve.gateway put it on the head (None with serve.auth: none)."""
+    try:
+        return api_key(inventory)
+    except TaskFailed as exc:
+        raise SparkctlError(exc.message, hint=exc.hint) from None
+
+
+def rotate_key(inventory: Inventory, request: RunRequest, view: Callable[[Event], None]) -> RunResult:
+    """A new key for the cluster, put on the gateway by serve.gateway (a run of it and what it needs, which
+    changes nothing else): the gateway reloads, and the old key is refused from then on."""
+    source = key_source(inventory)
+    if not source.startswith("/"):
+        raise BadInput(f"the endpoint's key comes from {source}: put the new key there, then run "
+                       "`sparkctl cluster bootstrap`")
+    new_key(inventory.cluster.name)
+    request.only = {"serve.gateway"}
+    return journaled_run("serve key --rotate", inventory, bootstrap_graph(), request, view)
+
+
 def serve_status(inventory: Inventory) -> ServeStatus:
     """Endpoint, health (asked on the head), whether this machine reaches it, models, version, the running
     server's record and the acceptance length since the last read."""
     url = endpoint(inventory)
-    direct = ServeClient(url, timeout=10)
+    direct = ServeClient(url, timeout=10, api_key=endpoint_key(inventory))
     reach, reach_why = direct.health_detail(timeout=DIRECT_TIMEOUT)
-    out = ServeStatus([("endpoint", url)])
+    out = ServeStatus([("endpoint", url), ("auth", "API key (`sparkctl serve key`)" if inventory.serve.auth == "key"
+                                            else "none: anyone who reaches the endpoint can use it")])
     try:
         with connected(inventory, inventory.head.name) as transport:
             client = head_client(transport, inventory, timeout=10)
@@ -160,7 +186,7 @@ def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool =
     no streaming). `direct_only`: refuse instead (a benchmark through SSH would measure SSH)."""
     url = endpoint(inventory)
     model = inventory.serve_spec().model
-    direct = ServeClient(url, timeout=timeout, model=model)
+    direct = ServeClient(url, timeout=timeout, model=model, api_key=endpoint_key(inventory))
     status, why = direct.health_detail(timeout=DIRECT_TIMEOUT)
     if status == 200:
         yield direct

@@ -33,6 +33,7 @@ NO_LIMIT = {
     "serve status": "it asks the endpoint the serving head answers on",
     "serve chat": "it talks to the endpoint the serving head answers on",
     "serve bench": "it measures the endpoint the serving head answers on",
+    "serve key": "the key is the endpoint's, and its gateway runs on the serving head alone",
     "serve stop": "it stops mpirun on the serving head, which takes the ranks down on every node of the launch, "
                   "then looks for leftover ranks on every node: stopping part of one TP/PP world is not a thing",
     "fabric bench": "it measures every cable and one all-reduce across every container: a part of the cluster would "

@@ -103,6 +103,8 @@ DELIBERATE_IMPROVEMENTS = {
     "config: speculative_config.speculative_model_dir changed": "the draft is kept in the mounted HF cache "
                                                                 "instead of /opt (lost with the container)",
     # launch line
+    "launch: --host changed": "127.0.0.1, not 0.0.0.0: the engine answers only the gateway on the head, which "
+                              "checks the API key and listens where serve.listen says (docs/gateway.md)",
     "launch: -x HF_TOKEN removed": TOKEN_AS_FILE,
     "launch: -x HF_HOME added": TOKEN_AS_FILE,
     "launch: -x --mca plm_rsh_pass_environ_mca_params added": "Open MPI would copy the head's OMPI_MCA_* interface "

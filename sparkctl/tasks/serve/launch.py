@@ -14,8 +14,10 @@ import time
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_failures import likely_cause
+from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve import endpoint, launch_fingerprint
 from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
 from sparkctl.tasks.container.run import port_owner
@@ -126,7 +128,9 @@ class ServeLaunchTask(Task):
     def _wait_port_free(self, head: NodeContext, port: int) -> None:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if not head.run(f"ss -ltnH 'sport = :{int(port)}'", timeout=15).stdout.strip():
+            # the engine's own address, or a wildcard that holds it too (the gateway's addresses do not)
+            listening = listening_on(head.run(f"ss -ltnH 'sport = :{int(port)}'", timeout=15).stdout, port)
+            if not listening & {ENGINE_HOST, "0.0.0.0", "*", "::"}:
                 return
             time.sleep(0.5)
         head.invalidate()

@@ -15,10 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl.engine.task import TaskFailed
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
+from sparkctl.plan.gateway import ListenUnknown, listen_addresses
 from sparkctl.plan.paths import CONFIG_PATH, LOG_PATH, PID_PATH
 from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.transport.base import CommandResult, Transport, q
 from sparkctl.transport.framing import Framing
 
@@ -35,6 +38,20 @@ def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.
     `transport`: what the controller can route to does not matter."""
     spec = inventory.serve_spec()
     fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name)
+    return ServeClient(fetch, timeout=timeout, model=spec.model)
+
+
+def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
+    """A client of the endpoint as its users reach it: through the gateway, on the first address it answers on,
+    with the key; its requests run on the head, inside its container (host network)."""
+    inv = head.inventory
+    spec = inv.serve_spec()
+    try:
+        host = listen_addresses(inv, head.facts())[0]
+    except ListenUnknown as exc:
+        raise TaskFailed(f"the endpoint's address on {head.name} cannot be told: {exc}",
+                         hint="name it in the inventory: serve.listen: [<the head's address>]") from None
+    fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv))
     return ServeClient(fetch, timeout=timeout, model=spec.model)
 
 

@@ -13,7 +13,8 @@ from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptan
 from sparkctl.plan.serve import endpoint
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.tasks.context import ClusterContext
-from sparkctl.tasks.serve.server import head_client
+from sparkctl.tasks.serve.api_key import api_key
+from sparkctl.tasks.serve.server import gateway_client
 
 SMOKE_PROMPT = "In one short sentence: what does a cluster of two computers do?"
 SMOKE_TOKENS = 32
@@ -28,9 +29,10 @@ class ServeSmokeTask(Task):
     name = "serve.smoke"
     phase = "serve"
     scope = Scope.CLUSTER
-    needs = ("serve.launch",)
+    needs = ("serve.gateway",)
     description = "prove the endpoint answers a chat completion with text"
-    checks = ("POST /v1/chat/completions on the head (from inside its container, over SSH) returns text that is "
+    checks = ("POST /v1/chat/completions through the gateway with the API key, asked on the head (from inside its "
+              "container, over SSH), returns text that is "
               "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
               "length when the server gives it (/metrics drained before and read after, all in one run of python3 "
               "in the container), and whether this machine reaches the endpoint too")
@@ -42,7 +44,7 @@ class ServeSmokeTask(Task):
         if not serving_enabled(inv):
             return []
         head = ctx.head()
-        client = head_client(head.transport, inv, timeout=300)
+        client = gateway_client(head, timeout=300)
         where = client.base_url
         try:
             # /metrics drained before and read after, in the same exec: the acceptance length is this request's
@@ -66,7 +68,7 @@ class ServeSmokeTask(Task):
             acceptance = acceptance_from_metrics(stats)
         shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
         url = endpoint(inv)
-        reach, reach_why = ServeClient(url).health_detail(timeout=REACH_TIMEOUT)
+        reach, reach_why = ServeClient(url, api_key=api_key(inv)).health_detail(timeout=REACH_TIMEOUT)
         ctx.emit(Event(event="log", task=self.name,
                        message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
                        data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),

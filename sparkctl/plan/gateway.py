@@ -1,0 +1,102 @@
+"""PURE: the gateway on the head, in front of the engine: NGINX (docs/gateway.md) in its own container, host
+network, `--restart unless-stopped`. It answers on the addresses serve.listen names (default: the head's
+management address, the one sparkctl's session reaches), checks the key on every path but /health, and passes
+requests, streams included, to the engine on the head's loopback. Its config holds the key: a 0600 file in the
+head's state dir, mounted read-only (the folder, so a new file replacing the old is what NGINX reads on reload).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import posixpath
+from dataclasses import dataclass
+
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory
+from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
+from sparkctl.plan.render import render
+
+GATEWAY_CONTAINER = "sparkctl-gateway"
+CONFIG_DIR_IN_CONTAINER = "/etc/sparkctl-gateway"
+CONFIG_NAME = "nginx.conf"
+#: Where the engine answers: only the gateway (on the same host network) reaches it there.
+ENGINE_HOST = "127.0.0.1"
+
+
+class ListenUnknown(ValueError):
+    """The head's address to answer on cannot be told (no facts of the head, no session address)."""
+
+
+def listen_addresses(inventory: Inventory, facts: Facts | None) -> list[str]:
+    """The addresses the endpoint answers on: serve.listen's; with `all`, every address of the head but loopback
+    and link-local ones (never the wildcard: the engine holds the port on loopback); by default the one
+    sparkctl's session reached the head on (its management address)."""
+    listen = inventory.serve.listen
+    if isinstance(listen, list):
+        return list(listen)
+    if facts is None:
+        raise ListenUnknown("the head's addresses are not known (its facts were not read)")
+    if listen == "all":
+        found = []
+        for iface in facts.interfaces.values():
+            for address in iface.addresses:
+                ip = ipaddress.ip_address(address.ip)
+                if not (ip.is_loopback or ip.is_link_local) and str(ip) not in found:
+                    found.append(str(ip))
+        return sorted(found, key=lambda a: (ipaddress.ip_address(a).version, ipaddress.ip_address(a)))
+    if facts.session_ip and not ipaddress.ip_address(facts.session_ip).is_loopback:
+        return [facts.session_ip]
+    # sparkctl runs on the head itself and reached it on loopback (where the engine answers): the management
+    # interface's own address is the one its users reach
+    for name in facts.management_interfaces:
+        iface = facts.interfaces.get(name)
+        for address in iface.addresses if iface else []:
+            if address.family == "inet" and address.scope == "global":
+                return [address.ip]
+    raise ListenUnknown("the head's management address is not known (sparkctl reached it on "
+                        f"{facts.session_ip or 'an address it could not tell'})")
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    cluster: str
+    image: str
+    listen: tuple[str, ...]
+    port: int
+    engine_port: int
+    config_dir: str          # on the head
+    authenticated: bool
+
+    @property
+    def config_path(self) -> str:
+        return posixpath.join(self.config_dir, CONFIG_NAME)
+
+    def config(self, key: str | None) -> str:
+        """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
+        return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
+                      listen=self.listen, port=self.port, engine_port=self.engine_port)
+
+    def spec_hash(self) -> str:
+        """What a running gateway must have been made from (its config, which holds the key, is judged apart)."""
+        body = json.dumps({"image": self.image, "dir": self.config_dir, "argv": self.command(),
+                           "restart": RESTART_POLICY}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def command(self) -> list[str]:
+        return ["nginx", "-c", f"{CONFIG_DIR_IN_CONTAINER}/{CONFIG_NAME}", "-g", "daemon off;"]
+
+    def run_argv(self) -> list[str]:
+        return ["docker", "run", "-d", "--name", GATEWAY_CONTAINER, "--restart", RESTART_POLICY,
+                "--network", "host", "-v", f"{self.config_dir}:{CONFIG_DIR_IN_CONTAINER}:ro",
+                "--label", f"{CLUSTER_LABEL}={self.cluster}", "--label", f"{SPEC_LABEL}={self.spec_hash()}",
+                self.image, *self.command()]
+
+
+def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str) -> GatewaySpec:
+    spec = inventory.serve_spec()
+    return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
+                       listen=tuple(listen_addresses(inventory, facts)), port=spec.port, engine_port=spec.port,
+                       config_dir=posixpath.join(state_dir, "gateway"),
+                       authenticated=inventory.serve.auth == "key")

@@ -1,0 +1,159 @@
+"""serve.gateway: NGINX on the head in front of the engine (sparkctl/plan/gateway.py): the key checked on every
+path but /health, answering on serve.listen's addresses only, coming back with the node (restart policy).
+
+Idempotent: the config on the head has the planned content (judged by its sha256: the key never travels back),
+the container runs from the planned spec and listens on every planned address; a new config (a rotated key,
+another address) is reloaded in place (`docker kill -s HUP`: NGINX's graceful reload), the rest recreated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.task import Change, Scope, Task, TaskFailed
+from sparkctl.facts.parse import listening_on
+from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
+from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_spec
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.secrets import MASK
+from sparkctl.tasks.container.run import remove_command
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.serve.api_key import api_key, key_path
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+LISTEN_WAIT_S = 15.0
+#: stands for a key not made yet in what `--check` shows (shown masked, like any key)
+NO_KEY_YET = "0" * 43
+
+
+def head_gateway(head: NodeContext) -> GatewaySpec:
+    try:
+        return gateway_spec(head.inventory, head.facts(), head.state_dir())
+    except ListenUnknown as exc:
+        raise TaskFailed(f"the endpoint's address on {head.name} cannot be told: {exc}",
+                         hint="name it in the inventory: serve.listen: [<the head's address>]") from None
+
+
+class ServeGatewayTask(Task):
+    name = "serve.gateway"
+    phase = "serve"
+    scope = Scope.CLUSTER
+    needs = ("serve.launch",)
+    description = "put NGINX in front of the engine on the head: the API key on every path, the chosen addresses"
+    checks = ("<state>/gateway/nginx.conf on the head has the planned content (its sha256: the key never travels "
+              "back), the sparkctl-gateway container runs from the planned spec (image, mount, command, "
+              "--restart unless-stopped) and listens on every address serve.listen names (default: the head's "
+              "management address), on the serve port; one read of the head")
+    changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
+               "600, content on stdin), reloads NGINX in place (HUP) or runs the container again")
+
+    def check(self, ctx: ClusterContext) -> list[Change]:
+        inv = ctx.inventory
+        if not serving_enabled(inv):
+            return []
+        head = ctx.head()
+        spec = head_gateway(head)
+        key = api_key(inv)
+        changes = []
+        if key is None and spec.authenticated:
+            changes.append(Change(f"make the endpoint's API key (kept 0600 in {key_path(inv.cluster.name)})",
+                                  node=head.name, payload="key"))
+        framing = Framing()
+        state = framing.split(head.read(self.name, self._read_script(spec, framing), framing, timeout=30).stdout)
+        texts = Framing.texts_of(state)
+        have_hash = texts.get("config", "").strip()
+        inspected = texts.get("container", "").split()
+        running = inspected[:1] == ["true"]
+        label = inspected[1] if len(inspected) > 1 else ""
+        policy = inspected[2] if len(inspected) > 2 else ""
+        shown_key = key or NO_KEY_YET
+        want = spec.config(shown_key)
+        if key is None or hashlib.sha256(want.encode()).hexdigest() != have_hash:
+            before = "(absent)\n" if not have_hash else "(another config: its content stays on the node)\n"
+            changes.append(Change(f"write the gateway's config on {head.name} (listen "
+                                  f"{', '.join(spec.listen)}:{spec.port}, auth {inv.serve.auth})",
+                                  diff=unified_diff("nginx.conf", before, want.replace(shown_key, MASK)),
+                                  node=head.name, payload="config"))
+        if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
+            why = "absent" if not inspected else "made from another spec"
+            changes.append(Change(f"run the gateway container {GATEWAY_CONTAINER} on {head.name} ({why})",
+                                  node=head.name, payload="create"))
+        elif not running:
+            changes.append(Change(f"start the gateway container {GATEWAY_CONTAINER} on {head.name}",
+                                  node=head.name, payload="start"))
+        else:
+            missing = set(spec.listen) - listening_on(texts.get("listening", ""), spec.port)
+            if missing:
+                changes.append(Change(f"the gateway on {head.name} does not listen on "
+                                      f"{', '.join(sorted(missing))}:{spec.port}: reload it", node=head.name,
+                                      payload="reload"))
+        return changes
+
+    @staticmethod
+    def _read_script(spec: GatewaySpec, framing: Framing) -> str:
+        inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
+                   "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
+        return "\n".join([
+            framing.section("config", f"sha256sum {q(spec.config_path)} 2>/dev/null | cut -d' ' -f1"),
+            framing.section("container", inspect),
+            framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
+            "true"])
+
+    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+        head = ctx.head()
+        spec = head_gateway(head)
+        key = api_key(ctx.inventory, create=True)
+        actions = {c.payload for c in changes}
+        head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
+        head.transport.put(spec.config_path, spec.config(key), mode=0o600)
+        try:
+            if "create" in actions:
+                head.run(f"docker stop -t 0 {GATEWAY_CONTAINER} >/dev/null 2>&1; "
+                         f"docker rm -f {GATEWAY_CONTAINER} >/dev/null 2>&1; true", timeout=60)
+                head.must(" ".join(q(a) for a in spec.run_argv()), f"docker run {GATEWAY_CONTAINER}", timeout=300)
+            elif "start" in actions:
+                head.must(f"docker start {GATEWAY_CONTAINER}", f"docker start {GATEWAY_CONTAINER}", timeout=60)
+            elif actions & {"config", "key", "reload"}:
+                head.must(f"docker kill -s HUP {GATEWAY_CONTAINER}", f"reloading {GATEWAY_CONTAINER}", timeout=60)
+            self._waitlistening_on(head, spec)
+        finally:
+            head.invalidate()
+
+    @staticmethod
+    def _waitlistening_on(head: NodeContext, spec: GatewaySpec) -> None:
+        deadline = time.monotonic() + LISTEN_WAIT_S
+        while True:
+            listening = listening_on(head.run(f"ss -ltnH 'sport = :{int(spec.port)}'", timeout=15).stdout, spec.port)
+            missing = set(spec.listen) - listening
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                log = head.run(f"docker logs --tail 5 {GATEWAY_CONTAINER} 2>&1", timeout=30).stdout.strip()
+                raise TaskFailed(f"the gateway on {head.name} does not listen on {', '.join(sorted(missing))}:"
+                                 f"{spec.port} after {LISTEN_WAIT_S:g} s",
+                                 hint="is that address the head's? (serve.listen)",
+                                 details=log.splitlines()[-5:])
+            time.sleep(0.3)
+
+
+class GatewayRemoveTask(Task):
+    name = "serve.gateway_remove"
+    phase = "container"
+    description = "stop and remove the cluster's gateway container"
+    checks = f"whether a {GATEWAY_CONTAINER} container labelled with this cluster exists on the node"
+    changes = f"`docker stop -t 0 {GATEWAY_CONTAINER}; docker rm -f {GATEWAY_CONTAINER}`"
+
+    def check(self, ctx: NodeContext) -> list[Change]:
+        found = ctx.run(f"docker ps -aq --filter name=^{GATEWAY_CONTAINER}$ "
+                        f"--filter label={q(CLUSTER_LABEL + '=' + ctx.inventory.cluster.name)} 2>/dev/null",
+                        timeout=30).stdout.strip()
+        return [Change(f"remove the gateway container {GATEWAY_CONTAINER}")] if found else []
+
+    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+        try:
+            ctx.must(remove_command(GATEWAY_CONTAINER), f"removing {GATEWAY_CONTAINER}", timeout=120)
+        finally:
+            ctx.invalidate()
