@@ -55,10 +55,11 @@ def serve_log_path(inventory: Inventory, node: Node, facts: Facts | None) -> str
 
 
 def serve_port(inventory: Inventory) -> int:
+    """Where the engine answers on the head (behind the gateway)."""
     try:
-        return int(inventory.serve_spec().port)
+        return int(inventory.serve_spec().engine_port)
     except Exception:  # noqa: BLE001 - no servable model: the configured port is all there is
-        return int(inventory.serve.port)
+        return int(inventory.serve.engine_port or inventory.serve.port + 10000)
 
 
 def model_repos(inventory: Inventory) -> list[tuple[str, str]]:

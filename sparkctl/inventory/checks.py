@@ -28,7 +28,7 @@ from sparkctl.inventory.sections import (
     resolve_topology,
     subnet_count,
 )
-from sparkctl.inventory.serve import resolve_serve, serve_port
+from sparkctl.inventory.serve import engine_port, resolve_serve, serve_port
 from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
 
 Loc = tuple
@@ -341,3 +341,9 @@ def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
     elif port in ssh_ports:
         loc = ("serve", "port") if written else ("serve",)
         yield (loc, f"{port} is the nodes' sshd port (choose another serve.port, e.g. {free})")
+    engine = engine_port(serve, parts.node_count or 1)
+    if engine in taken | {port}:
+        loc = ("serve", "engine_port") if serve.engine_port is not None else ("serve",)
+        what = "the serve port" if engine == port else "an ssh port"
+        yield (loc, f"the engine's port {engine} is {what} too: the gateway and the engine each need their own "
+                    "(set serve.engine_port to a free one)")

@@ -239,6 +239,9 @@ class ServeSettings(_Section):
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
     ready_timeout: StrictInt = Field(1800, ge=10, le=86_400)
+    engine_port: Port | None = Field(None, description=(
+        "where the engine answers on the head's loopback, behind the gateway (default: serve.port + 10000, or "
+        "- 10000 above 55535)"))
     auth: Literal["key", "none"] = Field("key", description=(
         "key: every request to the endpoint but /health needs `Authorization: Bearer <key>` (the gateway checks "
         "it); none: the endpoint is open to anyone who reaches it (every run warns)"))

@@ -31,6 +31,8 @@ class ServeSpec:
     weights_gb: float | None = None  # known only when the model is the preset's
     draft_gb: float | None = None
     pp_size: int = 1
+    #: where the engine answers on the head's loopback (the gateway answers on `port`)
+    engine_port: int = 0
 
     @property
     def world_size(self) -> int:
@@ -45,6 +47,14 @@ def _preset_of(serve: ServeSettings, node_count: int):
     if serve.model is None:
         return get_preset(default_preset_name(node_count))
     return None
+
+
+def engine_port(serve: ServeSettings, node_count: int) -> int:
+    """serve.engine_port, else 10000 above the serve port (below it when that would pass 65535)."""
+    if serve.engine_port is not None:
+        return serve.engine_port
+    port = serve_port(serve, node_count)
+    return port + 10000 if port <= 55535 else port - 10000
 
 
 def serve_port(serve: ServeSettings, node_count: int) -> int:
@@ -97,6 +107,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
         weights_gb=preset.weights_gb if own_model else None,
         draft_gb=preset.draft_gb if own_model and draft == preset.draft else None,
         pp_size=serve.pp_size or 1,
+        engine_port=engine_port(serve, node_count),
     )
 
 

@@ -1,7 +1,8 @@
 """PURE: the gateway on the head, in front of the engine: NGINX (docs/gateway.md) in its own container, host
 network, `--restart unless-stopped`. It answers on the addresses serve.listen names (default: the head's
-management address, the one sparkctl's session reaches), checks the key on every path but /health, and passes
-requests, streams included, to the engine on the head's loopback. Its config holds the key: a 0600 file in the
+management address, the one sparkctl's session reaches) and on the head's loopback, at the serve port, checks the
+key on every path but /health, and passes requests, streams included, to the engine, which answers on the head's
+loopback alone, at its own port (serve.engine_port). Its config holds the key: a 0600 file in the
 head's state dir, mounted read-only (the folder, so a new file replacing the old is what NGINX reads on reload).
 """
 
@@ -70,13 +71,18 @@ class GatewaySpec:
     authenticated: bool
 
     @property
+    def bound(self) -> tuple[str, ...]:
+        """Every address NGINX listens on: serve.listen's, and the head's loopback (its own clients)."""
+        return (*self.listen, ENGINE_HOST)
+
+    @property
     def config_path(self) -> str:
         return posixpath.join(self.config_dir, CONFIG_NAME)
 
     def config(self, key: str | None) -> str:
         """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
-                      listen=self.listen, port=self.port, engine_port=self.engine_port)
+                      listen=self.bound, port=self.port, engine_port=self.engine_port)
 
     def spec_hash(self) -> str:
         """What a running gateway must have been made from (its config, which holds the key, is judged apart)."""
@@ -97,6 +103,6 @@ class GatewaySpec:
 def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str) -> GatewaySpec:
     spec = inventory.serve_spec()
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
-                       listen=tuple(listen_addresses(inventory, facts)), port=spec.port, engine_port=spec.port,
+                       listen=tuple(listen_addresses(inventory, facts)), port=spec.port, engine_port=spec.engine_port,
                        config_dir=posixpath.join(state_dir, "gateway"),
                        authenticated=inventory.serve.auth == "key")

@@ -92,7 +92,7 @@ def launch_argv(inventory: Inventory, hosts: list[str] | None = None) -> list[st
         # Every release's trtllm-serve has the flag; cuda_graph_config.max_batch_size only bounds graph capture.
         "--max_batch_size", str(spec.max_batch_size),
         "--extra_llm_api_options", CONFIG_PATH,
-        "--port", str(spec.port),
+        "--port", str(spec.engine_port),
         # only the gateway on the head reaches it (sparkctl/plan/gateway.py); NVIDIA's playbook: 0.0.0.0
         "--host", ENGINE_HOST,
     ]

@@ -49,7 +49,7 @@ def healthy_snapshot() -> Snapshot:
             serve_log_exists=name == "spark1")
     probes["spark1"].health_status = 200
     probes["spark1"].completion = "The sea is wide and deep."
-    probes["spark1"].port_owners[8355] = "trtllm-serve (pid 77)"
+    probes["spark1"].port_owners[18355] = "trtllm-serve (pid 77)"  # the engine, behind the gateway
     return Snapshot(inv, facts, {}, probes, plan)
 
 

@@ -219,7 +219,7 @@ def fault_model_incomplete(s):
 
 def fault_serve_down(s):
     s.probes["spark1"].health_status, s.probes["spark1"].completion = 0, None
-    s.probes["spark1"].port_owners.pop(8355)
+    s.probes["spark1"].port_owners.pop(18355)
 
 
 def fault_serve_health(s):
@@ -407,10 +407,10 @@ def test_nccl_warn_lines_are_reported():
     assert ("nccl.warn", "spark1") in {(f.id, f.node) for f in d.errors}
 
 
-def test_port_taken_on_the_serve_port_names_the_process():
+def test_port_taken_on_the_engine_s_port_names_the_process():
     s = healthy_snapshot()
     fault_serve_down(s)
-    s.probes["spark1"].port_owners[8355] = "nginx (pid 5)"
+    s.probes["spark1"].port_owners[18355] = "nginx (pid 5)"
     found = [f for f in diagnose(s).errors]
     assert [(f.id, f.node) for f in found] == [("port.taken", "spark1")] and "nginx (pid 5)" in found[0].summary
 

@@ -105,6 +105,8 @@ DELIBERATE_IMPROVEMENTS = {
     # launch line
     "launch: --host changed": "127.0.0.1, not 0.0.0.0: the engine answers only the gateway on the head, which "
                               "checks the API key and listens where serve.listen says (docs/gateway.md)",
+    "launch: --port changed": "the engine's own port (serve.engine_port, 18355): the serve port, 8355, is the "
+                              "gateway's, on the head's addresses and its loopback",
     "launch: -x HF_TOKEN removed": TOKEN_AS_FILE,
     "launch: -x HF_HOME added": TOKEN_AS_FILE,
     "launch: -x --mca plm_rsh_pass_environ_mca_params added": "Open MPI would copy the head's OMPI_MCA_* interface "

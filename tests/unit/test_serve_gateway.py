@@ -66,9 +66,11 @@ def test_all_is_every_address_of_the_head_but_loopback_and_link_local(tmp_path):
     assert listen_addresses(pair(tmp_path, "listen: [10.0.0.99]"), facts) == ["10.0.0.99"]
 
 
-def test_the_engine_listens_on_the_head_s_loopback_only(tmp_path):
+def test_the_engine_listens_on_the_head_s_loopback_only_at_its_own_port(tmp_path):
     argv = launch_argv(pair(tmp_path))
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and "0.0.0.0" not in argv
+    assert argv[argv.index("--port") + 1] == "18355"
+    assert launch_argv(pair(tmp_path, "engine_port: 9000"))[-3] == "9000"
 
 
 # --- the config -------------------------------------------------------------------------------------------------
@@ -76,11 +78,12 @@ def test_the_engine_listens_on_the_head_s_loopback_only(tmp_path):
 def test_the_config_checks_the_key_on_every_path_but_health_and_streams_unbuffered(tmp_path):
     spec = gateway_spec(pair(tmp_path, "listen: [10.0.0.11, '2001:db8::5']"), spark_facts("spark1"), "/st")
     config = spec.config(KEY)
-    assert f'"Bearer {KEY}" 1;' in config and "listen 10.0.0.11:8355;" in config
+    assert f'if ($http_authorization != "Bearer {KEY}")' in config and "listen 10.0.0.11:8355;" in config
     assert "listen [2001:db8::5]:8355;" in config and "0.0.0.0" not in config
-    assert "server 127.0.0.1:8355;" in config and "proxy_buffering off;" in config
+    assert "server 127.0.0.1:18355;" in config and "proxy_buffering off;" in config
+    assert "listen 127.0.0.1:8355;" in config  # the head's own clients, with the key too
     health = config.index("location = /health")
-    assert "sparkctl_authorized" not in config[health:config.index("location /", health + 1)]
+    assert "http_authorization" not in config[health:config.index("location /", health + 1)]
     assert 'proxy_set_header Authorization "";' in config  # the engine never sees the key
     assert spec.config_path == "/st/gateway/nginx.conf"
 
@@ -88,7 +91,7 @@ def test_the_config_checks_the_key_on_every_path_but_health_and_streams_unbuffer
 def test_an_open_endpoint_has_no_key_check(tmp_path):
     spec = gateway_spec(pair(tmp_path, "auth: none"), spark_facts("spark1"), "/st")
     config = spec.config(None)
-    assert "sparkctl_authorized" not in config and "Bearer" not in config and "listen 10.0.0.11:8355;" in config
+    assert "http_authorization" not in config and "Bearer" not in config and "listen 10.0.0.11:8355;" in config
 
 
 @pytest.mark.parametrize("key", ['abc"; deny all; #', "short", "-" * 20 + " x", "a$b" * 8])
@@ -181,7 +184,7 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     digest = hashlib.sha256(spec.config(key).encode()).hexdigest()
     running = f"true {spec.spec_hash()} unless-stopped"
     kit = gateway_kit(tmp_path, config_hash=digest, container=running,
-                      listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 2048 127.0.0.1:8355 0.0.0.0:*")
+                      listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
     assert ServeGatewayTask().check(kit.cluster) == []
     kit = gateway_kit(tmp_path, config_hash=digest, container=running,
                       listening="LISTEN 0 2048 127.0.0.1:8355 0.0.0.0:*")
@@ -189,7 +192,7 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     kit = gateway_kit(tmp_path, config_hash=digest, container=f"true {spec.spec_hash()} no")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["create"]
     kit = gateway_kit(tmp_path, config_hash="0" * 64, container=running,
-                      listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*")
+                      listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["config"]
 
 
@@ -197,7 +200,7 @@ def test_applying_puts_the_config_0600_never_in_argv_and_reloads_in_place(tmp_pa
     key = keys.api_key(pair(tmp_path), create=True)
     kit = gateway_kit(tmp_path)
     transport = kit.transport("spark1")
-    transport.respond(r"ss -ltnH", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\n")
+    transport.respond(r"ss -ltnH", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n")
     ServeGatewayTask().apply(kit.cluster, [Change("write the config", payload="config")])
     puts = [c for c in transport.calls if c.kind == "put"]
     assert len(puts) == 1 and puts[0].mode == 0o600 and key in puts[0].content

@@ -53,7 +53,11 @@ def gateway_on_this_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
-def kit_for(tmp_path, port: int = 8355, release: str = "1.3.0rc12", extra: str = "", head: str = "127.0.0.1"):
+def kit_for(tmp_path, port: int = 8355, release: str = "1.3.0rc12", extra: str = "", head: str = "127.0.0.1",
+            engine_port: int | None = None):
+    """`port`: the serve port (the gateway's); `engine_port`: the engine's, behind it (default: port + 10000)."""
+    if engine_port is not None:
+        extra = f"engine_port: {engine_port}\n  {extra}"
     inv = inventory_from_yaml(PAIR.format(port=port, release=release, extra=extra, head=head), tmp_path)
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
     head_execs_here(kit)
@@ -120,11 +124,17 @@ def mpirun():
     proc.wait()
 
 
+def engine_kit(tmp_path, engine_port: int, serve_port: int | None = None, **kwargs):
+    """A kit whose engine answers on `engine_port` (the fake endpoint), the gateway on `serve_port`."""
+    return kit_for(tmp_path, port=serve_port or engine_port + 1, engine_port=engine_port, **kwargs)
+
+
 def launch_kit(tmp_path, port: int, record: dict | None, alive: int | None = None, head: str = "127.0.0.1",
-               nccl: str = "", docker_fails: str = "", path: str = "/usr/bin:/bin"):
+               nccl: str = "", docker_fails: str = "", path: str = "/usr/bin:/bin", serve_port: int | None = None):
     """The head answers serve.launch's state read by running it here: its record and serve log in a directory of
-    this test, `docker exec` stubbed, `alive` the PID of a live mpirun (the record names it)."""
-    kit = kit_for(tmp_path, port=port, head=head)
+    this test, `docker exec` stubbed, `alive` the PID of a live mpirun (the record names it). `port`: the
+    engine's (the fake endpoint's)."""
+    kit = engine_kit(tmp_path, port, serve_port, head=head)
     remote = ServerHandle.of(kit.node("spark1")).dir
     here = tmp_path / "head-serve"
     here.mkdir(exist_ok=True)
@@ -185,7 +195,7 @@ def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_i
     """NCCL chooses its network once, when the server starts: a server that fell back to sockets (its devices not
     ready then, or NCCL_IB_HCA naming none) stays on them, healthy, until restarted. doctor names it
     (nccl.socket_fallback) and names serve among its repairs: so serve.launch must restart it."""
-    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
     kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, nccl=nccl_log("ib_hca_missing.log"))
     (restart,) = ServeLaunchTask().check(kit.cluster)
@@ -199,10 +209,11 @@ def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_i
 def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, endpoint, mpirun):
     """The inventory host (an ssh_config alias, a host behind a jump host) answers nothing from here: /health
     is asked on the head, so a healthy server is ok, not restarted on every run."""
-    kit = kit_for(tmp_path, port=endpoint.port, head="127.0.0.2")  # the fake listens on 127.0.0.1 only
+    gateway = FakeEndpoint()  # what answers on the head's address: the gateway, in front of the engine
+    kit = engine_kit(tmp_path, endpoint.port, gateway.port, head="127.0.0.2")  # the fakes listen on 127.0.0.1 only
     text, command, fingerprint = desired_launch(kit.node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
-    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, head="127.0.0.2")
+    kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, head="127.0.0.2", serve_port=gateway.port)
     assert ServeLaunchTask().check(kit.cluster) == []
     assert ServeSmokeTask().check(kit.cluster) == []
     messages = [e.message for e in kit.events if e.task == "serve.smoke"]
@@ -210,10 +221,12 @@ def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, end
     assert "http://127.0.0.2:" in messages[1] and "does not answer from this machine" in messages[1]
     chat = [c for c in kit.transport("spark1").calls if c.kind == "exec_in" and c.input]
     assert chat and SMOKE_PROMPT in chat[-1].input and SMOKE_PROMPT not in chat[-1].target  # stdin, not argv
+    assert gateway.requests and not endpoint.requests  # the smoke test asked through the gateway
+    gateway.close()
 
 
 def test_a_python_that_warns_on_stderr_still_reads_health(tmp_path, endpoint, mpirun):
-    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
     noisy = tmp_path / "noisy-python"
     noisy.mkdir()
@@ -234,7 +247,7 @@ def test_a_state_read_that_times_out_fails_instead_of_restarting_a_server_not_kn
 
 
 def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint, mpirun):
-    text, command, fingerprint = desired_launch(kit_for(tmp_path, port=endpoint.port).node("spark1"))
+    text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
     record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
     # a container without python3 (the probe asks /health with it)
     bare = tmp_path / "no-python"

@@ -60,7 +60,7 @@ def check_server(s: Snapshot) -> list[Finding]:
     probe = s.probe(head)
     if probe.health_status is None:
         return []
-    port = int(s.inventory.serve_spec().port)
+    port = int(s.inventory.serve_spec().engine_port)
     owner = probe.port_owners.get(port) or (s.facts[head].listening_tcp.get(port) or "an unknown process"
                                             if port in s.facts[head].listening_tcp else None)
     expected = serving_expected(s)
@@ -76,9 +76,9 @@ def check_server(s: Snapshot) -> list[Finding]:
                             evidence=probe.completion_error, fix=s.bootstrap('serve'), phase="serve", details=tail)]
         return []
     if owner is not None and not owner.startswith(SERVER_NAMES):
-        return [Finding("port.taken", "error", head, f"the serve port {port} is taken by {owner}",
+        return [Finding("port.taken", "error", head, f"the engine's port {port} is taken by {owner}",
                         evidence=f"{owner} listens on {port}; /health answers {probe.health_status or 'nothing'}",
-                        fix=f"stop {owner} on {head}, or set serve.port to a free port", phase="serve")]
+                        fix=f"stop {owner} on {head}, or set serve.engine_port to a free port", phase="serve")]
     if owner is None:
         return [Finding("serve.down", "error" if expected else "info", head, f"nothing serves on port {port}",
                         evidence="no process listens there" + ("; the server ran before (serve log)" if expected

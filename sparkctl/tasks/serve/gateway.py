@@ -85,7 +85,7 @@ class ServeGatewayTask(Task):
             changes.append(Change(f"start the gateway container {GATEWAY_CONTAINER} on {head.name}",
                                   node=head.name, payload="start"))
         else:
-            missing = set(spec.listen) - listening_on(texts.get("listening", ""), spec.port)
+            missing = set(spec.bound) - listening_on(texts.get("listening", ""), spec.port)
             if missing:
                 changes.append(Change(f"the gateway on {head.name} does not listen on "
                                       f"{', '.join(sorted(missing))}:{spec.port}: reload it", node=head.name,
@@ -127,7 +127,7 @@ class ServeGatewayTask(Task):
         deadline = time.monotonic() + LISTEN_WAIT_S
         while True:
             listening = listening_on(head.run(f"ss -ltnH 'sport = :{int(spec.port)}'", timeout=15).stdout, spec.port)
-            missing = set(spec.listen) - listening
+            missing = set(spec.bound) - listening
             if not missing:
                 return
             if time.monotonic() > deadline:

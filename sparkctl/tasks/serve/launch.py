@@ -72,7 +72,7 @@ class ServeLaunchTask(Task):
                 data={"serving_nodes": ctx.inventory.serving_nodes(), "left_out": spared}))
         handle = ServerHandle.of(head)
         framing = Framing()
-        script = handle.state_script(ctx.inventory.serve_spec().port, framing)
+        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing)
         read = head.read(self.name, script, framing, timeout=STATE_READ_S)
         if read.timed_out:  # not known to be down: a restart would meet the same hung docker
             raise TaskFailed(f"reading the server's state on {head.name} timed out after {STATE_READ_S:g} s",
@@ -114,7 +114,7 @@ class ServeLaunchTask(Task):
             ctx.emit(Event(event="log", task=self.name, node=head.name,
                            message=f"stopped the server (pid {record.get('pid')})"))
         kill_leftover_ranks(ctx)
-        port = inv.serve_spec().port
+        port = inv.serve_spec().engine_port
         self._wait_port_free(head, port)
         try:
             pid = handle.launch(command, fingerprint)

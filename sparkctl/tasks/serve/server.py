@@ -34,10 +34,11 @@ STATE_SCRIPT_NAME = "sparkctl-serve-state"
 
 
 def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.0) -> ServeClient:
-    """A client of the server that runs its requests on the head, inside its container (host network), over
-    `transport`: what the controller can route to does not matter."""
+    """A client of the engine itself, on the head's loopback behind the gateway: its requests run on the head,
+    inside its container (host network), over `transport` (an SSH login: what the controller can route to does not
+    matter, and no key is needed there)."""
     spec = inventory.serve_spec()
-    fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name)
+    fetch = NodeFetch(transport, inventory.container.name, spec.engine_port, inventory.head.name)
     return ServeClient(fetch, timeout=timeout, model=spec.model)
 
 
