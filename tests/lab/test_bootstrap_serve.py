@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import tarfile
+import urllib.error
 import urllib.request
 
 import pytest
@@ -35,13 +38,29 @@ def record(lab) -> dict:
     return json.loads(sh(lab, lab.nodes[0].name, f"cat {state_dir(lab)}/launch.json"))
 
 
-def chat(lab, prompt: str = "hello from the lab") -> dict:
+def api_key(served, env) -> str:
+    """`sparkctl serve key`, as a user asks for it."""
+    code, _events, output = sparkctl(["serve", "key", served["inventory"]], env)
+    assert code == 0, output
+    return output.strip().splitlines()[-1]
+
+
+def http(url: str, key: str | None = None, body: dict | None = None) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode() if body else None, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def chat(lab, key: str, prompt: str = "hello from the lab") -> dict:
     host = yaml.safe_load(lab.inventory_path.read_text())["nodes"][0]["host"]
-    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": 8}).encode()
-    request = urllib.request.Request(f"http://{host}:8355/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    status, body = http(f"http://{host}:8355/v1/chat/completions", key,
+                        {"messages": [{"role": "user", "content": prompt}], "max_tokens": 8})
+    assert status == 200, body
+    return json.loads(body)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +78,12 @@ def served(lab_pair, env, tmp_path_factory):
     return {"inventory": inventory, "events": events, "outputs": outputs}
 
 
-def test_bootstrap_ends_with_an_answering_endpoint(lab_pair, served):
+def test_bootstrap_ends_with_an_answering_endpoint(lab_pair, served, env):
     events = served["events"]
     assert {("model.fetch", "spark1"), ("model.fetch", "spark2"), ("serve.launch", None)} <= changed(events)
     smoke = [e for e in events if e.get("task") == "serve.smoke" and e["event"] == "log"]
     assert smoke and "acceptance length" in smoke[0]["message"]
-    reply = chat(lab_pair)
+    reply = chat(lab_pair, api_key(served, env))
     assert reply["choices"][0]["message"]["content"].strip()
     assert record(lab_pair)["model"] == "nvidia/Qwen3-235B-A22B-FP4"
     # the draft is in the mounted HF cache on every node, never /opt
@@ -83,6 +102,92 @@ def test_second_run_changes_nothing_and_keeps_the_server(lab_pair, served, env):
     assert record(lab_pair)["pid"] == pid
 
 
+def head_addresses(lab) -> list[str]:
+    """Every IPv4 address the head has: management, fabric twins, loopback."""
+    links = json.loads(sh(lab, "spark1", "ip -j -4 addr"))
+    return [a["local"] for link in links for a in link.get("addr_info", [])]
+
+
+def on_head(lab, url: str, key: str | None = None, body: str | None = None) -> str:
+    """The HTTP status `curl` gets on the head itself (000: nothing answered)."""
+    auth = f"-H {shlex.quote('Authorization: Bearer ' + key)} " if key else ""
+    data = f"-H 'Content-Type: application/json' --data-binary {shlex.quote(body)} " if body else ""
+    return sh(lab, "spark1", f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 {auth}{data}{shlex.quote(url)}")
+
+
+def test_every_address_of_the_head_wants_the_key_on_every_path_but_health(lab_pair, served, env):
+    """The gateway (real NGINX) answers the serve port on the management address and the loopback: 401 without
+    the key on /v1/models, /v1/chat/completions and /metrics, 200 with it; the fabric addresses are not served at
+    all; /health stays open. The engine holds its own port on the loopback alone; nothing holds the wildcard."""
+    key = api_key(served, env)
+    mgmt = lab_pair.nodes[0].mgmt_ip
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    answered = set()
+    for address in head_addresses(lab_pair):
+        base = f"http://{address}:8355"
+        for path, data in (("/v1/models", None), ("/v1/chat/completions", body), ("/metrics", None)):
+            without, with_key = on_head(lab_pair, base + path, None, data), on_head(lab_pair, base + path, key, data)
+            assert (without, with_key) in {("401", "200"), ("000", "000")}, (address, path, without, with_key)
+            if with_key == "200":
+                answered.add(address)
+        assert on_head(lab_pair, base + "/health") in {"200", "000"}
+    assert answered == {mgmt, "127.0.0.1"}
+    assert http(f"http://{mgmt}:8355/v1/models")[0] == 401 and http(f"http://{mgmt}:8355/health")[0] == 200
+    listening = sh(lab_pair, "spark1", "ss -ltnH '( sport = :8355 or sport = :18355 )'")
+    local = sorted(line.split()[3] for line in listening.splitlines())
+    assert local == sorted([f"{mgmt}:8355", "127.0.0.1:8355", "127.0.0.1:18355"]), listening
+
+
+def test_serve_status_chat_and_bench_send_the_key_by_themselves(lab_pair, served, env, tmp_path):
+    for args in (["serve", "status", served["inventory"]], ["serve", "chat", served["inventory"], "hello"],
+                 ["serve", "bench", served["inventory"], "--concurrency", "1", "--requests", "2", "--max-tokens",
+                  "8", "-o", str(tmp_path / "bench.json")]):
+        code, _events, output = sparkctl(args, env)
+        assert code == 0, (args, output[-2000:])
+
+
+def test_a_rotated_key_is_refused_at_once_and_the_new_one_works(lab_pair, served, env):
+    old = api_key(served, env)
+    code, _events, output = sparkctl(["serve", "key", served["inventory"], "--rotate"], env)
+    new = output.strip().splitlines()[-1]
+    assert code == 0 and new != old and new == api_key(served, env), output[-2000:]
+    assert output.count(new) == 1 and old not in output  # printed once, as asked: the run itself masks it
+    models = f"http://{lab_pair.nodes[0].mgmt_ip}:8355/v1/models"
+    assert http(models, old)[0] == 401 and http(models, new)[0] == 200
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 0 and changed(events) == set(), output[-3000:]
+
+
+def test_the_key_is_in_no_process_list_log_journal_plan_or_bundle(lab_pair, served, env, tmp_path):
+    key = api_key(served, env)
+    places = {"sparkctl output": "\n".join(served["outputs"])}
+    code, _events, places["plan"] = sparkctl(["cluster", "plan", served["inventory"]], env)
+    assert code == 0
+    bundle = tmp_path / "bundle.tgz"
+    sparkctl(["doctor", served["inventory"], "--bundle", str(bundle)], env)
+    with tarfile.open(bundle) as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                places[f"bundle {member.name}"] = archive.extractfile(member).read().decode(errors="replace")
+    for root, _dirs, files in os.walk(os.path.join(env["XDG_STATE_HOME"], "sparkctl", "runs")):
+        for name in files:
+            with open(os.path.join(root, name), errors="replace") as handle:
+                places[f"journal {name}"] = handle.read()
+    for n in lab_pair.nodes:
+        places[f"{n.name} docker.log"] = sh(lab_pair, n.name, "cat /run/lab/docker.log")
+        places[f"{n.name} journal"] = sh(lab_pair, n.name, "journalctl --no-pager -o cat 2>/dev/null | tail -n 20000")
+        places[f"{n.name} ps"] = sh(lab_pair, n.name, "ps -eww -o args")
+        places[f"{n.name} docker inspect"] = sh(lab_pair, n.name, "docker inspect sparkctl-gateway 2>/dev/null")
+    assert any(k.startswith("bundle") for k in places) and "nginx" in places["spark1 ps"]
+    assert [where for where, text in places.items() if key in text] == []
+    # where it is: the gateway's config on the head, readable by its owner only, and the controller's key file
+    config = "/home/nvidia/.local/state/sparkctl/" + yaml.safe_load(lab_pair.inventory_path.read_text())[
+        "cluster"]["name"] + "/gateway/nginx.conf"
+    assert sh(lab_pair, "spark1", f"stat -c %a {config}").strip() == "600"
+    assert key in sh(lab_pair, "spark1", f"cat {config}")
+
+
 def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pair, served, env):
     """Every read a no-op rerun makes beside its facts (tasks/read_ahead.py) counts: a read whose script is not the
     same text from one run to the next, or that cannot run beside the facts, would be read again on its own."""
@@ -92,7 +197,8 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
              if e["event"] == "log" and e.get("message", "").endswith(": read ahead with the facts")}
     each_node = ("network.verify", "ssh.keys", "container.state", "model.token", "model.fetch", "serve.config")
     head = lab_pair.nodes[0].name
-    assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {("serve.launch", head)}
+    assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {("serve.launch", head),
+                                                                               ("serve.gateway", head)}
 
 
 def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, env, tmp_path):
@@ -107,7 +213,8 @@ def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, e
     assert "+  max_draft_len: 4" in launch["changes"][0]["diff"]
     assert record(lab_pair)["pid"] != pid
     assert "max_draft_len: 4" in sh(lab_pair, "spark2", f"cat {state_dir(lab_pair)}/extra-llm-api-config.yml")
-    assert chat(lab_pair)["choices"][0]["avg_decoded_tokens_per_iter"] == 3.0  # the stand-in: 1 + draft/2
+    reply = chat(lab_pair, api_key(served, env))
+    assert reply["choices"][0]["avg_decoded_tokens_per_iter"] == 3.0  # the stand-in: 1 + draft/2
 
 
 def test_a_killed_server_is_repaired(lab_pair, served, env):
@@ -119,7 +226,7 @@ def test_a_killed_server_is_repaired(lab_pair, served, env):
     launch = next(e for e in events if e.get("task") == "serve.launch" and e["event"] == "task_result")
     assert launch["status"] == "changed" and "is gone" in launch["changes"][0]["summary"]
     assert record(lab_pair)["pid"] != pid
-    assert chat(lab_pair)["choices"][0]["message"]["content"].strip()
+    assert chat(lab_pair, api_key(served, env))["choices"][0]["message"]["content"].strip()
 
 
 def test_an_override_key_the_release_rejects_is_refused_before_anything_runs(lab_pair, served, env, tmp_path):

@@ -18,23 +18,9 @@ from sparkctl.runs.serve_ops import connected, server_handle
 from sparkctl.tasks.serve.server import head_client
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems
+from tests.lab.serve_kit import DRAFT, HF, SERVE, TOKEN, kill_server
 
 pytestmark = pytest.mark.lab
-
-TOKEN = "hf_LabDoctorToken7c1e9a2b4d6f8a0c3e5b"
-SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
-HF = "/home/nvidia/.cache/huggingface"
-DRAFT = f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
-
-
-def kill_server(lab, node: str) -> None:
-    """The server and its launcher gone from the head (an OOM kill, a reboot of the container's processes)."""
-    result = lab.exec(node, f"docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi-launch|mpirun'")
-    assert result.returncode == 0, result.stderr
-    wait = lab.exec(node, "for i in $(seq 1 300); do ss -ltnH 'sport = :8355' | grep -q . || exit 0; sleep 0.2; done; "
-                          "exit 1")
-    assert wait.returncode == 0, "the serve port is still taken"
-
 
 def interrupt_download(lab, node: str) -> None:
     """A draft download cut off half way, as `hf download --local-dir` leaves it: one file missing, its first

@@ -17,7 +17,7 @@ import yaml
 
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.journal import latest_runs, read_run
-from tests.lab import test_doctor_repairs_serve as serve_lab
+from tests.lab import serve_kit as serve_lab
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import bootstrap, changed, failed
 from tests.lab.fault_kit import (
