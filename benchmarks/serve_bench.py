@@ -20,6 +20,7 @@ import yaml
 from sparkctl.inventory import load_inventory
 from sparkctl.knowledge.bench import parse_concurrency, run_bench
 from sparkctl.knowledge.serve_client import ServeClient, endpoint_url
+from sparkctl.tasks.serve.api_key import api_key
 
 ENV = {"HF_TOKEN": "hf_BenchFakeToken0123456789abcdef", "SPARKCTL_FIT_CHECK": "warn"}
 
@@ -35,7 +36,7 @@ def measure(inventory: str, levels: list[int], requests: int, max_tokens: int) -
     first = bootstrap(inventory)
     noop = bootstrap(inventory)
     inv = load_inventory(inventory)
-    client = ServeClient(endpoint_url(str(inv.head.host), inv.serve_spec().port), timeout=600)
+    client = ServeClient(endpoint_url(str(inv.head.host), inv.serve_spec().port), timeout=600, api_key=api_key(inv))
     print(f"bootstrap to a serving endpoint: {first:.1f}s; no-op rerun: {noop:.1f}s")
     print(f"{'conc.':>5} {'reqs':>5} {'fail':>4} {'decode tok/s/req':>17} {'aggr. tok/s':>12} "
           f"{'TTFT p50 ms':>12} {'TTFT p95 ms':>12} {'accept.':>8}")
@@ -64,7 +65,8 @@ def main() -> None:
         lab = Lab.up(Path(directory) / "lab", nodes=2, topology="pair")
         try:
             document = yaml.safe_load(lab.inventory_path.read_text())
-            document["serve"] = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}}
+            document["serve"] = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True},
+                                 "fit_check": "warn"}
             path = Path(directory) / "serve.yaml"
             path.write_text(yaml.safe_dump(document, sort_keys=False))
             measure(str(path), levels, args.requests, args.max_tokens)

@@ -7,6 +7,13 @@ import shlex
 from sparkctl.engine import Graph
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
+from sparkctl.plan.gateway import gateway_spec, offline_listen
+from sparkctl.plan.paths import node_home, state_dir
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.secrets import MASK
+
+#: stands for the key in the plan's gateway config (shown masked: the plan never reads or makes a key)
+PLAN_KEY = "0" * 43
 
 
 def _section(title: str) -> str:
@@ -58,7 +65,25 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
     out.append(plan.serve_config.rstrip())
     out.append("--- launch (head container)")
     out.append(plan.launch_command)
+    if serving_enabled(inventory):
+        out += _gateway_lines(inventory)
     return "\n".join(out) + "\n"
+
+
+def _gateway_lines(inventory: Inventory) -> list[str]:
+    """The gateway on the head: its container and its config, the key masked (bootstrap writes the real one)."""
+    home = node_home(inventory, inventory.head, None)
+    listen = offline_listen(inventory)
+    where = ", ".join(listen) if listen else ("every address of the head" if inventory.serve.listen == "all" else
+                                              "the head's management address")
+    lines = [f"--- gateway on {inventory.head.name} (NGINX; listens on {where} and 127.0.0.1, port "
+             f"{inventory.serve_spec().port}; the engine on 127.0.0.1:{inventory.serve_spec().engine_port}; "
+             f"auth {inventory.serve.auth})"]
+    spec = gateway_spec(inventory, None, state_dir(inventory, home), listen=listen or ["192.0.2.1"])
+    lines.append(" \\\n    ".join(_argv_lines(spec.run_argv())))
+    lines.append(f"--- {spec.config_path} (mode 600)" + ("" if listen else "; 192.0.2.1 stands for " + where))
+    lines.append(spec.config(PLAN_KEY).replace(PLAN_KEY, MASK).rstrip())
+    return lines
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

@@ -98,6 +98,12 @@ def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
                         f"{parts.serve.hf_token_env} names a credential of {service}, not a Hugging Face token: "
                         "sparkctl writes the token to every node's HF cache (name the variable that holds your HF "
                         "token, e.g. HF_TOKEN)"))
+        if parts.serve.auth == "none":
+            out.append((("serve", "auth"), "the endpoint is open: anyone who reaches it can use the cluster "
+                                           "(remove `auth: none` to want a key on every path but /health)"))
+        if parts.serve.listen == "all":
+            out.append((("serve", "listen"), "the endpoint answers on every address of the head, the fabric and "
+                                             "Wi-Fi included (name the addresses instead, e.g. [10.0.0.11])"))
     return out
 
 

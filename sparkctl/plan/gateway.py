@@ -100,9 +100,26 @@ class GatewaySpec:
                 self.image, *self.command()]
 
 
-def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str) -> GatewaySpec:
+def offline_listen(inventory: Inventory) -> list[str] | None:
+    """What `cluster plan` can tell without the head's facts: serve.listen's addresses, or the inventory's host of
+    the head when it is an address (the management address sparkctl's session reaches); None otherwise."""
+    if isinstance(inventory.serve.listen, list):
+        return list(inventory.serve.listen)
+    if inventory.serve.listen == "all":
+        return None
+    try:
+        address = ipaddress.ip_address(str(inventory.head.host))
+    except ValueError:
+        return None
+    return None if address.is_loopback else [str(address)]
+
+
+def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
+                 listen: list[str] | None = None) -> GatewaySpec:
+    """`listen`: the addresses when they are known without facts (`cluster plan`)."""
     spec = inventory.serve_spec()
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
-                       listen=tuple(listen_addresses(inventory, facts)), port=spec.port, engine_port=spec.engine_port,
+                       listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),
+                       port=spec.port, engine_port=spec.engine_port,
                        config_dir=posixpath.join(state_dir, "gateway"),
                        authenticated=inventory.serve.auth == "key")
