@@ -1,17 +1,22 @@
-"""Two bootstrapped, serving Sparks as doctor sees them, and the faults more than one doctor test seeds in them."""
+"""Two bootstrapped, serving Sparks as doctor sees them, and the faults the doctor tests seed in them (one each)."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from sparkctl.doctor.diagnose import run_checks
+from sparkctl.doctor.node_probes import Gid, Hca
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, Snapshot, SshProbe, doctor_plan
-from sparkctl.facts import ContainerInfo, Lldp, LldpNeighbor, NetplanFile
+from sparkctl.facts import Address, ContainerInfo, Lldp, LldpNeighbor, NetplanFile
+from sparkctl.facts.parse import parse_meminfo
 from sparkctl.plan.container import SPEC_LABEL
 from tests.taskkit import inventory, spark_facts
 
 NODES = ("spark1", "spark2")
 ADDRS = {"spark1": ("192.168.100.10", "192.168.101.10"), "spark2": ("192.168.100.11", "192.168.101.11")}
+DEVICES = (("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1"))
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
 GiB_KB = 1024 * 1024
 
@@ -75,3 +80,207 @@ def fault_container_exited(s):
 
 def fault_sudo(s):
     s.facts["spark1"].sudo_nopasswd = False
+
+
+def _addr(text: str) -> Address:
+    ip, _, prefix = text.partition("/")
+    return Address(ip, int(prefix), "inet", "link" if ip.startswith("169.254.") else "global")
+
+
+def fault_link_local(s):
+    s.facts["spark1"].interfaces["enp1s0f1np1"].addresses.append(_addr("169.254.3.3/16"))
+
+
+def fault_twins_same_subnet(s):
+    s.facts["spark1"].interfaces["enP2p1s0f1np1"].addresses.append(_addr("192.168.100.50/24"))
+
+
+def fault_address_missing(s):
+    s.facts["spark2"].interfaces["enP2p1s0f1np1"].addresses = []
+    s.probes["spark1"].pings[1].verdict = "dead"
+    s.probes["spark1"].container_ssh[1] = SshProbe("spark2", "root@192.168.101.11", False, "No route to host")
+    s.probes["spark2"].container_ssh[1] = SshProbe("spark1", "root@192.168.101.10", False, "No route to host")
+
+
+def fault_address_foreign(s):
+    s.facts["spark2"].interfaces["enp1s0f1np1"].addresses.append(_addr("10.77.0.2/24"))
+
+
+def fault_address_duplicate(s):
+    s.facts["spark2"].interfaces["enp1s0f1np1"].addresses.append(_addr("192.168.100.10/24"))
+
+
+def fault_netplan_conflict(s):
+    s.facts["spark1"].netplan_files.append(NetplanFile(
+        "/etc/netplan/90-NM-x.yaml",
+        "network:\n  ethernets:\n    enp1s0f1np1:\n      addresses: [1.2.3.4/24]\n", 0o600))
+
+
+def fault_port_down(s):
+    nic = s.facts["spark2"].interfaces["enp1s0f1np1"]
+    nic.operstate, nic.flags, nic.addresses = "DOWN", ["BROADCAST", "MULTICAST"], []
+    peer = s.facts["spark1"].interfaces["enp1s0f1np1"]
+    peer.operstate, peer.carrier, peer.flags, peer.addresses = "DOWN", False, ["UP", "NO-CARRIER"], []
+    for name in NODES:
+        for d in s.facts[name].roce:
+            d.up = d.up and d.netdev != "enp1s0f1np1"
+    s.probes["spark1"].pings[0].verdict = "dead"
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "No route to host")
+
+
+def fault_no_carrier(s):
+    """Both ends up, no carrier (a dead cable): one finding, on the first node, the far end under it."""
+    for name in NODES:
+        nic = s.facts[name].interfaces["enP2p1s0f1np1"]
+        nic.operstate, nic.carrier, nic.flags, nic.addresses = "DOWN", False, ["NO-CARRIER", "UP"], []
+    s.probes["spark1"].pings[1].verdict = "dead"
+    s.probes["spark2"].pings[1].verdict = "dead"
+
+
+def fault_interface_missing(s):
+    del s.facts["spark2"].interfaces["enP2p1s0f1np1"]
+    s.facts["spark2"].roce = [d for d in s.facts["spark2"].roce if d.netdev != "enP2p1s0f1np1"]
+    s.probes["spark1"].pings[1].verdict = "dead"
+
+
+def fault_jumbo(s):
+    s.probes["spark2"].pings[0].verdict = "mtu"
+
+
+def fault_ssh_mesh(s):
+    s.probes["spark1"].ssh[0] = SshProbe("spark2", "192.168.100.11", False, "Permission denied (publickey).")
+
+
+def fault_container_restarting(s):
+    """Its command keeps failing under a restart policy: its ssh and hostfile fail with it, said there."""
+    info = s.facts["spark2"].containers["trtllm-multinode"]
+    info.restart_count = 12
+    s.probes["spark1"].container_ssh = [dataclasses.replace(p, ok=False, error="Connection refused")
+                                        for p in s.probes["spark1"].container_ssh]
+    s.probes["spark2"].container_hostfile = ""
+
+
+def fault_container_missing(s):
+    fault_container_exited(s)
+    s.facts["spark2"].containers["trtllm-multinode"] = ContainerInfo("trtllm-multinode", exists=False)
+
+
+def fault_spec_drift(s):
+    s.facts["spark1"].containers["trtllm-multinode"].image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"
+
+
+def fault_port_taken(s):
+    fault_container_exited(s)
+    s.facts["spark2"].listening_tcp[2233] = "python3"
+    s.probes["spark2"].port_owners[2233] = "python3 (pid 999)"
+
+
+def fault_env_absent(s):
+    s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_SOCKET_IFNAME"] = "enp1s0f0np9"
+
+
+def fault_env_management(s):
+    env = s.facts["spark1"].containers["trtllm-multinode"].env
+    env["OMPI_MCA_btl_tcp_if_include"] = "enP7s7"
+
+
+def fault_ib_hca(s):
+    s.facts["spark2"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "mlx5_0"
+
+
+def fault_env_unset(s):
+    del s.facts["spark2"].containers["trtllm-multinode"].env["OMPI_MCA_oob_tcp_if_include"]
+
+
+def fault_hostfile(s):
+    s.probes["spark2"].container_hostfile = "192.168.100.10\n10.9.9.9\n"
+
+
+def fault_container_ssh(s):
+    s.probes["spark1"].container_ssh[0] = SshProbe("spark2", "root@192.168.100.11", False, "Permission denied")
+
+
+def fault_unreachable(s):
+    s.facts.pop("spark2")
+    s.unreachable["spark2"] = "spark2 (10.0.0.12:22): timed out after 10s"
+    for p in s.probes["spark1"].ssh + s.probes["spark1"].container_ssh:
+        p.ok, p.error = False, "timed out"
+    s.probes.pop("spark2")
+
+
+def fault_ssh_auth(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12:22): authentication failed for user nvidia"
+
+
+def fault_ssh_no_key(s):
+    """paramiko's 'No authentication methods available': told by its kind, whatever the words."""
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): no key to offer"
+    s.unreachable_kinds["spark2"] = "auth"
+
+
+def fault_not_ssh(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = ("port 22 on spark2 (10.0.0.12) accepted and closed the connection: is it an SSH "
+                               "server, is the lab down?")
+
+
+def fault_ssh_refused(s):
+    fault_unreachable(s)
+    s.unreachable["spark2"] = "spark2 (10.0.0.12): connection refused on port 22"
+
+
+def fault_user(s):
+    s.facts["spark2"].user = "ubuntu"
+
+
+def fault_docker_broken(s):
+    f = s.facts["spark2"]
+    f.docker_access, f.docker_error = False, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. " \
+                                             "Is the docker daemon running?"
+
+
+def fault_docker_group(s):
+    f = s.facts["spark2"]
+    f.docker_access, f.docker_error = False, "permission denied while trying to connect to the docker daemon socket"
+    f.groups.remove("docker")
+
+
+def fault_model_incomplete(s):
+    s.probes["spark2"].models[1] = ModelCache("nvidia/Qwen3-235B-A22B-Eagle3", "incomplete", "partial download")
+
+
+def fault_serve_down(s):
+    s.probes["spark1"].health_status, s.probes["spark1"].completion = 0, None
+    s.probes["spark1"].port_owners.pop(18355)
+
+
+def fault_serve_health(s):
+    s.probes["spark1"].health_status, s.probes["spark1"].completion = 503, None
+
+
+def fault_serve_degenerate(s):
+    s.probes["spark1"].completion = "!!!!!!!!!!!!!!!!!!!!!!"
+
+
+def fault_socket_fallback(s):
+    s.probes["spark2"].nccl_log = ("NCCL INFO NCCL_IB_HCA set by environment to mlx5_9\nNCCL INFO NET/IB : No device "
+                                   "found.\nNCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.100.11<0>\n"
+                                   "NCCL INFO Using network Socket\n")
+
+
+def with_system_probes(s):
+    """What the node-software probes see on a healthy pair, added to a healthy snapshot."""
+    for node, ips in ADDRS.items():
+        system = s.probes[node].system
+        system.kernel, system.driver, system.cuda = "6.11.0-1016-nvidia", "580.95.05", "13.0"
+        system.hcas = {d: Hca(d, "28.45.4028", "PORT_ACTIVE", "Ethernet") for d, _ in DEVICES}
+        system.gids = [Gid(d, 1, 3, f"::ffff:{ip}", "v2", n) for (d, n), ip in zip(DEVICES, ips, strict=True)]
+        s.facts[node].meminfo = parse_meminfo((FIXTURES / "facts" / "meminfo.txt").read_text())
+    return s
+
+
+def set_meminfo(s, node, **kb):
+    s.facts[node].meminfo = {**s.facts[node].meminfo, **kb}
+    s.facts[node].mem_total_kb = s.facts[node].meminfo["MemTotal"]

@@ -20,14 +20,14 @@ from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.findings import Diagnosis
 from sparkctl.doctor.node_probes import Setting
 from sparkctl.doctor.remedies import KINDS, REMEDIES
-from sparkctl.doctor.snapshot import LinkProbe, SshProbe
+from sparkctl.doctor.snapshot import LinkProbe, Snapshot, SshProbe, doctor_plan
 from sparkctl.facts import Lldp
 from sparkctl.facts.lldp import parse_lldp
+from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.runs import doctor as doctor_run
 from tests.taskkit import REPO, inventory, spark_facts
-from tests.unit import test_doctor_checks as base
-from tests.unit import test_doctor_system as system_tests
-from tests.unit import test_networkmanager as nm_tests
+from tests.unit import doctor_snapshot_kit as base
+from tests.unit import nm_kit as nm_tests
 
 GiB_KB = base.GiB_KB
 
@@ -74,11 +74,11 @@ def speed_low(s):
 def known_bad_release(s):
     s.inventory = s.inventory.model_copy(deep=True)
     s.inventory.container.image = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13"
-    plan, _ = base.doctor_plan(s.inventory, s.facts)
+    plan, _ = doctor_plan(s.inventory, s.facts)
     for name, f in s.facts.items():  # the containers already run it as planned: only the release is the finding
         spec = plan.nodes[name].container
         info = f.containers["trtllm-multinode"]
-        info.image, info.labels = spec.image, {base.SPEC_LABEL: spec.spec_hash()}
+        info.image, info.labels = spec.image, {SPEC_LABEL: spec.spec_hash()}
 
 
 def wrong_port(s):
@@ -103,7 +103,7 @@ def bandwidth_regression(s):
 def probed(fault):
     """A fault of the node-software probes, on a snapshot where they saw a healthy pair first."""
     def seeded(s):
-        system_tests.with_system_probes(s)
+        base.with_system_probes(s)
         fault(s)
     return seeded
 
@@ -130,7 +130,7 @@ def firmware_mismatch(s):
 
 
 def driver_too_old(s):
-    for node in system_tests.TWINS:
+    for node in base.ADDRS:
         s.facts[node].containers["trtllm-multinode"].env["CUDA_VERSION"] = "13.0.2"
     s.probes["spark1"].system.driver, s.probes["spark1"].system.cuda = "570.133.20", "12.8"
 
@@ -153,12 +153,12 @@ def sshd_dropin(s):
 
 
 def cma_reserved(s):
-    system_tests._meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, CmaTotal=60 * GiB_KB,
+    base.set_meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, CmaTotal=60 * GiB_KB,
                           CmaFree=59 * GiB_KB)
 
 
 def swap_in_use(s):
-    system_tests._meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, SwapTotal=8 * GiB_KB,
+    base.set_meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, SwapTotal=8 * GiB_KB,
                           SwapFree=2 * GiB_KB, SwapCached=0)
 
 
@@ -322,10 +322,10 @@ def test_no_plan_says_what_to_do_and_fix_leaves_it_alone(monkeypatch, tmp_path):
 
 
 def test_ports_differ_is_a_note_and_fix_leaves_it_alone(monkeypatch, tmp_path):
-    inv = base.inventory()
+    inv = inventory()
     facts = {"spark1": spark_facts("spark1", up_ports=(1,)), "spark2": spark_facts("spark2", up_ports=(0,))}
-    plan, _ = base.doctor_plan(inv, facts)
-    s = base.Snapshot(inv, facts, {}, {}, plan)
+    plan, _ = doctor_plan(inv, facts)
+    s = Snapshot(inv, facts, {}, {}, plan)
     d = Diagnosis(checks_fabric.check_ports(s), nodes=s.all_nodes)
     assert [(f.id, f.severity) for f in d.findings] == [("fabric.ports_differ", "info")]
     says_what_to_do(d, "fabric.ports_differ")

@@ -7,8 +7,6 @@ import dataclasses
 from pathlib import Path
 
 from sparkctl.doctor.node_probes import (
-    Gid,
-    Hca,
     Setting,
     parse_gids,
     parse_ibv_devinfo,
@@ -16,13 +14,17 @@ from sparkctl.doctor.node_probes import (
     parse_sshd_dropins,
     parse_versions,
 )
-from sparkctl.facts.parse import parse_meminfo
 from sparkctl.knowledge.cuda import driver_problem
-from tests.unit.doctor_snapshot_kit import GiB_KB, diagnose, healthy_snapshot
+from tests.unit.doctor_snapshot_kit import (
+    ADDRS,
+    GiB_KB,
+    diagnose,
+    healthy_snapshot,
+    set_meminfo,
+    with_system_probes,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-TWINS = {"spark1": ("192.168.100.10", "192.168.101.10"), "spark2": ("192.168.100.11", "192.168.101.11")}
-DEVICES = (("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1"))
 
 
 def test_ibv_devinfo_of_a_real_spark():
@@ -67,17 +69,6 @@ def healthy():
     return with_system_probes(healthy_snapshot())
 
 
-def with_system_probes(s):
-    """What the node-software probes see on a healthy pair, added to a snapshot of test_doctor_checks."""
-    for node, ips in TWINS.items():
-        system = s.probes[node].system
-        system.kernel, system.driver, system.cuda = "6.11.0-1016-nvidia", "580.95.05", "13.0"
-        system.hcas = {d: Hca(d, "28.45.4028", "PORT_ACTIVE", "Ethernet") for d, _ in DEVICES}
-        system.gids = [Gid(d, 1, 3, f"::ffff:{ip}", "v2", n) for (d, n), ip in zip(DEVICES, ips, strict=True)]
-        s.facts[node].meminfo = parse_meminfo((FIXTURES / "facts" / "meminfo.txt").read_text())
-    return s
-
-
 def ids(s) -> set[tuple[str, str, str]]:
     return {(f.id, f.node, f.severity) for f in diagnose(s).findings}
 
@@ -110,7 +101,7 @@ def test_driver_kernel_and_firmware_differ_between_nodes():
 
 def test_a_driver_too_old_for_the_images_cuda():
     s = healthy()
-    for node in TWINS:
+    for node in ADDRS:
         s.facts[node].containers["trtllm-multinode"].env["CUDA_VERSION"] = "13.0.2"
     s.probes["spark1"].system.driver, s.probes["spark1"].system.cuda = "570.133.20", "12.8"
     assert ("gpu.driver_too_old", "spark1", "error") in ids(s)
@@ -143,17 +134,12 @@ def test_sshd_dropins_that_break_the_mesh():
     assert not [f for f in diagnose(s).findings if f.id == "ssh.sshd_dropin"]
 
 
-def _meminfo(s, node, **kb):
-    s.facts[node].meminfo = {**s.facts[node].meminfo, **kb}
-    s.facts[node].mem_total_kb = s.facts[node].meminfo["MemTotal"]
-
-
 def test_memory_for_the_model_page_cache_cma_and_swap():
     s = healthy()
     s.probes["spark1"].health_status = 0  # the model is not loaded yet
     # Qwen3-235B at TP=2: ~71.5 GB per node; 120 GiB in all, 40 GiB free, 70 GiB of page cache
-    _meminfo(s, "spark1", MemTotal=120 * GiB_KB, MemFree=40 * GiB_KB, Cached=70 * GiB_KB)
-    _meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, CmaTotal=60 * GiB_KB, CmaFree=59 * GiB_KB,
+    set_meminfo(s, "spark1", MemTotal=120 * GiB_KB, MemFree=40 * GiB_KB, Cached=70 * GiB_KB)
+    set_meminfo(s, "spark2", MemTotal=120 * GiB_KB, MemFree=100 * GiB_KB, CmaTotal=60 * GiB_KB, CmaFree=59 * GiB_KB,
              SwapTotal=8 * GiB_KB, SwapFree=2 * GiB_KB, SwapCached=0)
     found = ids(s)
     assert {("node.page_cache", "spark1", "warning"), ("node.cma_reserved", "spark2", "warning"),
@@ -164,14 +150,14 @@ def test_memory_for_the_model_page_cache_cma_and_swap():
 
 def test_a_loaded_model_is_not_blamed_on_the_page_cache():
     s = healthy()
-    _meminfo(s, "spark1", MemTotal=120 * GiB_KB, MemFree=10 * GiB_KB, Cached=8 * GiB_KB)
+    set_meminfo(s, "spark1", MemTotal=120 * GiB_KB, MemFree=10 * GiB_KB, Cached=8 * GiB_KB)
     assert s.probes["spark1"].health_status == 200
     assert not [f for f in diagnose(s).findings if f.id == "node.page_cache"]
 
 
 def test_single_facts_field_defaults_keep_old_snapshots_silent():
     s = healthy_snapshot()
-    assert all(dataclasses.asdict(s.probes[n].system)["hcas"] is None for n in TWINS)
+    assert all(dataclasses.asdict(s.probes[n].system)["hcas"] is None for n in ADDRS)
     assert diagnose(s).findings == []
 
 

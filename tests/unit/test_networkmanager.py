@@ -35,22 +35,12 @@ from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.framing import MARKER
 from tests.taskkit import install_effects, inventory, make_kit, normalize_run_id, spark_facts
 from tests.unit.doctor_snapshot_kit import diagnose, healthy_snapshot
+from tests.unit.nm_kit import BOUND_MAC, DGX_OS, nmcli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nmcli"
 TWINS = ["enp1s0f1np1", "enP2p1s0f1np1"]
 MGMT = {"enP7s7"}
-DGX_OS = NetplanFile("/etc/netplan/01-network-manager-all.yaml",
-                     "# Let NetworkManager manage all devices on this system\nnetwork:\n  version: 2\n"
-                     "  renderer: NetworkManager\n", 0o600)
 CONVERGED = {"enp1s0f1np1": ["192.168.100.10/24"], "enP2p1s0f1np1": ["192.168.101.10/24"]}
-# the MAC of spark2's enp1s0f1np1 in mac-bound-unbound-unmanaged.txt
-BOUND_MAC = "6e:11:59:53:e8:36"
-
-
-def nmcli(name: str):
-    return parse_nmcli((FIXTURES / name).read_text())
-
-
 def nm_facts(node: str = "spark1", fixture: str = "converged.txt", *, addresses=None, files=(DGX_OS,), **kw):
     """A Spark on DGX OS: NetworkManager renders netplan (01-network-manager-all.yaml) and answers nmcli."""
     facts = spark_facts(node, addresses=CONVERGED if addresses is None else addresses, mtu=9000,
