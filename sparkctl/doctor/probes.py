@@ -19,6 +19,7 @@ from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
+from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
 from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
 from sparkctl.rules.mesh import (
@@ -149,6 +150,10 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
         sections.append(("health", _http(container, f"http://127.0.0.1:{port}/health")))
         body = json.dumps({"model": inventory.serve_spec().model, "max_tokens": 24,
                            "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
+        gateway_port = int(inventory.serve_spec().port)
+        sections.append(("gateway", f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
+                                    "|| echo absent"))
+        sections.append(("gateway-listen", f"ss -ltnH 'sport = :{gateway_port}'"))
         sections.append(("completion", "[ \"$_health\" = 200 ] || exit 3\n"
                                        + _http(container, f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                                60)))
@@ -210,6 +215,10 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
     if "health" in sections:
         status = text("health").strip()
         probe.health_status = int(status) if status.isdigit() else 0
+    if "gateway" in sections:
+        lines = text("gateway").strip().splitlines()
+        probe.gateway = lines[-1].strip() if lines else "absent"
+        probe.gateway_ss = text("gateway-listen")
     completion = sections.get("completion")
     if completion and completion.ok:
         status, _, body = completion.output.partition("\n")

@@ -208,6 +208,7 @@ REMEDIES: dict[str, Remedy] = {
     "hf.token_missing": _by("no Hugging Face token on the node (export it; model.token writes it)", "model"),
     "serve.down": _by("nothing serves on the serve port", "serve"),
     "serve.health": _by("the server does not answer /health or a completion", "serve"),
+    "serve.gateway_down": _by("the gateway in front of the engine does not run or listen where it should", "serve"),
     "serve.degenerate": _person("the server answers with degenerate output", "inventory",
                                 "a release with the Eagle3 SM12x fix, or serve.decoding: none, is the inventory's"),
     "nccl.socket_fallback": _by("NCCL ran over TCP sockets, not RDMA", *CONTAINER, "serve"),

@@ -71,6 +71,10 @@ class NodeProbe:
     health_error: str = ""
     completion: str | None = None
     completion_error: str = ""
+    #: the gateway container's `docker inspect` state ("running", "exited", ...), "absent"; None: not probed
+    gateway: str | None = None
+    #: what `ss -ltnH` lists at the serve port (the gateway's)
+    gateway_ss: str = ""
     #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
     system: SystemProbe = field(default_factory=SystemProbe)
 

@@ -55,6 +55,9 @@ def healthy_snapshot() -> Snapshot:
     probes["spark1"].health_status = 200
     probes["spark1"].completion = "The sea is wide and deep."
     probes["spark1"].port_owners[18355] = "trtllm-serve (pid 77)"  # the engine, behind the gateway
+    probes["spark1"].gateway = "running"
+    probes["spark1"].gateway_ss = ("LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\n"
+                                   "LISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n")
     return Snapshot(inv, facts, {}, probes, plan)
 
 
@@ -284,3 +287,8 @@ def with_system_probes(s):
 def set_meminfo(s, node, **kb):
     s.facts[node].meminfo = {**s.facts[node].meminfo, **kb}
     s.facts[node].mem_total_kb = s.facts[node].meminfo["MemTotal"]
+
+
+def fault_gateway_down(s):
+    s.probes["spark1"].gateway = "exited"
+    s.probes["spark1"].gateway_ss = ""

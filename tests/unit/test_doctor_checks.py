@@ -29,6 +29,7 @@ from tests.unit.doctor_snapshot_kit import (
     fault_env_absent,
     fault_env_management,
     fault_env_unset,
+    fault_gateway_down,
     fault_hostfile,
     fault_ib_hca,
     fault_interface_missing,
@@ -115,6 +116,7 @@ CASES = [
     (fault_docker_broken, "node.docker_broken", "spark2"),
     (fault_model_incomplete, "model.incomplete", "spark2"),
     (fault_serve_down, "serve.down", "spark1"),
+    (fault_gateway_down, "serve.gateway_down", "spark1"),
     (fault_serve_health, "serve.health", "spark1"),
     (fault_serve_degenerate, "serve.degenerate", "spark1"),
     (fault_socket_fallback, "nccl.socket_fallback", "spark2"),
@@ -372,3 +374,14 @@ def test_printed_fix_commands_quote_the_hf_cache_and_the_inventory_path():
     low = next(f for f in diagnose(s).findings if f.id == "disk.hf_cache_low")
     assert "`du -sh '/data/hf cache;reboot'/hub/*`" in low.fix
     assert shlex.split(s.bootstrap("verify.fabric"))[3] == "/tmp/my inventory;reboot.yaml"
+
+
+def test_a_gateway_that_runs_but_left_an_address_is_named_with_what_it_listens_on():
+    s = healthy_snapshot()
+    s.probes["spark1"].gateway_ss = "LISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n"
+    (found,) = diagnose(s).errors
+    assert (found.id, found.node) == ("serve.gateway_down", "spark1") and "10.0.0.11:8355" in found.summary
+    assert "127.0.0.1" in found.evidence and "bootstrap" in found.fix
+    s.probes["spark1"].gateway = "absent"
+    (found,) = diagnose(s).errors
+    assert found.summary == "the gateway in front of the engine is absent"

@@ -1,12 +1,14 @@
 """PURE serve checks: HF token and checkpoints in each node's cache, the server's port, /health, a completion
-that is not degenerate, and what NCCL really used according to the serve log."""
+that is not degenerate, the gateway in front of it, and what NCCL really used according to the serve log."""
 
 from __future__ import annotations
 
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
+from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.rules.serving import fell_back_to_sockets, rdma_up, serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
@@ -115,4 +117,33 @@ def check_nccl(s: Snapshot) -> list[Finding]:
     return out
 
 
-CHECKS = [check_models, check_server, check_nccl]
+def check_gateway(s: Snapshot) -> list[Finding]:
+    """The gateway runs on the head and listens where the plan says: without it the endpoint answers nowhere."""
+    head = s.inventory.head.name
+    if head not in s.facts or not serving_enabled(s.inventory):
+        return []
+    probe = s.probe(head)
+    if probe.gateway is None:
+        return []
+    try:
+        wanted = {*listen_addresses(s.inventory, s.facts[head]), ENGINE_HOST}
+    except ListenUnknown:
+        return []
+    port = int(s.inventory.serve_spec().port)
+    severity = "error" if serving_expected(s) else "info"
+    if probe.gateway != "running":
+        state = "absent" if probe.gateway == "absent" else probe.gateway
+        return [Finding("serve.gateway_down", severity, head, f"the gateway in front of the engine is {state}",
+                        evidence=f"container {GATEWAY_CONTAINER}: {state}; the endpoint answers on no address",
+                        fix=s.bootstrap('serve'), phase="serve")]
+    missing = sorted(wanted - listening_on(probe.gateway_ss, port))
+    if missing:
+        return [Finding("serve.gateway_down", severity, head,
+                        f"the gateway does not listen on {', '.join(missing)}:{port}",
+                        evidence=f"{GATEWAY_CONTAINER} runs; `ss` at port {port}: "
+                                 f"{', '.join(sorted(listening_on(probe.gateway_ss, port))) or 'nothing'}",
+                        fix=s.bootstrap('serve'), phase="serve")]
+    return []
+
+
+CHECKS = [check_models, check_server, check_gateway, check_nccl]
