@@ -70,6 +70,8 @@ SEEDS = [
          also=frozenset({("model.absent", "spark1")})),
     Seed("serve-down", "serve.down", "spark1", kill_server),
     Seed("serve-hung", "serve.health", "spark1", hang_server),
+    # stopped by hand: its restart policy leaves it stopped, and the endpoint answers on no address
+    Seed("gateway-stopped", "serve.gateway_down", "spark1", "docker stop -t 0 sparkctl-gateway"),
     # the serve log is the head's: NCCL's lines of every rank are there
     Seed("nccl-socket-fallback", "nccl.socket_fallback", "spark1", start_on_sockets),
 ]
