@@ -21,6 +21,8 @@ import pytest
 from sparkctl.doctor.remedies import REMEDIES
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems, replace_container
+from tests.lab.nm_kit import NM_SEEDS
+from tests.lab.serve_kit import SEEDS as SERVE_SEEDS
 
 pytestmark = pytest.mark.lab
 
@@ -171,8 +173,6 @@ LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_net
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
-    from tests.lab import test_doctor_repairs_serve, test_networkmanager
-
     repairable = {i for i, r in REMEDIES.items() if r.repairable}
     seeded = {s.finding for s in SEEDS}
     assert repairable - seeded - set(ELSEWHERE) == set()
@@ -180,8 +180,8 @@ def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
     # and only where a lab test module seeds them: a unit test does not prove a repair on a node
     assert set(ELSEWHERE.values()) <= set(LAB_MODULES), set(ELSEWHERE.values()) - set(LAB_MODULES)
     # and where ELSEWHERE says, they are seeded
-    assert {s.finding for s in test_doctor_repairs_serve.SEEDS} == {i for i, w in ELSEWHERE.items() if w == "serve"}
-    assert {s.finding for s in test_networkmanager.NM_SEEDS} >= {i for i, w in ELSEWHERE.items()
+    assert {s.finding for s in SERVE_SEEDS} == {i for i, w in ELSEWHERE.items() if w == "serve"}
+    assert {s.finding for s in NM_SEEDS} >= {i for i, w in ELSEWHERE.items()
                                                                  if w == "networkmanager"}
 
 

@@ -16,8 +16,9 @@ import pytest
 from sparkctl.plan.paths import network_state_dir
 from tests.lab import doctor_kit as kit
 from tests.lab.conftest import poll
-from tests.lab.doctor_kit import Seed, doctor, errors
+from tests.lab.doctor_kit import doctor, errors
 from tests.lab.network_kit import bootstrap, fabric_of, snapshot, sparkctl
+from tests.lab.nm_kit import NM_SEEDS
 
 pytestmark = pytest.mark.lab
 
@@ -186,14 +187,6 @@ def test_doctor_is_clean_names_a_competing_profile_and_fix_removes_it(converged,
 # repairs it (healthy after), a bootstrap rerun then changes nothing; seeded again, a plain bootstrap rerun repairs
 # it, doctor is healthy, and the next rerun changes nothing.
 
-NM_SEEDS = [
-    Seed("nm-competing-profile", "nm.competing_profile", "spark2",
-         "nmcli connection add type ethernet ifname enP2p1s0f1np1 con-name seeded-competing "
-         "connection.autoconnect-priority 5 >/dev/null"),
-    Seed("nm-twin-unmanaged", "nm.twin_unmanaged", "spark1", "nmcli device set enp1s0f1np1 managed no"),
-    # the case where DGX OS has NetworkManager manage the twin
-    Seed("nm-twin-set-down", "fabric.port_down", "spark1", "ip link set enP2p1s0f1np1 down"),
-]
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import re
 from sparkctl.facts import Address, ContainerInfo, Facts, Interface, RoceDevice
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import SPEC_LABEL
+from sparkctl.tasks.container.ssh import desired_ssh_files
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
-from tests.taskkit import answer
+from tests.taskkit import answer, framed
 
 TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
 ROCE = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
@@ -114,3 +115,16 @@ def probe_line(hostfile_env: dict) -> str:
     ranks = [{"rank": r, "hostname": f"spark{r + 1}", "env": hostfile_env, "sum_ok": True,
               "tx_bytes": {"enp1s0f1np1": 1 << 20}, "seconds": 0.01} for r in range(2)]
     return json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
+
+
+def ssh_listing(inv, facts, node, pubs, ssh_verdicts: str, more: tuple = ()):
+    cctx0, _ = cluster(inv, facts)
+    want = desired_ssh_files(cctx0, pubs)
+    return framed([("sshd", "listening\n"), ("client", pubs[node][0] + "\n"), ("host", pubs[node][1] + "\n"),
+                   ("node-authorized_keys", want["authorized_keys"]), ("node-known_hosts", want["known_hosts"]),
+                   ("in-authorized_keys", want["authorized_keys"]), ("in-known_hosts", want["known_hosts"]),
+                   *more, ("ssh", ssh_verdicts)])
+
+
+PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
+        "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}

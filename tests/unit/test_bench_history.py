@@ -5,22 +5,10 @@ from __future__ import annotations
 
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.knowledge.bench_history import incomparable, regressions
-from sparkctl.plan.bench import link_settings, nccl_settings
+from sparkctl.plan.bench import nccl_settings
 from sparkctl.runs import bench_records
+from tests.unit.bench_kit import LINK, bench
 from tests.unit.doctor_snapshot_kit import healthy_snapshot
-
-LINK = "spark1 enP2p1s0f1np1 -> spark2 enP2p1s0f1np1"
-
-
-def bench(time: str, gbps: float, busbw: float = 22.0, method: str = "rdma", nccl_max: int = 256 << 20) -> dict:
-    settings = link_settings(method)
-    return {"time": time, "nodes": ["spark1", "spark2"],
-            "links": [{"key": LINK, "client": "spark1", "gbps": gbps, "summary": f"{gbps} Gb/s", "method": method,
-                       "settings": settings},
-                      {"key": "spark1 enp1s0f1np1 -> spark2 enp1s0f1np1", "client": "spark1", "gbps": 93.0,
-                       "method": method, "settings": settings}],
-            "nccl": {"busbw": busbw, "summary": "ok",
-                     "settings": nccl_settings("1M", str(nccl_max), ["spark1", "spark2"])}}
 
 
 def test_no_regression_within_noise_or_without_history():

@@ -28,6 +28,7 @@ from sparkctl.runs import doctor as doctor_run
 from tests.taskkit import REPO, inventory, spark_facts
 from tests.unit import doctor_snapshot_kit as base
 from tests.unit import nm_kit as nm_tests
+from tests.unit.bench_kit import bench
 
 GiB_KB = base.GiB_KB
 
@@ -95,8 +96,6 @@ def nccl_warn(s):
 
 
 def bandwidth_regression(s):
-    from tests.unit.test_bench_history import bench
-
     s.bench_history = [bench("t2", 40.0), bench("t1", 93.0)]
 
 

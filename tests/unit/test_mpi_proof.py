@@ -17,7 +17,7 @@ from sparkctl.tasks.mpi.reads import hostfile_reads
 from sparkctl.tasks.verify.fabric import FabricVerify
 from sparkctl.transport.framing import Framing
 from tests.taskkit import framed
-from tests.unit.container_kit import cluster, pair, probe_line, running_like_plan
+from tests.unit.container_kit import PUBS, cluster, pair, probe_line, running_like_plan, ssh_listing
 
 
 class Records(dict):
@@ -150,15 +150,13 @@ def test_a_noop_run_proves_the_container_mesh_and_verifies_in_one_round_trip_per
     """container.ssh's round trip carries mpi.hostfile's and verify.fabric's reads; with the MPI probe on record,
     the MPI and verify phases need no round trip of their own (and mpirun runs nowhere)."""
     from sparkctl.tasks.container.ssh import ContainerSshTask
-    from tests.unit.test_tasks_container import PUBS, _ssh_listing
-
     cctx, facts, _ = passed_once()
     inv = cctx.inventory
     good = cctx.plan().hostfile
     more = {"spark1": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""), ("exposure", "")),
             "spark2": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""), ("exposure", ""))}
     verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
-    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
+    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
              for n in ("spark1", "spark2")}
     records = cctx.records
     cctx, _, events = converged(rules, records)
@@ -182,8 +180,6 @@ def test_reprove_runs_the_probe_whatever_the_record_says():
 def state_rules(cctx, facts):
     """container.state's read answered on both nodes as a converged pair's (its carried container.ssh read too)."""
     from sparkctl.plan.mpi import MPI_PROBE, probe_source
-    from tests.unit.test_tasks_container import PUBS, _ssh_listing
-
     inv = cctx.inventory
     good = cctx.plan().hostfile
     verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
@@ -191,7 +187,7 @@ def state_rules(cctx, facts):
              ("have", "hf_cache\nrun\nkeydir\nclient\nhostkey"))
 
     def answer(node):
-        listing = _ssh_listing(inv, facts, node, PUBS, verdicts[node],
+        listing = ssh_listing(inv, facts, node, PUBS, verdicts[node],
                                (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""),
                                 ("exposure", "")))
         reply = lambda script: framed(list(state))(script) + listing(script)  # noqa: E731
@@ -248,8 +244,6 @@ def test_verify_fabric_reports_a_container_sshd_that_answers_on_the_management_a
     """The mesh belongs on the fabric: verify (not only doctor) says so when a node's management address accepts
     a connection to the container's ssh port."""
     from sparkctl.tasks.container.ssh import ContainerSshTask
-    from tests.unit.test_tasks_container import PUBS, _ssh_listing
-
     cctx, facts, _ = passed_once()
     inv = cctx.inventory
     good = cctx.plan().hostfile
@@ -257,7 +251,7 @@ def test_verify_fabric_reports_a_container_sshd_that_answers_on_the_management_a
             "spark2": (("node-hostfile", good), ("container-hostfile", good), ("nccl", ""),
                        ("exposure", "open 10.0.0.12\n"))}
     verdicts = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
-    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
+    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, PUBS, verdicts[n], more[n]))]
              for n in ("spark1", "spark2")}
     cctx, _, _ = converged(rules, cctx.records)
     for node in ("spark1", "spark2"):

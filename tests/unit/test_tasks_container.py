@@ -17,10 +17,12 @@ from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import framed
 from tests.unit.container_kit import (
+    PUBS,
     cluster,
     node_facts,
     pair,
     running_like_plan,
+    ssh_listing,
 )
 
 HOSTILE = "a b'c\";$(touch /tmp/pwned)`x`"
@@ -350,24 +352,11 @@ def hostfiles(on_node: str, in_container: str, *more: tuple):
     return framed([("node-hostfile", on_node), ("container-hostfile", in_container), *more])
 
 
-def _ssh_listing(inv, facts, node, pubs, ssh_verdicts: str, more: tuple = ()):
-    cctx0, _ = cluster(inv, facts)
-    want = desired_ssh_files(cctx0, pubs)
-    return framed([("sshd", "listening\n"), ("client", pubs[node][0] + "\n"), ("host", pubs[node][1] + "\n"),
-                   ("node-authorized_keys", want["authorized_keys"]), ("node-known_hosts", want["known_hosts"]),
-                   ("in-authorized_keys", want["authorized_keys"]), ("in-known_hosts", want["known_hosts"]),
-                   *more, ("ssh", ssh_verdicts)])
-
-
-PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),
-        "spark2": ("ssh-ed25519 AAA2 c@spark2", "ssh-ed25519 HHH2 h")}
-
-
 def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_inside():
     inv, facts = pair()
-    rules = {"spark1": [(r":begin client@@", _ssh_listing(
+    rules = {"spark1": [(r":begin client@@", ssh_listing(
                  inv, facts, "spark1", PUBS, "ok spark2 root@192.168.100.11\n"))],
-             "spark2": [(r":begin client@@", _ssh_listing(
+             "spark2": [(r":begin client@@", ssh_listing(
                  inv, facts, "spark2", PUBS, "ok spark1 root@192.168.100.10\n"))]}
     cctx, _ = cluster(inv, facts, rules)
     assert ContainerSshTask().check(cctx) == []
@@ -383,7 +372,7 @@ def test_container_ssh_failure_is_asked_again_before_it_is_believed():
              "spark2": "ok spark1 root@192.168.100.10\n"}
     for retry, expect_fail in (("ok spark2 root@192.168.100.11\n", False),
                                ("fail spark2 root@192.168.100.11 Permission denied (publickey)\n", True)):
-        rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, first[n])),
+        rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, PUBS, first[n])),
                      (r"^docker exec", retry if n == "spark1" else first[n])] for n in ("spark1", "spark2")}
         cctx, _ = cluster(inv, facts, rules)
         if expect_fail:
@@ -404,7 +393,7 @@ def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_f
            "spark2": (("node-hostfile", good), ("container-hostfile", good))}
     verdicts = {"spark1": "ok spark2 root@192.168.100.11\n",
                 "spark2": "ok spark1 root@192.168.100.10\n"}
-    rules = {n: [(r":begin client@@", _ssh_listing(inv, facts, n, PUBS, verdicts[n], mpi[n]))]
+    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, PUBS, verdicts[n], mpi[n]))]
              for n in ("spark1", "spark2")}
     cctx, _ = cluster(inv, facts, rules)
     assert ContainerSshTask().check(cctx) == []
