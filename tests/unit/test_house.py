@@ -4,7 +4,11 @@ every module under tests/lab is a lab test (`-m "not lab and not slow"` is the f
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -29,6 +33,10 @@ def test_no_test_module_imports_another():
     assert offenders == {}
 
 
-def test_every_lab_module_is_marked_by_its_folder():
-    conftest = (TESTS / "lab" / "conftest.py").read_text()
-    assert "def pytest_collection_modifyitems" in conftest and "pytest.mark.lab" in conftest
+@pytest.mark.slow
+def test_the_fast_loop_collects_no_lab_test():
+    """What `-m "not lab"` keeps of tests/lab: nothing, whether a module says pytestmark or not."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-m", "not lab", str(TESTS / "lab")], capture_output=True, text=True, timeout=300,
+                            cwd=TESTS.parent)
+    assert "no tests collected" in result.stdout and " deselected" in result.stdout, result.stdout[-2000:]
