@@ -207,3 +207,15 @@ def test_applying_puts_the_config_0600_never_in_argv_and_reloads_in_place(tmp_pa
     commands = [c.target for c in transport.calls if c.kind == "run"]
     assert "docker kill -s HUP sparkctl-gateway" in commands
     assert not any(key in c for c in commands)
+
+
+def test_an_open_endpoint_s_gateway_converges_without_a_key(tmp_path):
+    inv = pair(tmp_path, "auth: none")
+    spec = gateway_spec(inv, spark_facts("spark1"), "/home/nvidia/.local/state/sparkctl/duo")
+    digest = hashlib.sha256(spec.config(None).encode()).hexdigest()
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+    kit.transport("spark1").respond(r"sha256sum", framed([
+        ("config", digest), ("container", f"true {spec.spec_hash()} unless-stopped"),
+        ("listening", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")]))
+    assert ServeGatewayTask().check(kit.cluster) == []
+    assert not keys.key_path("duo").exists()

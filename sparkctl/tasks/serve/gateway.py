@@ -71,7 +71,7 @@ class ServeGatewayTask(Task):
         policy = inspected[2] if len(inspected) > 2 else ""
         shown_key = key or NO_KEY_YET
         want = spec.config(shown_key)
-        if key is None or hashlib.sha256(want.encode()).hexdigest() != have_hash:
+        if (spec.authenticated and key is None) or hashlib.sha256(want.encode()).hexdigest() != have_hash:
             before = "(absent)\n" if not have_hash else "(another config: its content stays on the node)\n"
             changes.append(Change(f"write the gateway's config on {head.name} (listen "
                                   f"{', '.join(spec.listen)}:{spec.port}, auth {inv.serve.auth})",
