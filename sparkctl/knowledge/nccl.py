@@ -34,11 +34,24 @@ class NcclReport:
     ib_devices: list[IbDevice] = field(default_factory=list)
     ib_oob: tuple[str, str] | None = None  # (ifname, address) NET/IB uses out of band
     ib_no_device: bool = False
-    network: str | None = None  # "IB" | "Socket"
+    #: what each rank's "Using network" line said, in the log's order ("IB" | "Socket")
+    networks: list[str] = field(default_factory=list)
     transports: dict[str, int] = field(default_factory=dict)  # "NET/IB/0" -> channel lines seen
     warnings: list[str] = field(default_factory=list)
     bootstrap_error: str | None = None  # e.g. "Bootstrap : no socket interface found"
     busbw_gbps: float | None = None
+
+    @property
+    def network(self) -> str | None:
+        """The network the world ran on, judged by its worst rank: one rank on sockets holds every all-reduce to
+        that rank's speed, whatever the others chose."""
+        if "Socket" in self.networks:
+            return "Socket"
+        return self.networks[0] if self.networks else None
+
+    @property
+    def socket_ranks(self) -> int:
+        return self.networks.count("Socket")
 
     @property
     def ib_hca_requested(self) -> bool:
@@ -64,7 +77,8 @@ def _append_unique(items: list, item) -> None:
 
 
 def parse_nccl_log(text: str) -> NcclReport:
-    """Every rank prints the same init lines: they are merged, first seen first."""
+    """Every rank prints the same init lines: they are merged, first seen first; the network each rank chose is
+    kept per rank (`networks`), and judged by the worst."""
     report = NcclReport()
     for line in text.splitlines():
         if "NCCL" not in line and "NET/" not in line and "busbw" not in line and "bus bandwidth" not in line:
@@ -87,7 +101,7 @@ def parse_nccl_log(text: str) -> NcclReport:
             if o := _OOB.search(oob):
                 report.ib_oob = report.ib_oob or (o["name"], o["addr"])
         elif m := _NETWORK.search(line):
-            report.network = report.network or m["net"]
+            report.networks.append(m["net"])
         elif m := _CHANNEL.search(line):
             report.transports[m["via"]] = report.transports.get(m["via"], 0) + 1
         elif m := _WARN.search(line):
