@@ -10,6 +10,7 @@ from sparkctl.cli.options import build_request, csv_set, load, run_options, run_
 from sparkctl.cli.plan_view import plan_data, render_plan_text
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
 from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.plan import plan_cluster
 from sparkctl.runs.bootstrap import bootstrap, journaled_run
@@ -74,7 +75,7 @@ def ask_for_gated_token(repos: list[str], env: str) -> str | None:
 @click.argument("file", type=click.Path())
 @click.option("--limit", metavar="NODE[,NODE]", help="Show these nodes only (every node is read: the plan is the "
                                                      "whole cluster's).")
-@click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
+@click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True)
 @json_option
 @verbose_option
 def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int) -> None:

@@ -14,6 +14,7 @@ from sparkctl.cli.report import json_line, json_option, report_line, verbose_opt
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
 from sparkctl.doctor.remedies import KINDS, REMEDIES, remedies_markdown
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.rules.cabling import CablingMap
@@ -112,7 +113,7 @@ def render_cabling(console: Console, cabling: CablingMap) -> None:
                    "goes to stderr).")
 @click.option("--limit", metavar="NODE[,NODE]", help="Diagnose (and with --fix, change) these nodes only; every node "
                                                      "is read: what the cluster shares is judged from all of them.")
-@click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
+@click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True)
 @verbose_option
 @click.option("-K", "--ask-become-pass", is_flag=True, help="Prompt once for the sudo password.")
 @click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from sparkctl.cli.options import load
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.fabric_bench import BenchRequest, fabric_bench
 from sparkctl.secrets import redacted
@@ -90,7 +91,7 @@ def nccl_lines(nccl: dict | None) -> list[Text]:
 @click.option("--all-reduce-perf", "all_reduce_perf", metavar="PATH",
               help="all_reduce_perf inside the containers, when it is not on PATH or in a usual place.")
 @click.option("--no-record", is_flag=True, help="Do not keep the figures (doctor and status compare with them).")
-@click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True)
+@click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True)
 @verbose_option
 def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: bool, nccl_min: str, nccl_max: str,
                   all_reduce_perf: str | None, no_record: bool, forks: int, verbose: int) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from sparkctl.cli.report import VERBOSE_HELP, note_json, note_verbose
 from sparkctl.cli.views import ConsoleView, JsonView
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.runs.session import RunRequest
@@ -38,7 +39,7 @@ def run_options(func):
         click.option("--limit", metavar="NODE[,NODE]", help="Run on these nodes only."),
         click.option("--only", metavar="PHASE|TASK[,...]", help="Run only these phases or tasks."),
         click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks."),
-        click.option("--forks", type=click.IntRange(1, 256), default=32, show_default=True,
+        click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True,
                      help="How many nodes to work on at once."),
         click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=note_verbose),
         click.option("--json", "as_json", is_flag=True, callback=note_json, is_eager=True,

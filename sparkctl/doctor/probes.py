@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.knowledge.serve_client import node_http_command
@@ -277,7 +278,7 @@ def probe_timeout(nodes: int) -> float:
 
 
 def run_probes(transports: dict[str, Transport], inventory: Inventory, plan: ClusterPlan | None,
-               facts: dict[str, Facts], *, want_logs: bool = False, forks: int = 32) -> dict[str, NodeProbe]:
+               facts: dict[str, Facts], *, want_logs: bool = False, forks: int = DEFAULT_FORKS) -> dict[str, NodeProbe]:
     order = [n.name for n in inventory.nodes if n.name in facts]
     names = [n for n in order if n in transports]
     if not names:

@@ -35,6 +35,9 @@ INTERRUPT_NOTICE_S = 5.0
 
 __all__ = ["CLUSTER_ROW", "NOT_SELECTED", "RECAP_COLUMNS", "RunResult", "Runner", "TaskOutcome", "change_dicts"]
 
+#: How many nodes a run works on at once (`--forks`, Ansible's word), unless told otherwise.
+DEFAULT_FORKS = 32
+
 
 def stages(tasks: list[Task]) -> list[list[Task]]:
     """Tasks in order, grouped: a cluster-scope task alone; node-scope tasks in a row of one phase together."""
@@ -59,7 +62,7 @@ class Runner:
     """
 
     def __init__(self, graph: Graph, *, nodes: list[str], node_contexts: dict[str, Any], cluster_context: Any,
-                 unreachable: dict[str, str], forks: int = 32, check_mode: bool = False,
+                 unreachable: dict[str, str], forks: int = DEFAULT_FORKS, check_mode: bool = False,
                  emit: Callable[[Event], None], limit: set[str] | None = None, lost: LostNodes | None = None,
                  interruption: Interruption | None = None, on_stage: Callable[[bool], None] | None = None,
                  start: dict[str, Any] | None = None):

@@ -17,6 +17,7 @@ from sparkctl.doctor.fix import repair_selection
 from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
 from sparkctl.engine import Event, RunResult
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.runs.bench_records import bench_history
@@ -37,7 +38,7 @@ BUNDLE_JOURNALS = 5
 @dataclass
 class DoctorRequest:
     limit: set[str] | None = None
-    forks: int = 32
+    forks: int = DEFAULT_FORKS
     become_password: str | None = None
     #: run the owning bootstrap tasks for the errors found, then look again
     fix: bool = False

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -51,7 +52,7 @@ _BACKGROUND = re.compile(r"^(?P<pid>\d+) (?P<path>/tmp/sparkctl-bench\.\S+)$", r
 
 @dataclass
 class BenchRequest:
-    forks: int = 32
+    forks: int = DEFAULT_FORKS
     links: bool = True
     nccl: bool = True
     tcp: bool = False  # measure every link with iperf3 even where RDMA could run

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.facts import Facts
 from sparkctl.plan.nccl_tests import (
     BUILD_TIMEOUT,
@@ -32,7 +33,7 @@ def _build_on(transport: Transport, node: str, container: str, image_id: str,
 
 
 def build_all_reduce_perf(transports: dict[str, Transport], container: str, facts: dict[str, Facts],
-                          order: list[str], *, forks: int = 32,
+                          order: list[str], *, forks: int = DEFAULT_FORKS,
                           progress: Callable[[str], None] = lambda _: None) -> tuple[str | None, str]:
     """(all_reduce_perf's path in every container, "") once built or found in the cache on every node, else
     (None, why not: the node and what is missing)."""

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sparkctl.engine import Event, RunResult
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
@@ -215,7 +216,7 @@ class StopResult:
     unreachable: dict[str, str] = field(default_factory=dict)
 
 
-def stop_server(inventory: Inventory, forks: int = 32) -> StopResult:
+def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
     """TERM mpirun on the head (it takes its ranks down), then kill leftover ranks on every node with the
     serve.launch task's own code. A change: it holds the cluster lock."""
     head = inventory.head.name

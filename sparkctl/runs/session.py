@@ -12,6 +12,7 @@ from typing import Any
 
 from sparkctl import __version__
 from sparkctl.engine import Event, Graph, Interruption, LostNodes, Runner, RunResult
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput, Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -30,14 +31,14 @@ class RunRequest:
     limit: set[str] | None = None
     only: set[str] | None = None
     skip: set[str] | None = None
-    forks: int = 32
+    forks: int = DEFAULT_FORKS
 
     @classmethod
     def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
            become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
-           skip: set[str] | None = None, forks: int = 32, reprove: bool = False) -> RunRequest:
+           skip: set[str] | None = None, forks: int = DEFAULT_FORKS, reprove: bool = False) -> RunRequest:
         options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
-                             become_password=become_password, reprove=reprove)
+                             become_password=become_password, reprove=reprove, forks=forks)
         return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
 
 
@@ -127,7 +128,7 @@ class Session:
     `transports` holds the nodes reached, `unreachable` why each other one was not.
     """
 
-    def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = 32,
+    def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = DEFAULT_FORKS,
                  become_password: str | None = None, interruption: Interruption | None = None):
         check_limit(inventory, limit)
         check_known_hosts(inventory)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import SparkctlError
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -52,7 +53,7 @@ def holder_now(inventory: Inventory, session: Session) -> str | None:
     return next(iter(held.values()), None)
 
 
-def cluster_status(inventory: Inventory, limit: set[str] | None = None, forks: int = 32) -> ClusterStatus:
+def cluster_status(inventory: Inventory, limit: set[str] | None = None, forks: int = DEFAULT_FORKS) -> ClusterStatus:
     """Every node is read (the planned spec and hostfile depend on all of them); --limit picks the rows."""
     with Session(inventory, limit=limit, forks=forks) as session:
         facts = session.gather(also=container_hostfile(inventory))

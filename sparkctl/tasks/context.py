@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sparkctl.engine.events import Event
+from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.engine.stops import LostNodes
 from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
@@ -52,6 +53,8 @@ class RunOptions:
     become_password: str | None = field(default=None, repr=False)
     #: run every proof again, none taken from the record (tasks/proof.py)
     reprove: bool = False
+    #: how many nodes a cluster task reads or works on at once (`--forks`)
+    forks: int = DEFAULT_FORKS
 
 
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
@@ -359,7 +362,7 @@ class ClusterContext:
         stale = [c for c in self.nodes.values() if c._facts is None and c._last_known is not None
                  and c.name not in self.lost]
         if stale:
-            with ThreadPoolExecutor(max_workers=min(32, len(stale))) as pool:
+            with ThreadPoolExecutor(max_workers=min(self.options.forks, len(stale))) as pool:
                 list(pool.map(lambda c: c.known_facts(), stale))
         for ctx in self.nodes.values():
             ctx._pinned = ctx._facts  # None when never read: a peer then reads it when it needs it
@@ -374,7 +377,7 @@ class ClusterContext:
         """Every node's facts as planning needs them: a lost node's as last read (absent if never read)."""
         missing = [ctx for ctx in self.nodes.values() if ctx._facts is None and ctx.name not in self.lost]
         if len(missing) > 1:
-            with ThreadPoolExecutor(max_workers=min(32, len(missing))) as pool:
+            with ThreadPoolExecutor(max_workers=min(self.options.forks, len(missing))) as pool:
                 list(pool.map(lambda c: c.known_facts(), missing))
         known = {name: ctx.known_facts() for name, ctx in self.nodes.items()}
         return {name: facts for name, facts in known.items() if facts is not None}
@@ -384,7 +387,7 @@ class ClusterContext:
         """Run one script per node, in parallel; results by node."""
         if not scripts:
             return {}
-        with ThreadPoolExecutor(max_workers=min(32, len(scripts))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.options.forks, len(scripts))) as pool:
             futures = {n: pool.submit(self.nodes[n].run, s, sudo=sudo, timeout=timeout) for n, s in scripts.items()}
             return {n: f.result() for n, f in futures.items()}
 
@@ -396,7 +399,7 @@ class ClusterContext:
         if not commands:
             return {}
         first = all(node.facts_round_trips == 1 and node.has_facts() for node in self.nodes.values())
-        with ThreadPoolExecutor(max_workers=min(32, len(commands))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.options.forks, len(commands))) as pool:
             futures = {n: pool.submit(self.nodes[n].read_output, name, c, timeout=timeout, use_ahead=first)
                        for n, c in commands.items()}
             return {n: f.result() for n, f in futures.items()}
@@ -406,7 +409,7 @@ class ClusterContext:
         every node finished (a node's half-done work is never abandoned mid-way)."""
         if not work:
             return
-        with ThreadPoolExecutor(max_workers=min(32, len(work))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.options.forks, len(work))) as pool:
             futures = [pool.submit(step) for step in work.values()]
             errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:

@@ -248,3 +248,29 @@ def test_reads_across_the_cluster_count_only_while_every_node_keeps_its_first_fa
     moved.nodes["spark2"].facts()  # a peer read again
     assert moved.read_on_all("t", commands)["spark1"].stdout == "changed\n"
     assert [n.transport.round_trips for n in moved.nodes.values()] == [2, 3]  # every node read first hand
+
+
+def test_forks_bounds_how_many_nodes_a_cluster_task_works_on_at_once():
+    """`--forks` reaches the cluster context's own pools (they took 32 whatever was asked)."""
+    import threading
+
+    from tests.taskkit import inventory as example
+    from tests.taskkit import make_kit, spark_facts
+
+    inv = example("four-sparks-ring.yaml")
+    facts = {n.name: spark_facts(n.name) for n in inv.nodes}
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def one_at_a_time():
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+
+    make_kit(inv, facts, RunOptions(forks=1)).cluster.each_node({n.name: one_at_a_time for n in inv.nodes})
+    assert most[0] == 1
+    together = threading.Barrier(len(inv.nodes), timeout=30)  # broken unless all four run at once
+    make_kit(inv, facts, RunOptions(forks=4)).cluster.each_node({n.name: together.wait for n in inv.nodes})
