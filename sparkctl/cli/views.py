@@ -16,6 +16,7 @@ from rich.text import Text
 
 from sparkctl.engine.events import CONNECT_TASK, Event
 from sparkctl.engine.outcome import CLUSTER_ROW as CLUSTER_ROW_KEY
+from sparkctl.engine.outcome import RECAP_COLUMNS
 from sparkctl.secrets import redacted
 
 STATUS_STYLES = {
@@ -26,7 +27,6 @@ STATUS_STYLES = {
     "unreachable": "bold magenta",
     "interrupted": "bold yellow",
 }
-RECAP_COLUMNS = ("ok", "changed", "failed", "skipped", "unreachable")
 INTERRUPTED = "interrupted"
 WORD_WIDTH = len("would change")
 CLUSTER_LABEL = "cluster"
