@@ -7,8 +7,9 @@ import shlex
 from sparkctl.engine import Graph
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
+from sparkctl.plan.container import render_entrypoint
 from sparkctl.plan.gateway import gateway_spec, offline_listen
-from sparkctl.plan.paths import node_home, state_dir
+from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
 
@@ -59,6 +60,9 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out.append("--- container")
         out.append(" \\\n    ".join(_argv_lines(node.container.run_argv())))
     out.append(_section("cluster"))
+    out.append(f"--- {ENTRYPOINT_PATH} (every container's command, mounted read-only from the node's state dir: "
+               f"it writes the container's sshd config, port {inventory.container.ssh_port}, fabric addresses only)")
+    out.append(render_entrypoint(inventory).rstrip())
     out.append("--- /etc/openmpi-hostfile (in every container)")
     out.append(plan.hostfile.rstrip())
     out.append("--- TensorRT-LLM config (extra_llm_api_options)")

@@ -341,3 +341,13 @@ def test_the_comparison_catches_an_undeclared_difference():
     found = set(run_differences(official, broken)) - set(DELIBERATE_IMPROVEMENTS)
     assert found == {"run: ulimit stack=67108864 differs", "run: env CPATH changed"}
 
+
+
+def test_the_plan_shows_every_artifact_a_run_writes_or_starts():
+    """The containers' entrypoint with the sshd config it writes (its port), and the gateway with its config."""
+    result = CliRunner().invoke(cli, ["cluster", "plan", str(INVENTORY)], catch_exceptions=False)
+    text = result.output
+    assert result.exit_code == 0
+    assert "--- /opt/sparkctl/entrypoint.sh" in text and "\nPort 2233\n" in text and "ListenAddress $address" in text
+    assert "--- gateway on spark1 (NGINX" in text and "gateway/nginx.conf (mode 600)" in text
+    assert 'if ($http_authorization != "Bearer ********")' in text and "--restart unless-stopped" in text
