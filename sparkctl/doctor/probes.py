@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
 from sparkctl.engine.runner import DEFAULT_FORKS
+from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.knowledge.serve_client import node_http_command
@@ -252,7 +253,9 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
     timeout = probe_timeout(len(order)) if timeout is None else timeout
     try:
         result = transport.run(script, timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - a node lost mid-probe is a finding, not a crash
+    except Unreachable as exc:  # lost mid-probe (stopped answering, closed, powered off): a finding, not a crash
+        return NodeProbe(error=str(exc) or type(exc).__name__, lost=True)
+    except Exception as exc:  # noqa: BLE001 - whatever else went wrong is said on the node, not raised
         return NodeProbe(error=str(exc) or type(exc).__name__)
     probe = parse_probe(result.stdout, nonce)
     if result.timed_out:

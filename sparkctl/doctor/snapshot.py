@@ -53,6 +53,8 @@ class NodeProbe:
     """What the active probes of one node returned (one round trip). Empty fields: not probed."""
 
     error: str | None = None
+    #: the node stopped answering between its facts and its probes (the transport said so: errors.Unreachable)
+    lost: bool = False
     pings: list[LinkProbe] = field(default_factory=list)
     ssh: list[SshProbe] = field(default_factory=list)
     container_ssh: list[SshProbe] = field(default_factory=list)

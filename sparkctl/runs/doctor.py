@@ -79,7 +79,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
         unreachable = dict(session.unreachable)
         kinds = dict(session.unreachable_kinds)
     for node, probe in probes.items():
-        if probe.error and "connection lost" in probe.error:
+        if probe.lost:
             unreachable[node] = probe.error  # powered off between the facts and the probes
             kinds[node] = "lost"
             facts.pop(node, None)

@@ -130,3 +130,27 @@ def test_a_pair_the_probe_never_reached_is_not_checked_never_silently_fine():
     assert [(p.peer, p.state) for p in probe.container_ssh] == [("spark2", "unknown")]
     assert "timed out" in probe.ssh[0].error
     assert probe_timeout(16) > probe_timeout(2) >= 60
+
+
+def test_a_node_lost_during_its_probe_is_told_by_the_error_s_kind_not_its_words():
+    """The transport's own words for a lost node ("stopped answering", "closed the connection") never said
+    "connection lost", which doctor looked for: the node then passed as reachable with every probe failed."""
+    from sparkctl.doctor.probes import probe_node
+    from sparkctl.errors import Unreachable
+
+    class Gone:
+        node = "spark2"
+
+        def __init__(self, error):
+            self.error = error
+
+        def run(self, script, *, timeout=60.0, sudo=False, input=None):
+            raise self.error
+
+    s = healthy_snapshot()
+    for error in (Unreachable("spark2 (10.0.0.12): stopped answering (keepalive)", kind="lost", node="spark2"),
+                  Unreachable("spark2 (10.0.0.12): the node closed the connection", node="spark2", closed=True)):
+        probe = probe_node(Gone(error), s.inventory, s.plan, s.facts["spark2"], ["spark1", "spark2"], timeout=1)
+        assert probe.lost and str(error) in probe.error
+    probe = probe_node(Gone(ValueError("a bug")), s.inventory, s.plan, s.facts["spark2"], ["spark1", "spark2"])
+    assert not probe.lost and probe.error == "a bug"
