@@ -4,7 +4,7 @@ that is not degenerate, the gateway in front of it, and what NCCL really used ac
 from __future__ import annotations
 
 from sparkctl.doctor.findings import Finding
-from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.doctor.snapshot import NodeProbe, Snapshot
 from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
@@ -55,13 +55,18 @@ def check_models(s: Snapshot) -> list[Finding]:
     return out
 
 
-def check_server(s: Snapshot) -> list[Finding]:
+def serving_head(s: Snapshot) -> tuple[str, NodeProbe] | None:
+    """The head and its probe, when the inventory serves and the head was read."""
     head = s.inventory.head.name
     if head not in s.facts or not serving_enabled(s.inventory):
+        return None
+    return head, s.probe(head)
+
+
+def check_server(s: Snapshot) -> list[Finding]:
+    if (found := serving_head(s)) is None or found[1].health_status is None:
         return []
-    probe = s.probe(head)
-    if probe.health_status is None:
-        return []
+    head, probe = found
     port = int(s.inventory.serve_spec().engine_port)
     owner = probe.port_owners.get(port) or (s.facts[head].listening_tcp.get(port) or "an unknown process"
                                             if port in s.facts[head].listening_tcp else None)
@@ -119,12 +124,9 @@ def check_nccl(s: Snapshot) -> list[Finding]:
 
 def check_gateway(s: Snapshot) -> list[Finding]:
     """The gateway runs on the head and listens where the plan says: without it the endpoint answers nowhere."""
-    head = s.inventory.head.name
-    if head not in s.facts or not serving_enabled(s.inventory):
+    if (found := serving_head(s)) is None or found[1].gateway is None:
         return []
-    probe = s.probe(head)
-    if probe.gateway is None:
-        return []
+    head, probe = found
     try:
         wanted = {*listen_addresses(s.inventory, s.facts[head]), ENGINE_HOST}
     except ListenUnknown:
