@@ -174,8 +174,10 @@ def test_the_three_ring_example_serves_once_cabled_as_init_wrote(miscabled, tmp_
     assert recap["verified"] is True and recap["endpoint"].endswith(":8355") and recap["smoke"]["answer"]
     assert "sparkctl-models" not in sh(lab, "spark2", "ls /home/nvidia/.cache/huggingface/ 2>/dev/null || true")
     body = json.dumps({"messages": [{"role": "user", "content": "hello ring"}], "max_tokens": 8}).encode()
+    key = subprocess.run(["sparkctl", "serve", "key", str(inventory)], capture_output=True, text=True, timeout=60,
+                         env=env, check=True).stdout.strip()  # the endpoint wants it (docs/gateway.md)
     request = urllib.request.Request(f"{recap['endpoint']}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=60) as response:
         assert json.loads(response.read())["choices"][0]["message"]["content"].strip()
     rc, events, err = run()
