@@ -63,7 +63,7 @@ FABRIC_MTU = 9000
 #: figure nccl-tests normalises so that every collective compares with the hardware's (NVIDIA/nccl-tests
 #: doc/PERFORMANCE.md), so all_reduce_perf's busbw is judged against it too.
 PAIR_BUSBW_GBYTES = (20.0, 24.0)
-#: NVIDIA's setup tool passes a pair at >= 21.875 GB/s and a three-node ring at >= 10 GB/s (REFERENCE.md §6).
+#: NVIDIA's setup tool passes a pair at >= 21.875 GB/s and a three-node ring at >= 10 GB/s (NVIDIA/dgx-spark-playbooks).
 PAIR_BUSBW_PASS_GBYTES = 21.875
 RING_BUSBW_PASS_GBYTES = 10.0
 #: "~3 GB/s regardless of buffer size" means one twin, TCP, or MTU 1500 (the nccl playbook's Troubleshooting).

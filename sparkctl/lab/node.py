@@ -1,7 +1,7 @@
 """One simulated Spark: its files on the machine, its init script, its cgroup, its PID 1.
 
 A node is `ip netns exec <ns> unshare --mount --uts --ipc --pid --cgroup --fork` running a small shell
-init that builds the node's filesystem view and then execs the machine's real systemd (LAB.md, Nodes).
+init that builds the node's filesystem view and then execs the machine's real systemd (docs/architecture.md, the lab).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Podman configuration of a node, behind the `docker` stand-in.
 
-Measured on the lab machine (LAB.md, Containers): crun rejects the hybrid cgroup layout, so runc;
+Measured on the lab machine (docs/architecture.md, the lab): crun rejects the hybrid cgroup layout, so runc;
 no systemd-managed cgroups inside a node, so cgroupfs; no journald needed, so file events. Images come
 from ONE shared read-only store; containers live in the node's own graphroot so names never clash.
 """

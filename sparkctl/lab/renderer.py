@@ -1,7 +1,7 @@
 """Which network daemon renders netplan on a lab node: NetworkManager, as DGX OS ships, or systemd-networkd.
 
 DGX OS is Ubuntu-desktop based: `/etc/netplan/01-network-manager-all.yaml` sets `renderer: NetworkManager`
-(the file Ubuntu's desktop installer writes; ../shared/REFERENCE.md §8), NetworkManager runs under systemd with
+(the file Ubuntu's desktop installer writes; docs/architecture.md), NetworkManager runs under systemd with
 its D-Bus, and systemd-networkd is installed but disabled. So every netplan stanza without its own renderer,
 sparkctl's fabric file included, becomes a NetworkManager profile, and NetworkManager auto-creates a
 "Wired connection N" profile on every ethernet device nothing else configures (the fabric twins before
@@ -33,7 +33,7 @@ NETWORKD = "networkd"
 RENDERERS = (NETWORKMANAGER, NETWORKD)
 DEFAULT_RENDERER = NETWORKMANAGER
 
-#: DGX OS's file, as Ubuntu's desktop installer writes it (../shared/REFERENCE.md §8).
+#: DGX OS's file, as Ubuntu's desktop installer writes it (netplan.io, "NetworkManager" renderer; docs/architecture.md).
 DGX_OS_NETPLAN_NAME = "01-network-manager-all.yaml"
 DGX_OS_NETPLAN = """\
 # Let NetworkManager manage all devices on this system

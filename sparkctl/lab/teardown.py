@@ -1,6 +1,6 @@
 """Tear a lab down from its recorded state, also after a crash or a half-built bring-up.
 
-Order (LAB.md, Teardown): containers first (podman keeps state in the node's graphroot), then the
+Order (docs/architecture.md, the lab): containers first (podman keeps state in the node's graphroot), then the
 recorded processes and whatever else sits in the lab's own cgroup, then machine-side links (a deleted
 netns can outlive `ip netns del` and keep names), then namespaces, then the empty cgroups.
 """

@@ -6,8 +6,8 @@ Bootstrap's verify tasks and doctor's probes both use it, so they agree on what 
 
 Pacing: node i's r-th try goes to node i+r (mod N). In each step every node receives exactly ONE try, so
 with WAVE tries in flight per node, a target sees about WAVE new connections at once, whatever N is. OpenSSH's
-default `MaxStartups 10:30:100` starts dropping unauthenticated connections past 10 (REFERENCE.md, "Where real
-Sparks differ"); WAVE leaves room for nodes drifting a wave apart, and for mpirun's and sparkctl's own sessions.
+default `MaxStartups 10:30:100` starts dropping unauthenticated connections past 10 (OpenSSH's sshd_config(5),
+MaxStartups); WAVE leaves room for nodes drifting a wave apart, and for mpirun's and sparkctl's own sessions.
 
 Verdicts: `ok`, `fail` (the pair is broken: refused, denied, host key, no route) and `unknown` (the try could
 not run: the target reset or timed out the handshake, which is what an overloaded sshd does; retried first).
