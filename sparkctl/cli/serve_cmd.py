@@ -72,7 +72,6 @@ def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
     """Print the endpoint's API key (clients send `Authorization: Bearer <key>`); --rotate replaces it."""
     from sparkctl.cli.options import run_view
     from sparkctl.runs.serve_ops import endpoint_key, rotate_key
-    from sparkctl.runs.session import RunRequest
 
     inventory = load(file)
     if inventory.serve.auth == "none":
@@ -80,7 +79,7 @@ def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
                        hint="remove `auth: none` from serve: and run `sparkctl cluster bootstrap` to lock it")
     if rotate:
         with run_view({"as_json": as_json, "verbose": verbose, "diff": False}) as view:
-            result = rotate_key(inventory, RunRequest.of(verbosity=verbose), view)
+            result = rotate_key(inventory, verbose, view)
         if result.exit_status() != ExitStatus.SUCCESS:
             sys.exit(int(result.exit_status()))
     value = endpoint_key(inventory)

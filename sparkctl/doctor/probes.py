@@ -19,6 +19,7 @@ from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
+from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
@@ -58,11 +59,8 @@ def serve_log_path(inventory: Inventory, node: Node, facts: Facts | None) -> str
 
 
 def serve_port(inventory: Inventory) -> int:
-    """Where the engine answers on the head (behind the gateway)."""
-    try:
-        return int(inventory.serve_spec().engine_port)
-    except Exception:  # noqa: BLE001 - no servable model: the configured port is all there is
-        return int(inventory.serve.engine_port or inventory.serve.port + 10000)
+    """Where the engine answers on the head (behind the gateway), without resolving the rest of the serve spec."""
+    return engine_port(inventory.serve, len(inventory.nodes))
 
 
 def model_repos(inventory: Inventory) -> list[tuple[str, str]]:

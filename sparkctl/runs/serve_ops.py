@@ -68,15 +68,15 @@ def endpoint_key(inventory: Inventory) -> str | None:
         raise SparkctlError(exc.message, hint=exc.hint) from None
 
 
-def rotate_key(inventory: Inventory, request: RunRequest, view: Callable[[Event], None]) -> RunResult:
+def rotate_key(inventory: Inventory, verbosity: int, view: Callable[[Event], None]) -> RunResult:
     """A new key for the cluster, put on the gateway by serve.gateway (a run of it and what it needs, which
     changes nothing else): the gateway reloads, and the old key is refused from then on."""
     source = key_source(inventory)
-    if not source.startswith("/"):
+    if source is not None:
         raise BadInput(f"the endpoint's key comes from {source}: put the new key there, then run "
                        "`sparkctl cluster bootstrap`")
     new_key(inventory.cluster.name)
-    request.only = {"serve.gateway"}
+    request = RunRequest.of(verbosity=verbosity, only={"serve.gateway"})
     return journaled_run("serve key --rotate", inventory, bootstrap_graph(), request, view)
 
 

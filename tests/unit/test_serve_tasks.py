@@ -14,8 +14,8 @@ from sparkctl.cli.main import cli
 from sparkctl.engine.task import TaskFailed
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.trtllm_releases import Release
+from sparkctl.plan import gateway as gateway_plan
 from sparkctl.plan.serve import CONFIG_PATH, release_config
-from sparkctl.tasks.serve import server
 from sparkctl.tasks.serve.config import ServeConfigTask, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask, desired_launch
 from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle
@@ -49,7 +49,7 @@ def gateway_on_this_machine(monkeypatch, tmp_path):
     """serve.smoke asks the endpoint through the gateway, on the head's management address: here the fake
     endpoint on this machine's loopback stands where that address would answer (the lab tests the real gateway);
     keys are kept under the test's own state folder."""
-    monkeypatch.setattr(server, "listen_addresses", lambda inventory, facts: ["127.0.0.1"])
+    monkeypatch.setattr(gateway_plan, "listen_addresses", lambda inventory, facts: ["127.0.0.1"])
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 

@@ -25,12 +25,14 @@ def key_path(cluster: str) -> Path:
     return Path(controller_state_dir()) / "keys" / f"{cluster}.key"
 
 
-def key_source(inventory: Inventory) -> str:
-    """Where the key comes from, in words (never the key)."""
+def key_source(inventory: Inventory) -> str | None:
+    """Where a key given from outside comes from, in words (never the key); None: the key sparkctl keeps."""
     name = inventory.serve.api_key_env
-    if os.environ.get(name, "").strip() or os.environ.get(f"{name}_FILE"):
-        return f"${name}" if os.environ.get(name, "").strip() else f"the file ${name}_FILE names"
-    return str(key_path(inventory.cluster.name))
+    if os.environ.get(name, "").strip():
+        return f"${name}"
+    if os.environ.get(f"{name}_FILE"):
+        return f"the file ${name}_FILE names"
+    return None
 
 
 def api_key(inventory: Inventory, create: bool = False) -> str | None:

@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
-from sparkctl.plan.gateway import ListenUnknown, listen_addresses
 from sparkctl.plan.paths import CONFIG_PATH, LOG_PATH, PID_PATH
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
+from sparkctl.tasks.serve.gateway import head_gateway
 from sparkctl.transport.base import CommandResult, Transport, q
 from sparkctl.transport.framing import Framing
 
@@ -47,11 +46,7 @@ def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
     with the key; its requests run on the head, inside its container (host network)."""
     inv = head.inventory
     spec = inv.serve_spec()
-    try:
-        host = listen_addresses(inv, head.facts())[0]
-    except ListenUnknown as exc:
-        raise TaskFailed(f"the endpoint's address on {head.name} cannot be told: {exc}",
-                         hint="name it in the inventory: serve.listen: [<the head's address>]") from None
+    host = head_gateway(head).listen[0]
     fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv))
     return ServeClient(fetch, timeout=timeout, model=spec.model)
 
