@@ -9,6 +9,7 @@ another address) is reloaded in place (`docker kill -s HUP`: NGINX's graceful re
 from __future__ import annotations
 
 import hashlib
+import shlex
 import time
 
 from sparkctl.engine.diff import unified_diff
@@ -113,17 +114,17 @@ class ServeGatewayTask(Task):
             if "create" in actions:
                 head.run(f"docker stop -t 0 {GATEWAY_CONTAINER} >/dev/null 2>&1; "
                          f"docker rm -f {GATEWAY_CONTAINER} >/dev/null 2>&1; true", timeout=60)
-                head.must(" ".join(q(a) for a in spec.run_argv()), f"docker run {GATEWAY_CONTAINER}", timeout=300)
+                head.must(shlex.join(spec.run_argv()), f"docker run {GATEWAY_CONTAINER}", timeout=300)
             elif "start" in actions:
                 head.must(f"docker start {GATEWAY_CONTAINER}", f"docker start {GATEWAY_CONTAINER}", timeout=60)
             elif actions & {"config", "key", "reload"}:
                 head.must(f"docker kill -s HUP {GATEWAY_CONTAINER}", f"reloading {GATEWAY_CONTAINER}", timeout=60)
-            self._waitlistening_on(head, spec)
+            self._wait_listening(head, spec)
         finally:
             head.invalidate()
 
     @staticmethod
-    def _waitlistening_on(head: NodeContext, spec: GatewaySpec) -> None:
+    def _wait_listening(head: NodeContext, spec: GatewaySpec) -> None:
         deadline = time.monotonic() + LISTEN_WAIT_S
         while True:
             listening = listening_on(head.run(f"ss -ltnH 'sport = :{int(spec.port)}'", timeout=15).stdout, spec.port)
