@@ -10,6 +10,8 @@ from sparkctl.plan import ClusterPlan
 from sparkctl.plan.container import render_entrypoint
 from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
+from sparkctl.plan.serve import launch_fingerprint
+from sparkctl.plan.serve_unit import serve_unit_spec
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
 
@@ -70,8 +72,21 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
     out.append("--- launch (head container)")
     out.append(plan.launch_command)
     if serving_enabled(inventory):
+        out += _unit_lines(inventory, plan)
         out += _gateway_lines(inventory)
     return "\n".join(out) + "\n"
+
+
+def _unit_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
+    """The serving unit on the head and the script it runs in the container (the host script is its plumbing)."""
+    head = inventory.head
+    unit = serve_unit_spec(inventory, plan.fabric, state_dir=state_dir(inventory, node_home(inventory, head, None)),
+                           user=head.user or inventory.user, command=plan.launch_command,
+                           fingerprint=launch_fingerprint(plan.serve_config, plan.launch_command))
+    return [f"--- {unit.unit_path} on {head.name} (enabled; `sparkctl serve stop` disables it)",
+            unit.unit_text().rstrip(),
+            f"--- {unit.world_script} (mounted at /sparkctl/serve/world.sh in the container)",
+            unit.world_text().rstrip()]
 
 
 def _gateway_lines(inventory: Inventory) -> list[str]:

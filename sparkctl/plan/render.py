@@ -41,6 +41,11 @@ def word(value: object) -> str:
     return text
 
 
+def unit_word(value: object) -> str:
+    """A word in a systemd unit file, where `%` starts a specifier (systemd.unit(5), "Specifiers")."""
+    return word(value).replace("%", "%%")
+
+
 # Line breaks as bash, sshd and YAML (libyaml: NEL, LS, PS too) read them, and the other control characters.
 _BREAK = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
@@ -82,6 +87,7 @@ def template_env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["word"] = word
+    env.filters["unit_word"] = unit_word
     env.filters["one_line"] = one_line
     env.filters["bearer"] = bearer
     env.filters["listen_address"] = listen_address

@@ -25,7 +25,7 @@ DOWN_PHASES = ["container", "ssh", "network"]
 
 def down_tasks(network_too: bool = False) -> list[Task]:
     """What `cluster down` undoes; the network and keys only with --network."""
-    return [*container.DOWN_TASKS, *serve.DOWN_TASKS,
+    return [*serve.DOWN_TASKS, *container.DOWN_TASKS,
             *((*ssh.DOWN_TASKS, *network.DOWN_TASKS) if network_too else ())]
 
 

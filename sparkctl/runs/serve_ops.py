@@ -18,6 +18,7 @@ from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
+from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
 from sparkctl.runs.bootstrap import journaled_run
@@ -27,7 +28,7 @@ from sparkctl.runs.session import RunRequest, Session
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks
-from sparkctl.tasks.serve.server import ServerHandle, head_client
+from sparkctl.tasks.serve.server import ServerHandle, head_client, last_failure, unit_summary
 from sparkctl.transport.base import Transport, q
 
 #: How long this machine waits for the endpoint before it goes through the head instead.
@@ -49,7 +50,8 @@ def connected(inventory: Inventory, node_name: str) -> Iterator[Transport]:
 
 def server_handle(inventory: Inventory, transport: Transport) -> ServerHandle:
     home = transport.run('printf %s "$HOME"', timeout=15).stdout.strip() or f"/home/{inventory.user}"
-    return ServerHandle(transport.run, transport.put, inventory.container.name, state_dir(inventory, home))
+    return ServerHandle(transport.run, transport.put, inventory.container.name, state_dir(inventory, home),
+                        inventory.cluster.name)
 
 
 # --- status -------------------------------------------------------------------------------------------------
@@ -96,22 +98,52 @@ def serve_status(inventory: Inventory) -> ServeStatus:
             _endpoint_rows(out, client, health)
             handle = server_handle(inventory, transport)
             record = handle.read_record()
-            alive = bool(record) and handle.alive(record.get("pid"))
+            pid = handle.read_pid()
+            alive = handle.alive(pid)
+            unit = handle.unit_state()
+            exits = handle.exits(20)
+            # the run that ended: the log before this one's when the unit started the world again since
+            failed_log = handle.tail(40, previous=alive)
     except SparkctlError as exc:
-        health, record, alive = reach, None, False
+        health, record, alive, unit = reach, None, False, {}
         out.rows.append(("head", f"not reachable over ssh: {exc.message}"))
         out.rows.append(("health", _health_text(reach, reach_why) + " (asked from here)"))
         _endpoint_rows(out, direct, reach)
     out.rows.append(("from here", "reachable" if reach == 200 else
                      f"not reachable ({reach or reach_why}); `serve chat` goes through the head, `serve bench` "
                      "needs a route"))
+    if unit:
+        out.rows += _unit_rows(unit, exits, failed_log)
     if record:
         uptime = time.time() - float(record.get("started") or time.time())
-        out.rows += [("server", f"pid {record.get('pid')} in {inventory.container.name}"
+        started = _systemd_time(unit.get("ExecMainStartTimestamp", "")) if unit else None
+        if started is not None:
+            uptime = time.time() - started
+        out.rows += [("server", f"pid {pid or '-'} in {inventory.container.name}"
                                 f" ({'running' if alive else 'gone'})"),
                      ("uptime", _duration(uptime) if alive else "-"), ("config", record.get("fingerprint", "-"))]
     out.healthy = health == 200
     return out
+
+
+def _unit_rows(unit: dict[str, str], exits: list[str], log: list[str]) -> list[tuple[str, str]]:
+    """The serving unit: its state, how often it started the world again since sparkctl last started it, and
+    how the last run that ended by itself ended, with the likely cause from that run's log (`log`)."""
+    rows = [("unit", f"{unit_summary(unit)}, {unit.get('UnitFileState') or '-'}"
+                     + (" (stays down at boot: `serve stop`)" if unit.get("UnitFileState") == "disabled" else ""))]
+    if unit.get("LoadState") == "not-found":
+        return rows
+    rows.append(("restarts", unit.get("NRestarts", "0") + " (by the unit, since sparkctl last started it)"))
+    failure, latest = last_failure(exits)
+    if failure is not None:
+        cause = likely_cause(log) if latest else None
+        rows.append(("last failure", failure.text() + (f"; likely cause: {cause[0]}" if cause else "")))
+    return rows
+
+
+def _systemd_time(text: str) -> float | None:
+    """`systemctl show --timestamp=unix`'s `@1795811499` as epoch seconds (None when unset)."""
+    return float(text[1:]) if text.startswith("@") and text[1:].isdigit() else None
 
 
 def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int) -> None:
@@ -217,7 +249,8 @@ class StopResult:
 
 
 def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
-    """TERM mpirun on the head (it takes its ranks down), then kill leftover ranks on every node with the
+    """Stop and disable the serving unit on the head (its stop TERMs mpirun, which takes its ranks down; disabled,
+    it stays down at boot until the next serving bootstrap), then kill leftover ranks on every node with the
     serve.launch task's own code. A change: it holds the cluster lock."""
     head = inventory.head.name
     with Session(inventory, forks=forks) as session:
@@ -229,9 +262,7 @@ def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
         with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop")):
             result = StopResult(unreachable=dict(session.unreachable))
             handle = server_handle(inventory, session.transports[head])
-            pid = (handle.read_record() or {}).get("pid")
-            if handle.stop(pid):
-                result.pid = pid
+            result.pid = handle.stop(disable=True)
             cluster = ClusterContext(inventory, RunOptions(), emit=lambda _event: None)
             for node in inventory.nodes:
                 if node.name in session.transports:

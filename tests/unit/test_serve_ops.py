@@ -123,19 +123,62 @@ def test_following_reads_from_where_the_last_read_stopped(tmp_path, nodes):
                        "tail -c +22 /x/serve.log 2>/dev/null"]
 
 
-def test_stop_terms_mpirun_and_kills_leftover_ranks_everywhere(tmp_path, nodes):
+def test_stop_disables_the_unit_and_kills_leftover_ranks_everywhere(tmp_path, nodes):
+    """The unit's stop TERMs mpirun (world.sh stop); disabled, it stays down at boot."""
     inv = pair(tmp_path, 8355)
     state = {"alive": True}
     head = nodes["spark1"]
-    head.respond(r"cat .*launch.json", '{"pid": 42, "fingerprint": "f"}')
-    head.respond(r"kill -TERM 42", then=lambda: state.update(alive=False))
+    head.respond(r"cat .*serve.pid", "42\n")
+    head.respond(r"systemctl disable --now sparkctl-serve-\S+\.service", then=lambda: state.update(alive=False))
     head.respond(r"/proc/42/cmdline", lambda: f"mpirun trtllm-serve --extra_llm_api_options {CONFIG}"
                  if state["alive"] else "")
     nodes["spark2"].respond(r"pgrep", "777\n")
     result = serve_ops.stop_server(inv)
     assert result.pid == 42 and result.leftovers == ["spark2: 777"] and result.unreachable == {}
-    assert any("kill -TERM 42" in c.target for c in head.calls)
+    (disable,) = [c for c in head.calls if "systemctl disable --now" in c.target]
+    assert disable.sudo
+    assert not any("kill -TERM 42" in c.target for c in head.calls)
+
+
+def test_stop_ends_a_server_started_before_the_unit_too(tmp_path, nodes):
+    """A server that an earlier sparkctl started with `docker exec -d` (no unit): TERM to its mpirun."""
+    inv = pair(tmp_path, 8355)
+    state = {"alive": True}
+    head = nodes["spark1"]
+    head.respond(r"cat .*serve.pid", "42\n")
+    head.respond(r"kill -TERM 42", then=lambda: state.update(alive=False))
+    head.respond(r"/proc/42/cmdline", lambda: f"mpirun trtllm-serve --extra_llm_api_options {CONFIG}"
+                 if state["alive"] else "")
+    assert serve_ops.stop_server(inv).pid == 42
     assert not any("kill -KILL 42" in c.target for c in head.calls)
+
+
+def test_status_shows_the_unit_its_restarts_and_the_last_failure_with_its_cause(tmp_path, nodes, endpoint):
+    inv = inventory_from_yaml(f"""
+user: nvidia
+cluster: {{name: duo}}
+nodes: [{{name: spark1, host: 127.0.0.1}}, {{name: spark2, host: 10.0.0.12}}]
+serve: {{preset: qwen3-235b-eagle3, port: {endpoint.port}, engine_port: {closed_port()}}}
+""", tmp_path)
+    head = nodes["spark1"]
+    shown = {"unit": "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nUnitFileState=enabled\n"
+                     "NRestarts=3\nExecMainStartTimestamp=@1795811499\n",
+             "exits": "2026-11-27T20:31:39Z 1795811499 asked none none 0\n"
+                      "2026-11-27T20:32:39Z 1795811559 exit-code exited 137 18\n"
+                      "2026-11-27T20:33:39Z 1795811619 exit-code killed KILL 7\n"}
+    head.respond(r"systemctl show", lambda: shown["unit"])
+    head.respond(r"exits.log", lambda: shown["exits"])
+    head.respond(r"tail -n 40 \S*serve.log ", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    rows = dict(serve_ops.serve_status(inv).rows)
+    assert rows["unit"] == "activating (auto-restart), enabled"
+    assert rows["restarts"].startswith("3 ")
+    assert rows["last failure"].startswith("2026-11-27T20:33:39Z, killed by SIGKILL after 7s; likely cause: ")
+    shown["unit"] = "LoadState=loaded\nActiveState=inactive\nSubState=dead\nUnitFileState=disabled\nNRestarts=0\n"
+    shown["exits"] += "2026-11-27T20:43:39Z 1795812219 success exited 0 300\n"
+    rows = dict(serve_ops.serve_status(inv).rows)
+    assert rows["unit"] == "inactive (dead), disabled (stays down at boot: `serve stop`)"
+    # a stop came after it: that run's log is not the failed one's, no cause is guessed from it
+    assert rows["last failure"] == "2026-11-27T20:33:39Z, killed by SIGKILL after 7s"
 
 
 def test_stop_needs_the_head_and_reports_peers_it_could_not_check(tmp_path, nodes):

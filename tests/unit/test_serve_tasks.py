@@ -17,7 +17,8 @@ from sparkctl.knowledge.trtllm_releases import Release
 from sparkctl.plan import gateway as gateway_plan
 from sparkctl.plan.serve import CONFIG_PATH, release_config
 from sparkctl.tasks.serve.config import ServeConfigTask, refuse_rejected
-from sparkctl.tasks.serve.launch import ServeLaunchTask, desired_launch
+from sparkctl.tasks.serve.config import desired_launch
+from sparkctl.tasks.serve.launch import ServeLaunchTask
 from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle
 from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
@@ -129,26 +130,39 @@ def engine_kit(tmp_path, engine_port: int, serve_port: int | None = None, **kwar
     return kit_for(tmp_path, port=serve_port or engine_port + 1, engine_port=engine_port, **kwargs)
 
 
+SYSTEMCTL_STUB = """#!/bin/sh
+# the head's systemd: `systemctl show ...` answers the unit's state from $UNIT_STATE (KEY=VALUE lines)
+[ "$1" = show ] || { echo "stub: only show" >&2; exit 1; }
+printf '%s\\n' "$UNIT_STATE"
+"""
+ACTIVE = "LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\nNRestarts=0"
+
+
 def launch_kit(tmp_path, port: int, record: dict | None, alive: int | None = None, head: str = "127.0.0.1",
-               nccl: str = "", docker_fails: str = "", path: str = "/usr/bin:/bin", serve_port: int | None = None):
-    """The head answers serve.launch's state read by running it here: its record and serve log in a directory of
-    this test, `docker exec` stubbed, `alive` the PID of a live mpirun (the record names it). `port`: the
-    engine's (the fake endpoint's)."""
+               nccl: str = "", docker_fails: str = "", path: str = "/usr/bin:/bin", serve_port: int | None = None,
+               unit: str = ACTIVE, pid: int | None = None):
+    """The head answers serve.launch's state read by running it here: its record, serve.pid and serve log in a
+    directory of this test, `docker exec` and `systemctl` stubbed, `alive` the PID of a live mpirun (serve.pid
+    names it, else `pid`), `unit` what systemctl shows of the serving unit. `port`: the engine's (the fake
+    endpoint's)."""
     kit = engine_kit(tmp_path, port, serve_port, head=head)
     remote = ServerHandle.of(kit.node("spark1")).dir
     here = tmp_path / "head-serve"
     here.mkdir(exist_ok=True)
     (here / "serve.log").write_text(nccl)
     if record is not None:
-        record = dict(record, pid=alive) if alive else record
         (here / "launch.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    if alive or pid:
+        (here / "serve.pid").write_text(f"{alive or pid}\n")
     bin_dir = tmp_path / "head-bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "docker").write_text(DOCKER_STUB)
     (bin_dir / "docker").chmod(0o755)
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_STUB)
+    (bin_dir / "systemctl").chmod(0o755)
 
     def run_here(script: str) -> str:
-        env = {"PATH": f"{bin_dir}:{path}", "no_proxy": "*", "DOCKER_FAILS": docker_fails}
+        env = {"PATH": f"{bin_dir}:{path}", "no_proxy": "*", "DOCKER_FAILS": docker_fails, "UNIT_STATE": unit}
         return subprocess.run(["/bin/sh", "-c", script.replace(remote, str(here))], capture_output=True, text=True,
                               timeout=60, env=env).stdout
 
@@ -164,11 +178,18 @@ def test_launch_check_states(tmp_path, endpoint, mpirun):
     assert kit.transport("spark1").round_trips == 1  # the record, the PID, /health and the log: one read
 
     text, command, fingerprint = desired_launch(kit.node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command, "started": 1.0}
+    record = {"fingerprint": fingerprint, "config": text, "command": command, "started": 1.0}
     assert ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun).cluster) == []
 
-    (gone,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, dict(record, pid=2 ** 22 + 1)).cluster)
+    (gone,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, pid=2 ** 22 + 1).cluster)
     assert f"mpirun (pid {2 ** 22 + 1}) is gone" in gone.summary
+    # the unit not running it: stopped (or disabled by `serve stop`), waiting to start again, absent
+    for shown, said in (("ActiveState=inactive\nSubState=dead", "inactive (dead)"),
+                        ("ActiveState=activating\nSubState=auto-restart", "activating (auto-restart)"),
+                        ("LoadState=not-found\nActiveState=inactive", "absent")):
+        (start,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun,
+                                                      unit=shown).cluster)
+        assert start.summary == f"start the server on spark1: its unit sparkctl-serve-duo.service is {said}"
     (stopped,) = ServeLaunchTask().check(launch_kit(tmp_path, endpoint.port, record, alive=mpirun,
                                                     docker_fails="Error: container abc is not running").cluster)
     assert "is gone (its log: run/serve/serve.log; docker exec: Error: container abc is not running)" in \
@@ -196,7 +217,7 @@ def test_a_healthy_server_that_nccl_started_on_sockets_is_restarted_while_rdma_i
     ready then, or NCCL_IB_HCA naming none) stays on them, healthy, until restarted. doctor names it
     (nccl.socket_fallback) and names serve among its repairs: so serve.launch must restart it."""
     text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    record = {"fingerprint": fingerprint, "config": text, "command": command}
     kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, nccl=nccl_log("ib_hca_missing.log"))
     (restart,) = ServeLaunchTask().check(kit.cluster)
     assert restart.summary == ("restart the server on spark1: NCCL runs over TCP sockets though RoCE devices are "
@@ -212,7 +233,7 @@ def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, end
     gateway = FakeEndpoint()  # what answers on the head's address: the gateway, in front of the engine
     kit = engine_kit(tmp_path, endpoint.port, gateway.port, head="127.0.0.2")  # the fakes listen on 127.0.0.1 only
     text, command, fingerprint = desired_launch(kit.node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    record = {"fingerprint": fingerprint, "config": text, "command": command}
     kit = launch_kit(tmp_path, endpoint.port, record, alive=mpirun, head="127.0.0.2", serve_port=gateway.port)
     assert ServeLaunchTask().check(kit.cluster) == []
     assert ServeSmokeTask().check(kit.cluster) == []
@@ -227,7 +248,7 @@ def test_a_healthy_server_the_controller_cannot_route_to_converges(tmp_path, end
 
 def test_a_python_that_warns_on_stderr_still_reads_health(tmp_path, endpoint, mpirun):
     text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    record = {"fingerprint": fingerprint, "config": text, "command": command}
     noisy = tmp_path / "noisy-python"
     noisy.mkdir()
     (noisy / "python3").write_text(f"#!/bin/sh\necho 'Could not find platform libraries' >&2\n"
@@ -248,7 +269,7 @@ def test_a_state_read_that_times_out_fails_instead_of_restarting_a_server_not_kn
 
 def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint, mpirun):
     text, command, fingerprint = desired_launch(engine_kit(tmp_path, endpoint.port).node("spark1"))
-    record = {"pid": 4242, "fingerprint": fingerprint, "config": text, "command": command}
+    record = {"fingerprint": fingerprint, "config": text, "command": command}
     # a container without python3 (the probe asks /health with it)
     bare = tmp_path / "no-python"
     bare.mkdir()

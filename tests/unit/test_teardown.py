@@ -139,6 +139,7 @@ def test_ssh_down_removes_a_file_that_held_only_sparkctls_lines_and_is_then_done
 
 
 def test_down_undoes_the_network_only_when_asked():
-    assert [t.name for t in down_graph().ordered()] == ["container.remove", "serve.gateway_remove"]
-    assert [t.name for t in down_graph(network_too=True).ordered()] == ["container.remove", "serve.gateway_remove",
-                                                                        "down.ssh", "down.network"]
+    # the unit first: its stop reaches the server inside the container
+    assert [t.name for t in down_graph().ordered()] == ["serve.unit_remove", "serve.gateway_remove", "container.remove"]
+    assert [t.name for t in down_graph(network_too=True).ordered()] == ["serve.unit_remove", "serve.gateway_remove",
+                                                                        "container.remove", "down.ssh", "down.network"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.knowledge.trtllm_releases import Release, release_of
-from sparkctl.plan.serve import ReleaseConfig, release_config
+from sparkctl.plan.serve import ReleaseConfig, launch_fingerprint, release_config
 from sparkctl.rules.serving import serves
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.server import ServerHandle
@@ -36,6 +36,14 @@ def refuse_rejected(rc: ReleaseConfig) -> None:
             + "; ".join(rc.refused) + (f" ({rc.note})" if rc.note else ""),
             hint="fix or remove them in serve.config in the inventory (the args model forbids unknown keys at every "
                  "depth, so the server would fail at start)")
+
+
+def desired_launch(head: NodeContext) -> tuple[str, str, str]:
+    """(config text, launch command, fingerprint) the head should be serving with."""
+    rc = desired_config(head)
+    refuse_rejected(rc)
+    text, command = rc.text(), head.plan().launch_command
+    return text, command, launch_fingerprint(text, command)
 
 
 class ServeConfigTask(Task):

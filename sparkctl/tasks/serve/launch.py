@@ -1,10 +1,12 @@
-"""serve.launch: mpirun from the head container, detached, until /health answers 200.
+"""serve.launch: the serving unit started on the head (it runs mpirun in the head container), until /health
+answers 200.
 
 /health is asked on the head itself (inside its container, over the SSH connection already open): the
 inventory host may be an ssh_config alias or behind a jump host or a firewall the controller cannot pass.
 
-Idempotent: the same config already serving and healthy is ok (same PID); a changed config or model
-restarts it (the config diff shows in `--diff`); a dead or unhealthy server is restarted.
+Idempotent: the same config already serving and healthy under its unit is ok (same PID); a changed config or
+model restarts it (the config diff shows in `--diff`); a dead or unhealthy server, or a unit that is not active
+(stopped, disabled by `serve stop`, failed), is started again.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.gateway import ENGINE_HOST
-from sparkctl.plan.serve import endpoint, launch_fingerprint
+from sparkctl.plan.serve import endpoint
+from sparkctl.plan.serve_unit import leftover_ranks_script
 from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
-from sparkctl.tasks.serve.config import desired_config, refuse_rejected
-from sparkctl.tasks.serve.server import ServerHandle, head_client, leftover_ranks_script
+from sparkctl.tasks.serve.config import desired_launch
+from sparkctl.tasks.serve.server import ServerHandle, head_client, unit_summary
+from sparkctl.tasks.serve.unit import head_unit
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -34,29 +38,23 @@ POLL_S = 1.0
 STATE_READ_S = 30.0
 
 
-def desired_launch(head: NodeContext) -> tuple[str, str, str]:
-    """(config text, launch command, fingerprint) the head should be serving with."""
-    rc = desired_config(head)
-    refuse_rejected(rc)
-    text, command = rc.text(), head.plan().launch_command
-    return text, command, launch_fingerprint(text, command)
-
-
 class ServeLaunchTask(Task):
     name = "serve.launch"
     phase = "serve"
     scope = Scope.CLUSTER
-    needs = ("serve.config", "model.fetch", "model.copy", "mpi.hostfile")
-    description = "start trtllm-serve with mpirun from the head container and wait for /health"
-    checks = ("<state>/run/serve/launch.json on the head names a live mpirun (PID in the container) started "
-              "with the planned config and launch line, and /health answers 200 on the head (asked inside its "
-              "container, over the SSH connection: the controller's route to the endpoint does not matter); the "
-              "serve log's NCCL lines (NCCL_DEBUG=INFO) do not say NCCL runs over TCP sockets while the head's "
-              "RoCE devices are Up (NCCL chooses its network once, at start); all of it is one read of the head (one "
-              "`docker exec`), on a rerun read ahead with its facts")
-    changes = ("stops a stale server (mpirun TERM, leftover ranks on every node), then `docker exec -d` "
-               "mpirun ... trtllm-llmapi-launch trtllm-serve ..., logging to run/serve/serve.log; waits for "
-               "/health 200 with progress, or fails with the log's last lines and the likely cause")
+    needs = ("serve.config", "serve.unit", "model.fetch", "model.copy", "mpi.hostfile")
+    description = "start the serving unit on the head (mpirun in the head container) and wait for /health"
+    checks = ("the head's serving unit is active and the mpirun it runs (serve.pid: its PID in the container) "
+              "lives, started from the planned config and launch line (<state>/run/serve/launch.json), and "
+              "/health answers 200 on the head (asked inside its container, over the SSH connection: the "
+              "controller's route to the endpoint does not matter); the serve log's NCCL lines (NCCL_DEBUG=INFO) "
+              "do not say NCCL runs over TCP sockets while the head's RoCE devices are Up (NCCL chooses its "
+              "network once, at start); all of it is one read of the head (one `docker exec`), on a rerun read "
+              "ahead with its facts")
+    changes = ("stops the unit (mpirun TERM) and leftover ranks on every node, records the launch, starts the "
+               "unit (it waits for every serving node's container, then runs mpirun ... trtllm-llmapi-launch "
+               "trtllm-serve ..., logging to run/serve/serve.log); waits for /health 200 with progress, or fails "
+               "with the log's last lines and the likely cause")
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         if not serving_enabled(ctx.inventory):
@@ -82,10 +80,12 @@ class ServeLaunchTask(Task):
         record = state.record
         if record is None:
             return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]
-        pid = record.get("pid")
+        if state.unit.get("ActiveState") != "active":
+            return [Change(f"start the server on {head.name}: its unit {handle.unit} is "
+                           f"{unit_summary(state.unit)}", node=head.name)]
         if not state.alive:
             why = f"; {state.exec_error}" if state.exec_error else ""
-            return [Change(f"restart the server on {head.name}: mpirun (pid {pid}) is gone "
+            return [Change(f"restart the server on {head.name}: mpirun (pid {state.pid or '-'}) is gone "
                            f"(its log: run/serve/serve.log{why})", node=head.name)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
@@ -95,7 +95,7 @@ class ServeLaunchTask(Task):
                            diff=diff or None, node=head.name)]
         status, why = state.health, state.health_why
         if status != 200:
-            return [Change(f"restart the server on {head.name}: pid {pid} runs but /health answers "
+            return [Change(f"restart the server on {head.name}: pid {state.pid} runs but /health answers "
                            f"{status or 'nothing'}" + (f" ({why})" if why else ""), node=head.name)]
         report = parse_nccl_log(state.nccl)
         if fell_back_to_sockets(report, head.facts()):
@@ -109,21 +109,19 @@ class ServeLaunchTask(Task):
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)
         handle = ServerHandle.of(head)
-        record = handle.read_record() or {}
-        if handle.stop(record.get("pid")):
-            ctx.emit(Event(event="log", task=self.name, node=head.name,
-                           message=f"stopped the server (pid {record.get('pid')})"))
+        stopped = handle.stop()
+        if stopped:
+            ctx.emit(Event(event="log", task=self.name, node=head.name, message=f"stopped the server (pid {stopped})"))
         kill_leftover_ranks(ctx)
         port = inv.serve_spec().engine_port
         self._wait_port_free(head, port)
+        handle.write_record({"fingerprint": fingerprint, "model": inv.serve_spec().model, "config": text,
+                             "command": command, "started": time.time(), "endpoint": endpoint(inv)})
         try:
-            pid = handle.launch(command, fingerprint)
+            handle.start(head_unit(head).host_script)
         except RuntimeError as exc:
             raise TaskFailed(f"starting the server on {head.name} failed: {exc}") from exc
-        handle.write_record({"pid": pid, "fingerprint": fingerprint, "model": inv.serve_spec().model,
-                             "config": text, "command": command, "started": time.time(),
-                             "endpoint": endpoint(inv)})
-        self._wait_healthy(ctx, head, handle, pid)
+        self._wait_healthy(ctx, head, handle)
 
     def _wait_port_free(self, head: NodeContext, port: int) -> None:
         deadline = time.monotonic() + 15
@@ -138,7 +136,7 @@ class ServeLaunchTask(Task):
         raise TaskFailed(f"port {port} on {head.name} is taken by {owner}: the server cannot listen there",
                          hint="stop that process, or set serve.port in the inventory")
 
-    def _wait_healthy(self, ctx: ClusterContext, head: NodeContext, handle: ServerHandle, pid: int) -> None:
+    def _wait_healthy(self, ctx: ClusterContext, head: NodeContext, handle: ServerHandle) -> None:
         client = head_client(head.transport, ctx.inventory)
         url = client.base_url
         started = time.monotonic()
@@ -148,25 +146,31 @@ class ServeLaunchTask(Task):
             status, why = client.health_detail()
             if status == 200:
                 ctx.emit(Event(event="log", task=self.name, node=head.name,
-                               message=f"{url} is healthy after {time.monotonic() - started:.0f}s (pid {pid})"))
+                               message=f"{url} is healthy after {time.monotonic() - started:.0f}s "
+                                       f"(pid {handle.read_pid()}, unit {handle.unit})"))
                 return
             now = time.monotonic()
-            if not handle.alive(pid):
-                self._fail(head, handle, f"the server exited during start-up on {head.name}")
+            unit = handle.unit_state()
+            if unit.get("ActiveState") == "failed" or unit.get("SubState") == "auto-restart":
+                self._fail(head, handle, f"the server exited during start-up on {head.name} (unit "
+                                         f"{handle.unit}: {unit_summary(unit)}; it starts it again by itself)")
             if now - started > ctx.inventory.serve.ready_timeout:
                 self._fail(head, handle, f"{url}/health did not answer 200 within {ctx.inventory.serve.ready_timeout}s "
-                                         f"(last: {status or why or 'no answer'}; the server is left running; a "
+                                         f"(last: {status or why or 'no answer'}; the unit is left running; a "
                                          "rerun restarts it)")
             if now >= next_note:
-                last = (handle.tail(1) or ["(no log line yet)"])[-1][:160]
+                if unit.get("SubState") == "start-pre":
+                    last = f"the unit waits for the other nodes' containers ({handle.unit})"
+                else:
+                    last = "log: " + (handle.tail(1) or ["(no log line yet)"])[-1][:160]
                 ctx.emit(Event(event="log", task=self.name, node=head.name,
-                               message=f"waiting for {url}/health: {now - started:.0f}s; log: {last}"))
+                               message=f"waiting for {url}/health: {now - started:.0f}s; {last}"))
                 next_note = now + PROGRESS_EVERY_S
             time.sleep(POLL_S)
 
     @staticmethod
     def _fail(head: NodeContext, handle: ServerHandle, message: str) -> None:
-        lines = handle.tail(40)
+        lines = handle.tail(40) or handle.tail(40, previous=True)
         cause = likely_cause(lines)
         hint = f"likely cause: {cause[0]}: {cause[1]}" if cause else f"see {handle.log_path} on {head.name}"
         raise TaskFailed(message, hint=hint, details=lines[-12:])

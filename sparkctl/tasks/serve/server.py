@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from typing import Any
 
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
-from sparkctl.plan.paths import CONFIG_PATH, LOG_PATH, PID_PATH
+from sparkctl.plan.paths import CONFIG_PATH
+from sparkctl.plan.serve_unit import RunEnd, parse_exits, parse_show, show_command, unit_name
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.gateway import head_gateway
@@ -59,7 +59,9 @@ def serve_dir(state_dir: str) -> str:
 class ServingState:
     """What serve.launch reads of the head in one round trip (ServerHandle.state_script)."""
     record: dict | None       # launch.json, None when absent or unreadable
-    alive: bool               # the record's PID is still our mpirun
+    pid: int | None           # mpirun's PID in the container, from serve.pid (the unit's latest run writes it)
+    alive: bool               # that PID is still our mpirun
+    unit: dict[str, str]      # `systemctl show` of the serving unit
     health: int               # /health's HTTP status, 0 when nothing answered
     health_why: str           # why nothing answered
     exec_error: str           # what `docker exec` said when it failed (the container not running), else ""
@@ -70,18 +72,40 @@ def _is_our_mpirun(cmdline: str) -> bool:
     return "mpirun" in cmdline and CONFIG_PATH in cmdline
 
 
+def last_failure(lines: list[str]) -> tuple[RunEnd | None, bool]:
+    """The latest run of the unit that ended by itself, and whether it is the latest run that ended at all."""
+    ends = [e for e in parse_exits("\n".join(lines)) if e.result != "asked"]
+    failures = [e for e in ends if e.by_itself]
+    return (failures[-1], failures[-1] is ends[-1]) if failures else (None, False)
+
+
+def unit_summary(unit: dict[str, str]) -> str:
+    """`active (running)`, `inactive (dead)`, `absent` ... as systemctl says it."""
+    if unit.get("LoadState") == "not-found" or not unit:
+        return "absent"
+    return f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')})"
+
+
 class ServerHandle:
-    def __init__(self, run: RunFn, put: Callable[..., Any], container: str, state_dir: str):
+    """The server on the head: what runs (serve.pid, written by world.sh run inside the container), what it was
+    started from (launch.json), its log, and its unit (plan/serve_unit.py), which starts and stops it."""
+
+    def __init__(self, run: RunFn, put: Callable[..., Any], container: str, state_dir: str, cluster: str):
         self._run, self._put = run, put
         self.container = container
+        self.unit = unit_name(cluster)
+        self.cluster = cluster
         self.dir = serve_dir(state_dir)
         self.log_path = posixpath.join(self.dir, "serve.log")
         self.record_path = posixpath.join(self.dir, "launch.json")
         self.config_path = posixpath.join(self.dir, "extra-llm-api-config.yml")
+        self.pid_path = posixpath.join(self.dir, "serve.pid")
+        self.exits_path = posixpath.join(self.dir, "exits.log")
 
     @classmethod
     def of(cls, ctx: NodeContext) -> ServerHandle:
-        return cls(ctx.run, ctx.transport.put, ctx.inventory.container.name, ctx.state_dir())
+        return cls(ctx.run, ctx.transport.put, ctx.inventory.container.name, ctx.state_dir(),
+                   ctx.inventory.cluster.name)
 
     def _exec(self, script: str, timeout: float = 30.0) -> CommandResult:
         return self._run(f"docker exec {q(self.container)} sh -c {q(script)}", timeout=timeout)
@@ -97,6 +121,10 @@ class ServerHandle:
     def write_record(self, record: dict) -> None:
         self._put(self.record_path, json.dumps(record, indent=1, sort_keys=True) + "\n", mode=0o644)
 
+    def read_pid(self) -> int | None:
+        text = self._run(f"cat {q(self.pid_path)} 2>/dev/null", timeout=30).stdout.strip()
+        return int(text) if text.isdigit() else None
+
     def alive(self, pid: int | None) -> bool:
         """Is `pid` (inside the container) still the mpirun we started?"""
         if not pid:
@@ -104,15 +132,24 @@ class ServerHandle:
         result = self._exec(f"tr '\\0' ' ' < /proc/{int(pid)}/cmdline 2>/dev/null")
         return result.ok and _is_our_mpirun(result.stdout)
 
-    def tail(self, lines: int = 40) -> list[str]:
-        result = self._run(f"tail -n {int(lines)} {q(self.log_path)} 2>/dev/null", timeout=30)
+    def unit_state(self) -> dict[str, str]:
+        return parse_show(self._run(show_command(self.cluster), timeout=30).stdout)
+
+    def exits(self, lines: int = 5) -> list[str]:
+        """The unit's last runs, one line each: `<time> <epoch> <result> <code> <status> <seconds>` (unit.sh)."""
+        return self._run(f"tail -n {int(lines)} {q(self.exits_path)} 2>/dev/null", timeout=30).stdout.splitlines()
+
+    def tail(self, lines: int = 40, previous: bool = False) -> list[str]:
+        """The serve log's last lines (`previous`: the run before, serve.log.1)."""
+        path = self.log_path + (".1" if previous else "")
+        result = self._run(f"tail -n {int(lines)} {q(path)} 2>/dev/null", timeout=30)
         return result.stdout.splitlines()
 
     def state_script(self, port: int, framing: Framing) -> str:
         """One read of everything serve.launch checks, in one round trip and one `docker exec`: the record, the
-        command line of the PID it names, /health, and the serve log's NCCL/NET lines (there with
-        NCCL_DEBUG=INFO). The PID is taken from the record as write_record lays it out (`"pid": N,`); what
-        `docker exec` itself says (a container that is not running) is its own section."""
+        unit's state, the command line of the PID serve.pid names, /health, and the serve log's NCCL/NET lines
+        (there with NCCL_DEBUG=INFO). What `docker exec` itself says (a container that is not running) is its
+        own section."""
         url = f"http://127.0.0.1:{int(port)}/health"
         inside = "\n".join([
             framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
@@ -120,13 +157,14 @@ class ServerHandle:
             framing.section("health", "{ _he=$(" + node_http_command("GET", url, HEALTH_TIMEOUT_S)
                             + " 2>&1 1>&3); } 3>&1"),
             framing.section("health_err", 'printf \'%s\' "$_he"')])
-        pid = (f"_pid=$(sed -n 's/^ *\"pid\": *\\([0-9][0-9]*\\),\\{{0,1\\}}$/\\1/p' {q(self.record_path)} "
-               "2>/dev/null | head -n 1)")
+        pid = f"_pid=$(head -c 12 {q(self.pid_path)} 2>/dev/null | tr -cd 0-9)"
         # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
         inspect = (f"{{ _e=$(docker exec {q(self.container)} sh -c {q(inside)} {STATE_SCRIPT_NAME} \"$_pid\" "
                    "2>&1 1>&3 </dev/null); _r=$?; } 3>&1")
         return "\n".join([
-            framing.section("record", f"cat {q(self.record_path)}"), pid, inspect,
+            framing.section("record", f"cat {q(self.record_path)}"), pid,
+            framing.section("pid", 'printf \'%s\' "$_pid"'),
+            framing.section("unit", show_command(self.cluster)), inspect,
             framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),
             framing.section("nccl", f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {NCCL_LINES}"),
             "true"])
@@ -141,6 +179,7 @@ class ServerHandle:
             except ValueError:
                 value = None
             record = value if isinstance(value, dict) else None
+        pid_text = texts.get("pid", "").strip()
         exec_error = ""
         if "exec" not in found or not found["exec"].ok:
             lines = texts.get("exec", "").strip().splitlines()
@@ -153,50 +192,31 @@ class ServerHandle:
         else:
             lines = (texts.get("health_err", "") or health).strip().splitlines() or [exec_error or "no answer"]
             status, why = 0, f"cannot run python3 in the container {self.container} on {node}: {lines[-1]}"
-        return ServingState(record, alive, status, why, exec_error, texts.get("nccl", ""))
+        return ServingState(record, int(pid_text) if pid_text.isdigit() else None, alive,
+                            parse_show(texts.get("unit", "")), status, why, exec_error, texts.get("nccl", ""))
 
-    def launch(self, command: str, fingerprint: str) -> int:
-        """Start `command` detached in the container, logging to serve.log (the last run's log kept as .1)."""
-        script = (
-            f"echo $$ > {PID_PATH}; "
-            f"echo \"=== sparkctl: starting the server $(date -u +%FT%TZ) config {fingerprint}\"; "
-            f"exec {command} < /dev/null"
-        )
-        prepare = (f"rm -f {PID_PATH}; [ -f {LOG_PATH} ] && mv -f {LOG_PATH} {LOG_PATH}.1; "
-                   f"touch {LOG_PATH}")
-        result = self._exec(prepare)
+    def start(self, host_script: str) -> None:
+        """Start the unit without waiting for its start (it may wait minutes for the other nodes): serve.launch
+        waits for /health itself. The run sparkctl asks for starts at once, whatever runs ended before it."""
+        self._run(f"sh {q(host_script)} asked >/dev/null 2>&1; true", timeout=30)
+        result = self._run(f"systemctl reset-failed {q(self.unit)} >/dev/null 2>&1; "
+                           f"systemctl start --no-block {q(self.unit)}", sudo=True, timeout=60)
         if not result.ok:
-            raise RuntimeError(f"preparing {LOG_PATH} failed: {result.stderr.strip()}")
-        line = (f"docker exec -d {q(self.container)} bash -c "
-                f"{q(f'exec >> {LOG_PATH} 2>&1; {script}')}")
-        result = self._run(line, timeout=60)
-        if not result.ok:
-            raise RuntimeError(f"docker exec -d failed: {(result.stderr or result.stdout).strip()[-300:]}")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            got = self._exec(f"cat {PID_PATH} 2>/dev/null").stdout.strip()
-            if got.isdigit():
-                return int(got)
-            time.sleep(0.2)
-        raise RuntimeError(f"the server did not write {PID_PATH} within 10 s")
+            raise RuntimeError(f"systemctl start {self.unit}: {(result.stderr or result.stdout).strip()[-300:]}")
 
-    def stop(self, pid: int | None) -> bool:
-        """TERM mpirun (it takes the ranks on every node down), KILL after a grace period; True if one ran."""
-        if not self.alive(pid):
-            return False
-        self._exec(f"kill -TERM {int(pid)} 2>/dev/null; true")
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
-            if not self.alive(pid):
-                return True
-            time.sleep(0.3)
-        self._exec(f"kill -KILL {int(pid)} 2>/dev/null; true")
-        return True
-
-
-def leftover_ranks_script() -> str:
-    """Kill ranks of OUR server (they name our config file) that outlived their mpirun; prints their PIDs."""
-    # `[ ]` matches the space in a rank's command line but not this script's own text
-    pattern = shlex.quote(f"--extra_llm_api_options[ ]{CONFIG_PATH}")
-    return (f"for p in $(pgrep -f -- {pattern}); do "
-            "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
+    def stop(self, *, disable: bool = False) -> int | None:
+        """Stop the unit (its stop TERMs mpirun, which takes the ranks on every node down); a server still running
+        outside it (one started before the unit existed) is stopped too. `disable`: it stays stopped at boot.
+        Returns the PID that ran, if one did."""
+        pid = self.read_pid()
+        was = pid if self.alive(pid) else None
+        verb = "disable --now" if disable else "stop"
+        self._run(f"systemctl {verb} {q(self.unit)} >/dev/null 2>&1; true", sudo=True, timeout=STOP_WAIT_S + 45)
+        if self.alive(pid):
+            self._exec(f"kill -TERM {int(pid)} 2>/dev/null; true")
+            deadline = time.monotonic() + STOP_WAIT_S
+            while self.alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.3)
+            if self.alive(pid):
+                self._exec(f"kill -KILL {int(pid)} 2>/dev/null; true")
+        return was

@@ -1,0 +1,182 @@
+"""PURE: the serving unit on the head, a systemd service that keeps the TP/PP world running (docs/serving.md).
+
+It starts the world once every serving node's container answers over the fabric (leftover ranks of an earlier
+server killed on every node first), starts it again when it dies or a node comes back, waiting longer after each
+run that did not last, and stays down after `sparkctl serve stop` (disabled) until the next serving bootstrap.
+
+Three files: the unit in /etc/systemd/system; `unit.sh` on the head (the wait before a start, the record after a
+stop), and `world.sh` inside the container (run the server in the foreground, stop it, check the world is ready),
+both in the state dir's run/serve, which the container mounts.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from sparkctl.inventory import Inventory
+from sparkctl.plan.container import serving_hosts
+from sparkctl.plan.fabric import FabricPlan
+from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
+from sparkctl.plan.render import render
+
+UNIT_DIR = "/etc/systemd/system"
+#: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
+#: then (RestartPreventExitStatus), only a bootstrap repairs it
+EXIT_NOT_SET_UP = 78
+#: run/serve as the container sees it
+CONTAINER_SERVE_DIR = f"{CONTAINER_STATE}/serve"
+#: How long the start waits for every serving node's container to answer before it fails (then restarts)
+WORLD_WAIT_S = 300
+#: The wait between a run's end and the next start, doubled after each run that lasted less than LASTED_S,
+#: up to BACKOFF_MAX_S; systemd's own RestartSteps= (systemd 254) never resets its count after a good run
+RESTART_S = 5
+BACKOFF_BASE_S = 10
+BACKOFF_MAX_S = 300
+LASTED_S = 600
+#: world.sh stop: TERM mpirun, then KILL after this long
+STOP_WAIT_S = 15
+#: what `systemctl show` is asked for, by the launch, doctor and `serve status`
+SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRestarts", "Result",
+                   "ExecMainStartTimestamp")
+
+
+def leftover_ranks_script() -> str:
+    """Kill ranks of OUR server (they name our config file) that outlived their mpirun; prints their PIDs."""
+    # `[ ]` matches the space in a rank's command line but not this script's own text
+    pattern = shlex.quote(f"--extra_llm_api_options[ ]{CONFIG_PATH}")
+    return (f"for p in $(pgrep -f -- {pattern}); do "
+            "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
+
+
+def unit_name(cluster: str) -> str:
+    return f"sparkctl-serve-{cluster}.service"
+
+
+def unit_path(cluster: str) -> str:
+    return posixpath.join(UNIT_DIR, unit_name(cluster))
+
+
+def show_command(cluster: str) -> str:
+    """`systemctl show` of the unit: KEY=VALUE lines (LoadState=not-found when there is none)."""
+    return f"systemctl show --timestamp=unix -p {','.join(SHOW_PROPERTIES)} {unit_name(cluster)}"
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    address: str   # its hostfile address: where mpirun reaches its container
+
+
+@dataclass(frozen=True)
+class ServeUnitSpec:
+    cluster: str
+    user: str            # the login user (docker group): the unit runs what sparkctl would run
+    container: str
+    state_dir: str       # on the head
+    model: str
+    world: str           # "TP=2 x PP=1 on spark1, spark2"
+    peers: tuple[Peer, ...]
+    command: str         # the launch line
+    fingerprint: str
+
+    @property
+    def name(self) -> str:
+        return unit_name(self.cluster)
+
+    @property
+    def unit_path(self) -> str:
+        return unit_path(self.cluster)
+
+    @property
+    def serve_dir(self) -> str:
+        return posixpath.join(self.state_dir, "run", "serve")
+
+    @property
+    def host_script(self) -> str:
+        return posixpath.join(self.serve_dir, "unit.sh")
+
+    @property
+    def world_script(self) -> str:
+        return posixpath.join(self.serve_dir, "world.sh")
+
+    def files(self) -> dict[str, str]:
+        """path on the head -> content: the two scripts, then the unit that names them."""
+        return {self.world_script: self.world_text(), self.host_script: self.host_text(),
+                self.unit_path: self.unit_text()}
+
+    def unit_text(self) -> str:
+        return render("serve-unit.service.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
+                      restart_s=RESTART_S, start_timeout=BACKOFF_MAX_S + WORLD_WAIT_S + 60,
+                      stop_timeout=STOP_WAIT_S + 15, not_set_up=EXIT_NOT_SET_UP)
+
+    def host_text(self) -> str:
+        return render("serve-unit.sh.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
+                      world_wait=WORLD_WAIT_S, base=BACKOFF_BASE_S, most=BACKOFF_MAX_S, lasted=LASTED_S)
+
+    def world_text(self) -> str:
+        return render("serve-world.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=CONFIG_PATH, pid=PID_PATH,
+                      log=LOG_PATH, hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
+                      leftovers=leftover_ranks_script())
+
+
+def serve_unit_spec(inventory: Inventory, fabric: FabricPlan, *, state_dir: str, user: str, command: str,
+                    fingerprint: str) -> ServeUnitSpec:
+    """The head's unit: the login user it runs as, the head's state dir, the launch line, and where mpirun
+    reaches the other serving nodes' containers (their hostfile addresses)."""
+    spec = inventory.serve_spec()
+    names = inventory.serving_nodes()
+    addresses = dict(zip(names, serving_hosts(inventory, fabric), strict=True))
+    return ServeUnitSpec(
+        cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
+        model=spec.model, world=f"TP={spec.tp_size} x PP={spec.pp_size} on {', '.join(names)}",
+        peers=tuple(Peer(name, addresses[name]) for name in names if name != inventory.head.name),
+        command=command, fingerprint=fingerprint)
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """One line of exits.log (unit.sh after): how a run of the unit ended."""
+    when: str        # ISO time, UTC
+    result: str      # systemd's $SERVICE_RESULT: success, exit-code, signal, timeout, ...; `asked`: sparkctl started
+    code: str        # $EXIT_CODE: exited, killed, dumped
+    status: str      # $EXIT_STATUS: the exit status or the signal's name
+    lasted_s: int
+
+    @property
+    def by_itself(self) -> bool:
+        return self.result not in ("success", "asked")
+
+    def text(self) -> str:
+        how = {"exited": f"exited with status {self.status}", "killed": f"killed by SIG{self.status}",
+               "dumped": f"dumped core (SIG{self.status})"}.get(self.code, self.result)
+        return f"{self.when}, {how} after {self.lasted_s}s"
+
+
+def parse_exits(text: str) -> list[RunEnd]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 6 and parts[5].isdigit():
+            out.append(RunEnd(parts[0], parts[2], parts[3], parts[4], int(parts[5])))
+    return out
+
+
+def failing_early(ends: list[RunEnd]) -> int:
+    """How many runs at the end of the record ended by themselves within LASTED_S (unit.sh's count, for its
+    backoff; doctor calls the unit looping from it)."""
+    n = 0
+    for end in ends:
+        n = n + 1 if end.by_itself and end.lasted_s < LASTED_S else 0
+    return n
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl show -p ...`'s KEY=VALUE lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
