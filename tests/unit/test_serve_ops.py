@@ -168,7 +168,7 @@ serve: {{preset: qwen3-235b-eagle3, port: {endpoint.port}, engine_port: {closed_
                       "2026-11-27T20:33:39Z 1795811619 exit-code killed KILL 7\n"}
     head.respond(r"systemctl show", lambda: shown["unit"])
     head.respond(r"exits.log", lambda: shown["exits"])
-    head.respond(r"tail -n 40 \S*serve.log ", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    head.respond(r"tail -n 40 \S*serve.log ", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
     rows = dict(serve_ops.serve_status(inv).rows)
     assert rows["unit"] == "activating (auto-restart), enabled"
     assert rows["restarts"].startswith("3 ")

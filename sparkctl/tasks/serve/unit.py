@@ -69,7 +69,7 @@ class ServeUnitTask(Task):
                                       diff=unified_diff(path, have, want), payload=path))
         enabled = texts.get("enabled", "").strip()
         if enabled != "enabled":
-            why = " (`sparkctl serve stop` disabled it)" if enabled == "disabled" else ""
+            why = " (it is disabled, as `sparkctl serve stop` leaves it)" if enabled == "disabled" else ""
             changes.append(Change(f"enable {spec.name}{why}", payload="enable"))
         return changes
 
