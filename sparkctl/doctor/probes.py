@@ -24,6 +24,7 @@ from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
+from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
 from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
 from sparkctl.rules.mesh import (
     Try,
@@ -154,6 +155,8 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
         sections.append(("gateway", f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
                                     "|| echo absent"))
         sections.append(("gateway-listen", f"ss -ltnH 'sport = :{gateway_port}'"))
+        sections.append(("unit", show_command(inventory.cluster.name)))
+        sections.append(("unit-exits", f"tail -n 20 {q(posixpath.join(posixpath.dirname(log), EXITS_LOG))}"))
         sections.append(("completion", "[ \"$_health\" = 200 ] || exit 3\n"
                                        + _http(container, f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                                60)))
@@ -219,6 +222,9 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
         lines = text("gateway").strip().splitlines()
         probe.gateway = lines[-1].strip() if lines else "absent"
         probe.gateway_ss = text("gateway-listen")
+    if "unit" in sections:
+        probe.unit = parse_show(text("unit"))
+        probe.unit_exits = text("unit-exits")
     completion = sections.get("completion")
     if completion and completion.ok:
         status, _, body = completion.output.partition("\n")

@@ -208,6 +208,12 @@ REMEDIES: dict[str, Remedy] = {
     "hf.token_missing": _by("no Hugging Face token on the node (export it; model.token writes it)", "model"),
     "serve.down": _by("nothing serves on the serve port", "serve"),
     "serve.health": _by("the server does not answer /health or a completion", "serve"),
+    "serve.unit_missing": _by("the unit that keeps the model served is not installed on the head", "serve"),
+    "serve.unit_failed": _by("the serving unit failed and does not start the server again", "serve"),
+    "serve.unit_looping": _by("the serving unit keeps starting the server and it keeps ending", "serve"),
+    "serve.unit_disabled": _person("the serving unit is disabled (`sparkctl serve stop`): nothing is served, also "
+                                   "after a reboot", "note", "it was stopped on purpose: a serving bootstrap "
+                                   "(`sparkctl cluster bootstrap FILE`) serves again"),
     "serve.gateway_down": _by("the gateway in front of the engine does not run or listen where it should", "serve"),
     "serve.degenerate": _person("the server answers with degenerate output", "inventory",
                                 "a release with the Eagle3 SM12x fix, or serve.decoding: none, is the inventory's"),

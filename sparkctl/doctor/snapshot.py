@@ -77,6 +77,10 @@ class NodeProbe:
     gateway: str | None = None
     #: what `ss -ltnH` lists at the serve port (the gateway's)
     gateway_ss: str = ""
+    #: `systemctl show` of the serving unit (LoadState=not-found when absent); None: not probed
+    unit: dict[str, str] | None = None
+    #: the unit's last runs, from exits.log (plan/serve_unit.py parse_exits)
+    unit_exits: str = ""
     #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
     system: SystemProbe = field(default_factory=SystemProbe)
 

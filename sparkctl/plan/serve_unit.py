@@ -35,6 +35,10 @@ RESTART_S = 5
 BACKOFF_BASE_S = 10
 BACKOFF_MAX_S = 300
 LASTED_S = 600
+#: unit.sh's record of how each run ended, in run/serve
+EXITS_LOG = "exits.log"
+#: How many runs in a row that ended by themselves early make a unit that loops (doctor)
+LOOPING_RUNS = 2
 #: world.sh stop: TERM mpirun, then KILL after this long
 STOP_WAIT_S = 15
 #: what `systemctl show` is asked for, by the launch, doctor and `serve status`
@@ -113,7 +117,8 @@ class ServeUnitSpec:
 
     def host_text(self) -> str:
         return render("serve-unit.sh.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
-                      world_wait=WORLD_WAIT_S, base=BACKOFF_BASE_S, most=BACKOFF_MAX_S, lasted=LASTED_S)
+                      exits_log=EXITS_LOG, world_wait=WORLD_WAIT_S, base=BACKOFF_BASE_S, most=BACKOFF_MAX_S,
+                      lasted=LASTED_S)
 
     def world_text(self) -> str:
         return render("serve-world.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=CONFIG_PATH, pid=PID_PATH,
@@ -180,3 +185,10 @@ def parse_show(text: str) -> dict[str, str]:
         if sep:
             out[key.strip()] = value.strip()
     return out
+
+
+def unit_summary(unit: dict[str, str]) -> str:
+    """`active (running)`, `inactive (dead)`, `absent` ... as systemctl says it."""
+    if unit.get("LoadState") == "not-found" or not unit:
+        return "absent"
+    return f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')})"

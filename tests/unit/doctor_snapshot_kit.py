@@ -56,9 +56,14 @@ def healthy_snapshot() -> Snapshot:
     probes["spark1"].completion = "The sea is wide and deep."
     probes["spark1"].port_owners[18355] = "trtllm-serve (pid 77)"  # the engine, behind the gateway
     probes["spark1"].gateway = "running"
+    probes["spark1"].unit = dict(UNIT_RUNNING)
     probes["spark1"].gateway_ss = ("LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\n"
                                    "LISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n")
     return Snapshot(inv, facts, {}, probes, plan)
+
+
+UNIT_RUNNING = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled",
+                "NRestarts": "0", "Result": "success"}
 
 
 def diagnose(s: Snapshot):
@@ -287,6 +292,35 @@ def with_system_probes(s):
 def set_meminfo(s, node, **kb):
     s.facts[node].meminfo = {**s.facts[node].meminfo, **kb}
     s.facts[node].mem_total_kb = s.facts[node].meminfo["MemTotal"]
+
+
+def fault_unit_missing(s):
+    """A server that an earlier sparkctl started by hand, and no unit to bring it back."""
+    s.probes["spark1"].unit = {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead"}
+
+
+def fault_unit_disabled(s):
+    """`sparkctl serve stop`: the unit disabled and stopped, nothing listens."""
+    fault_serve_down(s)
+    s.probes["spark1"].unit = {**UNIT_RUNNING, "ActiveState": "inactive", "SubState": "dead",
+                               "UnitFileState": "disabled"}
+
+
+def fault_unit_failed(s):
+    fault_serve_down(s)
+    s.probes["spark1"].unit = {**UNIT_RUNNING, "ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
+    s.probes["spark1"].unit_exits = "2026-11-27T20:31:39Z 1795811499 exit-code exited 78 0\n"
+
+
+def fault_unit_looping(s):
+    """The server ends soon after each start (out of memory while loading): the unit between two tries."""
+    fault_serve_down(s)
+    s.probes["spark1"].unit = {**UNIT_RUNNING, "ActiveState": "activating", "SubState": "auto-restart",
+                               "NRestarts": "2"}
+    s.probes["spark1"].unit_exits = ("2026-11-27T20:31:39Z 1795811499 asked none none 0\n"
+                                     "2026-11-27T20:33:39Z 1795811619 exit-code exited 1 95\n"
+                                     "2026-11-27T20:35:39Z 1795811739 exit-code exited 1 97\n")
+    s.probes["spark1"].serve_log_tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
 def fault_gateway_down(s):

@@ -53,6 +53,10 @@ from tests.unit.doctor_snapshot_kit import (
     fault_ssh_refused,
     fault_sudo,
     fault_twins_same_subnet,
+    fault_unit_disabled,
+    fault_unit_failed,
+    fault_unit_looping,
+    fault_unit_missing,
     fault_unreachable,
     fault_user,
     healthy_snapshot,
@@ -117,6 +121,9 @@ CASES = [
     (fault_model_incomplete, "model.incomplete", "spark2"),
     (fault_serve_down, "serve.down", "spark1"),
     (fault_gateway_down, "serve.gateway_down", "spark1"),
+    (fault_unit_missing, "serve.unit_missing", "spark1"),
+    (fault_unit_failed, "serve.unit_failed", "spark1"),
+    (fault_unit_looping, "serve.unit_looping", "spark1"),
     (fault_serve_health, "serve.health", "spark1"),
     (fault_serve_degenerate, "serve.degenerate", "spark1"),
     (fault_socket_fallback, "nccl.socket_fallback", "spark2"),
@@ -260,6 +267,30 @@ def test_port_taken_on_the_engine_s_port_names_the_process():
     s.probes["spark1"].port_owners[18355] = "nginx (pid 5)"
     found = [f for f in diagnose(s).errors]
     assert [(f.id, f.node) for f in found] == [("port.taken", "spark1")] and "nginx (pid 5)" in found[0].summary
+
+
+def test_a_server_stopped_by_serve_stop_is_a_note_and_a_warning_not_an_error():
+    s = healthy_snapshot()
+    fault_unit_disabled(s)
+    d = diagnose(s)
+    assert d.healthy and d.errors == []
+    found = {f.id: f for f in d.findings}
+    assert found["serve.down"].severity == "info" and "stopped by `sparkctl serve stop`" in found["serve.down"].evidence
+    assert found["serve.unit_disabled"].severity == "warning"
+    assert "stays so across reboots" in found["serve.unit_disabled"].summary
+
+
+def test_a_looping_unit_says_how_often_how_it_ended_and_the_likely_cause():
+    s = healthy_snapshot()
+    fault_unit_looping(s)
+    (f,) = diagnose(s).errors
+    assert f.evidence.startswith("2 runs in a row ended by themselves within 600 s (restarts: 2, now activating "
+                                 "(auto-restart)); last end: 2026-11-27T20:35:39Z, exited with status 1 after 97s; "
+                                 "likely cause (serve log): ")
+    assert "serve logs" in f.fix and f.fix.endswith("--only serve starts it from the planned files")
+    # one early end, or a server that answers again: not looping
+    s.probes["spark1"].unit_exits = "\n".join(s.probes["spark1"].unit_exits.splitlines()[:2])
+    assert [f.id for f in diagnose(s).errors] == ["serve.down"]
 
 
 def test_serve_down_is_only_a_note_before_sparkctl_ever_served():

@@ -27,6 +27,7 @@ def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
     assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
     assert "/health" in script  # the head probes the server
+    assert "systemctl show --timestamp=unix -p LoadState," in script and "sparkctl-serve-" in script  # and its unit
 
 
 def test_a_worker_does_not_probe_the_server_and_a_stopped_container_gives_its_logs():
@@ -54,6 +55,8 @@ def test_parse_probe_reads_every_section():
         section("c-hostfile", "192.168.100.10\n192.168.100.11"),
         section("c-authkeys", "ssh-ed25519 AAAA x"),
         section("c-ssh", "ok spark2 root@192.168.100.11\nfail spark2 root@192.168.101.11 Connection refused"),
+        section("unit", "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nNRestarts=2"),
+        section("unit-exits", "2026-11-27T20:33:39Z 1795811619 exit-code exited 1 95"),
     ])
     p = parse_probe(out, NONCE)
     assert p.port_owners == {2233: "python3 (pid 991)"}
@@ -67,6 +70,8 @@ def test_parse_probe_reads_every_section():
     assert p.health_status == 200 and p.completion == "!!!!"
     assert p.container_hostfile.split() == ["192.168.100.10", "192.168.100.11"]
     assert [c.ok for c in p.container_ssh] == [True, False]
+    assert p.unit == {"LoadState": "loaded", "ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "2"}
+    assert p.unit_exits.startswith("2026-11-27T20:33:39Z")
 
 
 def test_a_missing_serve_log_and_an_unanswered_health_check():

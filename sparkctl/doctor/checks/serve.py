@@ -1,5 +1,6 @@
 """PURE serve checks: HF token and checkpoints in each node's cache, the server's port, /health, a completion
-that is not degenerate, the gateway in front of it, and what NCCL really used according to the serve log."""
+that is not degenerate, the unit that keeps it served, the gateway in front of it, and what NCCL really used
+according to the serve log."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from sparkctl.doctor.snapshot import NodeProbe, Snapshot
 from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
+from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
+from sparkctl.plan.serve_unit import (
+    LASTED_S,
+    LOOPING_RUNS,
+    failing_early,
+    parse_exits,
+    unit_name,
+    unit_path,
+    unit_summary,
+)
 from sparkctl.rules.serving import fell_back_to_sockets, rdma_up, serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
@@ -70,7 +81,10 @@ def check_server(s: Snapshot) -> list[Finding]:
     port = int(s.inventory.serve_spec().engine_port)
     owner = probe.port_owners.get(port) or (s.facts[head].listening_tcp.get(port) or "an unknown process"
                                             if port in s.facts[head].listening_tcp else None)
-    expected = serving_expected(s)
+    if unit_trouble(probe):
+        return []  # check_unit says why nothing serves, and its fix is this one's
+    # `sparkctl serve stop` disables the unit: the server is down on purpose (check_unit says so)
+    expected = serving_expected(s) and not unit_disabled(probe)
     tail = tuple(probe.serve_log_tail.splitlines()[-10:])
     if probe.health_status == 200:
         if probe.completion is not None and (not probe.completion.strip() or is_degenerate(probe.completion)):
@@ -89,7 +103,8 @@ def check_server(s: Snapshot) -> list[Finding]:
     if owner is None:
         return [Finding("serve.down", "error" if expected else "info", head, f"nothing serves on port {port}",
                         evidence="no process listens there" + ("; the server ran before (serve log)" if expected
-                                                               else "; not started yet"),
+                                                               else "; stopped by `sparkctl serve stop`"
+                                                               if unit_disabled(probe) else "; not started yet"),
                         fix=s.bootstrap('serve'), phase="serve", details=tail)]
     return [Finding("serve.health", "error", head, f"/health on port {port} does not answer 200",
                     evidence=f"HTTP {probe.health_status or 'no answer'} from {owner}; ready means 200 (log: "
@@ -148,4 +163,52 @@ def check_gateway(s: Snapshot) -> list[Finding]:
     return []
 
 
-CHECKS = [check_models, check_server, check_gateway, check_nccl]
+def unit_disabled(probe: NodeProbe) -> bool:
+    return (probe.unit or {}).get("UnitFileState") == "disabled"
+
+
+def unit_trouble(probe: NodeProbe) -> bool:
+    """The unit failed, or loops: the server's state follows from it."""
+    unit = probe.unit or {}
+    return unit.get("ActiveState") == "failed" or (
+        failing_early(parse_exits(probe.unit_exits)) >= LOOPING_RUNS and probe.health_status != 200)
+
+
+def check_unit(s: Snapshot) -> list[Finding]:
+    """The unit that keeps the model served (plan/serve_unit.py): installed, enabled, not failed, not looping."""
+    if (found := serving_head(s)) is None or found[1].unit is None:
+        return []
+    head, probe = found
+    unit = probe.unit or {}
+    name = unit_name(s.inventory.cluster.name)
+    fix = s.bootstrap("serve")
+    if unit.get("LoadState") == "not-found":
+        return [Finding("serve.unit_missing", "error" if serving_expected(s) else "info", head,
+                        f"the serving unit {name} is not installed",
+                        evidence=f"no {unit_path(s.inventory.cluster.name)}: nothing serves the model again after a "
+                                 "reboot or when the server ends", fix=fix, phase="serve")]
+    if unit_disabled(probe):
+        return [Finding("serve.unit_disabled", "warning", head, f"{name} is disabled: the model is not served, "
+                        "and stays so across reboots", evidence=f"UnitFileState=disabled, {unit_summary(unit)}, as "
+                        "`sparkctl serve stop` leaves it", fix=f"{fix} serves it again", phase="serve")]
+    ends = parse_exits(probe.unit_exits)
+    last = next((e for e in reversed(ends) if e.result != "asked"), None)
+    said = f"; last end: {last.text()}" if last else ""
+    cause = likely_cause(probe.serve_log_tail.splitlines())
+    because = f"; likely cause (serve log): {cause[0]}" if cause else ""
+    tail = tuple(probe.serve_log_tail.splitlines()[-10:])
+    if unit.get("ActiveState") == "failed":
+        return [Finding("serve.unit_failed", "error", head, f"{name} failed and does not start the server again",
+                        evidence=f"Result={unit.get('Result', '?')}{said}{because}", fix=fix, phase="serve",
+                        details=tail)]
+    early = failing_early(ends)
+    if early >= LOOPING_RUNS and probe.health_status != 200:
+        return [Finding("serve.unit_looping", "error", head, f"{name} keeps starting the server and it keeps "
+                        "ending", evidence=f"{early} runs in a row ended by themselves within {LASTED_S} s "
+                        f"(restarts: {unit.get('NRestarts', '?')}, now {unit_summary(unit)}){said}{because}",
+                        fix=f"see `sparkctl serve logs`; {fix} starts it from the planned files", phase="serve",
+                        details=tail)]
+    return []
+
+
+CHECKS = [check_models, check_server, check_unit, check_gateway, check_nccl]

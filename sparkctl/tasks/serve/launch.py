@@ -21,12 +21,12 @@ from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve import endpoint
-from sparkctl.plan.serve_unit import leftover_ranks_script
+from sparkctl.plan.serve_unit import leftover_ranks_script, unit_summary
 from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_launch
-from sparkctl.tasks.serve.server import ServerHandle, head_client, unit_summary
+from sparkctl.tasks.serve.server import ServerHandle, head_client
 from sparkctl.tasks.serve.unit import head_unit
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing

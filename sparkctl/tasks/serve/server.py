@@ -17,7 +17,14 @@ from typing import Any
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
 from sparkctl.plan.paths import CONFIG_PATH
-from sparkctl.plan.serve_unit import RunEnd, parse_exits, parse_show, show_command, unit_name
+from sparkctl.plan.serve_unit import (
+    EXITS_LOG,
+    RunEnd,
+    parse_exits,
+    parse_show,
+    show_command,
+    unit_name,
+)
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.gateway import head_gateway
@@ -79,13 +86,6 @@ def last_failure(lines: list[str]) -> tuple[RunEnd | None, bool]:
     return (failures[-1], failures[-1] is ends[-1]) if failures else (None, False)
 
 
-def unit_summary(unit: dict[str, str]) -> str:
-    """`active (running)`, `inactive (dead)`, `absent` ... as systemctl says it."""
-    if unit.get("LoadState") == "not-found" or not unit:
-        return "absent"
-    return f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')})"
-
-
 class ServerHandle:
     """The server on the head: what runs (serve.pid, written by world.sh run inside the container), what it was
     started from (launch.json), its log, and its unit (plan/serve_unit.py), which starts and stops it."""
@@ -100,7 +100,7 @@ class ServerHandle:
         self.record_path = posixpath.join(self.dir, "launch.json")
         self.config_path = posixpath.join(self.dir, "extra-llm-api-config.yml")
         self.pid_path = posixpath.join(self.dir, "serve.pid")
-        self.exits_path = posixpath.join(self.dir, "exits.log")
+        self.exits_path = posixpath.join(self.dir, EXITS_LOG)
 
     @classmethod
     def of(cls, ctx: NodeContext) -> ServerHandle:
