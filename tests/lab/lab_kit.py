@@ -44,6 +44,12 @@ def failures(events: list[dict]) -> list[dict]:
     return results(events, "failed")
 
 
+def reboot(lab, node: str, *flags: str) -> None:
+    """`sparkctl lab reboot` as a user runs it (`--hard`: a power cut)."""
+    code, events, output = sparkctl(["lab", "reboot", "--dir", str(lab.dir), node, "--json", *flags])
+    assert code == 0 and events[-1]["node"] == node, output
+
+
 def sh(lab, node: str, command: str, check: bool = True) -> str:
     result = lab.exec(node, ["sh", "-c", command], timeout=60)
     assert not check or result.returncode == 0, result.stderr

@@ -1,12 +1,13 @@
 """A lab that serves, as the serve-phase doctor tests and the controller-fault tests both seed it: the serve
-section, the fake token, where the draft lands, and the faults seeded on it (the server killed on the head...)."""
+section, the fake token, where the draft lands, and the faults seeded on it (the server stopped on the head, its
+unit failed or looping...)."""
 
 from __future__ import annotations
 
 import shlex
-import time
 
 from sparkctl.inventory import load_inventory
+from sparkctl.plan.serve_unit import LOOPING_RUNS, failing_early, parse_exits, parse_show, show_command, unit_name
 from sparkctl.runs.serve_ops import connected, server_handle
 from sparkctl.tasks.serve.server import head_client
 from tests.lab.conftest import poll
@@ -19,13 +20,52 @@ HF = "/home/nvidia/.cache/huggingface"
 DRAFT = f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
 
 
-def kill_server(lab, node: str) -> None:
-    """The server and its launcher gone from the head (an OOM kill, a reboot of the container's processes)."""
-    result = lab.exec(node, f"docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi-launch|mpirun'")
+def unit_of(lab) -> str:
+    """The serving unit of the lab's serving inventory."""
+    return unit_name(load_inventory(lab.serve_inventory).cluster.name)
+
+
+def serve_dir(lab) -> str:
+    cluster = load_inventory(lab.serve_inventory).cluster.name
+    return f"/home/nvidia/.local/state/sparkctl/{cluster}/run/serve"
+
+
+def stop_server(lab, node: str) -> None:
+    """The server stopped with its unit, by hand (`systemctl stop`: enabled still, it comes back at the next boot):
+    nothing serves until something starts it."""
+    result = lab.exec(node, f"systemctl stop {unit_of(lab)}")
     assert result.returncode == 0, result.stderr
     wait = lab.exec(node, "for i in $(seq 1 300); do ss -ltnH 'sport = :18355' | grep -q . || exit 0; sleep 0.2; done; "
                           "exit 1")
     assert wait.returncode == 0, "the engine's port is still taken"
+
+
+def unit_state(lab, node: str) -> dict[str, str]:
+    return parse_show(lab.exec(node, show_command(load_inventory(lab.serve_inventory).cluster.name)).stdout)
+
+
+def fail_unit(lab, node: str) -> None:
+    """The serve config gone from the head (a clean-up too eager): the unit's next start finds nothing to start and
+    stops trying (world.sh exits 78, which the unit does not restart on)."""
+    result = lab.exec(node, f"rm -f {serve_dir(lab)}/extra-llm-api-config.yml && systemctl restart {unit_of(lab)}")
+    assert result.returncode == 0, result.stderr
+    assert poll(lambda: unit_state(lab, node).get("ActiveState") == "failed", timeout=60, interval=0.5), \
+        unit_state(lab, node)
+
+
+def loop_unit(lab, node: str) -> None:
+    """The server ends right after each start (here a hand edit of world.sh makes it so): the unit starts it again
+    and again, waiting longer each time, and nothing serves."""
+    edit = (f"sed -i 's/^run)$/run)\\n    echo \"ends at once\" >\\&2; exit 1/' {serve_dir(lab)}/world.sh && "
+            f"systemctl restart {unit_of(lab)}")
+    result = lab.exec(node, edit)
+    assert result.returncode == 0, result.stderr
+
+    def looping() -> bool:
+        ends = parse_exits(lab.exec(node, f"cat {serve_dir(lab)}/exits.log").stdout)
+        return failing_early(ends) >= LOOPING_RUNS
+
+    assert poll(looping, timeout=90, interval=1), lab.exec(node, f"cat {serve_dir(lab)}/exits.log").stdout
 
 
 def interrupt_download(lab, node: str) -> None:
@@ -51,21 +91,18 @@ def hang_server(lab, node: str) -> None:
 def start_on_sockets(lab, node: str) -> None:
     """The server started again while the RoCE devices were not ready yet (right after a reboot): NCCL found no
     device and runs over TCP sockets, healthy, until the server restarts. The stand-in's one-shot switch in every
-    container, then the server started the way sparkctl starts it (its launch record kept current), by hand: a
-    bootstrap would see the fallback and restart it at once."""
-    kill_server(lab, node)
-    for name in ("spark1", "spark2"):  # and the worker rank its mpirun left behind
+    container, then the unit restarted by hand (its launch record stays current): a bootstrap would see the
+    fallback and restart it at once."""
+    for name in ("spark1", "spark2"):
         result = lab.exec(name, f"docker exec {CONTAINER} sh -c 'mkdir -p /run/lab && "
-                                "echo nccl-ib-late >> /run/lab/standin-faults' && "
-                                f"{{ docker exec {CONTAINER} pkill -KILL -f 'trtllm-serve|trtllm-llmapi'; true; }}")
+                                "echo nccl-ib-late >> /run/lab/standin-faults'")
         assert result.returncode == 0, result.stderr
+    result = lab.exec(node, f"systemctl restart {unit_of(lab)}")
+    assert result.returncode == 0, result.stderr
     inventory = load_inventory(lab.serve_inventory)
     with connected(inventory, node) as transport:
-        handle = server_handle(inventory, transport)
-        record = handle.read_record()
-        pid = handle.launch(record["command"], record["fingerprint"])
-        handle.write_record({**record, "pid": pid, "started": time.time()})
         client = head_client(transport, inventory)
+        handle = server_handle(inventory, transport)
         assert poll(lambda: client.health_detail()[0] == 200, timeout=180, interval=1), handle.tail(20)
 
 
@@ -74,7 +111,9 @@ SEEDS = [
     Seed("model-incomplete", "model.incomplete", "spark2", interrupt_download),
     Seed("token-missing", "hf.token_missing", "spark1", f"rm -f {HF}/token; rm -rf {DRAFT}",
          also=frozenset({("model.absent", "spark1")})),
-    Seed("serve-down", "serve.down", "spark1", kill_server),
+    Seed("serve-down", "serve.down", "spark1", stop_server),
+    Seed("unit-failed", "serve.unit_failed", "spark1", fail_unit),
+    Seed("unit-looping", "serve.unit_looping", "spark1", loop_unit),
     Seed("serve-hung", "serve.health", "spark1", hang_server),
     # stopped by hand: its restart policy leaves it stopped, and the endpoint answers on no address
     Seed("gateway-stopped", "serve.gateway_down", "spark1", "docker stop -t 0 sparkctl-gateway"),

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
-from tests.lab.conftest import poll
-from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, sh, sparkctl
+from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, reboot, sh
 from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
@@ -171,41 +170,13 @@ def test_a_seeded_missing_hca_is_found_and_only_verify_fabric_s_needs_repair_it(
     assert rc == 0 and changed(events) == set()
 
 
-def _container_started_at(lab, node: str) -> str:
-    return sh(lab, node, f"docker inspect -f '{{{{.State.StartedAt}}}}' {CONTAINER}").strip()
-
-
-def _reboot(lab, node: str, *flags: str) -> None:
-    """`sparkctl lab reboot` as a user runs it."""
-    code, events, output = sparkctl(["lab", "reboot", "--dir", str(lab.dir), node, "--json", *flags])
-    assert code == 0 and events[-1]["node"] == node, output
-
-
-def test_a_reboot_or_a_power_cut_brings_the_containers_back_by_themselves(converged):
-    """The containers carry `--restart unless-stopped`: after `lab reboot spark2` (a clean shutdown) and then a power
-    cut of spark1, each node's docker starts its container again at boot, with no sparkctl command run; netplan
-    brings the fabric back, the host keys and authorized keys are the ones sparkctl pinned and added, so a bootstrap
-    afterwards changes nothing, and doctor finds no error."""
-    lab, _ = converged
-    for node, flags in (("spark2", ()), ("spark1", ("--hard",))):
-        before = _container_started_at(lab, node)
-        _reboot(lab, node, *flags)
-        assert poll(lambda n=node: "true" in sh(lab, n, f"docker inspect -f '{{{{.State.Running}}}}' {CONTAINER}",
-                                                check=False), timeout=60), node
-        assert _container_started_at(lab, node) != before
-        rc, events = bootstrap(lab)
-        assert rc == 0 and changed(events) == set(), (node, changed(events), failures(events))
-    result = CliRunner().invoke(cli, ["doctor", str(lab.inventory_path), "--json"], catch_exceptions=False)
-    report = doctor_report(result.stdout)
-    assert [f for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
-
-
 def test_a_container_stopped_by_hand_stays_stopped_through_a_reboot_until_bootstrap(converged):
     """unless-stopped means what Docker says: a container someone stopped is not started at boot; the next
-    bootstrap starts it (container.run's repair of a stopped container)."""
+    bootstrap starts it (container.run's repair of a stopped container). That the containers come back by
+    themselves after a reboot or a power cut: tests/lab/test_bootstrap_serve.py, with the endpoint."""
     lab, _ = converged
     sh(lab, "spark2", f"docker stop -t 0 {CONTAINER} >/dev/null")
-    _reboot(lab, "spark2")
+    reboot(lab, "spark2")
     assert "false" in sh(lab, "spark2", f"docker inspect -f '{{{{.State.Running}}}}' {CONTAINER}")
     rc, events = bootstrap(lab)
     assert rc == 0 and ("container.run", "spark2") in changed(events), failures(events)

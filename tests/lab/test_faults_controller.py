@@ -107,7 +107,7 @@ def assert_stopped_cleanly(lab, run: Controller, task: str, before: set) -> None
 
 # --- the model and serve phases, on a pair that serves ----------------------------------------------------------
 #: Where Ctrl-C lands there, and what is undone first so the run has work at it: the draft checkpoint gone from
-#: the head (model.fetch downloads it), the server gone (serve.launch starts it).
+#: the head (model.fetch downloads it), the server stopped with its unit (serve.launch starts it).
 SERVING_POINTS = {"model": "model.fetch", "serve": "serve.launch"}
 
 
@@ -130,7 +130,7 @@ def test_ctrl_c_in_the_serving_phases_stops_cleanly_and_the_rerun_converges(serv
     if point == "model":
         serving.exec(WATCHED, f"rm -rf {serve_lab.DRAFT}", check=True)
     else:
-        serve_lab.kill_server(serving, WATCHED)
+        serve_lab.stop_server(serving, WATCHED)
     before = set(latest_runs(1000, journals(serving)))
     task = SERVING_POINTS[point]
     run = Controller(serving, inventory=serving.serve_inventory, env=serving.serve_env)

@@ -50,10 +50,11 @@ class ServeUnitTask(Task):
         if not serving_enabled(inv):
             return []
         if ctx.name != inv.head.name:
-            read = ctx.read(self.name, f"test -e {q(unit_path(inv.cluster.name))} && echo present; true",
-                            Framing())
+            framing = Framing()
+            script = framing.section("unit", f"test -e {q(unit_path(inv.cluster.name))} && echo present; true")
+            found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
             return [Change(f"remove the serving unit {unit_name(inv.cluster.name)} (the head is "
-                           f"{inv.head.name})", payload="remove")] if "present" in read.stdout else []
+                           f"{inv.head.name})", payload="remove")] if "present" in found.get("unit", "") else []
         spec = head_unit(ctx)
         framing = Framing()
         files = spec.files()
