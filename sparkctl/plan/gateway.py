@@ -93,6 +93,11 @@ class GatewaySpec:
     def command(self) -> list[str]:
         return ["nginx", "-c", f"{CONFIG_DIR_IN_CONTAINER}/{CONFIG_NAME}", "-g", "daemon off;"]
 
+    def reload_argv(self) -> list[str]:
+        """NGINX's graceful reload of the (new) config, asked inside the container (`nginx -s reload`)."""
+        return ["docker", "exec", GATEWAY_CONTAINER, "nginx", "-c", f"{CONFIG_DIR_IN_CONTAINER}/{CONFIG_NAME}",
+                "-s", "reload"]
+
     def run_argv(self) -> list[str]:
         return ["docker", "run", "-d", "--name", GATEWAY_CONTAINER, "--restart", RESTART_POLICY,
                 "--network", "host", "-v", f"{self.config_dir}:{CONFIG_DIR_IN_CONTAINER}:ro",

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import tarfile
 import time
 import urllib.error
@@ -19,9 +20,10 @@ import urllib.request
 import pytest
 import yaml
 
-from sparkctl.plan.serve_unit import unit_name
+from sparkctl.plan.serve_unit import parse_show, show_command, unit_name
 from sparkctl.secrets import MASK
 from tests.lab.conftest import poll
+from tests.lab.doctor_kit import doctor
 from tests.lab.lab_kit import CONTAINER, HF_TOKEN, changed, reboot, sparkctl, write_inventory
 from tests.lab.lab_kit import failures as failed
 from tests.lab.lab_kit import sh_output as sh
@@ -219,6 +221,10 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
                                                                                ("serve.gateway", head)}
 
 
+def host_of(lab) -> str:
+    return yaml.safe_load(lab.inventory_path.read_text())["nodes"][0]["host"]
+
+
 def models_status(lab, key: str) -> int:
     host = yaml.safe_load(lab.inventory_path.read_text())["nodes"][0]["host"]
     try:
@@ -263,15 +269,16 @@ def test_reboots_a_power_cut_and_a_killed_rank_bring_the_endpoint_back_by_themse
             sh(lab_pair, "spark1", f"docker exec {CONTAINER} kill -KILL {rank0(lab_pair)}")
         assert serving_again(lab_pair, key, since), (what, since, models_status(lab_pair, key), sh(
             lab_pair, "spark1", f"systemctl status --no-pager {unit(lab_pair)} | grep -v conmon; cd "
-                                f"{state_dir(lab_pair)}; cat exits.log; head -n 1 serve.log; tail -n 5 serve.log",
-            check=False))
+                                f"{state_dir(lab_pair)}; cat exits.log; head -n 1 serve.log; tail -n 5 serve.log; "
+                                "docker ps -a; ss -ltn; ip -br addr; docker logs --tail 5 sparkctl-gateway"),
+            subprocess.run(f"ip neigh; ip route get {host_of(lab_pair)}; ping -c 1 -W 2 {host_of(lab_pair)}",
+                           shell=True, capture_output=True, text=True).stdout)
         assert chat(lab_pair, key)["choices"][0]["message"]["content"].strip()
     ends = sh(lab_pair, "spark1", f"cat {state_dir(lab_pair)}/exits.log")
     assert "exit-code exited 137 " in ends  # mpirun's word for a rank killed by SIGKILL, recorded by the unit
     code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
     assert code == 0 and changed(events) == set(), (changed(events), output[-3000:])
-    code, _events, output = sparkctl(["doctor", served["inventory"], "--json"], env)
-    report = json.loads(output.strip().splitlines()[-1])
+    report = doctor(lab_pair, env=env, inventory=served["inventory"])
     assert [f for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
     code, _events, output = sparkctl(["serve", "status", served["inventory"]], env)
     assert code == 0 and "unit               active (running), enabled" in output, output
@@ -287,8 +294,7 @@ def test_serve_stop_keeps_it_down_across_a_reboot_until_the_next_serving_bootstr
     time.sleep(10)  # the unit's own restart wait, twice over: nothing may start the server
     assert models_status(lab_pair, key) == 502  # the gateway answers; nothing behind it
     assert sh(lab_pair, "spark1", f"systemctl is-enabled {unit(lab_pair)}", check=False).strip() == "disabled"
-    code, _events, output = sparkctl(["doctor", served["inventory"], "--json"], env)
-    findings = json.loads(output.strip().splitlines()[-1])["findings"]
+    findings = doctor(lab_pair, env=env, inventory=served["inventory"])["findings"]
     assert {(f["id"], f["severity"]) for f in findings if f["id"].startswith("serve.")} == {
         ("serve.down", "info"), ("serve.unit_disabled", "warning")}, findings
     code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
@@ -395,3 +401,24 @@ def test_the_token_never_appears_in_logs_events_journal_argv_or_processes(lab_pa
     assert leaks == []
     # where it must be: the 0600 token file
     assert sh(lab_pair, "spark1", "cat /home/nvidia/.cache/huggingface/token").strip() == TOKEN
+
+
+def test_cluster_down_stops_and_removes_the_unit_before_the_containers(lab_pair, served, env):
+    """Last in this module: it takes the serving down. The unit goes first (its stop ends the server inside the
+    container), then the gateway and the containers; nothing of the server is left running on either node."""
+    code, events, output = sparkctl(["cluster", "down", served["inventory"], "--json"], env)
+    assert code == 0, output[-3000:]
+    order = [e["task"] for e in events if e["event"] == "task_result" and e["status"] == "changed"]
+    assert order.index("serve.unit_remove") < order.index("container.remove"), order
+    assert unit_state_of(lab_pair).get("LoadState") == "not-found"
+    assert sh(lab_pair, "spark1", f"ls /etc/systemd/system/ | grep -c {unit(lab_pair)}").strip() == "0"
+    for node in ("spark1", "spark2"):
+        assert "mpirun" not in sh(lab_pair, node, "ps -eww -o args") and "trtllm-serve" not in sh(
+            lab_pair, node, "ps -eww -o args"), node
+    code, events, _output = sparkctl(["cluster", "down", served["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set()
+
+
+def unit_state_of(lab) -> dict[str, str]:
+    cluster = yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]
+    return parse_show(sh(lab, "spark1", show_command(cluster)))

@@ -123,15 +123,20 @@ def test_following_reads_from_where_the_last_read_stopped(tmp_path, nodes):
                        "tail -c +22 /x/serve.log 2>/dev/null"]
 
 
+def serving_head(head, ended_by: str):
+    """A head whose mpirun (PID 42, in serve.pid) lives until a command matching `ended_by` runs."""
+    state = {"alive": True}
+    head.respond(r"cat .*serve.pid", "42\n")
+    head.respond(ended_by, then=lambda: state.update(alive=False))
+    head.respond(r"/proc/42/cmdline", lambda: f"mpirun trtllm-serve --extra_llm_api_options {CONFIG}"
+                 if state["alive"] else "")
+    return head
+
+
 def test_stop_disables_the_unit_and_kills_leftover_ranks_everywhere(tmp_path, nodes):
     """The unit's stop TERMs mpirun (world.sh stop); disabled, it stays down at boot."""
     inv = pair(tmp_path, 8355)
-    state = {"alive": True}
-    head = nodes["spark1"]
-    head.respond(r"cat .*serve.pid", "42\n")
-    head.respond(r"systemctl disable --now sparkctl-serve-\S+\.service", then=lambda: state.update(alive=False))
-    head.respond(r"/proc/42/cmdline", lambda: f"mpirun trtllm-serve --extra_llm_api_options {CONFIG}"
-                 if state["alive"] else "")
+    head = serving_head(nodes["spark1"], ended_by=r"systemctl disable --now sparkctl-serve-\S+\.service")
     nodes["spark2"].respond(r"pgrep", "777\n")
     result = serve_ops.stop_server(inv)
     assert result.pid == 42 and result.leftovers == ["spark2: 777"] and result.unreachable == {}
@@ -143,12 +148,7 @@ def test_stop_disables_the_unit_and_kills_leftover_ranks_everywhere(tmp_path, no
 def test_stop_ends_a_server_started_before_the_unit_too(tmp_path, nodes):
     """A server that an earlier sparkctl started with `docker exec -d` (no unit): TERM to its mpirun."""
     inv = pair(tmp_path, 8355)
-    state = {"alive": True}
-    head = nodes["spark1"]
-    head.respond(r"cat .*serve.pid", "42\n")
-    head.respond(r"kill -TERM 42", then=lambda: state.update(alive=False))
-    head.respond(r"/proc/42/cmdline", lambda: f"mpirun trtllm-serve --extra_llm_api_options {CONFIG}"
-                 if state["alive"] else "")
+    head = serving_head(nodes["spark1"], ended_by=r"kill -TERM 42")
     assert serve_ops.stop_server(inv).pid == 42
     assert not any("kill -KILL 42" in c.target for c in head.calls)
 

@@ -3,7 +3,9 @@ path but /health, answering on serve.listen's addresses only, coming back with t
 
 Idempotent: the config on the head has the planned content (judged by its sha256: the key never travels back),
 the container runs from the planned spec and listens on every planned address; a new config (a rotated key,
-another address) is reloaded in place (`docker kill -s HUP`: NGINX's graceful reload), the rest recreated.
+another address) is reloaded in place (`nginx -s reload` in the container: NGINX's graceful reload), the rest
+recreated. Not `docker kill -s HUP`: Docker marks a container it sent any signal but the image's STOPSIGNAL as
+stopped by hand (moby's daemon/kill.go, ExitOnNext), and `unless-stopped` then leaves it down at the next boot.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class ServeGatewayTask(Task):
               "--restart unless-stopped) and listens on every address serve.listen names (default: the head's "
               "management address), on the serve port; one read of the head")
     changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
-               "600, content on stdin), reloads NGINX in place (HUP) or runs the container again")
+               "600, content on stdin), reloads NGINX in place (`nginx -s reload`) or runs the container again")
 
     def check(self, ctx: ClusterContext) -> list[Change]:
         inv = ctx.inventory
@@ -118,7 +120,7 @@ class ServeGatewayTask(Task):
             elif "start" in actions:
                 head.must(f"docker start {GATEWAY_CONTAINER}", f"docker start {GATEWAY_CONTAINER}", timeout=60)
             elif actions & {"config", "key", "reload"}:
-                head.must(f"docker kill -s HUP {GATEWAY_CONTAINER}", f"reloading {GATEWAY_CONTAINER}", timeout=60)
+                head.must(shlex.join(spec.reload_argv()), f"reloading {GATEWAY_CONTAINER}", timeout=60)
             self._wait_listening(head, spec)
         finally:
             head.invalidate()
