@@ -290,10 +290,10 @@ def test_serve_stop_keeps_it_down_across_a_reboot_until_the_next_serving_bootstr
     assert code == 0 and "stopped the server" in output, output
     reboot(lab_pair, "spark1")
     assert poll(lambda: "true" in sh(lab_pair, "spark1", "docker inspect -f '{{.State.Running}}' "
-                                                         "sparkctl-gateway", check=False), timeout=60)
+                                                         "sparkctl-gateway"), timeout=60)
     time.sleep(10)  # the unit's own restart wait, twice over: nothing may start the server
     assert models_status(lab_pair, key) == 502  # the gateway answers; nothing behind it
-    assert sh(lab_pair, "spark1", f"systemctl is-enabled {unit(lab_pair)}", check=False).strip() == "disabled"
+    assert sh(lab_pair, "spark1", f"systemctl is-enabled {unit(lab_pair)}").strip() == "disabled"
     findings = doctor(lab_pair, env=env, inventory=served["inventory"])["findings"]
     assert {(f["id"], f["severity"]) for f in findings if f["id"].startswith("serve.")} == {
         ("serve.down", "info"), ("serve.unit_disabled", "warning")}, findings
@@ -321,7 +321,7 @@ def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, e
 
 
 def test_an_override_key_the_release_rejects_is_refused_before_anything_runs(lab_pair, served, env, tmp_path):
-    pid = record(lab_pair)["pid"]
+    before = started(lab_pair)
     serve = dict(SERVE, config={"enable_iter_perf_stats": True, "use_torch_sampler": True})
     inventory = write_inventory(lab_pair, tmp_path / "bad-key.yaml", serve)
     code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
@@ -332,7 +332,7 @@ def test_an_override_key_the_release_rejects_is_refused_before_anything_runs(lab
     assert re.search(r"bad-key\.yaml:\d+: serve\.config\.use_torch_sampler: TensorRT-LLM 1\.3\.0rc12 "
                      r"\(the image's release\) refuses it", output), output[-3000:]
     assert "nothing was changed" in output
-    assert record(lab_pair)["pid"] == pid
+    assert started(lab_pair) == before
 
 
 def test_fit_check_refuses_qwen3_235b_on_one_node(lab_pair, served, env, tmp_path):
