@@ -1,7 +1,8 @@
 """The serve phase's repairable doctor findings, seeded on one shared lab pair that serves (the qwen3-235b-eagle3
 preset through the lab's TensorRT-LLM stand-in): doctor names each on its node, `doctor --fix` repairs it (healthy
 after), a bootstrap rerun then changes nothing; seeded again, a plain bootstrap rerun repairs it, doctor is healthy
-and the next rerun changes nothing. (tests/lab/test_doctor_repairs.py: the rest, on a pair that does not serve.)
+and the next rerun changes nothing (the serving unit's failed and looping states: one way each).
+(tests/lab/test_doctor_repairs.py: the rest, on a pair that does not serve.)
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def restore(served, env, request):
         rerun(served, env)
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[s.name for s in SEEDS])
+#: The serving unit's failed and looping states are repaired by the same serve phase whichever command runs it:
+#: each is seeded in one of the two (a looping unit takes 20 s to seed: two ends and the wait between them).
+FIX_SEEDS = [s for s in SEEDS if s.name != "unit-failed"]
+RERUN_SEEDS = [s for s in SEEDS if s.name != "unit-looping"]
+
+
+@pytest.mark.parametrize("seed", FIX_SEEDS, ids=[s.name for s in FIX_SEEDS])
 def test_doctor_fix_repairs_it_and_a_rerun_changes_nothing(served, env, restore, seed):
     seed.seed(served)
     report = look(served, env)
@@ -75,7 +82,7 @@ def test_doctor_fix_repairs_it_and_a_rerun_changes_nothing(served, env, restore,
     assert code == 0 and changed(events) == set(), (changed(events), failed(events))
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[s.name for s in SEEDS])
+@pytest.mark.parametrize("seed", RERUN_SEEDS, ids=[s.name for s in RERUN_SEEDS])
 def test_a_bootstrap_rerun_repairs_it_and_the_next_changes_nothing(served, env, restore, seed):
     seed.seed(served)
     assert (seed.finding, seed.node) in seen(served, look(served, env))
