@@ -96,9 +96,6 @@ class Snapshot:
     plan: ClusterPlan | None = None
     plan_error: str | None = None
     become_password_given: bool = False
-    #: the controller's clock when the facts were read: the reference for clock skew
-    controller_time: float | None = None
-    controller_time_slack: float = 0.0
     #: the recorded `fabric bench` results of this cluster, newest first (runs/bench_records.py)
     bench_history: list[dict] = field(default_factory=list)
     #: --limit: the nodes diagnosed (every node is read: the plan is the whole cluster's); None: all

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -68,9 +67,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
     reads every node's facts all the same: the plan is the whole cluster's)."""
     with Session(inventory, limit=request.limit, forks=request.forks,
                  become_password=request.become_password) as session:
-        before = time.time()
         facts = session.gather()
-        after = time.time()
         plan, plan_error = doctor_plan(inventory, facts)
         diagnosed = set(session.limited)
         probes = run_probes({n: t for n, t in session.transports.items() if n in facts and n in diagnosed},
@@ -86,8 +83,8 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
     order = [n.name for n in inventory.nodes]
     return Snapshot(inventory, {n: facts[n] for n in order if n in facts},
                     {n: unreachable[n] for n in order if n in unreachable}, probes, plan, plan_error,
-                    become_password_given=bool(request.become_password), controller_time=(before + after) / 2,
-                    controller_time_slack=(after - before) / 2, bench_history=bench_history(inventory.cluster.name),
+                    become_password_given=bool(request.become_password),
+                    bench_history=bench_history(inventory.cluster.name),
                     limit=frozenset(request.limit) if request.limit else None,
                     unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds}, busy=busy)
 

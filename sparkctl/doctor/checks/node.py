@@ -9,9 +9,9 @@ from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
 from sparkctl.knowledge.fitcheck import needed_per_node_gb
 from sparkctl.knowledge.trtllm_releases import KNOWN_BAD_RELEASES
+from sparkctl.rules.clock import MAX_SKEW_S, clock_skew
 from sparkctl.rules.serving import serving_enabled
 
-MAX_SKEW_S = 2.0
 LOW_MEMORY_FRACTION = 0.10
 PAGE_CACHE_FRACTION = 0.25
 HF_CACHE_MIN_FREE_GB = 20.0
@@ -113,19 +113,11 @@ def check_access(s: Snapshot) -> list[Finding]:
 
 
 def check_clock_skew(s: Snapshot) -> list[Finding]:
-    times = {n: s.facts[n].time for n in s.order if s.facts[n].time}
-    if len(times) < (1 if s.controller_time else 2):
-        return []
-    ordered = sorted(times.values())
-    reference = s.controller_time or ordered[(len(ordered) - 1) // 2]
-    against = "this machine's clock" if s.controller_time else "the cluster's median"
-    out = []
-    for node, t in times.items():
-        if abs(t - reference) > MAX_SKEW_S + s.controller_time_slack:
-            out.append(Finding("node.clock_skew", "warning", node, "the clock is off from the other nodes",
-                               evidence=f"{t - reference:+.1f} s from {against} (allowed ±{MAX_SKEW_S:g} s)",
-                               fix="sudo timedatectl set-ntp true (and check `timedatectl status`)"))
-    return out
+    skew = clock_skew({n: s.facts[n] for n in s.order})
+    return [Finding("node.clock_skew", "warning", node, "the clock is off from the other nodes",
+                    evidence=f"{offset:+.1f} s from {skew.against} (allowed ±{MAX_SKEW_S:g} s)",
+                    fix="sudo timedatectl set-ntp true (and check `timedatectl status`)")
+            for node, offset in skew.offsets.items()]
 
 
 def _model_need_gb(s: Snapshot) -> float | None:

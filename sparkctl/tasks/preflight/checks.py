@@ -8,15 +8,10 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.cabling import cabling_map
+from sparkctl.rules.clock import MAX_SKEW_S, clock_skew, set_wrong
 from sparkctl.rules.fabric import management_names
 from sparkctl.rules.twins import ABSENT, WRONG_PORT, twin_faults
 from sparkctl.tasks.context import ClusterContext, NodeContext
-
-MAX_SKEW_S = 2.0
-#: A clock this far from the controller's is not drifting for want of NTP (seconds a day) but set wrong: TLS (docker
-#: pull, the Hugging Face Hub) then refuses certificates "not yet valid" or "expired", and the node's logs no longer
-#: line up with the others'. Refused on that node before anything changes.
-MAX_CLOCK_OFFSET_S = 300.0
 
 
 class NodePreflight(Task):
@@ -61,8 +56,8 @@ class NodePreflight(Task):
 
 
 def _clock_problems(facts: Facts) -> list[str]:
-    offset = facts.clock_offset()  # beyond what the round trip explains: the decision never blames the network
-    if offset is None or abs(offset) <= MAX_CLOCK_OFFSET_S or facts.controller_time is None:
+    offset = facts.clock_offset()
+    if offset is None or not set_wrong(facts) or facts.controller_time is None:
         return []
     shown = facts.time - sum(facts.controller_time) / 2  # the middle of the round trip: what a person expects
     node_time = datetime.fromtimestamp(facts.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -118,12 +113,12 @@ class ClusterPreflight(Task):
     needs = ("preflight.node",)
     description = ("check that the nodes fit together: one user, clocks in step, every planned fabric twin Up or "
                    "repairable, cabling that fits the topology")
-    checks = ("the same username on every node, clock skew (warn over 2 s), each node's cabled port vs its peers', "
-              "why each planned twin that is not Up is not, across the cable: set down on this node (a warning: "
-              "network.netplan brings it Up), no carrier because the far end is set down (said under that end), "
-              "no carrier with both ends up (the cable or the port), the cable in another port, no such interface "
-              "(these stop the run); and, where LLDP tells (lldpd on either end of a cable), who is at the far end "
-              "of each QSFP port vs the inventory's topology and ring order")
+    checks = ("the same username on every node, clock skew (warn over 2 s off this machine's clock), each node's "
+              "cabled port vs its peers', why each planned twin that is not Up is not, across the cable: set down "
+              "on this node (a warning: network.netplan brings it Up), no carrier because the far end is set down "
+              "(said under that end), no carrier with both ends up (the cable or the port), the cable in another "
+              "port, no such interface (these stop the run); and, where LLDP tells (lldpd on either end of a "
+              "cable), who is at the far end of each QSFP port vs the inventory's topology and ring order")
     changes = "nothing (read-only)"
     needs_every_node = False  # judged on the facts read of each node; a node lost mid-run on what was last read
 
@@ -134,12 +129,10 @@ class ClusterPreflight(Task):
         if len(users) > 1:
             problems.append("the username differs between nodes (" + ", ".join(
                 f"{n}: {f.user}" for n, f in facts.items()) + "); NVIDIA's procedure needs one user everywhere")
-        times = {n: f.time for n, f in facts.items() if f.time}
-        if len(times) > 1:
-            skew = max(times.values()) - min(times.values())
-            if skew > MAX_SKEW_S:
-                ctx.warn(f"clocks differ by {skew:.1f} s between nodes (enable NTP: timedatectl "
-                                 "set-ntp true)", task=self.name)
+        skew = clock_skew(facts)
+        for node, offset in skew.offsets.items():
+            ctx.warn(f"{node}'s clock is {offset:+.1f} s from {skew.against} (allowed ±{MAX_SKEW_S:g} s; enable NTP: "
+                     "sudo timedatectl set-ntp true)", task=self.name)
         if ctx.inventory.topology != "single":
             problems += self._cabling(ctx, facts)
         if problems:
