@@ -40,7 +40,7 @@ def listen_addresses(inventory: Inventory, facts: Facts | None) -> list[str]:
     if facts is None:
         raise ListenUnknown("the head's addresses are not known (its facts were not read)")
     if listen == "all":
-        found = []
+        found: list[str] = []
         for iface in facts.interfaces.values():
             for address in iface.addresses:
                 ip = ipaddress.ip_address(address.ip)
@@ -52,8 +52,8 @@ def listen_addresses(inventory: Inventory, facts: Facts | None) -> list[str]:
     # sparkctl runs on the head itself and reached it on loopback (where the engine answers): the management
     # interface's own address is the one its users reach
     for name in facts.management_interfaces:
-        iface = facts.interfaces.get(name)
-        for address in iface.addresses if iface else []:
+        management = facts.interfaces.get(name)
+        for address in management.addresses if management else []:
             if address.family == "inet" and address.scope == "global":
                 return [address.ip]
     raise ListenUnknown("the head's management address is not known (sparkctl reached it on "

@@ -77,7 +77,7 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
         kinds = dict(session.unreachable_kinds)
     for node, probe in probes.items():
         if probe.lost:
-            unreachable[node] = probe.error  # powered off between the facts and the probes
+            unreachable[node] = probe.error or "it stopped answering"  # powered off between the facts and the probes
             kinds[node] = "lost"
             facts.pop(node, None)
     order = [n.name for n in inventory.nodes]
@@ -121,8 +121,11 @@ def run_doctor(inventory: Inventory, request: DoctorRequest, *, before_repair: C
         outcome = DoctorOutcome(diagnosis, snapshot)
         if request.fix and (not diagnosis.healthy or repair_selection(diagnosis, bootstrap_graph())[0]):
             before_repair(diagnosis)
-            outcome.repair = repair(inventory, diagnosis, request,
-                                    lambda event: (journal(event), repair_emit(event)))
+            def emit(event: Event) -> None:
+                journal(event)
+                repair_emit(event)
+
+            outcome.repair = repair(inventory, diagnosis, request, emit)
             outcome.diagnosis, outcome.snapshot = diagnose(inventory, request)
             _journal(outcome.diagnosis, journal, "after-fix")
     if request.bundle == STDOUT:

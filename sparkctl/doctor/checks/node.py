@@ -138,7 +138,8 @@ def _model_memory(s: Snapshot, node: str, need_gb: float) -> list[Finding]:
     movable pages may borrow it, and pinned GPU memory is not movable), swap in use."""
     m = s.facts[node].meminfo
     total, free, cached = m.get("MemTotal", 0) * 1024, m.get("MemFree", 0) * 1024, m.get("Cached", 0) * 1024
-    need, out = need_gb * 1e9, []
+    need = need_gb * 1e9
+    out: list[Finding] = []
     if not total or need > total:
         return out  # does not fit at all: the fit check's finding (model.fit)
     cma = m.get("CmaTotal", 0) * 1024

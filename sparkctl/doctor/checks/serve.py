@@ -37,7 +37,7 @@ def is_gated(repo: str) -> bool:
 
 
 def check_models(s: Snapshot) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     if not serving_enabled(s.inventory):
         return out
     token_env = s.inventory.serve.hf_token_env

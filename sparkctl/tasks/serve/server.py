@@ -212,11 +212,11 @@ class ServerHandle:
         was = pid if self.alive(pid) else None
         verb = "disable --now" if disable else "stop"
         self._run(f"systemctl {verb} {q(self.unit)} >/dev/null 2>&1; true", sudo=True, timeout=STOP_WAIT_S + 45)
-        if self.alive(pid):
-            self._exec(f"kill -TERM {int(pid)} 2>/dev/null; true")
+        if was is not None and self.alive(was):
+            self._exec(f"kill -TERM {was} 2>/dev/null; true")
             deadline = time.monotonic() + STOP_WAIT_S
-            while self.alive(pid) and time.monotonic() < deadline:
+            while self.alive(was) and time.monotonic() < deadline:
                 time.sleep(0.3)
-            if self.alive(pid):
-                self._exec(f"kill -KILL {int(pid)} 2>/dev/null; true")
+            if self.alive(was):
+                self._exec(f"kill -KILL {was} 2>/dev/null; true")
         return was

@@ -52,9 +52,9 @@ class ServeUnitTask(Task):
         if ctx.name != inv.head.name:
             framing = Framing()
             script = framing.section("unit", f"test -e {q(unit_path(inv.cluster.name))} && echo present; true")
-            found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
+            said = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
             return [Change(f"remove the serving unit {unit_name(inv.cluster.name)} (the head is "
-                           f"{inv.head.name})", payload="remove")] if "present" in found.get("unit", "") else []
+                           f"{inv.head.name})", payload="remove")] if "present" in said.get("unit", "") else []
         spec = head_unit(ctx)
         framing = Framing()
         files = spec.files()
@@ -64,7 +64,8 @@ class ServeUnitTask(Task):
         texts = Framing.texts_of(found)
         changes = []
         for i, (path, want) in enumerate(files.items()):
-            have = texts.get(f"file{i}") if found.get(f"file{i}") is not None and found[f"file{i}"].ok else None
+            section = found.get(f"file{i}")
+            have = texts.get(f"file{i}") if section is not None and section.ok else None
             if have != want:
                 changes.append(Change(f"{'update' if have is not None else 'write'} {path}",
                                       diff=unified_diff(path, have, want), payload=path))
