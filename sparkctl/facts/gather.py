@@ -72,8 +72,9 @@ def _resolved(names: Iterable[str], transport: Transport) -> list[str]:
         except (OSError, UnicodeError):
             continue
         for info in infos:
-            if info[4][0] not in out:
-                out.append(info[4][0])
+            address = str(info[4][0])
+            if address not in out:
+                out.append(address)
     return out
 
 

@@ -54,12 +54,14 @@ def _id(value: Any) -> tuple[str, str]:
 
 
 def _neighbor(interface: str, body: dict) -> LldpNeighbor:
-    system, chassis = "", {}
+    system: str = ""
+    chassis: dict[str, Any] = {}
     for entry in _many(body.get("chassis")):
         system, chassis = _unnamed(entry)
         break
     _ctype, chassis_id = _id(chassis.get("id"))
-    port = body.get("port") if isinstance(body.get("port"), dict) else {}
+    found = body.get("port")
+    port: dict[str, Any] = found if isinstance(found, dict) else {}
     port_type, port_id = _id(port.get("id"))
     return LldpNeighbor(interface=interface, system=system, chassis_id=chassis_id, port_id=port_id,
                         port_id_type=port_type, port_descr=_text(port.get("descr")),

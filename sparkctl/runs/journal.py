@@ -8,7 +8,7 @@ import re
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sparkctl.engine.events import Event
 from sparkctl.secrets import redacted
@@ -65,7 +65,7 @@ class Journal:
         self.command = re.sub(r"[^A-Za-z0-9_.-]+", "_", command) or "run"
         self.keep = max(1, keep)
         self.path: Path | None = None
-        self._file = None
+        self._file: TextIO | None = None
         self._lock = threading.Lock()
 
     def _open(self) -> None:
@@ -98,6 +98,7 @@ class Journal:
                 self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
             elif self._file is None:
                 self._open()
+            assert self._file is not None  # _open() opened it or raised
             self._file.write(line + "\n")
             self._file.flush()
 

@@ -411,7 +411,7 @@ class ClusterContext:
             return
         with ThreadPoolExecutor(max_workers=min(self.options.forks, len(work))) as pool:
             futures = [pool.submit(step) for step in work.values()]
-            errors = [f.exception() for f in futures if f.exception() is not None]
+            errors = [e for e in (f.exception() for f in futures) if e is not None]
         if errors:
             raise errors[0]
 
