@@ -133,7 +133,7 @@ def credential_problems(data: Any, loc: Loc = ()) -> list[Problem]:
 
 def _node_problems(parts: InventoryParts) -> Iterator[Problem]:
     names: dict[str, int] = {}
-    hosts: dict[tuple[str, int | None], int] = {}
+    hosts: dict[tuple[str, int | None], tuple[int, str]] = {}
     local: int | None = None
     for index, node in enumerate(parts.nodes):
         if node is None:
@@ -146,11 +146,11 @@ def _node_problems(parts: InventoryParts) -> Iterator[Problem]:
         # The same address on another port is a different machine (port-forwarded nodes).
         key = (node.host.lower(), node.port)
         if key in hosts:
-            first = parts.nodes[hosts[key]]
+            first, first_name = hosts[key]
             yield (("nodes", index, "host"),
-                   f"duplicate host {node.host}, also nodes[{hosts[key]}] ({first.name}) "
+                   f"duplicate host {node.host}, also nodes[{first}] ({first_name}) "
                    "(each node needs its own management address)")
-        hosts.setdefault(key, index)
+        hosts.setdefault(key, (index, node.name))
         if node.local:
             if local is not None:
                 yield (("nodes", index, "local"),
@@ -192,7 +192,7 @@ def _fabric_problems(parts: InventoryParts) -> Iterator[Problem]:
 
     for index, node in enumerate(parts.nodes):
         address = _ip_literal(node.host) if node else None
-        if address is None:
+        if node is None or address is None:
             continue
         for position, subnet in enumerate(subnets):
             if address in subnet:
@@ -247,7 +247,7 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | None:
 
 
 def _serving_nodes_problems(parts: InventoryParts, names: list[str], world: int) -> Iterator[Problem]:
-    known = [n.name for n in parts.nodes]
+    known = [n.name for n in parts.nodes if n is not None]
     for i, name in enumerate(names):
         if name not in known:
             yield (("serve", "nodes", i), f"no node named {name!r} (nodes: {', '.join(known)})")
@@ -277,6 +277,7 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
         return
     spec = resolve_serve(serve, count)
     if spec.world_size > count:
+        loc: tuple[str, ...]
         if serve.tp_size:
             loc, origin = ("serve", "tp_size"), ""
         elif serve.preset:

@@ -7,6 +7,7 @@ so a schema error and a cross-field problem are placed the same way.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -75,6 +76,7 @@ def load_inventory(path: str | Path) -> Inventory:
             shown.append(f"{label}: and {len(placed) - MAX_SHOWN} more problems (fix the ones above, then validate "
                          "again)")
         raise InventoryError(shown)
+    assert inventory is not None  # a validation error is a problem: raised above
     inventory._source = path
     inventory._lines = lines
     inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")
@@ -92,16 +94,18 @@ def _map_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> list[Problem
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
             key, line = key_node.value, key_node.start_mark.line + 1
+            at: Loc = (*loc, key)
             if key in seen:
-                problems.append(((*loc, key), f"duplicate key, line {seen[key]} has it too (YAML keeps only "
-                                              "the last one: remove one)"))
+                problems.append((at, f"duplicate key, line {seen[key]} has it too (YAML keeps only the last one: "
+                                     "remove one)"))
             seen[key] = line
-            lines[(*loc, key)] = line
-            problems += _map_lines(value_node, (*loc, key), lines)
+            lines[at] = line
+            problems += _map_lines(value_node, at, lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            lines[(*loc, index)] = item.start_mark.line + 1
-            problems += _map_lines(item, (*loc, index), lines)
+            at = (*loc, index)
+            lines[at] = item.start_mark.line + 1
+            problems += _map_lines(item, at, lines)
     return problems
 
 
@@ -137,7 +141,7 @@ def _valid_parts(data: dict, error_locs: list[Loc]) -> InventoryParts:
     return InventoryParts(node_count=node_count, nodes=nodes, serving="serve" in data, **sections)
 
 
-def _describe(error: dict[str, Any]) -> Problem:
+def _describe(error: Mapping[str, Any]) -> Problem:
     loc, kind, msg = tuple(error["loc"]), error["type"], error["msg"]
     given = error.get("input")
     if kind == "extra_forbidden":
