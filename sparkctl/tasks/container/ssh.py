@@ -6,6 +6,7 @@ travel, into every container's authorized_keys and pinned known_hosts ([fabric i
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Callable
 
@@ -20,7 +21,7 @@ from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads, runs_mpirun
 from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, node_reads
 from sparkctl.transport.base import q
-from sparkctl.transport.framing import Framing
+from sparkctl.transport.framing import Framing, Section
 from sparkctl.transport.hostkeys import host_key_name
 
 SSHD_WAIT_S = 30.0
@@ -91,9 +92,11 @@ class ContainerSshTask(Task):
         right; they change nothing either way."""
         handed = {node: ctx.take_over(READ_FOR.format(node=node)) for node in ctx.nodes}
         # carried without waiting for the sshd: a node where it did not listen yet is read again, waiting
-        if all(found is not None and "sshd" in found and found["sshd"].output.strip() == "listening"
-               for found in handed.values()):
-            sections = dict(handed)
+        ready: dict[str, dict[str, Section]] = {
+            node: found for node, found in handed.items()
+            if found is not None and "sshd" in found and found["sshd"].output.strip() == "listening"}
+        if len(ready) == len(handed):
+            sections = ready
         else:
             framing = Framing()
             scripts = {node: mesh_read_script(ctx, node, framing) for node in ctx.nodes}
@@ -157,7 +160,7 @@ class ContainerSshTask(Task):
                                      details=(result.stderr or result.stdout).strip().splitlines()[-3:])
 
         # every node's files at once: each node's own in order
-        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
+        ctx.each_node({node: functools.partial(write, node) for node in by_node})
 
 
 #: container.state's round trip carries a node's read (ClusterContext.hand_over, per node).

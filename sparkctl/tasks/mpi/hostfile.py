@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from sparkctl.engine.diff import unified_diff
@@ -116,7 +117,7 @@ class HostfileTask(Task):
                                      details=(result.stderr or result.stdout).strip().splitlines()[-3:])
 
         # every node's at once: each node's own in order
-        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
+        ctx.each_node({node: functools.partial(write, node) for node in by_node})
 
     def _verify(self, ctx: ClusterContext, mpirun: Section | None = None) -> None:
         """`mpirun hostname` from the head returns every node's hostname in rank order. mpirun: what check()

@@ -3,6 +3,7 @@ config block that makes `ssh <peer fabric address>` use them."""
 
 from __future__ import annotations
 
+import functools
 import posixpath
 
 from sparkctl.engine.diff import unified_diff
@@ -44,8 +45,9 @@ def read_ssh_files(ctx: ClusterContext) -> dict[str, dict[str, str | None]]:
     """The files the mesh is made of: what ssh.keys' round trip read, if nothing changed since; else one round
     trip per node (in parallel)."""
     handed = {node: ctx.take_over(f"ssh.mesh/{node}") for node in ctx.nodes}
-    if all(files is not None for files in handed.values()):
-        return {node: {name: files.get(name) for name in (*FILES, "home")} for node, files in handed.items()}
+    ready = {node: files for node, files in handed.items() if files is not None}
+    if len(ready) == len(handed):
+        return {node: {name: files.get(name) for name in (*FILES, "home")} for node, files in ready.items()}
     framing = Framing()
     script = ssh_files_script(ctx.inventory.cluster.name, framing)
     results = ctx.run_on_all({n: script for n in ctx.nodes})
@@ -87,22 +89,22 @@ class SshMeshTask(Task):
                                  hint=f"bootstrap {node.name} first (--limit {node.name})" if outside else
                                  "rerun bootstrap; check /etc/ssh/ssh_host_ed25519_key.pub on the node")
             pubs[node.name] = pub.strip()
-            hostkeys[node.name] = " ".join(f["hostkey"].split()[:2])
+            hostkeys[node.name] = " ".join((f.get("hostkey") or "").split()[:2])
             fabric = [str(a.ip) for a in plan.fabric.addresses.get(node.name, {}).values()]
             names[node.name] = [host_key_name(str(node.host), node.port or inv.ssh.port or 22)] + fabric
         wanted: dict[str, dict[str, str]] = {}
-        for node in files:
-            peers = [p for p in pubs if p != node]
-            auth = merge_authorized_keys(files[node].get("authorized_keys") or "", [pubs[p] for p in peers], cluster)
+        for name, have in files.items():
+            peers = [p for p in pubs if p != name]
+            auth = merge_authorized_keys(have.get("authorized_keys") or "", [pubs[p] for p in peers], cluster)
             entries = [(names[p], hostkeys[p]) for p in peers]
-            known = merge_known_hosts(files[node].get("known_hosts") or "", known_hosts_lines(entries, cluster),
+            known = merge_known_hosts(have.get("known_hosts") or "", known_hosts_lines(entries, cluster),
                                       {n for p in peers for n in names[p]}, cluster)
-            home = files[node].get("home")
+            home = have.get("home")
             if not home:  # SFTP does not expand `~`: never write to a guessed path
-                raise TaskFailed(f"{node}: $HOME is not set for {inv.user}")
+                raise TaskFailed(f"{name}: $HOME is not set for {inv.user}")
             block = ssh_config_block(inv, [n for p in peers for n in names[p][1:]], home)
-            config = merge_config_block(files[node].get("config") or "", block, cluster)
-            wanted[node] = {"authorized_keys": auth, "known_hosts": known, "config": config}
+            config = merge_config_block(have.get("config") or "", block, cluster)
+            wanted[name] = {"authorized_keys": auth, "known_hosts": known, "config": config}
         return wanted
 
     def check(self, ctx: ClusterContext) -> list[Change]:
@@ -129,7 +131,7 @@ class SshMeshTask(Task):
                 ctx.nodes[node].transport.put(path, content, mode=kept_mode(ctx.nodes[node], path))
 
         # every node's files at once: each node's own in order
-        ctx.each_node({node: (lambda node=node: write(node)) for node in by_node})
+        ctx.each_node({node: functools.partial(write, node) for node in by_node})
 
 
 def kept_mode(node_ctx: NodeContext, path: str) -> int:
