@@ -62,7 +62,10 @@ def manifest_script(dirs: list[RepoDir]) -> str:
 def parse_manifests(stdout: str) -> dict[str, tuple[str | None, dict[str, tuple]]]:
     """repo -> (ref, {path: ("F", size, md5 or "") | ("L", target)})."""
     out: dict[str, tuple[str | None, dict[str, tuple]]] = {}
-    repo, ref, entries, md5s = None, None, {}, {}
+    repo: str | None = None
+    ref: str | None = None
+    entries: dict[str, tuple] = {}
+    md5s: dict[str, str] = {}
 
     def close() -> None:
         if repo is not None:

@@ -22,7 +22,7 @@ class SshDown(Task):
     def _wanted(self, ctx: NodeContext) -> dict[str, tuple[str | None, str | None]]:
         cluster = ctx.inventory.cluster.name
         home = ctx.run('printf %s "$HOME"').stdout
-        out = {}
+        out: dict[str, tuple[str | None, str | None]] = {}
         for name in ("authorized_keys", "known_hosts", "config"):
             path = posixpath.join(home, ".ssh", name)
             have = ctx.transport.read(path)

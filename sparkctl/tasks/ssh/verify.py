@@ -29,8 +29,9 @@ class SshVerify(Task):
         # ssh.keys' round trip already tried each node's pairs: believed when every pair is ok and nothing
         # changed since; anything else is tried again here, and this answer counts
         handed = {node: ctx.take_over(f"ssh.verify/{node}") for node in tries}
-        if all(text is not None for text in handed.values()):
-            verdicts = collect({n: (text, "") for n, text in handed.items()}, {n: t for n, t in tries.items() if t})
+        ready: dict[str, str] = {node: text for node, text in handed.items() if text is not None}
+        if len(ready) == len(handed):
+            verdicts = collect({n: (text, "") for n, text in ready.items()}, {n: t for n, t in tries.items() if t})
             if all(v.state == "ok" for v in verdicts):
                 return []
         scripts = {n: mesh_script(t) for n, t in tries.items() if t}
