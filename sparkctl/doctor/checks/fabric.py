@@ -74,8 +74,8 @@ def _across(s: Snapshot, fault: TwinFault) -> list[str]:
     """What failed across the subnets of these twins because of them: lost addresses, pings, ssh logins."""
     assert s.plan is not None
     ends = [(fault.node, i) for i in fault.interfaces] + list(fault.far_ends)
-    nets = {s.plan.fabric.addresses.get(n, {}).get(i).network for n, i in ends
-            if s.plan.fabric.addresses.get(n, {}).get(i) is not None}
+    nets = {address.network for n, i in ends
+            if (address := s.plan.fabric.addresses.get(n, {}).get(i)) is not None}
     out = []
     for node, iface in ends:
         planned = s.plan.fabric.addresses.get(node, {}).get(iface)

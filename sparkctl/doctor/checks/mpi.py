@@ -12,12 +12,12 @@ PHASE = "mpi"
 
 
 def check_hostfiles(s: Snapshot) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     fix = s.bootstrap('mpi')
     order = s.order
-    running = {n for n in order if running_container(s, n) is not None}
+    running = {n: c for n in order if (c := running_container(s, n)) is not None}
     # the PLANNED env: a container env that does not fit its node is an env.* finding of its own
-    envs = {n: (s.plan.nodes[n].container.env if s.plan else running_container(s, n).env) for n in running}
+    envs = {n: (s.plan.nodes[n].container.env if s.plan else c.env) for n, c in running.items()}
     if len(order) < 2:
         return []
     for node in order:

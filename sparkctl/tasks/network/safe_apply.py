@@ -239,7 +239,7 @@ def wait_for_addresses(ctx: NodeContext, wanted: dict[str, str], mtu: int, timeo
                 continue
             if addr not in have:
                 missing[iface] = f"{addr} absent"
-            elif nic.mtu != mtu:
+            elif nic is not None and nic.mtu != mtu:
                 missing[iface] = f"mtu {nic.mtu}"
         if not missing or time.monotonic() > deadline:
             return missing

@@ -95,7 +95,8 @@ def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
         wanted = [0, 1] if inv.topology == "ring" else ([inv.fabric.port] if inv.fabric.port in (0, 1) else [])
         used = [t for p in (wanted or facts.up_ports()) for t in ports.get(p, [])]
     for twin in used:
-        speed = facts.interfaces.get(twin).speed_mbps if twin in facts.interfaces else None
+        found = facts.interfaces.get(twin)
+        speed = found.speed_mbps if found is not None else None
         if speed and speed < PORT_SPEED_MBPS and facts.interface_up(twin):
             ctx.warn(f"{twin} links at {speed // 1000} Gb/s, below 200 Gb/s (a switch may have negotiated "
                      "100G; check the cable and the switch port)", task=NodePreflight.name)
