@@ -98,6 +98,8 @@ class RunResult:
     verify_tasks: list[str] = field(default_factory=list)
     #: --limit: the nodes outside it (read, never changed)
     outside: list[str] = field(default_factory=list)
+    #: per node, the round trips its connection made in the run (benchmarks/bootstrap_noop.py prints them)
+    round_trips: dict[str, int] = field(default_factory=dict)
 
     def outcome(self, task: str, node: str | None = None) -> TaskOutcome | None:
         """The outcome of `task` on `node` (None: cluster scope); unreachable nodes answer unreachable."""

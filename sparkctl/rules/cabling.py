@@ -267,8 +267,8 @@ def propose(names: list[str], facts: dict[str, Facts], hosts: dict[str, str] | N
                         [f"LLDP: the nodes' QSFP ports face {', '.join(names_seen)}, not each other"])
     if len(names) == 2:
         ports = {p for (n, p) in links}
-        port: int | str = ports.pop() if len(ports) == 1 else "auto"
-        return Proposal("pair", port, list(names), evidence)
+        cabled: int | str = ports.pop() if len(ports) == 1 else "auto"
+        return Proposal("pair", cabled, list(names), evidence)
     nxt: dict[str, str] = {}
     problems = []
     for (node, port), ends in links.items():

@@ -241,12 +241,12 @@ class FabricVerify(Task):
             data={"probe": {"ranks": report.get("size"), "seconds": seconds, "gbytes_per_s": gbps,
                             "interfaces": {order[r["rank"]]: r.get("tx_bytes", {}) for r in report.get("ranks", [])
                                            if r["rank"] < len(order)}}}))
-        found = probe_mismatches(report, order, hostnames, envs, facts, routed=inv.topology == "ring")
-        if _errors(found):
+        mismatches = probe_mismatches(report, order, hostnames, envs, facts, routed=inv.topology == "ring")
+        if _errors(mismatches):
             proof.forget(ctx)
         else:
             proof.record(ctx, summary)
-        return found
+        return mismatches
 
 
 def probe_hint(output: str) -> str:
