@@ -44,6 +44,12 @@ def unit_state(lab, node: str) -> dict[str, str]:
     return parse_show(lab.exec(node, show_command(load_inventory(lab.serve_inventory).cluster.name)).stdout)
 
 
+def remove_unit(lab, node: str) -> None:
+    """The unit's file deleted by hand (the server it started runs on, but nothing brings it back after a reboot)."""
+    result = lab.exec(node, f"rm -f /etc/systemd/system/{unit_of(lab)} && systemctl daemon-reload")
+    assert result.returncode == 0, result.stderr
+
+
 def fail_unit(lab, node: str) -> None:
     """The serve config gone from the head (a clean-up too eager): the unit's next start finds nothing to start and
     stops trying (world.sh exits 78, which the unit does not restart on)."""
@@ -112,6 +118,7 @@ SEEDS = [
     Seed("token-missing", "hf.token_missing", "spark1", f"rm -f {HF}/token; rm -rf {DRAFT}",
          also=frozenset({("model.absent", "spark1")})),
     Seed("serve-down", "serve.down", "spark1", stop_server),
+    Seed("unit-missing", "serve.unit_missing", "spark1", remove_unit),
     Seed("unit-failed", "serve.unit_failed", "spark1", fail_unit),
     Seed("unit-looping", "serve.unit_looping", "spark1", loop_unit),
     Seed("serve-hung", "serve.health", "spark1", hang_server),

@@ -1,7 +1,7 @@
 """The serve phase's repairable doctor findings, seeded on one shared lab pair that serves (the qwen3-235b-eagle3
 preset through the lab's TensorRT-LLM stand-in): doctor names each on its node, `doctor --fix` repairs it (healthy
 after), a bootstrap rerun then changes nothing; seeded again, a plain bootstrap rerun repairs it, doctor is healthy
-and the next rerun changes nothing (the serving unit's failed and looping states: one way each).
+and the next rerun changes nothing (the serving unit's missing, failed and looping states: one way each).
 (tests/lab/test_doctor_repairs.py: the rest, on a pair that does not serve.)
 """
 
@@ -64,10 +64,10 @@ def restore(served, env, request):
         rerun(served, env)
 
 
-#: The serving unit's failed and looping states are repaired by the same serve phase whichever command runs it:
-#: each is seeded in one of the two (a looping unit takes 20 s to seed: two ends and the wait between them).
+#: The serving unit's missing, failed and looping states are repaired by the same serve phase whichever command
+#: runs it: each is seeded in one of the two (a looping unit takes 20 s to seed: two ends and the wait between).
 FIX_SEEDS = [s for s in SEEDS if s.name != "unit-failed"]
-RERUN_SEEDS = [s for s in SEEDS if s.name != "unit-looping"]
+RERUN_SEEDS = [s for s in SEEDS if s.name not in ("unit-looping", "unit-missing")]
 
 
 @pytest.mark.parametrize("seed", FIX_SEEDS, ids=[s.name for s in FIX_SEEDS])
