@@ -22,7 +22,7 @@ from sparkctl.runs.outputs import unwritable_reason
 from sparkctl.runs.proofs import ProofFile
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
 from sparkctl.transport.base import Transport
-from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
+from sparkctl.transport.connect import ConnectOptions, NodeAddress, connect_all, open_transport
 
 
 @dataclass
@@ -137,8 +137,9 @@ class Session:
         self.forks = forks
         #: a Ctrl-C cuts every connection of the session, those opened later too
         self.interruption = interruption if interruption is not None else Interruption()
-        self._options = {"known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
-                         "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
+        self._options: ConnectOptions = {
+            "known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
+            "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
         self.names = [n.name for n in inventory.nodes]
         self.transports: dict[str, Transport] = {}
         self.unreachable: dict[str, str] = {}

@@ -7,11 +7,15 @@ import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from sparkctl.errors import Unreachable
 from sparkctl.transport.local import LocalTransport
 from sparkctl.transport.shell import ShellTransport
 from sparkctl.transport.ssh import SSHTransport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack for **kwargs needs Python 3.12
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,15 @@ class NodeAddress:
     port: int | None = None
     identity_file: str | None = None
     local: bool = False
+
+
+class ConnectOptions(TypedDict, total=False):
+    """open_transport's keyword options, as connect_all and the session pass them on."""
+    known_hosts_path: str | None
+    use_ssh_config: bool
+    connect_timeout: float
+    become_password: str | None
+    ssh_config_path: str | None
 
 
 def open_transport(spec: object, *, known_hosts_path: str | None = DEFAULT_KNOWN_HOSTS, use_ssh_config: bool = True,
@@ -52,7 +65,7 @@ def open_transport(spec: object, *, known_hosts_path: str | None = DEFAULT_KNOWN
     return transport
 
 
-def connect_all(specs: Iterable[object], forks: int = 10, **options: object
+def connect_all(specs: Iterable[object], forks: int = 10, **options: Unpack[ConnectOptions]
                 ) -> tuple[dict[str, ShellTransport], dict[str, Unreachable]]:
     """Connect to every node in parallel: (transports by node, Unreachable by node).
 
