@@ -56,15 +56,17 @@ def check_container_settings(s: Snapshot) -> list[Finding]:
                 continue  # the environment wins over nccl.conf (NCCL docs): sparkctl's value holds
             judged = _judge(setting.name, setting.value, planned)
             if judged:
-                out.append(Finding("env.file_setting", judged[0], node, **_file_fields(judged, setting,
-                                                                                         f"inside {name}")))
+                summary, evidence, fix = _file_words(judged, setting, f"inside {name}")
+                out.append(Finding("env.file_setting", judged[0], node, summary, evidence=evidence, fix=fix,
+                                   phase="container"))
     return out
 
 
-def _file_fields(judged: tuple[str, str], setting: Setting, where: str) -> dict[str, str]:
-    return {"summary": f"{setting.path} {where} sets {setting.name}", "evidence": f"{setting} ({judged[1]})",
-            "fix": f"remove line {setting.line} of {setting.path} {where} (a person must: sparkctl does not edit "
-                   "files it did not write)", "phase": "container"}
+def _file_words(judged: tuple[str, str], setting: Setting, where: str) -> tuple[str, str, str]:
+    """(summary, evidence, fix) of a finding about a setting in a file."""
+    return (f"{setting.path} {where} sets {setting.name}", f"{setting} ({judged[1]})",
+            f"remove line {setting.line} of {setting.path} {where} (a person must: sparkctl does not edit files it "
+            "did not write)")
 
 
 def check_host_settings(s: Snapshot) -> list[Finding]:
@@ -76,8 +78,10 @@ def check_host_settings(s: Snapshot) -> list[Finding]:
         for setting in s.probe(node).system.host_settings:
             judged = _judge(setting.name, setting.value, planned)
             if judged:
-                out.append(Finding("env.host_setting", "warning", node, **_file_fields(
-                    judged, setting, "on the node (not in the container: it steers what you run by hand)")))
+                summary, evidence, fix = _file_words(
+                    judged, setting, "on the node (not in the container: it steers what you run by hand)")
+                out.append(Finding("env.host_setting", "warning", node, summary, evidence=evidence, fix=fix,
+                                   phase="container"))
     return out
 
 

@@ -49,31 +49,29 @@ def _mismatches(s: Snapshot, what: dict[str, str]) -> tuple[str, dict[str, str]]
     return reference, {n: v for n, v in known.items() if v != reference}
 
 
-def _differing(s: Snapshot, values: dict[str, str], what: str) -> list[tuple[str, dict[str, str]]]:
-    """(node, the finding's evidence and fix) for each node whose value differs from the others'."""
+def _differing(s: Snapshot, values: dict[str, str], what: str) -> list[tuple[str, str, str]]:
+    """(node, the finding's evidence, its fix) for each node whose value differs from the others'."""
     reference, differ = _mismatches(s, values)
     everyone = ", ".join(f"{n} {v}" for n, v in values.items() if v)
-    return [(node, {"evidence": f"{value} here, {reference} on the others ({everyone}); mixed versions are a known "
-                                "cause of hangs at NCCL init",
-                    "fix": f"bring {what} of every node to one version (a person must: an update and a reboot)",
-                    "phase": "preflight"})
+    return [(node, f"{value} here, {reference} on the others ({everyone}); mixed versions are a known cause of hangs "
+                   "at NCCL init", f"bring {what} of every node to one version (a person must: an update and a reboot)")
             for node, value in differ.items()]
 
 
 def check_same_everywhere(s: Snapshot) -> list[Finding]:
     if len(s.order) < 2:
         return []
-    out = []
-    for node, fields in _differing(s, {n: s.probe(n).system.driver for n in s.order}, "the NVIDIA driver"):
+    out: list[Finding] = []
+    for node, evidence, fix in _differing(s, {n: s.probe(n).system.driver for n in s.order}, "the NVIDIA driver"):
         out.append(Finding("gpu.driver_mismatch", "error", node, "the GPU driver differs from the other nodes'",
-                           **fields))
-    for node, fields in _differing(s, {n: s.probe(n).system.kernel for n in s.order}, "the kernel"):
+                           evidence=evidence, fix=fix, phase="preflight"))
+    for node, evidence, fix in _differing(s, {n: s.probe(n).system.kernel for n in s.order}, "the kernel"):
         out.append(Finding("node.kernel_mismatch", "warning", node, "the kernel differs from the other nodes'",
-                           **fields))
-    for node, fields in _differing(s, {n: _fw_of(s, n) for n in s.order},
-                                   "the CX-7 firmware (DGX OS firmware update, or mlxfwmanager)"):
+                           evidence=evidence, fix=fix, phase="preflight"))
+    for node, evidence, fix in _differing(s, {n: _fw_of(s, n) for n in s.order},
+                                          "the CX-7 firmware (DGX OS firmware update, or mlxfwmanager)"):
         out.append(Finding("roce.firmware_mismatch", "error", node, "the CX-7 firmware differs from the other nodes'",
-                           **fields))
+                           evidence=evidence, fix=fix, phase="preflight"))
     return out
 
 
