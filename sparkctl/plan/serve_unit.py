@@ -177,6 +177,13 @@ def failing_early(ends: list[RunEnd]) -> int:
     return n
 
 
+def last_failure(lines: list[str]) -> tuple[RunEnd | None, bool]:
+    """The latest run of the unit that ended by itself, and whether it is the latest run that ended at all."""
+    ends = [e for e in parse_exits("\n".join(lines)) if e.result != "asked"]
+    failures = [e for e in ends if e.by_itself]
+    return (failures[-1], failures[-1] is ends[-1]) if failures else (None, False)
+
+
 def parse_show(text: str) -> dict[str, str]:
     """`systemctl show -p ...`'s KEY=VALUE lines."""
     out = {}

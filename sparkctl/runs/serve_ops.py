@@ -21,7 +21,7 @@ from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptan
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
-from sparkctl.plan.serve_unit import unit_summary
+from sparkctl.plan.serve_unit import last_failure, unit_summary
 from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.playbooks import bootstrap_graph
@@ -29,7 +29,7 @@ from sparkctl.runs.session import RunRequest, Session
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks
-from sparkctl.tasks.serve.server import ServerHandle, head_client, last_failure
+from sparkctl.tasks.serve.server import ServerHandle, head_client
 from sparkctl.transport.base import Transport, q
 
 #: How long this machine waits for the endpoint before it goes through the head instead.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -118,7 +119,7 @@ class HostScript:
         return [s for s in slept if s != 5]
 
     def ends(self):
-        return parse_exits(self.spec.serve_dir and open(f"{self.spec.serve_dir}/exits.log").read())
+        return parse_exits(Path(self.spec.serve_dir, "exits.log").read_text())
 
 
 def test_each_run_that_ends_early_doubles_the_wait_before_the_next_up_to_the_most(tmp_path):

@@ -167,11 +167,16 @@ def unit_disabled(probe: NodeProbe) -> bool:
     return (probe.unit or {}).get("UnitFileState") == "disabled"
 
 
+def looping_runs(probe: NodeProbe) -> int:
+    """The runs in a row that ended by themselves early, when that many make a loop and the server does not
+    answer; 0 otherwise."""
+    early = failing_early(parse_exits(probe.unit_exits))
+    return early if early >= LOOPING_RUNS and probe.health_status != 200 else 0
+
+
 def unit_trouble(probe: NodeProbe) -> bool:
     """The unit failed, or loops: the server's state follows from it."""
-    unit = probe.unit or {}
-    return unit.get("ActiveState") == "failed" or (
-        failing_early(parse_exits(probe.unit_exits)) >= LOOPING_RUNS and probe.health_status != 200)
+    return (probe.unit or {}).get("ActiveState") == "failed" or looping_runs(probe) > 0
 
 
 def check_unit(s: Snapshot) -> list[Finding]:
@@ -201,8 +206,8 @@ def check_unit(s: Snapshot) -> list[Finding]:
         return [Finding("serve.unit_failed", "error", head, f"{name} failed and does not start the server again",
                         evidence=f"Result={unit.get('Result', '?')}{said}{because}", fix=fix, phase="serve",
                         details=tail)]
-    early = failing_early(ends)
-    if early >= LOOPING_RUNS and probe.health_status != 200:
+    early = looping_runs(probe)
+    if early:
         return [Finding("serve.unit_looping", "error", head, f"{name} keeps starting the server and it keeps "
                         "ending", evidence=f"{early} runs in a row ended by themselves within {LASTED_S} s "
                         f"(restarts: {unit.get('NRestarts', '?')}, now {unit_summary(unit)}){said}{because}",

@@ -19,8 +19,7 @@ from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_co
 from sparkctl.plan.paths import CONFIG_PATH
 from sparkctl.plan.serve_unit import (
     EXITS_LOG,
-    RunEnd,
-    parse_exits,
+    STOP_WAIT_S,
     parse_show,
     show_command,
     unit_name,
@@ -32,7 +31,6 @@ from sparkctl.transport.base import CommandResult, Transport, q
 from sparkctl.transport.framing import Framing
 
 RunFn = Callable[..., CommandResult]
-STOP_WAIT_S = 15.0
 #: How long /health may take to answer inside the state read (as ServeClient.health's default)
 HEALTH_TIMEOUT_S = 5.0
 NCCL_LINES = 2000
@@ -77,13 +75,6 @@ class ServingState:
 
 def _is_our_mpirun(cmdline: str) -> bool:
     return "mpirun" in cmdline and CONFIG_PATH in cmdline
-
-
-def last_failure(lines: list[str]) -> tuple[RunEnd | None, bool]:
-    """The latest run of the unit that ended by itself, and whether it is the latest run that ended at all."""
-    ends = [e for e in parse_exits("\n".join(lines)) if e.result != "asked"]
-    failures = [e for e in ends if e.by_itself]
-    return (failures[-1], failures[-1] is ends[-1]) if failures else (None, False)
 
 
 class ServerHandle:
