@@ -98,7 +98,7 @@ def _pipe_gone(_console: Console) -> None:
 
 
 # rich's own handler exits 1, the code of a failed task (and of doctor's errors): the group's handler decides
-Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign]
+Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign,assignment]
 
 
 def _json_error(exc: SparkctlError) -> None:

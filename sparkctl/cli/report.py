@@ -170,12 +170,12 @@ def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequen
         sizes = [max(len(h), *(len(r[i]) for r in flat)) if flat else len(h) for i, h in enumerate(headers)]
         if title:
             click.echo(title, err=err)
-        for row in [list(headers), *flat]:
-            click.echo("  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip(), err=err)
+        for line in [list(headers), *flat]:
+            click.echo("  ".join(cell.ljust(size) for cell, size in zip(line, sizes, strict=True)).rstrip(), err=err)
         return
     table = Table(title=title, show_lines=any("\n" in _plain(cell) for row in rows for cell in row))
     for header in headers:
         table.add_column(header, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
+    for cells in rows:
+        table.add_row(*cells)
     Console(width=width, highlight=False, stderr=err).print(table)

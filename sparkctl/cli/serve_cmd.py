@@ -19,6 +19,11 @@ from sparkctl.secrets import redact_known
 FILE = click.argument("file", type=click.Path())
 
 
+def _write_now(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 @click.group("serve")
 def serve_group() -> None:
     """The OpenAI-compatible endpoint `cluster bootstrap` starts: status, logs, chat, bench, stop."""
@@ -140,7 +145,7 @@ def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
             click.echo(f"(not reachable from here: asking {client.base_url}, not streamed)", err=True)
         try:
             reply = client.stream_chat(prompt, max_tokens=max_tokens,
-                                       on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+                                       on_text=_write_now)
         except EndpointError as exc:
             raise SparkctlError(str(exc), hint="`sparkctl serve status` and `sparkctl serve logs`") from exc
     click.echo()

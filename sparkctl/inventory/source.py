@@ -147,7 +147,8 @@ def _check_shape(text: str, label: str) -> None:
         loc = tuple(o.part for o in stack[1:] if o.part is not _KEY)
         if part is not None and part is not _KEY:
             loc = (*loc, part)
-        return f"{label}:{event.start_mark.line + 1}: {field_path(loc)}"
+        line = event.start_mark.line + 1 if event.start_mark else "?"  # the parser always marks; the stubs allow None
+        return f"{label}:{line}: {field_path(loc)}"
 
     def refuse(event: yaml.Event, what: str, part: Any = None) -> InventoryError:
         # an anchor or a key may be a pasted token
@@ -178,7 +179,7 @@ def _check_shape(text: str, label: str) -> None:
                                     "a number or a path: shorten it)", part)
             if event.anchor is not None:
                 size_of[event.anchor] = 1
-        elif isinstance(event, yaml.AliasEvent):
+        elif isinstance(event, yaml.AliasEvent) and event.anchor is not None:  # an alias always names one
             if any(o.anchor == event.anchor for o in stack):
                 raise refuse(event, f"the alias *{event.anchor} refers to a value that contains it (a loop: write "
                                     "the value out)", part)

@@ -102,7 +102,7 @@ def regressions(history: list[dict], fraction: float = REGRESSION_FRACTION) -> l
         for label, record, then in references:
             if now.value < then.value * (1 - fraction):
                 candidate = Regression(subject, now.node, now.value, then.value, now.unit, record.get("time", "?"),
-                                       label, now.summary, now.how)
+                                       label, now.summary, now.how or "")
                 if subject not in found or candidate.percent_lower > found[subject].percent_lower:
                     found[subject] = candidate
     return list(found.values())

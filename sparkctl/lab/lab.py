@@ -261,7 +261,7 @@ class Lab:
         paths = self.paths(record.name)
         if record.init == "systemd":
             while True:
-                if not process_is_alive(record.pid, None):
+                if record.pid is None or not process_is_alive(record.pid, None):
                     tail = paths.console_log.read_text(errors="replace").strip().splitlines()[-1:]
                     raise SparkctlError(f"node {record.name} died while booting: {' '.join(tail)}",
                                         hint=f"see {paths.console_log}")

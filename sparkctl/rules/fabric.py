@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import MANAGEMENT_NAMES
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
 
 @dataclass(frozen=True)
 class InterfaceDrift:
@@ -61,10 +63,10 @@ def interface_drift(facts: Facts, interfaces: Iterable[str], planned: dict[str, 
     return out
 
 
-def twins_sharing_subnet(facts: Facts, interfaces: Iterable[str]) -> dict[ipaddress.IPv4Network, list[str]]:
+def twins_sharing_subnet(facts: Facts, interfaces: Iterable[str]) -> dict[Network, list[str]]:
     """Subnets that more than one fabric twin has an address in (the legacy scheme: ARP and route confusion,
     NCCL failures), with those twins in order. Link-local addresses do not count."""
-    by_net: dict[ipaddress.IPv4Network, list[str]] = {}
+    by_net: dict[Network, list[str]] = {}
     for iface in interfaces:
         for a in facts.addresses_of(iface):
             if a.family != "inet" or a.is_link_local:

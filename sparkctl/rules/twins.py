@@ -170,12 +170,11 @@ def twin_faults(inventory: Inventory, plan: FabricPlan, facts: dict[str, Facts])
     roots = []
     for key, fault in found.items():
         far = fault.far_ends[0] if fault.far_ends else None
-        explained_there = far in found and (
+        if far is not None and far in found and (
             fault.cause == FAR_END_DOWN  # the end set down is the cause
             # one cable seen from both ends (dead, or in another port at both): said once, on the first node
             or (fault.cause in (NO_CARRIER, WRONG_PORT) and found[far].cause == fault.cause
-                and order.index(far) < order.index(key)))
-        if explained_there:
+                and order.index(far) < order.index(key))):
             caused.setdefault(far, []).append(fault)
         else:
             roots.append(key)

@@ -144,8 +144,10 @@ class BenchRun:
         return out
 
     def _rdma(self, link: BenchLink, slot: int) -> dict:
-        dev_c = self.facts[link.client].roce_for(link.client_if).device
-        dev_s = self.facts[link.server].roce_for(link.server_if).device
+        roce_c = self.facts[link.client].roce_for(link.client_if)
+        roce_s = self.facts[link.server].roce_for(link.server_if)
+        assert roce_c is not None and roce_s is not None  # method() chose RDMA: both ends have a device
+        dev_c, dev_s = roce_c.device, roce_s.device
         gid_c = self.probes[link.client].gid.get(link.client_if)
         gid_s = self.probes[link.server].gid.get(link.server_if)
         if gid_c is None or gid_s is None:

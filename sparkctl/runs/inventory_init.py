@@ -55,6 +55,7 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
         by_host = dict(zip(hosts, facts, strict=True))
         hosts, facts = list(wire.order), [by_host[h] for h in wire.order]
     up = [f.up_ports() for f in facts]
+    port: int | str  # a QSFP port number, or "auto"
     if count == 1:
         topology, port = "single", "auto"
     elif wire.topology == "ring" and wire.order:
@@ -88,10 +89,9 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
             assumptions.append("the nodes use different Up ports: fabric.port is auto and each node uses its own "
                                "interface names")
     used: set[str] = set()
-    nodes = [{"name": _node_name(f.hostname or h, used, i), "host": h}
-             for i, (h, f) in enumerate(zip(hosts, facts, strict=True))]
+    names = [_node_name(f.hostname or h, used, i) for i, (h, f) in enumerate(zip(hosts, facts, strict=True))]
+    nodes: list[dict[str, str | bool]] = [{"name": name, "host": h} for name, h in zip(names, hosts, strict=True)]
     if topology == "ring" and wire.order:
-        names = [n["name"] for n in nodes]
         seen.append(f"a ring, cabled in the order {' -> '.join(names)} -> {names[0]} (port 0 to the next node's "
                     "port 1); the nodes are listed in that order")
     for node in nodes:
@@ -109,7 +109,7 @@ def describe_cluster(hosts: list[str], facts: list[Facts], *, cluster: str = "sp
         "fabric": {"topology": topology, "port": port, "mtu": 9000},
     }
     header = ["# Written by `sparkctl inventory init` from what the nodes reported.",
-              f"# The first node ({nodes[0]['name']}) is the head: MPI rank 0, serves HTTP.",
+              f"# The first node ({names[0]}) is the head: MPI rank 0, serves HTTP.",
               "# Subnets default to one /24 per twin (192.168.100.0/24 + 192.168.101.0/24 for a pair or switch).",
               "# serve: defaults to the preset for this node count; set serve.preset or serve.model to change it."]
     header += [f"# seen with LLDP: {a}" for a in seen]

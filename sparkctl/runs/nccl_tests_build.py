@@ -44,7 +44,7 @@ def build_all_reduce_perf(transports: dict[str, Transport], container: str, fact
                       "bootstrap starts the containers)")
     if len(set(images.values())) > 1:
         return None, ("it cannot be built once for all: the containers run different images ("
-                      + ", ".join(f"{n} {i[:19]}" for n, i in images.items()) + ")")
+                      + ", ".join(f"{n} {str(i)[:19]}" for n, i in images.items()) + ")")
     image_id = str(images[order[0]])
     try:
         cache_key(image_id)

@@ -91,8 +91,7 @@ class LocalTransport(ShellTransport):
                 os.fchmod(handle.fileno(), mode)
                 handle.write(data)
             if owner:
-                user, _, group = owner.partition(":")
-                shutil.chown(tmp, user=user or None, group=group or None)
+                _chown(tmp, owner)
             os.replace(tmp, path)
         except (OSError, LookupError) as exc:
             with contextlib.suppress(OSError):
@@ -108,6 +107,17 @@ class LocalTransport(ShellTransport):
         except OSError as exc:
             raise RemoteFileError(f"{self.node}: cannot read {path}: {exc.strerror}",
                                   "read it with sudo=True" if isinstance(exc, PermissionError) else None) from exc
+
+
+def _chown(path: str, owner: str) -> None:
+    """chown to "user", "user:group" or ":group" (chown(1)'s spelling)."""
+    user, _, group = owner.partition(":")
+    if user and group:
+        shutil.chown(path, user=user, group=group)
+    elif user:
+        shutil.chown(path, user=user)
+    elif group:
+        shutil.chown(path, group=group)
 
 
 class ProcessStream:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -39,6 +40,17 @@ DEAD_AFTER_S = 10
 PROBE_S = 2
 
 
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where and how to log in, as given (ssh's own config may still fill in the rest)."""
+    host: str
+    user: str | None
+    port: int | None
+    identity_file: str | None
+    use_ssh_config: bool
+    ssh_config_path: str | None
+
+
 class SSHTransport(ShellTransport):
     """A node reached over SSH. Opens lazily on first use, or explicitly with `connect()`.
 
@@ -56,8 +68,7 @@ class SSHTransport(ShellTransport):
         self.known_hosts_path = os.path.expanduser(known_hosts_path)
         self.become_password = become_password
         register_secret(become_password)
-        self._spec = dict(host=host, user=user, port=port, identity_file=identity_file,
-                          use_ssh_config=use_ssh_config, ssh_config_path=ssh_config_path)
+        self._spec = _Target(host, user, port, identity_file, use_ssh_config, ssh_config_path)
         self.connect_timeout = connect_timeout
         self._open_lock = threading.Lock()
         self._sftp_lock = threading.Lock()
@@ -70,19 +81,19 @@ class SSHTransport(ShellTransport):
 
     def _make_connection(self) -> fabric.Connection:
         spec = self._spec
-        use_config = spec["use_ssh_config"]
+        use_config = spec.use_ssh_config
         config = fabric.Config(
             overrides={"load_ssh_configs": use_config},
-            runtime_ssh_path=spec["ssh_config_path"] if use_config else None,
+            runtime_ssh_path=spec.ssh_config_path if use_config else None,
         )
         connect_kwargs: dict[str, object] = {
             "banner_timeout": self.connect_timeout,
             "auth_timeout": max(self.connect_timeout, 30),
         }
-        if spec["identity_file"]:
-            connect_kwargs["key_filename"] = [os.path.expanduser(spec["identity_file"])]
+        if spec.identity_file:
+            connect_kwargs["key_filename"] = [os.path.expanduser(spec.identity_file)]
         # fabric truncates connect_timeout to int seconds (0.5 would mean "no timeout"): round up.
-        conn = fabric.Connection(spec["host"], user=spec["user"], port=spec["port"], config=config,
+        conn = fabric.Connection(spec.host, user=spec.user, port=spec.port, config=config,
                                  connect_timeout=max(1, math.ceil(self.connect_timeout)),
                                  connect_kwargs=connect_kwargs)
         # fabric installs AutoAddPolicy on every client, jump hosts included: replace it everywhere.

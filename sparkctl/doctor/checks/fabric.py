@@ -164,8 +164,14 @@ def check_addresses(s: Snapshot) -> list[Finding]:
         if len(where) > 1 and not ipaddress.ip_address(ip).is_link_local:
             # to it, and from the nodes holding it to its subnet (replies go to whichever holder answers first)
             nets = {a.network for n, i in where for a in s.facts[n].addresses_of(i) if a.ip == ip}
-            failing = tuple(_failures_toward(s, lambda target, ip=ip: target == ip) + _failures_toward(
-                s, lambda target, ip=ip, nets=nets: target != ip and _in(target, nets), sources=set(nodes)))
+            def to_it(target: str, ip: str = ip) -> bool:
+                return target == ip
+
+            def to_its_subnet(target: str, ip: str = ip, nets: set = nets) -> bool:
+                return target != ip and _in(target, nets)
+
+            failing = tuple(_failures_toward(s, to_it)
+                            + _failures_toward(s, to_its_subnet, sources=set(nodes)))
             for node in nodes:
                 out.append(Finding("fabric.address_duplicate", "error", node, f"address {ip} is used twice",
                                    evidence="; ".join(f"{n} {i}" for n, i in where),

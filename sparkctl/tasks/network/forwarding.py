@@ -52,6 +52,7 @@ class ForwardingTask(Task):
                 ctx.must(f"rm -f {q(path)}\n{restore_script(original)}", f"removing {path}", sudo=True)
                 return
             plan = ctx.plan().nodes[ctx.name]
+            assert plan.sysctl_file is not None  # planned whenever check did not ask to remove it
             facts = ctx.facts()
             was = "".join(f"{key} {facts.ipv4_conf[conf_key(key)]}\n" for key in plan.sysctl
                           if facts.ipv4_conf.get(conf_key(key)) is not None)

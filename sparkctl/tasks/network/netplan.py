@@ -130,13 +130,14 @@ class NetplanTask(Task):
         changes = []
         if current is None or current.content != desired or current.mode not in (0o600, None):
             why = "create" if current is None else ("update" if current.content != desired else "chmod 600")
-            changes.append(Change(f"{why} {path}", diff=unified_diff(path, current and current.content, desired),
+            before = current.content if current else None
+            changes.append(Change(f"{why} {path}", diff=unified_diff(path, before, desired),
                                   payload=("file", path, desired)))
         # a netplan stanza of another name NetworkManager binds to a twin (DGX OS writes nmcli's profiles as
         # 90-NM-<uuid>.yaml) is a conflict too
         also = netplan_stanzas_of(ctx.facts(), ifaces)
         for other, keys in conflicting_stanzas(files, path, ifaces, also).items():
-            content = next(f.content for f in files if f.path == other)
+            content = next(f.content for f in files if f.path == other) or ""  # it has the stanzas: not empty
             after = without_stanzas(content, keys)
             changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
                                   "their addresses; the file is backed up)",
