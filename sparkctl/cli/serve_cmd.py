@@ -36,16 +36,16 @@ def presets(as_json: bool, verbose: int) -> None:
     """The models sparkctl knows how to serve, with their drafts and settings."""
     if as_json:
         report_line("serve presets", ExitStatus.SUCCESS, presets=[
-            {"name": p.name, "model": p.model, "draft": p.draft, "decoding": p.decoding,
+            {"name": p.name, "engine": p.engine, "model": p.model, "draft": p.draft, "decoding": p.decoding,
              "max_draft_len": p.max_draft_len, "tp_size": p.tp_size, "port": p.port, "weights_gb": p.weights_gb,
              "variants": dict(p.variants)} for p in PRESETS.values()])
         return
     rows = []
     for p in PRESETS.values():
-        rows.append((p.name, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"), str(p.tp_size),
-                     str(p.port), f"{p.weights_gb:g} GB"))
-        rows += [(f"  :{variant}", "", draft, "", "", "", "", "") for variant, draft in p.variants.items()]
-    print_table(None, ("preset", "model", "draft", "decoding", "draft len", "TP", "port", "weights"), rows)
+        rows.append((p.name, p.engine, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"),
+                     str(p.tp_size), str(p.port), f"{p.weights_gb:g} GB"))
+        rows += [(f"  :{variant}", "", "", draft, "", "", "", "", "") for variant, draft in p.variants.items()]
+    print_table(None, ("preset", "engine", "model", "draft", "decoding", "draft len", "TP", "port", "weights"), rows)
     click.echo("\nserve.preset in the inventory names one;\na variant picks another draft, e.g. gpt-oss-120b-eagle3:v2")
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sparkctl.inventory.presets import get_preset
+from sparkctl.inventory.presets import PRESETS, Preset, default_preset_name, get_preset
 from sparkctl.inventory.release_check import release_problems
 from sparkctl.inventory.sections import (
     ENV_NAME_RE,
@@ -28,7 +28,9 @@ from sparkctl.inventory.sections import (
     resolve_topology,
     subnet_count,
 )
-from sparkctl.inventory.serve import engine_port, resolve_serve, serve_port
+from sparkctl.inventory.serve import engine_of, engine_port, resolve_serve, serve_port, vllm_flag_key
+from sparkctl.inventory.vllm_check import vllm_release_problems
+from sparkctl.knowledge.vllm_releases import json_flags
 from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
 
 Loc = tuple
@@ -266,13 +268,20 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if serve is None or not count:
         return
     preset = get_preset(serve.preset) if serve.preset else None
-    shapes = {key for key, value in (preset.config_dict() if preset else {}).items() if isinstance(value, dict)}
-    wrong = [key for key, value in serve.config.items()
-             if (key in shapes or key in MAPPING_SECTIONS) and not isinstance(value, dict)]
-    for key in wrong:
-        example = {"speculative_config": "{max_draft_len: 3}", "cuda_graph_config": "{max_batch_size: 1}",
-                   "kv_cache_config": "{free_gpu_memory_fraction: 0.9}"}.get(key, "{...}")
-        yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. {key}: {example})")
+    engine = engine_of(serve, count)
+    if serve.engine and preset and preset.engine != serve.engine:
+        others = ", ".join(p.name for p in PRESETS.values() if p.engine == serve.engine)
+        yield (("serve", "engine"), f"{serve.engine}, but preset {preset.name} runs on {preset.engine} (remove "
+                                    f"serve.engine, or choose a {serve.engine} preset: {others})")
+        return
+    if serve.model is None and preset is None and default_preset_name(count, engine) is None:
+        yield (("serve",), f"no {engine} preset fits {count} node(s): name the model (serve.model)")
+        return
+    if engine == "trtllm" and serve.args:
+        yield (("serve", "args"), "are vllm serve flags: TensorRT-LLM's settings go in serve.config (its "
+                                  "extra_llm_api_options keys), or set serve.engine: vllm")
+    wrong = list(_config_shape_problems(serve, preset, engine))
+    yield from wrong
     if wrong:
         return
     spec = resolve_serve(serve, count)
@@ -295,12 +304,32 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if spec.decoding != "none" and spec.draft is None:
         yield (("serve", "decoding"),
                f"{spec.decoding} needs a draft model (set serve.draft, or decoding: none)")
+    spoken = [k for k in serve.config if engine == "vllm" and vllm_flag_key(k) == "speculative-config"]
+    if spoken and spec.decoding == "none":
+        yield (("serve", "config", spoken[0]), "set while decoding is none (set serve.decoding: eagle3 and "
+                                               "serve.draft, or remove it)")
     if serve.draft and spec.decoding == "none":
         yield (("serve", "draft"), "set while decoding is none (remove it, or set decoding: eagle3 or "
                                    "draft-target)")
     image = parts.container.image if parts.container is not None else None
     if image is not None:
-        yield from release_problems(serve, image, count)
+        yield from (vllm_release_problems if engine == "vllm" else release_problems)(serve, image, count)
+
+
+def _config_shape_problems(serve: ServeSettings, preset: Preset | None, engine: str) -> Iterator[Problem]:
+    """serve.config's sections that must be mappings (what resolving the preset's config merges into)."""
+    if engine == "vllm":
+        for key, value in serve.config.items():
+            if vllm_flag_key(key) in json_flags() and not isinstance(value, dict):
+                yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. speculative-config: "
+                                                 "{num_speculative_tokens: 3})")
+        return
+    shapes = {key for key, value in (preset.config_dict() if preset else {}).items() if isinstance(value, dict)}
+    for key, value in serve.config.items():
+        if (key in shapes or key in MAPPING_SECTIONS) and not isinstance(value, dict):
+            example = {"speculative_config": "{max_draft_len: 3}", "cuda_graph_config": "{max_batch_size: 1}",
+                       "kv_cache_config": "{free_gpu_memory_fraction: 0.9}"}.get(key, "{...}")
+            yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. {key}: {example})")
 
 
 def _container_problems(parts: InventoryParts) -> Iterator[Problem]:

@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
 from sparkctl.inventory.sections import (
+    CONTAINER_DEFAULTS,
     MAX_NODES,
     ClusterSettings,
     ContainerSettings,
@@ -29,7 +30,7 @@ from sparkctl.inventory.sections import (
     default_subnets,
     resolve_topology,
 )
-from sparkctl.inventory.serve import ServeSpec, resolve_serve
+from sparkctl.inventory.serve import ServeSpec, engine_of, resolve_serve
 from sparkctl.secrets import mask_credentials
 
 
@@ -60,6 +61,15 @@ class Inventory(_Section):
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
     _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _engine_defaults(self) -> Inventory:
+        """The container's name and image follow the engine where they are not written: resolved in place but not
+        marked as set, so dump_inventory still gives back what the user wrote."""
+        for key, value in CONTAINER_DEFAULTS[engine_of(self.serve, len(self.nodes))].items():
+            if key not in self.container.model_fields_set:
+                self.container.__dict__[key] = value
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Inventory:

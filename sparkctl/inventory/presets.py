@@ -1,9 +1,10 @@
-"""What to serve, by name: a model, its draft, the decoding, the TensorRT-LLM config known to work on Sparks.
+"""What to serve, by name: the engine, a model, its draft, the decoding, the config known to work on Sparks.
 
 A preset name may carry a variant after a colon that picks another draft checkpoint, e.g.
 `gpt-oss-120b-eagle3:v2` serves openai/gpt-oss-120b with nvidia/gpt-oss-120b-Eagle3-v2.
-`config` is the extra_llm_api_options document without `speculative_model_dir`: where the draft lives on the
-node is decided by the plan, not here.
+`config` is, for TensorRT-LLM, the extra_llm_api_options document without `speculative_model_dir`; for vLLM, the
+`vllm serve` flags (as in its `--config` YAML: a flag's name without the dashes) without the draft's path in
+`speculative-config`: where the draft lives on the node is decided by the plan, not here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from types import MappingProxyType
 from typing import Any
 
 DECODINGS = ("eagle3", "draft-target", "none")
+ENGINES = ("trtllm", "vllm")
+
+# vLLM's `speculative-config.method` of each decoding (vllm/config/speculative.py, SpeculativeMethod)
+VLLM_METHODS = {"eagle3": "eagle3", "draft-target": "draft_model"}
 
 # The TensorRT-LLM `decoding_type` spellings of each decoding, best first; the plan writes the first one the
 # image's release lists (sparkctl/knowledge/trtllm_releases.json): 1.1/1.2 resolve `DraftTarget` through a name
@@ -47,6 +52,7 @@ def thaw(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class Preset:
+    engine: str  # one of ENGINES
     name: str
     model: str
     draft: str | None
@@ -73,6 +79,7 @@ class Preset:
 
 
 _QWEN3_235B_EAGLE3 = Preset(
+    engine="trtllm",
     name="qwen3-235b-eagle3",
     model="nvidia/Qwen3-235B-A22B-FP4",
     draft="nvidia/Qwen3-235B-A22B-Eagle3",
@@ -97,6 +104,7 @@ _QWEN3_235B_EAGLE3 = Preset(
 )
 
 _GPT_OSS_120B_EAGLE3 = Preset(
+    engine="trtllm",
     name="gpt-oss-120b-eagle3",
     model="openai/gpt-oss-120b",
     draft="nvidia/gpt-oss-120b-Eagle3",
@@ -128,6 +136,7 @@ _GPT_OSS_120B_EAGLE3 = Preset(
 )
 
 _LLAMA_33_70B_DRAFT_TARGET = Preset(
+    engine="trtllm",
     name="llama-3.3-70b-draft-target",
     model="nvidia/Llama-3.3-70B-Instruct-FP4",
     draft="nvidia/Llama-3.1-8B-Instruct-FP4",
@@ -149,8 +158,51 @@ _LLAMA_33_70B_DRAFT_TARGET = Preset(
     },
 )
 
+#: The NVIDIA/dgx-spark-playbooks commit of the two-Spark vLLM playbook the vLLM presets follow (nvidia/vllm/README.md)
+VLLM_PLAYBOOK_COMMIT = "0e4cfe880b119e5173d31ddff0d3d2350811ffa9"
+
+_LLAMA_33_70B_VLLM = Preset(
+    engine="vllm",
+    name="llama-3.3-70b-vllm",
+    model="meta-llama/Llama-3.3-70B-Instruct",
+    draft=None,
+    decoding="none",
+    max_draft_len=None,
+    tp_size=2,
+    port=8000,
+    weights_gb=142,
+    draft_gb=0,
+    description="Two Sparks on vLLM: Llama-3.3-70B-Instruct (BF16), TP=2, NVIDIA's two-Spark vLLM playbook",
+    source="nvidia/vllm/README.md, Run on two Sparks, step 8: `vllm serve meta-llama/Llama-3.3-70B-Instruct "
+           "--tensor-parallel-size 2 --max_model_len 2048`; the playbook starts Ray by hand, sparkctl picks the "
+           "launch the image's release supports (serve.vllm.executor)",
+    config={"max-model-len": 2048},
+)
+
+_LLAMA_33_70B_VLLM_EAGLE3 = Preset(
+    engine="vllm",
+    name="llama-3.3-70b-vllm-eagle3",
+    model="meta-llama/Llama-3.3-70B-Instruct",
+    draft="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+    decoding="eagle3",
+    max_draft_len=3,
+    tp_size=2,
+    port=8000,
+    weights_gb=142,
+    draft_gb=2,  # about 1 B parameters (one decoder layer as wide as the 70B, its own head) in BF16
+    description="Two Sparks on vLLM: Llama-3.3-70B-Instruct (BF16) + the EAGLE-3 draft of its authors, TP=2",
+    source="the model and max-model-len as in llama-3.3-70b-vllm; the speculative config as vLLM's own EAGLE-3 "
+           "example (docs/features/speculative_decoding/eagle.md at v0.20.1: method eagle3, "
+           "draft_tensor_parallel_size equal to the target's tensor-parallel-size) with the Llama-3.3-70B draft the "
+           "EAGLE authors publish (github.com/SafeAILab/EAGLE, README: yuhuili/EAGLE3-LLaMA3.3-Instruct-70B); 3 "
+           "speculative tokens as the TensorRT-LLM two-Spark preset",
+    config={"max-model-len": 2048,
+            "speculative-config": {"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}},
+)
+
 PRESETS: dict[str, Preset] = {
-    p.name: p for p in (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3, _LLAMA_33_70B_DRAFT_TARGET)
+    p.name: p for p in (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3, _LLAMA_33_70B_DRAFT_TARGET, _LLAMA_33_70B_VLLM,
+                        _LLAMA_33_70B_VLLM_EAGLE3)
 }
 
 
@@ -177,6 +229,9 @@ def get_preset(name: str) -> Preset:
     return dataclasses.replace(preset, name=name, draft=preset.variants[variant], variants={})
 
 
-def default_preset_name(node_count: int) -> str:
-    """What to serve when the inventory names neither a preset nor a model."""
+def default_preset_name(node_count: int, engine: str = "trtllm") -> str | None:
+    """What to serve when the inventory names neither a preset nor a model (None: no preset of that engine
+    fits, serve.model must say)."""
+    if engine == "vllm":
+        return _LLAMA_33_70B_VLLM_EAGLE3.name if node_count >= 2 else None
     return _QWEN3_235B_EAGLE3.name if node_count >= 2 else _GPT_OSS_120B_EAGLE3.name

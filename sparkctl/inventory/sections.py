@@ -32,6 +32,13 @@ DEFAULT_API_KEY_ENV = "SPARKCTL_API_KEY"
 #: of 2026-10-21; linux/arm64 v8 among its platforms)
 DEFAULT_GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 MAX_NODES = 64
+#: The container of each engine when container.name / container.image are not written. vLLM's is the image of
+#: NVIDIA's two-Spark vLLM playbook line (nvcr.io/nvidia/vllm, 26.05-py3 = vLLM 0.20.1 per NVIDIA's vLLM release
+#: notes, docs.nvidia.com/deeplearning/frameworks/vllm-release-notes).
+CONTAINER_DEFAULTS = {
+    "trtllm": {"name": "trtllm-multinode", "image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"},
+    "vllm": {"name": "vllm-multinode", "image": "nvcr.io/nvidia/vllm:26.05-py3"},
+}
 NODE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
@@ -201,6 +208,7 @@ class ContainerSettings(_Section):
     # env values are strings in the end; `NCCL_IB_GID_INDEX: 3` should not need quotes
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, coerce_numbers_to_str=True)
 
+    # The defaults are TensorRT-LLM's; with serve.engine vllm, CONTAINER_DEFAULTS["vllm"] (Inventory resolves them)
     name: str = "trtllm-multinode"
     image: ImageRef = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
     ssh_port: Port = 2233
@@ -217,7 +225,19 @@ class ContainerSettings(_Section):
         return value
 
 
+class VllmSettings(_Section):
+    executor: Literal["auto", "mp", "ray"] = Field("auto", description=(
+        "how the ranks meet: mp (one `vllm serve` per node with --nnodes/--node-rank, the workers --headless; "
+        "vLLM 0.17 and later), ray (a Ray cluster sparkctl starts on the serving nodes, one rank per node; the "
+        "image must have Ray); auto: mp where the image's release has it, else ray"))
+    master_port: Port = Field(29501, description="the head's port the ranks meet on over the fabric (mp)")
+    ray_port: Port = Field(6379, description="the Ray head's port on the fabric (ray)")
+
+
 class ServeSettings(_Section):
+    engine: Literal["trtllm", "vllm"] | None = Field(None, description=(
+        "trtllm (TensorRT-LLM, trtllm-serve under mpirun) or vllm (vllm serve on every serving node); default: the "
+        "preset's engine, else trtllm"))
     preset: str | None = None
     model: RepoId | None = None
     draft: RepoId | None = None
@@ -255,6 +275,10 @@ class ServeSettings(_Section):
     gateway_image: ImageRef = Field(DEFAULT_GATEWAY_IMAGE, description=(
         "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
         "(docs/gateway.md)"))
+    args: list[Argument] = Field(default_factory=list, max_length=256, description=(
+        "vLLM: extra `vllm serve` flags, checked against the image's release (TensorRT-LLM's settings go in "
+        "serve.config)"))
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")

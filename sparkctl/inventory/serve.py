@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkctl.inventory.presets import DECODING_TYPES, default_preset_name, get_preset, thaw
+from sparkctl.inventory.presets import DECODING_TYPES, VLLM_METHODS, default_preset_name, get_preset, thaw
 from sparkctl.inventory.sections import ServeSettings
 
 DEFAULT_MAX_DRAFT_LEN = {"eagle3": 3, "draft-target": 4}
@@ -33,6 +33,9 @@ class ServeSpec:
     pp_size: int = 1
     #: where the engine answers on the head's loopback (the gateway answers on `port`)
     engine_port: int = 0
+    engine: str = "trtllm"
+    #: vLLM: extra `vllm serve` flags as written
+    args: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -45,7 +48,8 @@ def _preset_of(serve: ServeSettings, node_count: int):
     if serve.preset:
         return get_preset(serve.preset)
     if serve.model is None:
-        return get_preset(default_preset_name(node_count))
+        name = default_preset_name(node_count, serve.engine or "trtllm")
+        return get_preset(name) if name else None
     return None
 
 
@@ -71,6 +75,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
     max_draft_len; decoding none drops speculative_config. serve.config is merged over the preset's config.
     """
     preset = _preset_of(serve, node_count)
+    engine = engine_of(serve, node_count)
 
     model = serve.model or preset.model
     decoding = serve.decoding or (preset.decoding if preset else ("eagle3" if serve.draft else "none"))
@@ -82,14 +87,10 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
             same = preset is not None and preset.decoding == decoding
             max_draft_len = preset.max_draft_len if same else DEFAULT_MAX_DRAFT_LEN[decoding]
 
-    config = deep_merge(preset.config_dict() if preset else {}, thaw(serve.config))
-    if decoding == "none":
-        config.pop("speculative_config", None)
+    if engine == "vllm":
+        config = _vllm_config(preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
     else:
-        speculative = config.setdefault("speculative_config", {})
-        if _decoding_of(speculative.get("decoding_type")) != decoding:
-            speculative["decoding_type"] = DECODING_TYPES[decoding]
-        speculative["max_draft_len"] = max_draft_len
+        config = _trtllm_config(preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
 
     own_model = preset is not None and model == preset.model
     return ServeSpec(
@@ -108,7 +109,51 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
         draft_gb=preset.draft_gb if own_model and draft == preset.draft else None,
         pp_size=serve.pp_size or 1,
         engine_port=engine_port(serve, node_count),
+        engine=engine,
+        args=tuple(serve.args),
     )
+
+
+def engine_of(serve: ServeSettings, node_count: int) -> str:
+    """serve.engine, else the preset's (the named one, or the default for the node count when no model is
+    given), else trtllm."""
+    if serve.engine:
+        return serve.engine
+    preset = _preset_of(serve, node_count)
+    return preset.engine if preset else "trtllm"
+
+
+def _trtllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,
+                   ) -> dict[str, Any]:
+    config = deep_merge(base, over)
+    if decoding == "none":
+        config.pop("speculative_config", None)
+    else:
+        speculative = config.setdefault("speculative_config", {})
+        if _decoding_of(speculative.get("decoding_type")) != decoding:
+            speculative["decoding_type"] = DECODING_TYPES[decoding]
+        speculative["max_draft_len"] = max_draft_len
+    return config
+
+
+def vllm_flag_key(key: str) -> str:
+    """A `vllm serve` flag's name as its --config YAML key, dashed (vLLM reads `max_model_len` and
+    `max-model-len` alike)."""
+    return key.replace("_", "-")
+
+
+def _vllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,
+                 ) -> dict[str, Any]:
+    config = deep_merge({vllm_flag_key(k): v for k, v in base.items()},
+                       {vllm_flag_key(k): v for k, v in over.items()})
+    if decoding == "none":
+        config.pop("speculative-config", None)
+    else:
+        speculative = config.setdefault("speculative-config", {})
+        if isinstance(speculative, dict):
+            speculative["method"] = VLLM_METHODS[decoding]
+            speculative["num_speculative_tokens"] = max_draft_len
+    return config
 
 
 def _decoding_of(decoding_type: Any) -> str | None:

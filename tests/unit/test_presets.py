@@ -18,16 +18,32 @@ PLAYBOOK_CONFIG = {
 
 
 def test_table():
-    assert set(PRESETS) == {"qwen3-235b-eagle3", "gpt-oss-120b-eagle3", "llama-3.3-70b-draft-target"}
-    rows = {name: (p.model, p.draft, p.decoding, p.max_draft_len, p.tp_size, p.port)
+    rows = {name: (p.engine, p.model, p.draft, p.decoding, p.max_draft_len, p.tp_size, p.port)
             for name, p in PRESETS.items()}
     assert rows == {
-        "qwen3-235b-eagle3": ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3", "eagle3", 3, 2, 8355),
-        "gpt-oss-120b-eagle3": ("openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", "eagle3", 5, 1, 8000),
-        "llama-3.3-70b-draft-target": ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvidia/Llama-3.1-8B-Instruct-FP4",
-                                       "draft-target", 4, 1, 8000),
+        "qwen3-235b-eagle3": ("trtllm", "nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3", "eagle3", 3, 2,
+                              8355),
+        "gpt-oss-120b-eagle3": ("trtllm", "openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3", "eagle3", 5, 1, 8000),
+        "llama-3.3-70b-draft-target": ("trtllm", "nvidia/Llama-3.3-70B-Instruct-FP4",
+                                       "nvidia/Llama-3.1-8B-Instruct-FP4", "draft-target", 4, 1, 8000),
+        "llama-3.3-70b-vllm": ("vllm", "meta-llama/Llama-3.3-70B-Instruct", None, "none", None, 2, 8000),
+        "llama-3.3-70b-vllm-eagle3": ("vllm", "meta-llama/Llama-3.3-70B-Instruct",
+                                      "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", "eagle3", 3, 2, 8000),
     }
-    assert [PRESETS[n].weights_gb for n in PRESETS] == [125, 61, 40]
+    assert [PRESETS[n].weights_gb for n in PRESETS] == [125, 61, 40, 142, 142]
+
+
+# NVIDIA/dgx-spark-playbooks at 0e4cfe880b119e5173d31ddff0d3d2350811ffa9, nvidia/vllm/README.md, Run on two Sparks,
+# step 8: `vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 2 --max_model_len 2048`
+def test_vllm_presets_are_the_two_spark_playbooks_and_vllms_eagle3_example():
+    plain, eagle3 = PRESETS["llama-3.3-70b-vllm"], PRESETS["llama-3.3-70b-vllm-eagle3"]
+    assert plain.config_dict() == {"max-model-len": 2048} and plain.tp_size == 2
+    assert "nvidia/vllm/README.md" in plain.source
+    # vLLM docs/features/speculative_decoding/eagle.md (v0.20.1): method eagle3, draft TP = the target's TP
+    assert eagle3.config_dict()["speculative-config"] == {
+        "method": "eagle3", "num_speculative_tokens": eagle3.max_draft_len, "draft_tensor_parallel_size": 2}
+    assert "model" not in eagle3.config_dict()["speculative-config"]  # the plan knows where the draft lives
+    assert "eagle.md" in eagle3.source and "SafeAILab/EAGLE" in eagle3.source
 
 
 def test_two_spark_config_is_the_playbooks():
@@ -36,7 +52,7 @@ def test_two_spark_config_is_the_playbooks():
 
 def test_every_preset_config_agrees_with_its_fields():
     decoding_types = {"eagle3": "Eagle", "draft-target": "DraftTarget"}
-    for preset in PRESETS.values():
+    for preset in (p for p in PRESETS.values() if p.engine == "trtllm"):
         speculative = preset.config["speculative_config"]
         assert speculative["decoding_type"] == decoding_types[preset.decoding]
         assert speculative["max_draft_len"] == preset.max_draft_len
@@ -62,7 +78,7 @@ SINGLE_SPARK_PLAYBOOK = {
 def test_single_spark_presets_are_the_playbooks_and_every_preset_cites_its_source():
     for name, config in SINGLE_SPARK_PLAYBOOK.items():
         assert PRESETS[name].config_dict() == config, name
-    for preset in PRESETS.values():
+    for preset in (p for p in PRESETS.values() if p.engine == "trtllm"):
         assert "nvidia/speculative-decoding/README.md" in preset.source, preset.name
 
 
@@ -98,3 +114,5 @@ def test_names_and_default():
     assert all(get_preset(name) for name in preset_names())
     assert default_preset_name(1) == "gpt-oss-120b-eagle3"
     assert default_preset_name(2) == default_preset_name(4) == "qwen3-235b-eagle3"
+    assert default_preset_name(2, "vllm") == "llama-3.3-70b-vllm-eagle3"
+    assert default_preset_name(1, "vllm") is None  # no vLLM preset fits one Spark: serve.model says
