@@ -313,7 +313,10 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
                                    "draft-target)")
     image = parts.container.image if parts.container is not None else None
     if image is not None:
-        yield from (vllm_release_problems if engine == "vllm" else release_problems)(serve, image, count)
+        if engine == "vllm":
+            yield from vllm_release_problems(serve, image, count, dict(parts.container.env))
+        else:
+            yield from release_problems(serve, image, count)
 
 
 def _config_shape_problems(serve: ServeSettings, preset: Preset | None, engine: str) -> Iterator[Problem]:

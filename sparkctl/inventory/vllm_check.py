@@ -7,6 +7,8 @@ all three at `file:line: serve.args[i]` / `serve.config.<key>`, exit 2, before a
 
 from __future__ import annotations
 
+import difflib
+
 from sparkctl.inventory.sections import ServeSettings
 from sparkctl.inventory.serve import resolve_serve, vllm_flag_key
 from sparkctl.knowledge.vllm_releases import judged_note, release_of, schema_for
@@ -33,8 +35,10 @@ OWNED_FLAGS = {
 }
 
 
-def vllm_release_problems(serve: ServeSettings, image: str, node_count: int) -> list[Problem]:
-    """(location, message) for each of serve.args and serve.config that the image's vLLM release would refuse."""
+def vllm_release_problems(serve: ServeSettings, image: str, node_count: int,
+                          env: dict[str, str] | None = None) -> list[Problem]:
+    """(location, message) for each of serve.args and serve.config that the image's vLLM release would refuse,
+    and each VLLM_* variable of container.env it does not read (set, it would change nothing)."""
     version = release_of(image)
     if version is None:
         return []
@@ -50,6 +54,15 @@ def vllm_release_problems(serve: ServeSettings, image: str, node_count: int) -> 
             where = ("config", _as_written(serve.config, str(where[1])), *where[2:])
         hint = "; ".join(h for h in (problem.hint, note) if h)
         out.append((("serve", *where), problem.message + (f" ({hint})" if hint else "")))
+    for name in env or {}:
+        if name.startswith("VLLM_") and name not in schema.env:
+            had = schema.env_read_until(name)
+            close = difflib.get_close_matches(name, schema.env, n=1, cutoff=0.9)
+            what = f" (vLLM {had} read it)" if had else ""
+            hint = "; ".join(h for h in (f"did you mean {close[0]}?" if close and not had else "remove it", note)
+                             if h)
+            out.append((("container", "env", name), f"vLLM {version} does not read {name}{what}: set, it changes "
+                                                     f"nothing ({hint})"))
     return out
 
 

@@ -136,6 +136,11 @@ class VllmSchema:
         older = [v for v in known_releases() if v < self.version and flag in _releases()[str(v)]["serve_flags"]]
         return older[-1] if older else None
 
+    def env_read_until(self, name: str) -> VllmVersion | None:
+        """The latest known earlier release that still read the variable `name` (this one does not)."""
+        older = [v for v in known_releases() if v < self.version and name in _releases()[str(v)]["env"]]
+        return older[-1] if older else None
+
     def unknown_flag(self, where: tuple[str | int, ...], flag: str) -> Problem:
         if flag.startswith("--"):
             dashed = "--" + flag[2:].replace("_", "-")

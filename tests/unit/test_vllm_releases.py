@@ -192,3 +192,17 @@ def test_engine_and_preset_must_agree_and_args_are_vllms(inv_file):
     assert problems(inv_file(single)) == ["inv.yaml:3: serve: no vllm preset fits 1 node(s): name the model "
                                           "(serve.model)"]
     assert problems(inv_file(PAIR + "serve:\n  engine: sglang\n"))[0].startswith("inv.yaml:8: serve.engine: ")
+
+
+def test_a_vllm_variable_the_release_no_longer_reads_is_reported(inv_file):
+    # VLLM_ATTENTION_BACKEND: in vllm/envs.py's environment_variables up to 0.11.1, gone from 0.17.1
+    text = ("container:\n  env:\n    VLLM_ATTENTION_BACKEND: FLASHINFER\n    VLLM_HOST_IPP: 1.2.3.4\n" + PAIR
+            + "serve:\n  engine: vllm\n")
+    assert problems(inv_file(text)) == [
+        "inv.yaml:3: container.env.VLLM_ATTENTION_BACKEND: vLLM 0.20.1 does not read VLLM_ATTENTION_BACKEND (vLLM "
+        "0.11.1 read it): set, it changes nothing (remove it)",
+        "inv.yaml:4: container.env.VLLM_HOST_IPP: vLLM 0.20.1 does not read VLLM_HOST_IPP: set, it changes nothing "
+        "(did you mean VLLM_HOST_IP?)"]
+    older = text.replace("container:\n", "container:\n  image: nvcr.io/nvidia/vllm:26.01-py3\n").replace(
+        "    VLLM_HOST_IPP: 1.2.3.4\n", "")
+    assert load_inventory(inv_file(older)).container.env["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
