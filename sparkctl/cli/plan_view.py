@@ -12,6 +12,7 @@ from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
 from sparkctl.plan.serve import launch_fingerprint
 from sparkctl.plan.serve_unit import serve_unit_spec
+from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
 
@@ -62,6 +63,9 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out.append("--- container")
         out.append(" \\\n    ".join(_argv_lines(node.container.run_argv())))
     out.append(_section("cluster"))
+    if plan.vllm is not None:
+        out += _vllm_lines(plan.vllm)
+        return "\n".join(out) + "\n"
     out.append(f"--- {ENTRYPOINT_PATH} (every container's command, mounted read-only from the node's state dir: "
                f"it writes the container's sshd config, port {inventory.container.ssh_port}, fabric addresses only)")
     out.append(render_entrypoint(inventory).rstrip())
@@ -75,6 +79,23 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out += _unit_lines(inventory, plan)
         out += _gateway_lines(inventory)
     return "\n".join(out) + "\n"
+
+
+def _vllm_lines(launch: VllmLaunch) -> list[str]:
+    release = f"vLLM {launch.release}" if launch.release else "the image's vLLM (release not known from its tag)"
+    out = [f"vLLM: {release}, executor {launch.executor} ({launch.why})" + (f"; {launch.note}" if launch.note else ""),
+           "no container sshd, mesh or hostfile: vLLM's ranks meet over their own sockets"]
+    if launch.dropped:
+        out.append(f"left out (the release has no such flag): {', '.join(launch.dropped)}")
+    out.append(f"--- {VLLM_CONFIG_PATH} (vllm serve --config, in every serving container)")
+    out.append(launch.config_text().rstrip())
+    for node, argv in launch.ray.items():
+        out.append(f"--- Ray on {node} (in its container)")
+        out.append(shlex.join(argv))
+    for node, argv in launch.serve.items():
+        out.append(f"--- vllm serve on {node} (in its container)")
+        out.append(shlex.join(argv))
+    return out
 
 
 def _unit_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:

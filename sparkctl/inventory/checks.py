@@ -314,7 +314,7 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     image = parts.container.image if parts.container is not None else None
     if image is not None:
         if engine == "vllm":
-            yield from vllm_release_problems(serve, image, count, dict(parts.container.env))
+            yield from vllm_release_problems(serve, image, count, dict(parts.container.env if parts.container else {}))
         else:
             yield from release_problems(serve, image, count)
 

@@ -54,6 +54,10 @@ def vllm_release_problems(serve: ServeSettings, image: str, node_count: int,
             where = ("config", _as_written(serve.config, str(where[1])), *where[2:])
         hint = "; ".join(h for h in (problem.hint, note) if h)
         out.append((("serve", *where), problem.message + (f" ({hint})" if hint else "")))
+    if serve.vllm.executor == "mp" and not schema.has_nnodes and spec.world_size > 1:
+        out.append((("serve", "vllm", "executor"), f"mp: vLLM {version} has no --nnodes (0.11.1 and later), so its "
+                                                   "ranks meet across nodes only over Ray (set executor: ray or "
+                                                   "auto, or use an image with a later vLLM)"))
     for name in env or {}:
         if name.startswith("VLLM_") and name not in schema.env:
             had = schema.env_read_until(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from sparkctl.facts import Facts
@@ -16,6 +17,7 @@ from sparkctl.plan.container import (
 from sparkctl.plan.fabric import FabricPlan, PlanError, plan_fabric, render_netplan
 from sparkctl.plan.ring import forwarding_settings, render_sysctl, ring_routes
 from sparkctl.plan.serve import launch_command, render_serve_config
+from sparkctl.plan.vllm import VllmLaunch, vllm_launch
 
 __all__ = ["ClusterPlan", "FabricPlan", "PlanError", "NodePlan", "plan_cluster"]
 
@@ -41,6 +43,9 @@ class ClusterPlan:
     entrypoint: str
     serve_config: str
     launch_command: str
+    #: serve.engine vllm: every serving node's command (serve_config is then its --config file, launch_command the
+    #: head's `vllm serve`)
+    vllm: VllmLaunch | None = None
 
 
 def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
@@ -60,6 +65,10 @@ def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = 
             sysctl=sysctl, sysctl_file=render_sysctl(inventory.cluster.name, node.name, sysctl) if sysctl else None,
             routes=routes or {},
         )
+    if inventory.serve_spec().engine == "vllm":
+        vllm = vllm_launch(inventory, fabric)
+        return ClusterPlan(fabric=fabric, nodes=nodes, hostfile="", entrypoint="", serve_config=vllm.config_text(),
+                           launch_command=shlex.join(vllm.serve[inventory.serving_nodes()[0]]), vllm=vllm)
     return ClusterPlan(
         fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric),
         entrypoint=render_entrypoint(inventory), serve_config=render_serve_config(inventory),

@@ -57,6 +57,8 @@ def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
 
 
 def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
+    if inventory.serve_spec().engine == "vllm":
+        return vllm_container_env(inventory, node, fabric)
     ports = fabric.ports[node]
     env: dict[str, str] = {}
     if ports.interfaces:
@@ -84,6 +86,33 @@ def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[s
     # sparkctl's own variables last, so no inventory key can override them (the inventory checks refuse
     # SPARKCTL_* keys too): the container mesh needs its sshd on the fabric only, never on the management LAN
     env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
+    return env
+
+
+def vllm_container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
+    """A vLLM container's settings from its node's own Up twins, as NVIDIA's two-Spark vLLM playbook sets them
+    (nvidia/vllm/README.md: VLLM_HOST_IP, UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include,
+    GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME, RAY_memory_monitor_refresh_ms=0), from this node's facts rather than one
+    interface name typed on both. NCCL takes every twin (NCCL_IB_HCA: their RoCE devices); Gloo and TensorPipe
+    carry vLLM's control traffic on the twin VLLM_HOST_IP is on (TensorPipe takes one interface)."""
+    ports = fabric.ports[node]
+    env: dict[str, str] = {}
+    own = next((i for i in ports.interfaces if i in fabric.addresses.get(node, {})), None)
+    if ports.interfaces:
+        ifaces = ",".join(ports.interfaces)
+        env.update({
+            "UCX_NET_DEVICES": ifaces,
+            "NCCL_SOCKET_IFNAME": ifaces,
+            "OMPI_MCA_btl_tcp_if_include": ifaces,
+            "NCCL_IB_HCA": ",".join(d for d in ports.roce_devices if d),
+        })
+        if not env["NCCL_IB_HCA"]:
+            del env["NCCL_IB_HCA"]
+    if own is not None:
+        env.update({"VLLM_HOST_IP": str(fabric.addresses[node][own].ip), "GLOO_SOCKET_IFNAME": own,
+                    "TP_SOCKET_IFNAME": own})
+    env.update({"RAY_memory_monitor_refresh_ms": "0", "HF_HOME": CONTAINER_HF_HOME})
+    env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
     return env
 
 
@@ -140,6 +169,17 @@ def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: 
     home = node_home(inventory, node, facts)
     state = state_dir(inventory, home)
     hf_cache = expand_home(inventory.container.hf_cache, home)
+    if inventory.serve_spec().engine == "vllm":
+        # no sshd and no mesh: vLLM's ranks meet over its own sockets; each `vllm serve` is started by the serving
+        # unit with `docker exec`, so the container only has to stay up
+        return ContainerSpec(
+            name=inventory.container.name, image=inventory.container.image,
+            env=container_env(inventory, node.name, fabric),
+            mounts=[(hf_cache.rstrip("/") + "/", CONTAINER_HF_HOME + "/", ""),
+                    (posixpath.join(state, "run"), CONTAINER_STATE, "")],
+            docker_args=list(inventory.container.docker_args or []),
+            command=["sleep", "infinity"],
+            labels={CLUSTER_LABEL: inventory.cluster.name})
     return ContainerSpec(
         name=inventory.container.name,
         image=inventory.container.image,

@@ -206,3 +206,12 @@ def test_a_vllm_variable_the_release_no_longer_reads_is_reported(inv_file):
     older = text.replace("container:\n", "container:\n  image: nvcr.io/nvidia/vllm:26.01-py3\n").replace(
         "    VLLM_HOST_IPP: 1.2.3.4\n", "")
     assert load_inventory(inv_file(older)).container.env["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
+
+
+def test_mp_on_a_release_without_nnodes_is_refused_at_its_line(inv_file):
+    text = ("container:\n  image: nvcr.io/nvidia/vllm:25.10-py3\n" + PAIR
+            + "serve:\n  engine: vllm\n  vllm:\n    executor: mp\n")
+    assert problems(inv_file(text)) == [
+        "inv.yaml:12: serve.vllm.executor: mp: vLLM 0.10.2 has no --nnodes (0.11.1 and later), so its ranks meet "
+        "across nodes only over Ray (set executor: ray or auto, or use an image with a later vLLM)"]
+    assert load_inventory(inv_file(text.replace("executor: mp", "executor: auto"))).serve.vllm.executor == "auto"

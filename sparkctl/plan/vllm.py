@@ -1,0 +1,111 @@
+"""PURE vLLM planning: the `--config` file, and each serving node's `vllm serve` (and Ray's) line, per the
+image's vLLM release.
+
+Two ways the ranks meet, both from vLLM's own source (sparkctl/knowledge/vllm_releases.json):
+- mp: one `vllm serve` per serving node with `--nnodes/--node-rank/--master-addr/--master-port`, every node but the
+  head `--headless` (vLLM 0.11.1 and later have the flags; Ray is refused with --nnodes > 1);
+- ray: a Ray cluster on the serving nodes (`ray start --head` on the head, `ray start --address` on the others), then
+  `vllm serve --distributed-executor-backend ray` on the head. Up to 0.10.x the only way across nodes.
+Every node's own settings (VLLM_HOST_IP, the socket interfaces, NCCL_IB_HCA) are in its container's environment
+(plan/container.py), never passed from the head.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import yaml
+
+from sparkctl.inventory import Inventory
+from sparkctl.knowledge.vllm_releases import VllmSchema, VllmVersion, judged_note, release_of, schema_for
+from sparkctl.plan.fabric import FabricPlan
+from sparkctl.plan.gateway import ENGINE_HOST
+from sparkctl.plan.paths import CONTAINER_STATE, draft_dir
+
+#: The --config file in the container (the node's run/ dir, mounted)
+VLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/vllm.yaml"
+
+
+class VllmPlanError(ValueError):
+    """The inventory asks for a launch the image's release cannot do (the loader refuses it with file:line)."""
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    executor: str                       # "mp" | "ray"
+    why: str                            # why that executor, in words
+    release: VllmVersion | None
+    config: dict                        # the --config file's content
+    serve: dict[str, list[str]]         # serving node -> its `vllm serve` argv (ray: the head only)
+    ray: dict[str, list[str]] = field(default_factory=dict)  # ray: serving node -> `ray start ... --block`
+    dropped: list[str] = field(default_factory=list)          # preset flags the release does not have
+    note: str = ""                                            # the release judged as a known one
+
+    def config_text(self) -> str:
+        return yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False)
+
+
+def image_release(inventory: Inventory) -> VllmVersion | None:
+    return release_of(inventory.container.image)
+
+
+def choose_executor(inventory: Inventory, schema: VllmSchema | None) -> tuple[str, str]:
+    """(executor, why): serve.vllm.executor, or for auto the release's multi-node launcher where it has one."""
+    asked = inventory.serve.vllm.executor
+    single = inventory.serve_spec().world_size == 1
+    if single:
+        return "mp", "one node: no rendezvous"
+    if asked == "mp" and schema is not None and not schema.has_nnodes:
+        raise VllmPlanError(f"serve.vllm.executor mp: vLLM {schema.version} has no --nnodes (0.11.1 and later): "
+                            "use ray, or an image with a later vLLM")
+    if asked != "auto":
+        return asked, f"serve.vllm.executor: {asked}"
+    if schema is None or schema.has_nnodes:
+        return "mp", "the release starts one vllm serve per node itself (--nnodes)"
+    return "ray", f"vLLM {schema.version} has no --nnodes: across nodes it needs Ray"
+
+
+def vllm_config(inventory: Inventory, schema: VllmSchema | None) -> tuple[dict, list[str]]:
+    """The --config file (flag -> value) and the preset's flags the release lacks (left out, not the user's to
+    fix; a flag the user wrote and the release lacks is refused by the inventory loader)."""
+    spec = inventory.serve_spec()
+    config = json.loads(json.dumps(spec.config))  # a plain deep copy
+    if spec.decoding != "none" and spec.draft and isinstance(config.get("speculative-config"), dict):
+        config["speculative-config"]["model"] = draft_dir(spec.draft)
+    written = {key.replace("_", "-") for key in inventory.serve.config}
+    dropped = [key for key in config
+               if schema is not None and schema.canonical(f"--{key}") is None and key not in written]
+    return {k: v for k, v in config.items() if k not in dropped}, dropped
+
+
+def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion | None = None) -> VllmLaunch:
+    """Every serving node's command, for `release` (the image tag's when None)."""
+    release = release or image_release(inventory)
+    schema = schema_for(release) if release else None
+    executor, why = choose_executor(inventory, schema)
+    config, dropped = vllm_config(inventory, schema)
+    spec = inventory.serve_spec()
+    nodes = inventory.serving_nodes()
+    head = nodes[0]
+    master = str(fabric.first_address(head) or inventory.head.host)
+    common = ["vllm", "serve", spec.model, "--config", VLLM_CONFIG_PATH,
+              "--tensor-parallel-size", str(spec.tp_size),
+              *(["--pipeline-parallel-size", str(spec.pp_size)] if spec.pp_size > 1 else [])]
+    front = ["--served-model-name", spec.model, "--host", ENGINE_HOST, "--port", str(spec.engine_port)]
+    serve: dict[str, list[str]] = {}
+    ray: dict[str, list[str]] = {}
+    if executor == "mp":
+        for rank, node in enumerate(nodes):
+            multi = ["--nnodes", str(len(nodes)), "--node-rank", str(rank), "--master-addr", master,
+                     "--master-port", str(inventory.serve.vllm.master_port)] if len(nodes) > 1 else []
+            serve[node] = [*common, *multi, *(front if rank == 0 else ["--headless"]), *spec.args]
+    else:
+        port = str(inventory.serve.vllm.ray_port)
+        for rank, node in enumerate(nodes):
+            own = str(fabric.first_address(node) or inventory.node(node).host)
+            ray[node] = (["ray", "start", "--head", "--port", port, "--node-ip-address", own, "--block"] if rank == 0
+                         else ["ray", "start", "--address", f"{master}:{port}", "--node-ip-address", own, "--block"])
+        serve[head] = [*common, "--distributed-executor-backend", "ray", *front, *spec.args]
+    return VllmLaunch(executor, why, release, config, serve, ray, dropped,
+                      judged_note(release, schema) if release and schema else "")
