@@ -83,9 +83,9 @@ class TaskResult(Line):
     changes: list[ChangeItem] | None = None
     would_change: bool | None = Field(None, description="--check: the changes were not applied")
     duration: float | None = Field(None, description="seconds; absent when the task did not run")
-    reason: Literal["not_selected", "pending"] | None = Field(
-        None, description="skipped: left out by --only/--skip, or (--check) cannot know until `pending_on` is "
-                          "applied")
+    reason: Literal["not_selected", "pending", "not_applicable"] | None = Field(
+        None, description="skipped: left out by --only/--skip, (--check) cannot know until `pending_on` is "
+                          "applied, or nothing to do for this inventory (`message` says why)")
     pending_on: str | None = None
     outside_limit: list[ChangeItem] | None = Field(None, description="changes left alone outside --limit")
     traceback: str | None = None

@@ -39,6 +39,8 @@ class TaskOutcome:
     would_change: bool = False
     traceback: str | None = None
     not_selected: bool = False
+    #: skipped because the task has nothing to do for this inventory (Task.not_applicable): never blocks
+    not_applicable: bool = False
     #: the node whose loss made this outcome (a cluster task cut or skipped, a peer's task skipped)
     lost_node: str | None = None
     #: --check only: this task cannot know its answer until that need (which would change) is applied
@@ -52,7 +54,7 @@ class TaskOutcome:
         would change or cannot know yet (--check) does not: its dependents still say what they can."""
         if self.status in (Status.FAILED, Status.UNREACHABLE, Status.INTERRUPTED):
             return True
-        return self.status is Status.SKIPPED and self.pending_on is None
+        return self.status is Status.SKIPPED and self.pending_on is None and not self.not_applicable
 
     @property
     def awaits(self) -> str | None:
@@ -65,6 +67,8 @@ class TaskOutcome:
         data: dict[str, Any] = {}
         if self.not_selected:
             data["reason"] = "not_selected"
+        if self.not_applicable:
+            data["reason"] = "not_applicable"
         if self.pending_on is not None:
             data.update(reason="pending", pending_on=self.pending_on)
         if self.outside:

@@ -303,7 +303,10 @@ class Runner:
         try:
             if self.interruption.requested:
                 raise Interrupted(node or CLUSTER_ROW)
-            if awaited and task.read_only:
+            why_not = task.not_applicable(ctx)
+            if why_not:
+                outcome.status, outcome.message, outcome.not_applicable = Status.SKIPPED, why_not, True
+            elif awaited and task.read_only:
                 self._pending(outcome, awaited, None)
             else:
                 self._converge(task, ctx, outcome)

@@ -68,6 +68,11 @@ class Task:
     #: while one of those would still change, it cannot know, and says so without trying.
     read_only: ClassVar[bool] = False
 
+    def not_applicable(self, ctx: Any) -> str | None:
+        """Why this task has nothing to do for this inventory (e.g. TensorRT-LLM's MPI hostfile when vLLM serves),
+        or None. Said as a skip with that reason; what needs it still runs."""
+        return None
+
     def check(self, ctx: Any) -> list[Change]:
         raise NotImplementedError
 

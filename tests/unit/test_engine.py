@@ -289,6 +289,23 @@ def test_a_need_left_out_by_skip_blocks_what_needs_it():
     assert statuses(result, "net.free") == dict.fromkeys(NODES, "changed")
 
 
+def test_a_task_with_nothing_to_do_for_the_inventory_is_skipped_with_its_reason_and_blocks_nothing():
+    class OnlyFor(Ensure):
+        def not_applicable(self, ctx):
+            return None if ctx.name == "spark1" else "vLLM serves: no MPI hostfile (TensorRT-LLM's)"
+
+    hostfile = OnlyFor("net.hostfile", "net")
+    after = Ensure("serve.after", "serve", needs=("net.hostfile",))
+    result, events, nodes = run([hostfile, after])
+    assert statuses(result, "net.hostfile") == {"spark1": "changed", "spark2": "skipped", "spark3": "skipped"}
+    assert hostfile.checked == ["spark1", "spark1"] and "net.hostfile" not in nodes["spark2"].state  # check, recheck
+    assert result.outcome("net.hostfile", "spark2").message == "vLLM serves: no MPI hostfile (TensorRT-LLM's)"
+    assert statuses(result, "serve.after") == dict.fromkeys(NODES, "changed")
+    skipped = [e for e in events if e.event == "task_result" and e.node == "spark3" and e.task == "net.hostfile"]
+    assert skipped[0].to_dict()["reason"] == "not_applicable"
+    assert result.exit_status() == ExitStatus.SUCCESS
+
+
 def test_check_mode_answers_every_task_even_when_what_it_needs_would_change():
     """A task whose need would change still checks (its changes are reported); one whose check fails on the
     state its need is about to change, or that only proves what its needs make, says it cannot know yet."""
