@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
+
+#: What a task's check and apply work on: one node's context, or the cluster's (sparkctl/tasks/context.py)
+C = TypeVar("C")
+#: What a change carries from check to apply (each task its own kind)
+P = TypeVar("P")
 
 
 class Scope(str, Enum):
@@ -22,16 +27,23 @@ class Status(str, Enum):
 
 
 @dataclass
-class Change:
-    """One thing a task would change: a one-line summary, a diff for files, a private payload for apply.
+class Change(Generic[P]):
+    """One thing a task would change: a one-line summary, a diff for files, a payload for apply (the task's own
+    kind: apply reads only what its check put there).
 
     `node`: where a cluster-scope task's change happens. With --limit, only changes on the limited nodes are
     applied; the others are reported as left alone (a change naming no node touches the whole cluster)."""
 
     summary: str
     diff: str | None = None
-    payload: Any = field(default=None, repr=False, compare=False)
+    payload: P | None = field(default=None, repr=False, compare=False)
     node: str | None = None
+
+    def carried(self) -> P:
+        """The payload, for apply: a task whose changes carry one always puts it there in check."""
+        if self.payload is None:
+            raise TypeError(f"{self.summary}: this change carries nothing")
+        return self.payload
 
 
 class TaskFailed(Exception):
@@ -44,7 +56,7 @@ class TaskFailed(Exception):
         self.details = details or []
 
 
-class Task:
+class Task(Generic[C, P]):
     """A step of a playbook. Subclasses set the class attributes and implement check/apply.
 
     `check(ctx)` must not change anything; an empty list means the node (or cluster) is as wanted.
@@ -68,13 +80,13 @@ class Task:
     #: while one of those would still change, it cannot know, and says so without trying.
     read_only: ClassVar[bool] = False
 
-    def not_applicable(self, ctx: Any) -> str | None:
+    def not_applicable(self, ctx: C) -> str | None:
         """Why this task has nothing to do for this inventory (e.g. TensorRT-LLM's MPI hostfile when vLLM serves),
         or None. Said as a skip with that reason; what needs it still runs."""
         return None
 
-    def check(self, ctx: Any) -> list[Change]:
+    def check(self, ctx: C) -> list[Change[P]]:
         raise NotImplementedError
 
-    def apply(self, ctx: Any, changes: list[Change]) -> None:
+    def apply(self, ctx: C, changes: list[Change[P]]) -> None:
         raise NotImplementedError

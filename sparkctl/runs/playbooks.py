@@ -25,8 +25,8 @@ DOWN_PHASES = ["container", "ssh", "network"]
 
 def down_tasks(network_too: bool = False) -> list[Task]:
     """What `cluster down` undoes; the network and keys only with --network."""
-    return [*serve.DOWN_TASKS, *container.DOWN_TASKS,
-            *((*ssh.DOWN_TASKS, *network.DOWN_TASKS) if network_too else ())]
+    keys_and_network: list[Task] = [*ssh.DOWN_TASKS, *network.DOWN_TASKS] if network_too else []
+    return [*serve.DOWN_TASKS, *container.DOWN_TASKS, *keys_and_network]
 
 
 def down_graph(network_too: bool = False) -> Graph:

@@ -218,7 +218,7 @@ def test_an_idle_competitor_alone_is_removed_without_an_apply():
     ctx = kit.node("spark1")
     ctx.shows.nm.devices = [d for d in ctx.shows.nm.devices if d.name != "enP2p1s0f1np1"]  # managed again
     changes = NetplanTask().check(ctx)
-    assert [c.payload[0] for c in changes] == ["nm-profile"]
+    assert [c.carried().kind for c in changes] == ["nm-profile"]
     after = copy.deepcopy(ctx.shows)
     after.nm.profiles = [p for p in after.nm.profiles if p.priority != 5]
     kit.transport("spark1").respond("nmcli connection delete", then=lambda: setattr(ctx, "shows", after))

@@ -14,7 +14,7 @@ PULL_TIMEOUT = 3600.0
 _LOGIN_NEEDED = re.compile(r"unauthori[sz]ed|authentication required|no basic auth credentials|denied", re.I)
 
 
-class ContainerImageTask(Task):
+class ContainerImageTask(Task[NodeContext, None]):
     name = "container.image"
     phase = "container"
     needs = ("preflight.node", "preflight.cluster")
@@ -23,13 +23,13 @@ class ContainerImageTask(Task):
     changes = ("`docker pull <image>` (a missing registry login is reported with the `docker login nvcr.io` "
                "hint)")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         image = ctx.inventory.container.image
         if ctx.facts().images.get(image):
             return []
         return [Change(f"pull {image}")]
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
         image = ctx.inventory.container.image
         started = time.monotonic()
         code, output = _pull_with_progress(ctx, image)

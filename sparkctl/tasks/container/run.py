@@ -54,7 +54,7 @@ def remove_command(name: str) -> str:
     return f"docker stop -t 0 {q(name)} >/dev/null 2>&1; docker rm -f {q(name)}"
 
 
-class ContainerRunTask(Task):
+class ContainerRunTask(Task[NodeContext, str]):
     name = "container.run"
     phase = "container"
     # its sshd listens on the node's planned fabric addresses only (SPARKCTL_SSHD_LISTEN): without them it
@@ -68,7 +68,7 @@ class ContainerRunTask(Task):
                "sparkctl's state mounted, per-node env; a container with another spec is removed and created "
                "again (`--diff` shows what differs); a stopped one is started")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[str]]:
         spec = node_spec(ctx)
         current = ctx.facts().containers.get(spec.name)
         if current is not None and current.status == "unknown":
@@ -97,7 +97,7 @@ class ContainerRunTask(Task):
                            f"address {', '.join(exposed)} (the mesh belongs on the fabric)", payload="recreate")]
         return []
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         spec = node_spec(ctx)
         action = changes[0].payload
         ssh_port = ctx.inventory.container.ssh_port

@@ -67,7 +67,11 @@ def desired_ssh_files(ctx: ClusterContext, pubs: dict[str, tuple[str, str]]) -> 
     return {"authorized_keys": "\n".join(authorized) + "\n", "known_hosts": "\n".join(known) + "\n"}
 
 
-class ContainerSshTask(Task):
+#: (node, "node" | "container", file name, content): one ssh file of the mesh to write
+MeshFile = tuple[str, str, str, str]
+
+
+class ContainerSshTask(Task[ClusterContext, MeshFile]):
     name = "container.ssh"
     phase = "container"
     scope = Scope.CLUSTER
@@ -140,10 +144,10 @@ class ContainerSshTask(Task):
             verify_container_ssh(ctx)
         return []
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[MeshFile]]) -> None:
         container = ctx.inventory.container.name
         by_node: dict[str, list[tuple[str, str, str]]] = {}
-        for node, where, fname, content in (c.payload for c in changes):
+        for node, where, fname, content in (c.carried() for c in changes):
             by_node.setdefault(node, []).append((where, fname, content))
 
         def write(node: str) -> None:

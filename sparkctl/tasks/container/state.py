@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from dataclasses import dataclass
+from typing import Literal
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
@@ -21,7 +23,16 @@ CLIENT_KEY = CONTAINER_CLIENT_KEY
 HOST_KEY = CONTAINER_HOST_KEY
 
 
-class ContainerStateTask(Task):
+@dataclass(frozen=True)
+class StateStep:
+    """What one change of container.state does."""
+
+    kind: Literal["file", "dirs", "key"]
+    target: str = ""   # the file written, the key generated (its name in container-ssh/)
+    content: str = ""
+
+
+class ContainerStateTask(Task[NodeContext, StateStep]):
     name = "container.state"
     phase = "container"
     needs = ("preflight.node", "preflight.cluster")
@@ -36,7 +47,7 @@ class ContainerStateTask(Task):
     def _files(self, ctx: NodeContext) -> dict[str, str]:
         return {"entrypoint.sh": ctx.plan().entrypoint, f"run/{MPI_PROBE}": probe_source()}
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[StateStep]]:
         base = ctx.state_dir()
         keys = posixpath.join(base, "container-ssh")
         hf_cache = ctx.hf_cache_dir()
@@ -84,33 +95,34 @@ class ContainerStateTask(Task):
                 path = posixpath.join(base, rel)
                 changes.append(Change(f"{'update' if current else 'write'} {path}",
                                       diff=unified_diff(path, current or None, content),
-                                      payload=("file", path, content)))
+                                      payload=StateStep("file", path, content)))
         if "run" not in have or "keydir" not in have:
-            changes.append(Change(f"create {base}/run and {base}/container-ssh (mode 700)", payload=("dirs",)))
+            changes.append(Change(f"create {base}/run and {base}/container-ssh (mode 700)", payload=StateStep("dirs")))
         if "hf_cache" not in have:
             changes.append(Change(f"create the HF cache {hf_cache} (docker would create it owned by root)",
-                                  payload=("dirs",)))
+                                  payload=StateStep("dirs")))
         if "client" not in have:
             changes.append(Change("generate the container's client key container-ssh/id_ed25519",
-                                  payload=("key", CLIENT_KEY)))
+                                  payload=StateStep("key", CLIENT_KEY)))
         if "hostkey" not in have:
             changes.append(Change("generate the container's ssh host key container-ssh/ssh_host_ed25519_key",
-                                  payload=("key", HOST_KEY)))
+                                  payload=StateStep("key", HOST_KEY)))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[StateStep]]) -> None:
         base = ctx.state_dir()
         keys = posixpath.join(base, "container-ssh")
         cluster = ctx.inventory.cluster.name
         lines = [f"mkdir -p {q(ctx.hf_cache_dir())}",
                  f"install -d -m 700 {q(base)} {q(keys)}", f"install -d -m 755 {q(base + '/run')}",
                  f"chmod 700 {q(keys)}"]
-        for change in changes:
-            if change.payload[0] == "key":
-                key = posixpath.join(keys, change.payload[1])
+        steps = [c.carried() for c in changes]
+        for step in steps:
+            if step.kind == "key":
+                key = posixpath.join(keys, step.target)
                 comment = f"sparkctl-container-{cluster}@{ctx.name}"
                 lines.append(keygen_line(q(key), comment))
         ctx.must(" && ".join(lines), "preparing sparkctl's state dir")
-        for change in changes:
-            if change.payload[0] == "file":
-                ctx.transport.put(change.payload[1], change.payload[2], mode=0o644)
+        for step in steps:
+            if step.kind == "file":
+                ctx.transport.put(step.target, step.content, mode=0o644)

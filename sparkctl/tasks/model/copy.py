@@ -150,7 +150,19 @@ def copy_failure(peer: str, repo: str, result: CommandResult) -> TaskFailed:
                       hint="a rerun sends only what is still missing", details=tail)
 
 
-class ModelCopyTask(Task):
+@dataclass(frozen=True)
+class CopyStep:
+    """One repo to send from the head to one peer."""
+
+    peer: str
+    source: RepoDir
+    dest: str
+    paths: list[str]
+    size: int
+    total: int
+
+
+class ModelCopyTask(Task[ClusterContext, CopyStep]):
     name = "model.copy"
     phase = "model"
     scope = Scope.CLUSTER
@@ -161,7 +173,7 @@ class ModelCopyTask(Task):
     changes = ("run on the head: `rsync -a --partial` (both ends have rsync) or `tar | ssh <peer fabric ip> "
                "tar -x` with the cluster key, only the missing files; logs bytes, seconds and MB/s")
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[CopyStep]]:
         inv = ctx.inventory
         if not copy_mode(inv):
             return []
@@ -191,14 +203,17 @@ class ModelCopyTask(Task):
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
                 changes.append(Change(f"copy {source.repo} from {head} to {peer} over the fabric ({what})",
-                                      payload=(peer, source, dest.path, paths, size, _total(wanted)), node=peer))
+                                      payload=CopyStep(peer, source, dest.path, paths, size, _total(wanted)),
+                                      node=peer))
         return changes
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[CopyStep]]) -> None:
         head = ctx.inventory.head.name
         head_ctx = ctx.nodes[head]
         for change in changes:
-            peer, source, dest, paths, size, total = change.payload
+            step = change.carried()
+            peer, source, dest, paths, size, total = (step.peer, step.source, step.dest, step.paths, step.size,
+                                                       step.total)
             target, extra = peer_route(ctx.inventory, ctx.plan().fabric, head, peer)
             script = copy_script(source.path, dest, target, extra)
             measure = directory_size_reader(ctx.nodes[peer].transport, dest)

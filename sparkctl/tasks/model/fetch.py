@@ -37,7 +37,7 @@ def gated_hint(repo: str, env: str) -> str:
             f"file")
 
 
-class ModelFetchTask(Task):
+class ModelFetchTask(Task[NodeContext, tuple[str, str | None]]):
     name = "model.fetch"
     phase = "model"
     needs = ("model.fit", "model.token", "container.run")
@@ -50,7 +50,7 @@ class ModelFetchTask(Task):
                "few seconds; the token comes from the 0600 token file; a gated repo without a token fails with "
                "the license hint")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[tuple[str, str | None]]]:
         if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
         repos = wanted_repos(ctx.inventory)
@@ -66,11 +66,11 @@ class ModelFetchTask(Task):
                 changes.append(Change(f"download {repo} into {where} ({why})", payload=(repo, local)))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str | None]]]) -> None:
         container = ctx.inventory.container.name
         env = ctx.inventory.serve.hf_token_env
         for change in changes:
-            repo, local = change.payload
+            repo, local = change.carried()
             command = f"hf download {q(repo)}" + (f" --local-dir {q(local)}" if local else "")
             measure = directory_size_reader(ctx.transport, repo_path(ctx, repo, local))
             before = measure() or 0

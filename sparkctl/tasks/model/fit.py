@@ -9,7 +9,7 @@ from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.tasks.context import ClusterContext
 
 
-class ModelFitTask(Task):
+class ModelFitTask(Task[ClusterContext, None]):
     name = "model.fit"
     phase = "model"
     scope = Scope.CLUSTER
@@ -20,7 +20,7 @@ class ModelFitTask(Task):
     changes = "nothing (read-only)"
     needs_every_node = False  # judged on each node's memory as last read
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []

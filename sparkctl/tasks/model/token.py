@@ -23,7 +23,7 @@ def hf_token(inventory: Inventory) -> str | None:
         raise TaskFailed(str(exc)) from exc
 
 
-class ModelTokenTask(Task):
+class ModelTokenTask(Task[NodeContext, None]):
     name = "model.token"
     phase = "model"
     needs = ("container.state",)
@@ -34,7 +34,7 @@ class ModelTokenTask(Task):
               "with the node's facts (what succeeded there counts)")
     changes = "writes <hf_cache>/token, mode 600, atomically, content on stdin (never in argv)"
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         # A peer in copy mode never talks to the Hub: its ranks load the copied snapshot from the cache.
         if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
@@ -54,7 +54,7 @@ class ModelTokenTask(Task):
             return [Change(f"chmod 600 {path} (it is {lines[0]})")]
         return []
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
         token = hf_token(ctx.inventory)
         assert token is not None
         ctx.transport.put(token_path(ctx), token, mode=0o600)

@@ -55,7 +55,7 @@ def tagged_output(stdout: str) -> dict[int, list[str]]:
     return out
 
 
-class HostfileTask(Task):
+class HostfileTask(Task[ClusterContext, tuple[str, str]]):
     name = HOSTFILE_TASK
     phase = "mpi"
     scope = Scope.CLUSTER
@@ -96,11 +96,11 @@ class HostfileTask(Task):
         self._verify(ctx, mpirun)
         return []
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[tuple[str, str]]]) -> None:
         want = ctx.plan().hostfile
         container = ctx.inventory.container.name
         by_node: dict[str, list[str]] = {}
-        for node, where in (c.payload for c in changes):
+        for node, where in (c.carried() for c in changes):
             by_node.setdefault(node, []).append(where)
 
         def write(node: str) -> None:

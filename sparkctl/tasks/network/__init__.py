@@ -1,9 +1,10 @@
 """Phase network: netplan addresses on the fabric twins, applied safely, proven by jumbo pings; and its undo."""
 
+from sparkctl.engine.task import Task
 from sparkctl.tasks.network.down import NetworkDown
 from sparkctl.tasks.network.forwarding import ForwardingTask
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.tasks.network.verify import NetworkVerify
 
-TASKS = [NetplanTask(), ForwardingTask(), NetworkVerify()]
-DOWN_TASKS = [NetworkDown()]
+TASKS: list[Task] = [NetplanTask(), ForwardingTask(), NetworkVerify()]
+DOWN_TASKS: list[Task] = [NetworkDown()]

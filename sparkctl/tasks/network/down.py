@@ -52,7 +52,7 @@ def _nm_profiles(originals: dict[str, str]) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-class NetworkDown(Task):
+class NetworkDown(Task[NodeContext, dict[str, str]]):
     name = "down.network"
     phase = "network"
     description = ("restore the netplan files, NetworkManager profiles, fabric addresses, MTUs and forwarding "
@@ -62,7 +62,7 @@ class NetworkDown(Task):
                "removed, re-applies netplan (with the node-side revert guard), removes the fabric addresses and MTUs "
                "sparkctl set, removes its sysctl.d file and sets the forwarding values back, then deletes the record")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[dict[str, str]]]:
         originals = _read_originals(ctx)
         if originals is None:
             return []
@@ -73,8 +73,8 @@ class NetworkDown(Task):
             words.append(f"remove {sysctl_path(ctx.inventory.cluster.name)} and restore the forwarding settings")
         return [Change("restore the network as it was before bootstrap: " + ", ".join(words), payload=originals)]
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
-        originals = changes[0].payload
+    def apply(self, ctx: NodeContext, changes: list[Change[dict[str, str]]]) -> None:
+        originals = changes[0].carried()
         interfaces = json.loads(originals.get("interfaces.json") or "{}")
         paths = [f"/etc/netplan/{n[:-7] if n.endswith('.absent') else n}" for n in _netplan_names(originals)]
         try:

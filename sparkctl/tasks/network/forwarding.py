@@ -15,7 +15,7 @@ from sparkctl.transport.base import q
 ORIGINAL = "sysctl.orig"
 
 
-class ForwardingTask(Task):
+class ForwardingTask(Task[NodeContext, str]):
     name = "network.forwarding"
     phase = "network"
     needs = ("network.netplan",)
@@ -26,7 +26,7 @@ class ForwardingTask(Task):
     changes = ("records the values it replaces (for `cluster down --network`), writes the file (root, 644, atomic) "
                "and loads it with `sysctl -p`; removes it, restoring the recorded values, when no longer planned")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[str]]:
         plan = ctx.plan().nodes[ctx.name]
         facts = ctx.facts()
         path = sysctl_path(ctx.inventory.cluster.name)
@@ -44,7 +44,7 @@ class ForwardingTask(Task):
             changes.append(Change("load it: " + "; ".join(live), payload="load"))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         path = sysctl_path(ctx.inventory.cluster.name)
         original = posixpath.join(network_state_dir(ctx.inventory.cluster.name), "original", ORIGINAL)
         try:

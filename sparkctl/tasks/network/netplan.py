@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
@@ -101,7 +102,17 @@ def readable_netplan_files(ctx: NodeContext) -> list[NetplanFile]:
     return [replace(f, content=contents.get(f.path, f.content)) for f in files]
 
 
-class NetplanTask(Task):
+@dataclass(frozen=True)
+class NetplanStep:
+    """What one change of network.netplan does (apply reads only these)."""
+
+    kind: Literal["file", "move", "nm-profile", "up", "live", "guards"]
+    target: str = ""   # the file written, the NetworkManager profile's uuid, the interface set up
+    content: str = ""  # the file's new content, the profile's file name
+    guards: tuple[str, ...] = ()  # revert guards an interrupted run left armed
+
+
+class NetplanTask(Task[NodeContext, NetplanStep]):
     name = "network.netplan"
     phase = "network"
     needs = ("preflight.node", "preflight.cluster")
@@ -117,7 +128,7 @@ class NetplanTask(Task):
                "comes); a revert an interrupted run left armed is confirmed the same way (apply, then a new "
                "connection)")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[NetplanStep]]:
         plan = ctx.plan()
         desired = plan.nodes[ctx.name].netplan
         if desired is None:
@@ -132,7 +143,7 @@ class NetplanTask(Task):
             why = "create" if current is None else ("update" if current.content != desired else "chmod 600")
             before = current.content if current else None
             changes.append(Change(f"{why} {path}", diff=unified_diff(path, before, desired),
-                                  payload=("file", path, desired)))
+                                  payload=NetplanStep("file", path, desired)))
         # a netplan stanza of another name NetworkManager binds to a twin (DGX OS writes nmcli's profiles as
         # 90-NM-<uuid>.yaml) is a conflict too
         also = netplan_stanzas_of(ctx.facts(), ifaces)
@@ -141,33 +152,35 @@ class NetplanTask(Task):
             after = without_stanzas(content, keys)
             changes.append(Change(f"move the stanza(s) for {', '.join(keys)} out of {other} (netplan would merge "
                                   "their addresses; the file is backed up)",
-                                  diff=unified_diff(other, content, after), payload=("move", other, after)))
+                                  diff=unified_diff(other, content, after), payload=NetplanStep("move", other, after)))
         facts = ctx.facts()
         management = management_names(facts, hosts=[ctx.node.host])
         for c in competing_profiles(facts, ifaces, management):
             changes.append(Change(f"remove the NetworkManager profile {c.profile.name!r} that competes with "
                                   f"netplan's for {c.interface} ({c.why}; backed up)",
-                                  payload=("nm-profile", c.profile.uuid, c.profile.filename)))
+                                  payload=NetplanStep("nm-profile", c.profile.uuid, c.profile.filename)))
         for iface in ifaces:
             if facts.interface_admin_down(iface):
                 changes.append(Change(f"bring {iface} up (administratively down; Up is part of the planned state)",
-                                      payload=("up", iface, None)))
+                                      payload=NetplanStep("up", iface)))
         drift = _live_drift(ctx, ifaces, _as_written(files, path, desired))
         if drift:
-            changes.append(Change("apply netplan: " + "; ".join(drift), payload=("live", None, None)))
+            changes.append(Change("apply netplan: " + "; ".join(drift), payload=NetplanStep("live")))
         guards = safe.pending_guards(ctx)
         if guards:
             changes.append(Change(f"confirm the netplan change of an interrupted run (revert guard "
                                   f"{', '.join(guards)} would restore the files it replaced): apply, then prove "
-                                  "the management path over a new connection", payload=("guards", guards, None)))
+                                  "the management path over a new connection",
+                                  payload=NetplanStep("guards", guards=tuple(guards))))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
-        files = {c.payload[1]: c.payload[2] for c in changes if c.payload[0] in ("file", "move")}
-        profiles = [(c.payload[1], c.payload[2]) for c in changes if c.payload[0] == "nm-profile"]
-        set_up = [c.payload[1] for c in changes if c.payload[0] == "up"]
-        live = any(c.payload[0] == "live" for c in changes)
-        earlier = [g for c in changes if c.payload[0] == "guards" for g in c.payload[1]]
+    def apply(self, ctx: NodeContext, changes: list[Change[NetplanStep]]) -> None:
+        steps = [c.carried() for c in changes]
+        files = {s.target: s.content for s in steps if s.kind in ("file", "move")}
+        profiles = [(s.target, s.content) for s in steps if s.kind == "nm-profile"]
+        set_up = [s.target for s in steps if s.kind == "up"]
+        live = any(s.kind == "live" for s in steps)
+        earlier = [g for s in steps if s.kind == "guards" for g in s.guards]
         ifaces, wanted = _planned(ctx)
         try:
             if set_up:

@@ -18,7 +18,7 @@ from sparkctl.tasks.context import ClusterContext
 WAIT_FOR_TWINS_S = 20.0
 
 
-class NetworkVerify(Task):
+class NetworkVerify(Task[ClusterContext, None]):
     name = "network.verify"
     phase = "network"
     scope = Scope.CLUSTER
@@ -31,7 +31,7 @@ class NetworkVerify(Task):
     changes = "nothing (read-only)"
     read_only = True
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         if ctx.inventory.topology == "single":
             return []
         plan = _wait_for_twins(ctx)

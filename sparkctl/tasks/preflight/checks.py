@@ -14,7 +14,7 @@ from sparkctl.rules.twins import ABSENT, WRONG_PORT, twin_faults
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
 
-class NodePreflight(Task):
+class NodePreflight(Task[NodeContext, None]):
     name = "preflight.node"
     phase = "preflight"
     description = "read the node's facts; check user, sudo, docker access and its fabric interfaces"
@@ -23,7 +23,7 @@ class NodePreflight(Task):
               "firewall")
     changes = "nothing (read-only); a problem stops the run on that node before anything changes"
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         facts = ctx.facts(refresh=True)
         inv = ctx.inventory
         user = ctx.user
@@ -107,7 +107,7 @@ def _fabric_problems(ctx: NodeContext, facts: Facts) -> list[str]:
     return []
 
 
-class ClusterPreflight(Task):
+class ClusterPreflight(Task[ClusterContext, None]):
     name = "preflight.cluster"
     phase = "preflight"
     scope = Scope.CLUSTER
@@ -123,7 +123,7 @@ class ClusterPreflight(Task):
     changes = "nothing (read-only)"
     needs_every_node = False  # judged on the facts read of each node; a node lost mid-run on what was last read
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         facts = ctx.facts_by_node()
         problems: list[str] = []
         users = {f.user for f in facts.values()}

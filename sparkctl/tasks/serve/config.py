@@ -46,7 +46,7 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     return text, command, launch_fingerprint(text, command)
 
 
-class ServeConfigTask(Task):
+class ServeConfigTask(Task[NodeContext, str]):
     name = "serve.config"
     phase = "serve"
     needs = ("container.run", "model.fit")
@@ -58,7 +58,7 @@ class ServeConfigTask(Task):
               "naming the key's path and the release; on a rerun the file is read ahead with the node's facts")
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[str]]:
         if not serves(ctx.inventory, ctx.name):
             return []
         rc = desired_config(ctx)
@@ -78,7 +78,7 @@ class ServeConfigTask(Task):
         return [Change(f"{'update' if current is not None else 'create'} {path}",
                        diff=unified_diff(path, current, want), payload=want)]
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         handle = ServerHandle.of(ctx)
         ctx.must(f"mkdir -p {q(handle.dir)}", "creating the serve dir")
-        ctx.transport.put(handle.config_path, changes[0].payload, mode=0o644)
+        ctx.transport.put(handle.config_path, changes[0].carried(), mode=0o644)

@@ -40,7 +40,7 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
 
 
-class ServeGatewayTask(Task):
+class ServeGatewayTask(Task[ClusterContext, str]):
     name = "serve.gateway"
     phase = "serve"
     scope = Scope.CLUSTER
@@ -53,7 +53,7 @@ class ServeGatewayTask(Task):
     changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
                "600, content on stdin), reloads NGINX in place (`nginx -s reload`) or runs the container again")
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[str]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []
@@ -105,7 +105,7 @@ class ServeGatewayTask(Task):
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             "true"])
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[str]]) -> None:
         head = ctx.head()
         spec = head_gateway(head)
         key = api_key(ctx.inventory, create=True)
@@ -142,20 +142,20 @@ class ServeGatewayTask(Task):
             time.sleep(0.3)
 
 
-class GatewayRemoveTask(Task):
+class GatewayRemoveTask(Task[NodeContext, None]):
     name = "serve.gateway_remove"
     phase = "container"
     description = "stop and remove the cluster's gateway container"
     checks = f"whether a {GATEWAY_CONTAINER} container labelled with this cluster exists on the node"
     changes = f"`docker stop -t 0 {GATEWAY_CONTAINER}; docker rm -f {GATEWAY_CONTAINER}`"
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         found = ctx.run(f"docker ps -aq --filter name=^{GATEWAY_CONTAINER}$ "
                         f"--filter label={q(CLUSTER_LABEL + '=' + ctx.inventory.cluster.name)} 2>/dev/null",
                         timeout=30).stdout.strip()
         return [Change(f"remove the gateway container {GATEWAY_CONTAINER}")] if found else []
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
         try:
             ctx.must(remove_command(GATEWAY_CONTAINER), f"removing {GATEWAY_CONTAINER}", timeout=120)
         finally:

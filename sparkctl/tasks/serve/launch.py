@@ -38,7 +38,7 @@ POLL_S = 1.0
 STATE_READ_S = 30.0
 
 
-class ServeLaunchTask(Task):
+class ServeLaunchTask(Task[ClusterContext, None]):
     name = "serve.launch"
     phase = "serve"
     scope = Scope.CLUSTER
@@ -56,7 +56,7 @@ class ServeLaunchTask(Task):
                "trtllm-serve ..., logging to run/serve/serve.log); waits for /health 200 with progress, or fails "
                "with the log's last lines and the likely cause")
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         if not serving_enabled(ctx.inventory):
             return []
         head = ctx.head()
@@ -104,7 +104,7 @@ class ServeLaunchTask(Task):
                            node=head.name)]
         return []
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[None]]) -> None:
         inv = ctx.inventory
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)

@@ -25,7 +25,7 @@ DEGENERATE_HINT = ("Eagle3 output that degenerates into one repeated character i
                    "(serve.decoding: none) to confirm")
 
 
-class ServeSmokeTask(Task):
+class ServeSmokeTask(Task[ClusterContext, None]):
     name = "serve.smoke"
     phase = "serve"
     scope = Scope.CLUSTER
@@ -39,7 +39,7 @@ class ServeSmokeTask(Task):
     changes = "nothing (read-only)"
     read_only = True
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []

@@ -33,7 +33,7 @@ def _remove_script(cluster: str) -> str:
             f"systemctl reset-failed {q(name)} >/dev/null 2>&1; true")
 
 
-class ServeUnitTask(Task):
+class ServeUnitTask(Task[NodeContext, str]):
     name = "serve.unit"
     phase = "serve"
     needs = ("serve.config",)
@@ -45,7 +45,7 @@ class ServeUnitTask(Task):
     changes = ("writes what differs (the scripts as the login user, the unit as root), `systemctl daemon-reload`, "
                "`systemctl enable` (serve.launch starts it); elsewhere `systemctl disable --now` and removes it")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[str]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []
@@ -75,7 +75,7 @@ class ServeUnitTask(Task):
             changes.append(Change(f"enable {spec.name}{why}", payload="enable"))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         inv = ctx.inventory
         try:
             if any(c.payload == "remove" for c in changes):
@@ -96,7 +96,7 @@ class ServeUnitTask(Task):
             ctx.invalidate()
 
 
-class ServeUnitRemoveTask(Task):
+class ServeUnitRemoveTask(Task[NodeContext, None]):
     name = "serve.unit_remove"
     phase = "container"
     description = "stop, disable and remove the cluster's serving unit"
@@ -104,12 +104,12 @@ class ServeUnitRemoveTask(Task):
     changes = ("`systemctl disable --now` (its stop ends the server), removes the unit, `systemctl "
                "daemon-reload`; before the containers go")
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         path = unit_path(ctx.inventory.cluster.name)
         found = ctx.run(f"test -e {q(path)} && echo present; true", timeout=30).stdout
         return [Change(f"stop and remove {unit_name(ctx.inventory.cluster.name)}")] if "present" in found else []
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
         try:
             ctx.must(_remove_script(ctx.inventory.cluster.name), "removing the serving unit", sudo=True, timeout=120)
         finally:

@@ -12,7 +12,7 @@ from sparkctl.tasks.ssh.mesh import kept_mode
 from sparkctl.transport.base import q
 
 
-class SshDown(Task):
+class SshDown(Task[NodeContext, tuple[str, str | None]]):
     name = "down.ssh"
     phase = "ssh"
     description = "remove this cluster's key, authorized keys, pinned host keys and ssh config block"
@@ -41,15 +41,15 @@ class SshDown(Task):
             out[key] = (None, None)
         return out
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[tuple[str, str | None]]]:
         return [Change(f"remove the cluster key {p}" if have is None else
                        f"remove {p} (only sparkctl's lines were in it)" if not want else
                        f"remove sparkctl's lines from {p}",
                        payload=(p, want)) for p, (have, want) in self._wanted(ctx).items()]
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str | None]]]) -> None:
         for change in changes:
-            path, want = change.payload
+            path, want = change.carried()
             if want is None:
                 ctx.must(f"rm -f {q(path)} {q(path + '.pub')}", "removing the cluster key")
             elif not want:

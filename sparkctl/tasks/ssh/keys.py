@@ -16,7 +16,7 @@ FILES_FOR = "ssh.mesh/{node}"
 VERDICTS_FOR = "ssh.verify/{node}"
 
 
-class SshKeyTask(Task):
+class SshKeyTask(Task[NodeContext, None]):
     name = "ssh.keys"
     phase = "ssh"
     needs = ("preflight.node", "preflight.cluster")
@@ -26,7 +26,7 @@ class SshKeyTask(Task):
               "only if its script is the same and nothing changed since: a no-op ssh phase needs no round trip)")
     changes = "generates the key on the node (the private key never leaves it)"
 
-    def check(self, ctx: NodeContext) -> list[Change]:
+    def check(self, ctx: NodeContext) -> list[Change[None]]:
         """One round trip for the whole phase on a no-op: the key, the files ssh.mesh judges and, when the key is
         there, this node's half of ssh.verify's mesh (its outgoing pairs). Handed over; they count only if nothing
         changes before those tasks run."""
@@ -52,7 +52,7 @@ class SshKeyTask(Task):
             ctx.cluster.hand_over(VERDICTS_FOR.format(node=ctx.name), sections["mesh"].output)
         return [] if sections["key"].ok else [Change(f"generate the cluster key ~/.ssh/{key}")]
 
-    def apply(self, ctx: NodeContext, changes: list[Change]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
         key = cluster_key_name(ctx.inventory.cluster.name)
         comment = f"sparkctl-{ctx.inventory.cluster.name}@{ctx.name}"
         path = '"$HOME"/.ssh/' + q(key)

@@ -59,7 +59,11 @@ def read_ssh_files(ctx: ClusterContext) -> dict[str, dict[str, str | None]]:
     return out
 
 
-class SshMeshTask(Task):
+#: (node, file name in ~/.ssh, its content, the node's home): one file of the mesh to write
+MeshFile = tuple[str, str, str, str]
+
+
+class SshMeshTask(Task[ClusterContext, MeshFile]):
     name = "ssh.mesh"
     phase = "ssh"
     scope = Scope.CLUSTER
@@ -107,7 +111,7 @@ class SshMeshTask(Task):
             wanted[name] = {"authorized_keys": auth, "known_hosts": known, "config": config}
         return wanted
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[MeshFile]]:
         files = read_ssh_files(ctx)
         changes = []
         for node, want in self.desired(ctx, files).items():
@@ -116,13 +120,13 @@ class SshMeshTask(Task):
                 if have != content:
                     path = f"~/.ssh/{name}"
                     changes.append(Change(f"{node}: update {path}", diff=unified_diff(f"{node}:{path}", have, content),
-                                          payload=(node, name, content, files[node].get("home")), node=node))
+                                          payload=(node, name, content, files[node].get("home") or ""), node=node))
         return changes
 
-    def apply(self, ctx: ClusterContext, changes: list[Change]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[MeshFile]]) -> None:
         by_node: dict[str, list[tuple[str, str, str]]] = {}
         for change in changes:
-            node, name, content, home = change.payload
+            node, name, content, home = change.carried()
             by_node.setdefault(node, []).append((name, content, home))
 
         def write(node: str) -> None:

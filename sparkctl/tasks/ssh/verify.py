@@ -8,7 +8,7 @@ from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
 
 
-class SshVerify(Task):
+class SshVerify(Task[ClusterContext, None]):
     name = "ssh.verify"
     phase = "ssh"
     scope = Scope.CLUSTER
@@ -22,7 +22,7 @@ class SshVerify(Task):
     changes = "nothing (read-only)"
     read_only = True
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         plan = ctx.plan()
         names = list(ctx.nodes)
         tries = {node: host_tries(ctx.inventory, plan.fabric, names, node) for node in names}

@@ -102,7 +102,7 @@ def nccl_log_findings(node: str, text: str) -> tuple[list[Mismatch], str | None]
     return out, summary
 
 
-class FabricVerify(Task):
+class FabricVerify(Task[ClusterContext, None]):
     name = "verify.fabric"
     phase = "verify"
     scope = Scope.CLUSTER
@@ -125,7 +125,7 @@ class FabricVerify(Task):
     changes = "nothing (read-only)"
     read_only = True
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
         order = [n.name for n in inv.nodes if n.name in ctx.nodes]
         # Every change re-reads its node's facts (NodeContext.invalidate): what is cached is the state now.
