@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from sparkctl.engine.events import Event
 from sparkctl.engine.runner import DEFAULT_FORKS
@@ -41,6 +41,22 @@ def known_cause(lines: list[str], node: str) -> tuple[str, str] | None:
         if any(marker in line for line in lines):
             return cause, fix.format(node=node)
     return None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HandOver(Generic[T]):
+    """The key of a read one task does for a later one in its own round trip, and the type of what it reads: the
+    task that reads and the one that takes name the same object (a key spelled twice, once wrong, would silently
+    cost a round trip)."""
+
+    name: str
+
+    def at(self, node: str) -> HandOver[T]:
+        """The key of one node's read."""
+        return HandOver(f"{self.name}/{node}")
 
 
 @dataclass
@@ -315,18 +331,18 @@ class ClusterContext:
              details: list[str] | None = None) -> None:
         self.emit(Event(event="warning", node=node, task=task, message=message, hint=hint, details=details or []))
 
-    def hand_over(self, key: str, value: Any) -> None:
+    def hand_over(self, key: HandOver[T], value: T) -> None:
         """Reads a task did on behalf of the NEXT task (they rode in its round trip), tagged with the current
         generation."""
         with self._generation_lock:
-            self._handed_over[key] = ((self._generation, self.changes_applied), value)
+            self._handed_over[key.name] = ((self._generation, self.changes_applied), value)
 
-    def take_over(self, key: str) -> Any | None:
+    def take_over(self, key: HandOver[T]) -> T | None:
         """What hand_over left, once, and only if no node's facts were read or invalidated and no change was
         applied since (else None: read again). A task that changes something re-checks, and that re-check hands
         over anew."""
         with self._generation_lock:
-            stamp, value = self._handed_over.pop(key, (None, None))
+            stamp, value = self._handed_over.pop(key.name, (None, None))
             return value if stamp == (self._generation, self.changes_applied) else None
 
     def in_limit(self, node: str) -> bool:

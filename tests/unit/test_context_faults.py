@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sparkctl.errors import Unreachable
+from sparkctl.tasks.context import HandOver
 from tests.taskkit import inventory, make_kit, spark_facts
 
 
@@ -60,20 +61,23 @@ def test_in_a_stage_of_node_tasks_peers_plan_from_the_facts_as_the_stage_began()
     assert spark2.facts_round_trips == 4
 
 
+READS: HandOver[str] = HandOver("verify")
+
+
 def test_a_hand_over_survives_a_stage_barrier_that_pinned_the_same_facts():
     """A no-op's verify.fabric takes container.ssh's reads across the model phase's node stages: pinning the same
     facts again is no new generation. Facts read again at the barrier are, and void what was handed over."""
     kit = pair_kit()
     kit.cluster.facts_by_node()
     kit.cluster.begin_stage(node_scope=True)
-    kit.cluster.hand_over("verify", "reads")
+    kit.cluster.hand_over(READS, "reads")
     kit.cluster.begin_stage(node_scope=False)
     kit.cluster.begin_stage(node_scope=True)
-    assert kit.cluster.take_over("verify") == "reads"
-    kit.cluster.hand_over("verify", "reads")
+    assert kit.cluster.take_over(READS) == "reads"
+    kit.cluster.hand_over(READS, "reads")
     kit.node("spark2").invalidate()
     kit.cluster.begin_stage(node_scope=True)  # spark2 read again: peers plan from new facts
-    assert kit.cluster.take_over("verify") is None
+    assert kit.cluster.take_over(READS) is None
 
 
 def test_facts_are_read_again_once_when_the_connection_was_closed_under_them():

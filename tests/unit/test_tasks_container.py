@@ -14,6 +14,7 @@ from sparkctl.tasks.container.run import ContainerRunTask
 from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files
 from sparkctl.tasks.container.state import ContainerStateTask
 from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
+from sparkctl.tasks.mpi.reads import HOSTFILE_READS
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import framed
 from tests.unit.container_kit import (
@@ -407,4 +408,4 @@ def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_f
     # anything re-read or changed on a node in between voids the hand-over
     ContainerSshTask().check(cctx)
     cctx.nodes["spark2"].invalidate()
-    assert cctx.take_over(HostfileTask.name) is None
+    assert cctx.take_over(HOSTFILE_READS) is None

@@ -16,10 +16,10 @@ from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import CHEAP_KEX, Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
-from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.context import ClusterContext, HandOver
 from sparkctl.tasks.mesh import collect, run_mesh
-from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, hostfile_reads, runs_mpirun
-from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, node_reads
+from sparkctl.tasks.mpi.reads import HOSTFILE_READS, hostfile_reads, runs_mpirun
+from sparkctl.tasks.verify.reads import VERIFY_READS, answers, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
 from sparkctl.transport.hostkeys import host_key_name
@@ -94,7 +94,7 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
         mesh_read_script): wait for the container sshd, read the key files on the node and in the container, and
         already try ssh to every peer from the container. The ssh verdicts count only when every file turns out
         right; they change nothing either way."""
-        handed = {node: ctx.take_over(READ_FOR.format(node=node)) for node in ctx.nodes}
+        handed = {node: ctx.take_over(CONTAINER_READ.at(node)) for node in ctx.nodes}
         # carried without waiting for the sshd: a node where it did not listen yet is read again, waiting
         ready: dict[str, dict[str, Section]] = {
             node: found for node, found in handed.items()
@@ -107,8 +107,8 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
             sections = {name: framing.split(result.stdout)
                         for name, result in ctx.run_on_all(scripts, timeout=mesh_read_timeout(ctx)).items()}
         if all("container-hostfile" in found for found in sections.values()):
-            ctx.hand_over(HOSTFILE_TASK, sections)
-            ctx.hand_over(VERIFY_TASK, {n: answers(Framing.texts_of(found)) for n, found in sections.items()})
+            ctx.hand_over(HOSTFILE_READS, sections)
+            ctx.hand_over(VERIFY_READS, {n: answers(Framing.texts_of(found)) for n, found in sections.items()})
         out = {n: {name: s.output for name, s in found.items()} for n, found in sections.items()}
         not_listening = {n: f.get("sshd", "").strip() for n, f in out.items() if f.get("sshd", "").strip()
                          != "listening"}
@@ -168,7 +168,7 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
 
 
 #: container.state's round trip carries a node's read (ClusterContext.hand_over, per node).
-READ_FOR = "container.ssh/{node}"
+CONTAINER_READ: HandOver[dict[str, Section]] = HandOver("container.ssh")
 
 
 def container_key_options(ctx: ClusterContext, name: str) -> str:

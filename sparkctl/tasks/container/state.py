@@ -12,7 +12,7 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
-from sparkctl.tasks.container.ssh import READ_FOR, mesh_read_script, mesh_read_timeout
+from sparkctl.tasks.container.ssh import CONTAINER_READ, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.mpi.reads import runs_mpirun
@@ -81,7 +81,7 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         ctx.raise_unless_ok(result, "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if carried and "sshd" in found:
-            ctx.cluster.hand_over(READ_FOR.format(node=ctx.name), found)
+            ctx.cluster.hand_over(CONTAINER_READ.at(ctx.name), found)
         sections = Framing.texts_of(found)
         have = set(sections.get("have", "").split())
         if "hf_cache_not_writable" in have:

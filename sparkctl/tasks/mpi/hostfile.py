@@ -12,7 +12,7 @@ from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.mesh import failure_causes
 from sparkctl.tasks.context import ClusterContext
-from sparkctl.tasks.mpi.reads import HOSTFILE_TASK, host_hostfile_path, hostfile_reads
+from sparkctl.tasks.mpi.reads import HOSTFILE_READS, HOSTFILE_TASK, host_hostfile_path, hostfile_reads
 from sparkctl.tasks.proof import proven, since
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
@@ -67,11 +67,11 @@ class HostfileTask(Task[ClusterContext, tuple[str, str]]):
               "on record still holds: see verify.fabric)")
     changes = "writes the hostfile on the node and into each container (docker exec, atomic rename)"
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def check(self, ctx: ClusterContext) -> list[Change[tuple[str, str]]]:
         want = ctx.plan().hostfile
         head = ctx.inventory.head.name
         # container.ssh's round trip usually carried these reads already (hostfile_reads)
-        sections = ctx.take_over(self.name)
+        sections = ctx.take_over(HOSTFILE_READS)
         if sections is None or set(sections) != set(ctx.nodes):
             container = ctx.inventory.container.name
             framing = Framing()

@@ -7,13 +7,15 @@ import posixpath
 
 from sparkctl.plan.mpi import mpirun_line, mpirun_timeout, timed
 from sparkctl.plan.paths import HOSTFILE_PATH
-from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.proof import proven
 from sparkctl.transport.base import q
-from sparkctl.transport.framing import Framing
+from sparkctl.transport.framing import Framing, Section
 
 #: The task the reads are handed over to (ClusterContext.hand_over).
 HOSTFILE_TASK = "mpi.hostfile"
+#: every node's hostfile reads (framed sections), carried by container.ssh's round trip
+HOSTFILE_READS: HandOver[dict[str, dict[str, Section]]] = HandOver(HOSTFILE_TASK)
 
 
 def host_hostfile_path(ctx: NodeContext) -> str:

@@ -7,13 +7,9 @@ from sparkctl.plan.paths import cluster_key_name
 from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
-from sparkctl.tasks.ssh.mesh import ssh_files_script
+from sparkctl.tasks.ssh.mesh import MESH_FILES, MESH_VERDICTS, ssh_files_script
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
-
-#: What ssh.keys' round trip reads for the next tasks of the phase (ClusterContext.hand_over, per node).
-FILES_FOR = "ssh.mesh/{node}"
-VERDICTS_FOR = "ssh.verify/{node}"
 
 
 class SshKeyTask(Task[NodeContext, None]):
@@ -46,10 +42,10 @@ class SshKeyTask(Task[NodeContext, None]):
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])
-        ctx.cluster.hand_over(FILES_FOR.format(node=ctx.name),
+        ctx.cluster.hand_over(MESH_FILES.at(ctx.name),
                               {name: (s.output if s.ok else None) for name, s in sections.items()})
         if "mesh" in sections and sections["mesh"].rc is not None:
-            ctx.cluster.hand_over(VERDICTS_FOR.format(node=ctx.name), sections["mesh"].output)
+            ctx.cluster.hand_over(MESH_VERDICTS.at(ctx.name), sections["mesh"].output)
         return [] if sections["key"].ok else [Change(f"generate the cluster key ~/.ssh/{key}")]
 
     def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:

@@ -10,7 +10,7 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.plan.ssh import ssh_config_block
-from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.ssh.files import known_hosts_lines, merge_authorized_keys, merge_config_block, merge_known_hosts
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -24,6 +24,12 @@ FILES = {
     "known_hosts": '"$HOME"/.ssh/known_hosts',
     "config": '"$HOME"/.ssh/config',
 }
+
+
+#: a node's ~/.ssh files (name -> content, None when unreadable), for ssh.mesh
+MESH_FILES: HandOver[dict[str, str | None]] = HandOver("ssh.mesh")
+#: a node's tries of every peer over the fabric (the mesh script's output), for ssh.verify
+MESH_VERDICTS: HandOver[str] = HandOver("ssh.verify")
 
 
 def ssh_files_script(cluster: str, framing: Framing) -> str:
@@ -44,7 +50,7 @@ def parse_ssh_files(stdout: str, framing: Framing) -> dict[str, str | None]:
 def read_ssh_files(ctx: ClusterContext) -> dict[str, dict[str, str | None]]:
     """The files the mesh is made of: what ssh.keys' round trip read, if nothing changed since; else one round
     trip per node (in parallel)."""
-    handed = {node: ctx.take_over(f"ssh.mesh/{node}") for node in ctx.nodes}
+    handed = {node: ctx.take_over(MESH_FILES.at(node)) for node in ctx.nodes}
     ready = {node: files for node, files in handed.items() if files is not None}
     if len(ready) == len(handed):
         return {node: {name: files.get(name) for name in (*FILES, "home")} for node, files in ready.items()}

@@ -6,6 +6,7 @@ from sparkctl.engine.task import Change, Scope, Task
 from sparkctl.rules.mesh import fitting_fixes, host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, run_mesh
+from sparkctl.tasks.ssh.mesh import MESH_VERDICTS
 
 
 class SshVerify(Task[ClusterContext, None]):
@@ -28,7 +29,7 @@ class SshVerify(Task[ClusterContext, None]):
         tries = {node: host_tries(ctx.inventory, plan.fabric, names, node) for node in names}
         # ssh.keys' round trip already tried each node's pairs: believed when every pair is ok and nothing
         # changed since; anything else is tried again here, and this answer counts
-        handed = {node: ctx.take_over(f"ssh.verify/{node}") for node in tries}
+        handed = {node: ctx.take_over(MESH_VERDICTS.at(node)) for node in tries}
         ready: dict[str, str] = {node: text for node, text in handed.items() if text is not None}
         if len(ready) == len(handed):
             verdicts = collect({n: (text, "") for n, text in ready.items()}, {n: t for n, t in tries.items() if t})

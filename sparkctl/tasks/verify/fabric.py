@@ -24,7 +24,7 @@ from sparkctl.rules.interface_settings import (
 )
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
-from sparkctl.tasks.verify.reads import VERIFY_TASK, answers, container_reads, node_reads
+from sparkctl.tasks.verify.reads import VERIFY_READS, answers, container_reads, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -190,7 +190,7 @@ class FabricVerify(Task[ClusterContext, None]):
         round trip usually carried them: tasks/verify/reads.py); on the head, when asked, the MPI probe's output.
         One round trip per node for what was not handed over, none on a no-op with the probe on record."""
         container = ctx.inventory.container.name
-        handed = ctx.take_over(VERIFY_TASK)
+        handed = ctx.take_over(VERIFY_READS)
         out: dict[str, dict[str, str]] = {}
         if handed is not None and set(order) <= set(handed):
             out = {node: dict(handed[node]) for node in order}

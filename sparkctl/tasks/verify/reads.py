@@ -7,12 +7,14 @@ import posixpath
 
 from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
 from sparkctl.rules.fabric import exposure_script, management_addresses
-from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.context import HandOver, NodeContext
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 #: The task the reads are handed over to (ClusterContext.hand_over).
 VERIFY_TASK = "verify.fabric"
+#: every node's answers (hostfile, NCCL lines, exposure), carried by container.ssh's round trip
+VERIFY_READS: HandOver[dict[str, dict[str, str]]] = HandOver(VERIFY_TASK)
 #: The section names, inside the container (hostfile) and on the node (the rest).
 CONTAINER_HOSTFILE = "container-hostfile"
 
