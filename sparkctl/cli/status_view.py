@@ -12,7 +12,7 @@ from sparkctl.secrets import redacted
 
 
 def _hostfile(facts: Facts, wanted: str | None) -> str:
-    have = getattr(facts, "extra", None)
+    have = facts.container_hostfile
     if have is None:
         return "-"
     if have == "":

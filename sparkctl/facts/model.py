@@ -259,8 +259,9 @@ class Facts:
     netplan_guards_pending: list[str] | None = field(default_factory=list)
     firewall: str | None = None
     raw_errors: list[str] = field(default_factory=list)
-    #: what a caller read on the same connection right after the facts (e.g. `cluster status`)
-    extra: object = None
+    #: the hostfile inside the running container, when a caller read it right after the facts (`cluster status`):
+    #: "" when it could not be read, None when not read or no container runs
+    container_hostfile: str | None = None
     #: later tasks' read-only scripts run beside the facts (gather_facts side_reads): name -> its section
     side_reads: dict[str, Section] = field(default_factory=dict)
 

@@ -178,29 +178,30 @@ class Session:
         self.interruption.on_request(transport.interrupt)
         return transport
 
-    def gather(self, also: Callable[[Transport, Facts], object] | None = None) -> dict[str, Facts]:
+    def gather(self, also: Callable[[Transport, Facts], None] | None = None) -> dict[str, Facts]:
         """Every reached node's facts, in parallel (one round trip each); a node lost while its facts are read
-        moves to `unreachable`. `also(transport, facts)` runs on the same connection right after."""
-        def one(name: str) -> tuple[str, Facts | None, object, str]:
+        moves to `unreachable`. `also(transport, facts)` runs on the same connection right after (and may fill in
+        the facts' fields for what it read)."""
+        def one(name: str) -> tuple[str, Facts | None, str]:
             try:
                 facts = gather_node_facts(self.transports[name], self.inventory, self.inventory.node(name))
-                extra = also(self.transports[name], facts) if also is not None else None
+                if also is not None:
+                    also(self.transports[name], facts)
             except Exception as exc:  # noqa: BLE001 - a node lost while gathering is unreachable, the rest go on
-                return name, None, None, str(exc) or type(exc).__name__
+                return name, None, str(exc) or type(exc).__name__
             if not facts.user and not facts.hostname:
-                return name, None, None, f"{name}: the node stopped answering while its facts were read"
-            return name, facts, extra, ""
+                return name, None, f"{name}: the node stopped answering while its facts were read"
+            return name, facts, ""
 
         out: dict[str, Facts] = {}
         if not self.transports:
             return out
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.transports)))) as pool:
-            for name, facts, extra, error in pool.map(one, list(self.transports)):
+            for name, facts, error in pool.map(one, list(self.transports)):
                 if facts is None:
                     self.unreachable[name] = error
                     self.unreachable_kinds[name] = "lost"
                 else:
-                    facts.extra = extra
                     out[name] = facts
         return out
 

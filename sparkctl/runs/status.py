@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkctl.engine.runner import DEFAULT_FORKS
@@ -32,15 +33,15 @@ class ClusterStatus:
     busy: str | None = None
 
 
-def container_hostfile(inventory: Inventory):
-    """For Session.gather: the hostfile inside a running container (one more round trip), "" when it cannot be
-    read, None when no container runs."""
-    def read(transport: Transport, facts: Facts) -> str | None:
+def container_hostfile(inventory: Inventory) -> Callable[[Transport, Facts], None]:
+    """For Session.gather: the hostfile inside a running container (one more round trip) into the node's facts,
+    "" when it cannot be read, None when no container runs."""
+    def read(transport: Transport, facts: Facts) -> None:
         info = facts.containers.get(inventory.container.name)
         if info is None or not info.running:
-            return None
+            return
         result = transport.exec_in(inventory.container.name, f"cat {q(HOSTFILE_PATH)}", timeout=20)
-        return result.stdout if result.ok else ""
+        facts.container_hostfile = result.stdout if result.ok else ""
     return read
 
 

@@ -42,8 +42,8 @@ def test_rows_show_spec_and_hostfile_match_per_node(tmp_path):
         labels={"sparkctl.spec": hashes["spark1"]})
     facts["spark2"].containers["trtllm-multinode"] = ContainerInfo(
         name="trtllm-multinode", exists=True, running=True, status="running", labels={"sparkctl.spec": "stale"})
-    facts["spark1"].extra = plan.hostfile
-    facts["spark2"].extra = "192.168.100.99\n"
+    facts["spark1"].container_hostfile = plan.hostfile
+    facts["spark2"].container_hostfile = "192.168.100.99\n"
     text = render(status_table(inv, facts, {}, hashes, plan.hostfile))
     spark1 = next(line for line in text.splitlines() if "spark1" in line)
     spark2 = next(line for line in text.splitlines() if "spark2" in line)
@@ -62,7 +62,10 @@ def test_hostfile_is_read_only_from_a_running_container(tmp_path):
     read = read_container_hostfile(inv)
     facts = spark_facts("spark1")
     transport = ExecOnly("192.168.100.10\n")
-    assert read(transport, facts) is None and transport.calls == []
+    read(transport, facts)
+    assert facts.container_hostfile is None and transport.calls == []
     facts.containers["trtllm-multinode"] = ContainerInfo(name="trtllm-multinode", exists=True, running=True)
-    assert read(transport, facts) == "192.168.100.10\n"
-    assert read(ExecOnly("", code=1), facts) == ""
+    read(transport, facts)
+    assert facts.container_hostfile == "192.168.100.10\n"
+    read(ExecOnly("", code=1), facts)
+    assert facts.container_hostfile == ""
