@@ -147,7 +147,14 @@ def test_ctrl_c_in_the_serving_phases_stops_cleanly_and_the_rerun_converges(serv
         assert not half_written(serving, node), node
 
 
-@pytest.mark.parametrize("point", list(STOP_POINTS))
+#: SIGKILL where dying mid-change can leave something half done for the rerun: netplan applied and not yet confirmed
+#: (the node's revert guard armed), keys being made, a container being started, an mpirun in the containers (verify;
+#: mpi.hostfile's probe is the same kind). Killed at preflight, which only reads, it leaves what it leaves anywhere:
+#: a stale lock and an unfinished journal. Ctrl-C is tried at every point: it has a stop to get right at each.
+KILL_POINTS = ("network", "ssh", "container", "verify")
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_of_the_controller_and_the_rerun_converges(lab, point):
     reset(lab, point)
     run = stop_at(lab, point, signal.SIGKILL)
