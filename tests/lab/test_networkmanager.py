@@ -238,7 +238,12 @@ def test_doctor_fix_repairs_a_seeded_fault_and_a_rerun_changes_nothing(nm_lab, n
     assert code == 0 and kit.changed(events) == set(), (kit.changed(events), kit.failed(events))
 
 
-@pytest.mark.parametrize("seed", NM_SEEDS, ids=[s.name for s in NM_SEEDS])
+#: A twin set down is brought Up by the same network.netplan step whichever command runs it: doctor --fix above
+#: (with its one-finding checks) carries it; the NetworkManager seeds of their own go both ways.
+RERUN_SEEDS = [s for s in NM_SEEDS if s.name != "nm-twin-set-down"]
+
+
+@pytest.mark.parametrize("seed", RERUN_SEEDS, ids=[s.name for s in RERUN_SEEDS])
 def test_a_bootstrap_rerun_repairs_a_seeded_fault_and_the_next_changes_nothing(nm_lab, nm_baseline, nm_restore,
                                                                                seed):
     lab = nm_lab[0]
