@@ -12,6 +12,15 @@ def serving_enabled(inventory: Inventory) -> bool:
     return "serve" in inventory.model_fields_set
 
 
+def without_mpi(inventory: Inventory) -> str | None:
+    """Why this cluster needs no container sshd, ssh mesh, hostfile or mpirun (None: it does). Only TensorRT-LLM's
+    launch is mpirun's; vLLM's ranks meet over their own sockets (a bare cluster keeps the mesh: it is what
+    `sparkctl nccl-tests` and a hand-run mpirun use)."""
+    if serving_enabled(inventory) and inventory.serve_spec().engine == "vllm":
+        return "vLLM serves (serve.engine: vllm): its ranks meet over their own sockets, not mpirun's"
+    return None
+
+
 def serves(inventory: Inventory, node: str) -> bool:
     """Does `node` take part in the launch (it needs the model, the token and the config)?"""
     return serving_enabled(inventory) and node in inventory.serving_nodes()

@@ -8,6 +8,7 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import ContainerInfo
+from sparkctl.inventory import Inventory
 from sparkctl.tasks.container import image as image_task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.run import ContainerRunTask
@@ -409,3 +410,33 @@ def test_container_ssh_hands_its_hostfile_reads_to_mpi_hostfile_once_and_while_f
     ContainerSshTask().check(cctx)
     cctx.nodes["spark2"].invalidate()
     assert cctx.take_over(HOSTFILE_READS) is None
+
+
+# --- vLLM: no sshd, mesh, hostfile or probe in the containers ----------------------------------------------------
+
+def vllm_pair():
+    inv, facts = pair()
+    data = inv.model_dump(exclude_unset=True)
+    data["container"].pop("image")
+    data["serve"] = {"engine": "vllm"}
+    return Inventory.model_validate(data), facts
+
+
+def test_with_vllm_the_state_dir_holds_no_entrypoint_keys_or_probe():
+    inv, facts = vllm_pair()
+    cctx, _ = cluster(inv, facts)
+    ctx = cctx.nodes["spark1"]
+    changes = ContainerStateTask().check(ctx)
+    assert [c.carried().kind for c in changes] == ["dirs", "dirs"]  # run/ and the HF cache, nothing else
+    assert "mpirun" not in ctx.transport.commands[0] and "container-ssh" not in ctx.transport.commands[0]
+    ContainerStateTask().apply(ctx, changes)
+    assert ctx.transport.files == {} and not any("ssh-keygen" in c for c in ctx.transport.commands)
+
+
+def test_with_vllm_the_mesh_and_the_hostfile_are_not_applicable_and_with_trtllm_they_are():
+    inv, facts = vllm_pair()
+    cctx, _ = cluster(inv, facts)
+    assert ContainerSshTask().not_applicable(cctx).endswith("not mpirun's: no ssh mesh between the containers")
+    assert HostfileTask().not_applicable(cctx).endswith("not mpirun's: no Open MPI hostfile")
+    trt, _ = cluster(*pair())
+    assert ContainerSshTask().not_applicable(trt) is None and HostfileTask().not_applicable(trt) is None

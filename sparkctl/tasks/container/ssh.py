@@ -16,6 +16,7 @@ from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import CHEAP_KEX, Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
+from sparkctl.rules.serving import without_mpi
 from sparkctl.tasks.context import ClusterContext, HandOver
 from sparkctl.tasks.mesh import collect, run_mesh
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS, hostfile_reads, runs_mpirun
@@ -120,7 +121,11 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
                                  hint="rerun bootstrap (container.state generates them)")
         return out
 
-    def check(self, ctx: ClusterContext) -> list[Change]:
+    def not_applicable(self, ctx: ClusterContext) -> str | None:
+        why = without_mpi(ctx.inventory)
+        return f"{why}: no ssh mesh between the containers" if why else None
+
+    def check(self, ctx: ClusterContext) -> list[Change[MeshFile]]:
         files = self._read(ctx)
         pubs = {n: (f["client"].strip(), f["host"].strip()) for n, f in files.items()}
         want = desired_ssh_files(ctx, pubs)

@@ -12,6 +12,7 @@ from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
+from sparkctl.rules.serving import without_mpi
 from sparkctl.tasks.container.ssh import CONTAINER_READ, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
@@ -42,9 +43,12 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
               "takes what container.ssh checks; on a rerun it is read ahead with the node's facts and counts only if "
               "its script is the same and nothing changed since: a no-op container phase needs no round trip)")
     changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
-               "with ssh-keygen on the node (private keys never leave it)")
+               "with ssh-keygen on the node (private keys never leave it); when vLLM serves, only run/ and the HF "
+               "cache (no sshd, mesh or MPI probe in its container)")
 
     def _files(self, ctx: NodeContext) -> dict[str, str]:
+        if without_mpi(ctx.inventory):
+            return {}  # the container needs no entrypoint of sparkctl's, and no MPI probe runs in it
         return {"entrypoint.sh": ctx.plan().entrypoint, f"run/{MPI_PROBE}": probe_source()}
 
     def check(self, ctx: NodeContext) -> list[Change[StateStep]]:
@@ -52,20 +56,22 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         keys = posixpath.join(base, "container-ssh")
         hf_cache = ctx.hf_cache_dir()
         framing = Framing()
+        mesh = without_mpi(ctx.inventory) is None
         lines = [f"S={q(base)}"]
         lines += [framing.section(f"file:{rel}", f'cat "$S"/{q(rel)} 2>/dev/null') for rel in self._files(ctx)]
+        key_checks = [
+            '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
+            f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
+            f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey'] if mesh else []
         lines.append(framing.section("have", "\n".join([
             f'[ -d {q(hf_cache)} ] && echo hf_cache',
             f'[ -d {q(hf_cache)} ] && [ ! -w {q(hf_cache)} ] && echo hf_cache_not_writable',
-            '[ -d "$S"/run ] && echo run',
-            '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
-            f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
-            f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey', "true"])))
+            '[ -d "$S"/run ] && echo run', *key_checks, "true"])))
         # container.ssh's read of this node rides along (the phase is one round trip per node on a no-op); it
         # counts there only if nothing changed in between (container.run starting or recreating the container)
         try:
-            carried = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0)
-            timeout = mesh_read_timeout(ctx.cluster)
+            carried = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0) if mesh else ""
+            timeout = mesh_read_timeout(ctx.cluster) if mesh else 60.0
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
         # a carried read that runs mpirun (no MPI proof on record yet) is not one for the next run to read ahead:
@@ -96,15 +102,16 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
                 changes.append(Change(f"{'update' if current else 'write'} {path}",
                                       diff=unified_diff(path, current or None, content),
                                       payload=StateStep("file", path, content)))
-        if "run" not in have or "keydir" not in have:
-            changes.append(Change(f"create {base}/run and {base}/container-ssh (mode 700)", payload=StateStep("dirs")))
+        if "run" not in have or (mesh and "keydir" not in have):
+            changes.append(Change(f"create {base}/run" + (f" and {base}/container-ssh (mode 700)" if mesh else ""),
+                                  payload=StateStep("dirs")))
         if "hf_cache" not in have:
             changes.append(Change(f"create the HF cache {hf_cache} (docker would create it owned by root)",
                                   payload=StateStep("dirs")))
-        if "client" not in have:
+        if mesh and "client" not in have:
             changes.append(Change("generate the container's client key container-ssh/id_ed25519",
                                   payload=StateStep("key", CLIENT_KEY)))
-        if "hostkey" not in have:
+        if mesh and "hostkey" not in have:
             changes.append(Change("generate the container's ssh host key container-ssh/ssh_host_ed25519_key",
                                   payload=StateStep("key", HOST_KEY)))
         return changes
@@ -113,9 +120,10 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         base = ctx.state_dir()
         keys = posixpath.join(base, "container-ssh")
         cluster = ctx.inventory.cluster.name
-        lines = [f"mkdir -p {q(ctx.hf_cache_dir())}",
-                 f"install -d -m 700 {q(base)} {q(keys)}", f"install -d -m 755 {q(base + '/run')}",
-                 f"chmod 700 {q(keys)}"]
+        lines = [f"mkdir -p {q(ctx.hf_cache_dir())}", f"install -d -m 700 {q(base)}",
+                 f"install -d -m 755 {q(base + '/run')}"]
+        if without_mpi(ctx.inventory) is None:
+            lines += [f"install -d -m 700 {q(keys)}", f"chmod 700 {q(keys)}"]
         steps = [c.carried() for c in changes]
         for step in steps:
             if step.kind == "key":

@@ -11,6 +11,7 @@ from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.mesh import failure_causes
+from sparkctl.rules.serving import without_mpi
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS, HOSTFILE_TASK, host_hostfile_path, hostfile_reads
 from sparkctl.tasks.proof import proven, since
@@ -66,6 +67,10 @@ class HostfileTask(Task[ClusterContext, tuple[str, str]]):
               "from the head container returns every node's hostname in order (not run again when the MPI probe "
               "on record still holds: see verify.fabric)")
     changes = "writes the hostfile on the node and into each container (docker exec, atomic rename)"
+
+    def not_applicable(self, ctx: ClusterContext) -> str | None:
+        why = without_mpi(ctx.inventory)
+        return f"{why}: no Open MPI hostfile" if why else None
 
     def check(self, ctx: ClusterContext) -> list[Change[tuple[str, str]]]:
         want = ctx.plan().hostfile
