@@ -23,8 +23,9 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.paths import CONTAINER_STATE, draft_dir
 
-#: The --config file in the container (the node's run/ dir, mounted)
-VLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/vllm.yaml"
+#: The --config file, in the node's run/serve dir (mounted in the container at CONTAINER_STATE)
+VLLM_CONFIG_FILE = "vllm.yaml"
+VLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/{VLLM_CONFIG_FILE}"
 
 
 class VllmPlanError(ValueError):

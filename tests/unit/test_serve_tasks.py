@@ -88,7 +88,7 @@ def test_config_is_written_with_a_diff_and_then_ok(tmp_path):
     path = SERVE_DIR.format(cluster="duo") + "/extra-llm-api-config.yml"
     assert change.summary == f"create {path}" and "+  max_draft_len: 4" in change.diff
     ServeConfigTask().apply(node, [change])
-    assert transport.files[path] == change.payload
+    assert transport.files[path] == change.carried()[1]
     assert any(c.startswith("mkdir -p ") for c in transport.commands)
     assert ServeConfigTask().check(node) == []
 

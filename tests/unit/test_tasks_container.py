@@ -440,3 +440,18 @@ def test_with_vllm_the_mesh_and_the_hostfile_are_not_applicable_and_with_trtllm_
     assert HostfileTask().not_applicable(cctx).endswith("not mpirun's: no Open MPI hostfile")
     trt, _ = cluster(*pair())
     assert ContainerSshTask().not_applicable(trt) is None and HostfileTask().not_applicable(trt) is None
+
+
+def test_with_vllm_serve_config_writes_the_config_file_every_vllm_serve_reads():
+    from sparkctl.tasks.serve.config import ServeConfigTask
+
+    inv, facts = vllm_pair()
+    cctx, _ = cluster(inv, facts)
+    for node in ("spark1", "spark2"):
+        ctx = cctx.nodes[node]
+        (change,) = ServeConfigTask().check(ctx)
+        path, text = change.carried()
+        assert path == "/home/nvidia/.local/state/sparkctl/pair/run/serve/vllm.yaml"
+        assert text == ctx.plan().serve_config and "method: eagle3" in text and "sparkctl-models/yuhuili" in text
+        ServeConfigTask().apply(ctx, [change])
+        assert ctx.transport.files[path] == text

@@ -7,10 +7,13 @@ refused here, before anything is launched.
 
 from __future__ import annotations
 
+import posixpath
+
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.knowledge.trtllm_releases import Release, release_of
 from sparkctl.plan.serve import ReleaseConfig, launch_fingerprint, release_config
+from sparkctl.plan.vllm import VLLM_CONFIG_FILE
 from sparkctl.rules.serving import serves
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.server import ServerHandle
@@ -46,21 +49,42 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     return text, command, launch_fingerprint(text, command)
 
 
-class ServeConfigTask(Task[NodeContext, str]):
+class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
     name = "serve.config"
     phase = "serve"
     needs = ("container.run", "model.fit")
-    description = "write the TensorRT-LLM config for the image's release on every node"
+    description = "write the engine's config for the image's release on every serving node"
     checks = ("<state>/run/serve/extra-llm-api-config.yml is the preset's config with serve.config merged "
               "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "
               "the image's com.nvidia.tensorrt-llm.version label, else its tag; an unknown release is judged as "
               "the nearest known one), checked at every depth; an override the release would reject fails here, "
-              "naming the key's path and the release; on a rerun the file is read ahead with the node's facts")
+              "naming the key's path and the release; on a rerun the file is read ahead with the node's facts. "
+              "With vLLM: <state>/run/serve/vllm.yaml, the --config file of every node's vllm serve (the preset's "
+              "flags under serve.config, the draft's path in speculative-config, only flags the release has)")
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
-    def check(self, ctx: NodeContext) -> list[Change[str]]:
+    def check(self, ctx: NodeContext) -> list[Change[tuple[str, str]]]:
         if not serves(ctx.inventory, ctx.name):
             return []
+        path, want = self._desired(ctx)
+        current = ctx.read_file(self.name, path)
+        if current == want:
+            return []
+        return [Change(f"{'update' if current is not None else 'create'} {path}",
+                       diff=unified_diff(path, current, want), payload=(path, want))]
+
+    def _desired(self, ctx: NodeContext) -> tuple[str, str]:
+        """(path on the node, content): TensorRT-LLM's extra_llm_api_options, or vLLM's --config file."""
+        handle = ServerHandle.of(ctx)
+        vllm = ctx.plan().vllm
+        if vllm is not None:
+            if vllm.release is None:
+                ctx.warn(f"cannot tell the vLLM release of {ctx.inventory.container.image}: flags not checked "
+                         "against it", task=self.name)
+            if vllm.dropped:
+                ctx.log(f"left out of the --config file, vLLM {vllm.release} does not have: "
+                        f"{', '.join(vllm.dropped)}")
+            return posixpath.join(handle.dir, VLLM_CONFIG_FILE), vllm.config_text()
         rc = desired_config(ctx)
         refuse_rejected(rc)
         if rc.release is None:
@@ -70,15 +94,10 @@ class ServeConfigTask(Task[NodeContext, str]):
             ctx.log(rc.note)
         if rc.dropped:
             ctx.log(f"left out of the config, TensorRT-LLM {rc.release} does not have: {', '.join(rc.dropped)}")
-        path = ServerHandle.of(ctx).config_path
-        current = ctx.read_file(self.name, path)
-        want = rc.text()
-        if current == want:
-            return []
-        return [Change(f"{'update' if current is not None else 'create'} {path}",
-                       diff=unified_diff(path, current, want), payload=want)]
+        return handle.config_path, rc.text()
 
-    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str]]]) -> None:
         handle = ServerHandle.of(ctx)
         ctx.must(f"mkdir -p {q(handle.dir)}", "creating the serve dir")
-        ctx.transport.put(handle.config_path, changes[0].carried(), mode=0o644)
+        path, text = changes[0].carried()
+        ctx.transport.put(path, text, mode=0o644)
