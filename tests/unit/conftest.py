@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from textwrap import dedent
 
 import pytest
 
@@ -43,3 +44,15 @@ def users():
 @pytest.fixture
 def known_hosts(tmp_path):
     return str(tmp_path / "known_hosts")
+
+
+@pytest.fixture
+def inv_file(tmp_path, monkeypatch):
+    """Write text to ./inv.yaml (so messages start with `inv.yaml:`) and return its relative path."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(text: str) -> str:
+        Path("inv.yaml").write_text(dedent(text))
+        return "inv.yaml"
+
+    return write

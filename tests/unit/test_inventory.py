@@ -8,54 +8,18 @@ from textwrap import dedent
 import pytest
 
 from sparkctl.errors import InventoryError
-from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import (
     Inventory,
     dump_inventory,
     inventory_json_schema,
     load_inventory,
 )
+from tests.unit.inventory_kit import PAIR, only_problem, problems_of
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "inventories").glob("*.yaml"))
 FIXTURES = REPO / "tests" / "fixtures" / "inventories"
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
-
-PAIR = """\
-user: nvidia
-nodes:
-  - name: spark1
-    host: 10.0.0.11
-  - name: spark2
-    host: 10.0.0.12
-"""
-
-
-@pytest.fixture
-def inv_file(tmp_path, monkeypatch):
-    """Write text to ./inv.yaml (so messages start with `inv.yaml:`) and return its relative path."""
-    monkeypatch.chdir(tmp_path)
-
-    def write(text: str) -> str:
-        Path("inv.yaml").write_text(dedent(text))
-        return "inv.yaml"
-
-    return write
-
-
-def problems_of(path) -> list[str]:
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(path)
-    assert caught.value.exit_status == ExitStatus.BAD_INPUT
-    assert str(caught.value) == "\n".join(caught.value.problems)
-    return caught.value.problems
-
-
-def only_problem(path) -> str:
-    problems = problems_of(path)
-    assert len(problems) == 1, problems
-    return problems[0]
-
 
 # -- reading the file ------------------------------------------------------------------------------
 

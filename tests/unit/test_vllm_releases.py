@@ -3,13 +3,8 @@ the inventory's vLLM flags and config judged against the image's release, at fil
 
 from __future__ import annotations
 
-from pathlib import Path
-from textwrap import dedent
-
 import pytest
 
-from sparkctl.errors import InventoryError
-from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import dump_inventory, load_inventory
 from sparkctl.inventory.vllm_check import OWNED_FLAGS
 from sparkctl.knowledge.vllm_releases import (
@@ -19,6 +14,7 @@ from sparkctl.knowledge.vllm_releases import (
     release_of,
     schema_for,
 )
+from tests.unit.inventory_kit import PAIR, problems_of
 
 V = VllmVersion.parse
 RELEASES = ("0.10.2", "0.11.1", "0.17.1", "0.20.1")
@@ -115,34 +111,6 @@ def test_a_release_not_in_the_data_is_judged_by_the_nearest_earlier_one():
 
 
 # -- the inventory ---------------------------------------------------------------------------------------------------
-PAIR = """\
-user: nvidia
-nodes:
-  - name: spark1
-    host: 10.0.0.11
-  - name: spark2
-    host: 10.0.0.12
-"""
-
-
-@pytest.fixture
-def inv_file(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-    def write(text: str) -> str:
-        Path("inv.yaml").write_text(dedent(text))
-        return "inv.yaml"
-
-    return write
-
-
-def problems(path: str) -> list[str]:
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(path)
-    assert caught.value.exit_status == ExitStatus.BAD_INPUT
-    return caught.value.problems
-
-
 def test_a_vllm_preset_brings_its_engine_and_container_and_the_file_is_given_back_as_written(inv_file):
     inventory = load_inventory(inv_file(PAIR + "serve:\n  preset: llama-3.3-70b-vllm-eagle3\n"))
     spec = inventory.serve_spec()
@@ -164,7 +132,7 @@ def test_a_vllm_preset_brings_its_engine_and_container_and_the_file_is_given_bac
 def test_flags_the_images_release_refuses_are_reported_at_their_line(inv_file):
     text = PAIR + ("serve:\n  preset: llama-3.3-70b-vllm-eagle3\n  args: [--enforce-eager, --swap-space, '4']\n"
                    "  config:\n    max_modl_len: 4096\n    speculative-config: {method: eagle3, model: x}\n")
-    assert problems(inv_file(text)) == [
+    assert problems_of(inv_file(text)) == [
         "inv.yaml:9: serve.args[1]: --swap-space is gone from vLLM 0.20.1 (vLLM 0.17.1 had it) (remove it; the "
         "release notes say what replaced it)",
         "inv.yaml:11: serve.config.max_modl_len: vLLM 0.20.1 has no flag max-modl-len (did you mean "
@@ -173,7 +141,7 @@ def test_flags_the_images_release_refuses_are_reported_at_their_line(inv_file):
         "serve.draft (the plan knows where the draft lives on each node))",
     ]
     plain = PAIR + "serve:\n  preset: llama-3.3-70b-vllm\n  config:\n    speculative_config: {method: eagle3}\n"
-    assert problems(inv_file(plain)) == ["inv.yaml:10: serve.config.speculative_config: set while decoding is none "
+    assert problems_of(inv_file(plain)) == ["inv.yaml:10: serve.config.speculative_config: set while decoding is none "
                                          "(set serve.decoding: eagle3 and serve.draft, or remove it)"]
     # the same flag on the image of a release that still has it loads
     older = text.replace("  config:\n    max_modl_len: 4096\n    speculative-config: {method: eagle3, model: x}\n", "")
@@ -182,23 +150,23 @@ def test_flags_the_images_release_refuses_are_reported_at_their_line(inv_file):
 
 
 def test_engine_and_preset_must_agree_and_args_are_vllms(inv_file):
-    assert problems(inv_file(PAIR + "serve:\n  engine: trtllm\n  preset: llama-3.3-70b-vllm\n")) == [
+    assert problems_of(inv_file(PAIR + "serve:\n  engine: trtllm\n  preset: llama-3.3-70b-vllm\n")) == [
         "inv.yaml:8: serve.engine: trtllm, but preset llama-3.3-70b-vllm runs on vllm (remove serve.engine, or "
         "choose a trtllm preset: qwen3-235b-eagle3, gpt-oss-120b-eagle3, llama-3.3-70b-draft-target)"]
-    assert problems(inv_file(PAIR + "serve:\n  args: [--enforce-eager]\n")) == [
+    assert problems_of(inv_file(PAIR + "serve:\n  args: [--enforce-eager]\n")) == [
         "inv.yaml:8: serve.args: are vllm serve flags: TensorRT-LLM's settings go in serve.config (its "
         "extra_llm_api_options keys), or set serve.engine: vllm"]
     single = "user: nvidia\nnodes: [{name: spark1, host: h1}]\nserve:\n  engine: vllm\n"
-    assert problems(inv_file(single)) == ["inv.yaml:3: serve: no vllm preset fits 1 node(s): name the model "
+    assert problems_of(inv_file(single)) == ["inv.yaml:3: serve: no vllm preset fits 1 node(s): name the model "
                                           "(serve.model)"]
-    assert problems(inv_file(PAIR + "serve:\n  engine: sglang\n"))[0].startswith("inv.yaml:8: serve.engine: ")
+    assert problems_of(inv_file(PAIR + "serve:\n  engine: sglang\n"))[0].startswith("inv.yaml:8: serve.engine: ")
 
 
 def test_a_vllm_variable_the_release_no_longer_reads_is_reported(inv_file):
     # VLLM_ATTENTION_BACKEND: in vllm/envs.py's environment_variables up to 0.11.1, gone from 0.17.1
     text = ("container:\n  env:\n    VLLM_ATTENTION_BACKEND: FLASHINFER\n    VLLM_HOST_IPP: 1.2.3.4\n" + PAIR
             + "serve:\n  engine: vllm\n")
-    assert problems(inv_file(text)) == [
+    assert problems_of(inv_file(text)) == [
         "inv.yaml:3: container.env.VLLM_ATTENTION_BACKEND: vLLM 0.20.1 does not read VLLM_ATTENTION_BACKEND (vLLM "
         "0.11.1 read it): set, it changes nothing (remove it)",
         "inv.yaml:4: container.env.VLLM_HOST_IPP: vLLM 0.20.1 does not read VLLM_HOST_IPP: set, it changes nothing "
@@ -211,7 +179,7 @@ def test_a_vllm_variable_the_release_no_longer_reads_is_reported(inv_file):
 def test_mp_on_a_release_without_nnodes_is_refused_at_its_line(inv_file):
     text = ("container:\n  image: nvcr.io/nvidia/vllm:25.10-py3\n" + PAIR
             + "serve:\n  engine: vllm\n  vllm:\n    executor: mp\n")
-    assert problems(inv_file(text)) == [
+    assert problems_of(inv_file(text)) == [
         "inv.yaml:12: serve.vllm.executor: mp: vLLM 0.10.2 has no --nnodes (0.11.1 and later), so its ranks meet "
         "across nodes only over Ray (set executor: ray or auto, or use an image with a later vLLM)"]
     assert load_inventory(inv_file(text.replace("executor: mp", "executor: auto"))).serve.vllm.executor == "auto"
