@@ -99,12 +99,25 @@ class Source:
         return self.modules[dotted]
 
     def commit(self) -> str:
+        """The full commit of a git ref ("" for an sdist, which names only its short id)."""
+        if not self.ref:
+            return ""
+        return subprocess.run(["git", "-C", str(self.root), "rev-parse", f"{self.ref}^{{commit}}"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def commit_id(self) -> str:
+        """setuptools-scm's id of the commit (`g` and the short hash), as an sdist's vllm/_version.py writes it."""
         if self.ref:
-            return subprocess.run(["git", "-C", str(self.root), "rev-parse", f"{self.ref}^{{commit}}"],
-                                  check=True, capture_output=True, text=True).stdout.strip()
+            return "g" + self.commit()[:9]
         version = ast.parse(self.text("vllm/_version.py") or "")
         return next((_const(n.value) for n in ast.walk(version) if isinstance(n, ast.Assign)
                      and "__commit_id__" in map(ast.unparse, n.targets)), "")
+
+    def tags(self) -> list[str]:
+        """The tags of a git ref's commit."""
+        run = subprocess.run(["git", "-C", str(self.root), "tag", "--points-at", self.ref], capture_output=True,
+                             text=True)
+        return run.stdout.split() if run.returncode == 0 else []
 
 
 class Module:
@@ -632,6 +645,8 @@ def release_entry(version: str, spec: str, sdist_sha256: str | None) -> dict:
     info = source.text("PKG-INFO") or ""
     if not source.ref and f"\nVersion: {version}\n" not in info:
         raise SystemExit(f"{spec}: PKG-INFO is not vLLM {version}")
+    if source.ref and f"v{version}" not in source.tags():
+        raise SystemExit(f"{spec}: {source.ref} is not tagged v{version} (name the release's tag)")
     requires = re.search(r"^Requires-Python: (.+)$", info, re.M) or re.search(
         r'^requires-python\s*=\s*"(.+)"', source.text("pyproject.toml") or "", re.M)
     arg_utils = source.module(ARG_UTILS)
@@ -645,7 +660,8 @@ def release_entry(version: str, spec: str, sdist_sha256: str | None) -> dict:
            "speculative_config": speculative(arg_utils, rules), "env": env, "metrics": kinds,
            "metrics_conditional": guarded, "metrics_exposition": EXPOSITION,
            "requires_python": requires[1] if requires else None}
-    out["source"] = {"repo": "vllm-project/vllm", "ref": source.ref or f"v{version}", "commit_id": source.commit(),
+    out["source"] = {"repo": "vllm-project/vllm", "ref": source.ref or f"v{version}", "commit_id": source.commit_id(),
+                     **({"commit": source.commit()} if source.ref else {}),
                      **({} if source.ref else {"sdist": f"vllm-{version}.tar.gz", "sdist_sha256": sdist_sha256}),
                      "files": dict(sorted(source.files.items()))}
     return out

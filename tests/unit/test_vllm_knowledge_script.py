@@ -188,7 +188,12 @@ def test_a_release_read_by_ref_from_a_git_checkout_gives_the_same_facts(generate
     head = git(repo, "rev-parse", "HEAD").strip()
     assert head != git(repo, "rev-parse", "v0.17.1").strip()
     files = {k: v for k, v in files_of(FIXTURE / "0.17.1").items() if k != "vllm/_version.py"}  # commit from git
-    assert entry["source"] == {"repo": "vllm-project/vllm", "ref": "v0.17.1", "commit_id": head, "files": files}
+    assert entry["source"] == {"repo": "vllm-project/vllm", "ref": "v0.17.1", "commit_id": "g" + head[:9],
+                               "commit": head, "files": files}
+    # a ref that is not the named release's tag is refused
+    wrong = subprocess.run([sys.executable, str(SCRIPT), "--release", f"0.11.1={repo}@v0.17.1", "--out",
+                            str(tmp_path / "wrong.json")], capture_output=True, text=True)
+    assert wrong.returncode != 0 and "v0.17.1 is not tagged v0.11.1" in wrong.stderr
 
 
 def test_a_second_run_naming_one_release_keeps_the_others_and_the_images(generated, tmp_path):
