@@ -1,0 +1,92 @@
+"""PURE readings of vLLM's Prometheus `/metrics` (for `sparkctl top`): requests running and waiting, the token
+counters, KV-cache use, the time-to-first-token histogram and speculative decoding's draft and accepted tokens, and
+the rates and the TTFT median between two readings.
+
+The names are vLLM's own (sparkctl/knowledge/vllm_releases.json, read from vllm/v1/metrics/loggers.py per release);
+a counter is exposed with `_total` appended. KV-cache use was `vllm:gpu_cache_usage_perc` before 0.17 and is
+`vllm:kv_cache_usage_perc` from it. The text is parsed with the official Prometheus client's parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+@dataclass(frozen=True)
+class ServeSample:
+    running: float | None = None
+    waiting: float | None = None
+    prompt_tokens: float | None = None       # totals since the engine started
+    generation_tokens: float | None = None
+    kv_cache_fraction: float | None = None   # 0-1
+    ttft_buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count), +Inf last
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+
+
+def parse_vllm_metrics(text: str) -> ServeSample:
+    """The figures of one `/metrics` reading, summed over the engines' label sets."""
+    sums: dict[str, float] = {}
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if family.name == TTFT and sample.name == f"{TTFT}_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+            elif sample.name in (family.name, f"{family.name}_total"):
+                sums[family.name] = sums.get(family.name, 0.0) + sample.value
+    kv = next((sums[name] for name in KV_CACHE if name in sums), None)
+    return ServeSample(
+        running=sums.get("vllm:num_requests_running"), waiting=sums.get("vllm:num_requests_waiting"),
+        prompt_tokens=sums.get("vllm:prompt_tokens"), generation_tokens=sums.get("vllm:generation_tokens"),
+        kv_cache_fraction=kv, ttft_buckets=tuple(sorted(buckets.items())),
+        draft_tokens=sums.get("vllm:spec_decode_num_draft_tokens"),
+        accepted_tokens=sums.get("vllm:spec_decode_num_accepted_tokens"))
+
+
+@dataclass(frozen=True)
+class ServeRates:
+    prompt_tps: float | None
+    generation_tps: float | None
+    ttft_p50_s: float | None      # of the requests that got their first token between the two readings
+    acceptance: float | None      # accepted / drafted tokens between the two readings
+
+
+def _rate(before: float | None, now: float | None, seconds: float) -> float | None:
+    if before is None or now is None or now < before or seconds <= 0:
+        return None
+    return (now - before) / seconds
+
+
+def median_between(before: tuple[tuple[float, float], ...], now: tuple[tuple[float, float], ...]) -> float | None:
+    """The median of what a histogram counted between two readings, interpolated in its bucket as Prometheus'
+    histogram_quantile does (the +Inf bucket answers with the largest finite bound)."""
+    earlier = dict(before)
+    deltas = [(bound, count - earlier.get(bound, 0.0)) for bound, count in now]
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return None
+    rank, lower, below = total / 2, 0.0, 0.0
+    for bound, cumulative in deltas:
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = cumulative - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, cumulative
+    return lower
+
+
+def serve_rates(before: ServeSample, now: ServeSample, seconds: float) -> ServeRates:
+    drafted = _rate(before.draft_tokens, now.draft_tokens, 1.0)
+    accepted = _rate(before.accepted_tokens, now.accepted_tokens, 1.0)
+    return ServeRates(
+        prompt_tps=_rate(before.prompt_tokens, now.prompt_tokens, seconds),
+        generation_tps=_rate(before.generation_tokens, now.generation_tokens, seconds),
+        ttft_p50_s=median_between(before.ttft_buckets, now.ttft_buckets),
+        acceptance=accepted / drafted if drafted and accepted is not None else None)
