@@ -53,7 +53,7 @@ def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
     node's sshd set, so a per-node name would silently become the head's. MPI over TCP is control traffic on
     a Spark; NCCL's RDMA path still uses every twin (NCCL_IB_HCA).
     """
-    return next((i for i in fabric.ports[node].interfaces if i in fabric.addresses.get(node, {})), None)
+    return fabric.first_interface(node)
 
 
 def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
@@ -97,7 +97,7 @@ def vllm_container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> d
     carry vLLM's control traffic on the twin VLLM_HOST_IP is on (TensorPipe takes one interface)."""
     ports = fabric.ports[node]
     env: dict[str, str] = {}
-    own = next((i for i in ports.interfaces if i in fabric.addresses.get(node, {})), None)
+    own = fabric.first_interface(node)
     if ports.interfaces:
         ifaces = ",".join(ports.interfaces)
         env.update({

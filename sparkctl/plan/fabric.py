@@ -68,12 +68,13 @@ class FabricPlan:
     def interface_of(self, node: str, ip: ipaddress.IPv4Address | None) -> str | None:
         return next((iface for iface, addr in self.addresses.get(node, {}).items() if addr.ip == ip), None)
 
+    def first_interface(self, node: str) -> str | None:
+        """The node's first planned twin that has an address."""
+        return next((i for i in self.ports[node].interfaces if i in self.addresses.get(node, {})), None)
+
     def first_address(self, node: str) -> ipaddress.IPv4Address | None:
-        ports = self.ports[node]
-        for iface in ports.interfaces:
-            if iface in self.addresses.get(node, {}):
-                return self.addresses[node][iface].ip
-        return None
+        iface = self.first_interface(node)
+        return self.addresses[node][iface].ip if iface is not None else None
 
 
 def _roce_for(netdev: str, facts: Facts | None) -> str:
