@@ -56,12 +56,19 @@ def lab_group() -> None:
                    "(01-network-manager-all.yaml), or systemd-networkd.")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
 @click.option("--serve", "serve_preset", metavar="PRESET",
-              help="Also serve this preset (e.g. qwen3-235b-eagle3) through the lab's TensorRT-LLM stand-in.")
+              help="Also serve this preset (e.g. qwen3-235b-eagle3, llama-3.3-70b-vllm) through the lab's "
+                   "TensorRT-LLM or vLLM stand-in.")
 def up_command(nodes: int, topology: str, port: int, ring_order: str | None, directory: str, sudo_password: bool,
                renderer: str, install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""
+    from sparkctl.inventory.presets import get_preset, preset_names
     from sparkctl.lab.deps import check_machine, install_packages
     from sparkctl.lab.lab import Lab
+
+    try:
+        engine = get_preset(serve_preset).engine if serve_preset else "trtllm"
+    except KeyError as exc:
+        raise BadInput(f"--serve: {exc.args[0]}", hint=f"one of: {', '.join(preset_names())}") from exc
 
     if install_deps:
         check_machine(need_packages=False)
@@ -72,7 +79,7 @@ def up_command(nodes: int, topology: str, port: int, ring_order: str | None, dir
     if serve_preset:
         from sparkctl.lab.inventory_writer import add_serve_section
 
-        add_serve_section(Path(lab.inventory_path), serve_preset)
+        add_serve_section(Path(lab.inventory_path), serve_preset, engine)
     _print_nodes(lab.status())
     click.echo(f"inventory: {lab.inventory_path}")
     token = "HF_TOKEN=<any value: the lab's gated repos take any token> " if serve_preset else ""

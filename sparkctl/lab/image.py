@@ -42,6 +42,9 @@ ENTRYPOINT_IN_IMAGE = "/usr/local/bin/sparkctl-lab-entrypoint"
 # product code), so the stand-in and sparkctl judge a config with one file.
 RELEASES_IN_IMAGE = "/opt/sparkctl-lab/trtllm_releases.json"
 RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "trtllm_releases.json"
+#: the same for vLLM, read by the vllm stand-in
+VLLM_RELEASES_IN_IMAGE = "/opt/sparkctl-lab/vllm_releases.json"
+VLLM_RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "vllm_releases.json"
 FIXTURE_REPOS_IN_IMAGE = "/opt/sparkctl-lab/fixture-repos"
 
 IMAGE_PACKAGES = [
@@ -128,8 +131,15 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
 GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 
 
+#: The vLLM image sparkctl runs by default with serve.engine vllm (sparkctl/inventory/sections.py,
+#: CONTAINER_DEFAULTS; a unit test keeps the two equal): the lab image carries the vllm stand-in too, so a lab
+#: inventory that serves with vLLM runs the product's own default image name, as the gateway's.
+VLLM_IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
+
+
 def _tag_gateway(ref: str) -> None:
-    _run(["podman", *podman_store_args(), "tag", ref, GATEWAY_IMAGE], "podman tag", timeout=120)
+    """The names the product's own defaults use, given to the lab image (the gateway's, vLLM's)."""
+    _run(["podman", *podman_store_args(), "tag", ref, GATEWAY_IMAGE, VLLM_IMAGE], "podman tag", timeout=120)
 
 
 def image_ref(recipe: str | None = None) -> str:
@@ -166,7 +176,7 @@ IMAGE_CUDA_VERSION = "13.0.2"
 def image_env() -> dict[str, str]:
     return {"CUDA_VERSION": IMAGE_CUDA_VERSION, "HF_HOME": "/root/.cache/huggingface",
             "SPARKCTL_LAB_FIXTURE_REPOS": FIXTURE_REPOS_IN_IMAGE, "SPARKCTL_LAB_TRTLLM_VERSION": TRTLLM_VERSION,
-            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE}
+            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE, "SPARKCTL_LAB_VLLM_RELEASES": VLLM_RELEASES_IN_IMAGE}
 
 
 def recipe_hash() -> str:
@@ -266,7 +276,8 @@ def _os_codename() -> str:
 
 def _baked_files() -> list[tuple[str, Path]]:
     """(path inside the image, path on the machine) for every file the build copies in."""
-    files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint")), (RELEASES_IN_IMAGE, RELEASES_FILE)]
+    files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint")), (RELEASES_IN_IMAGE, RELEASES_FILE),
+             (VLLM_RELEASES_IN_IMAGE, VLLM_RELEASES_FILE)]
     files += [(f"/usr/local/bin/{name}", standin_path(name)) for name in IMAGE_STANDINS]
     repos = fixture_repos_dir()
     files += [

@@ -69,9 +69,14 @@ def write_secret(path: Path, value: str) -> None:
     path.chmod(0o600)
 
 
-def add_serve_section(path: Path, preset: str) -> None:
+def add_serve_section(path: Path, preset: str, engine: str = "trtllm") -> None:
     """Serve PRESET from the lab: the nodes have this machine's memory, far less than a Spark's, so the fit
-    check warns instead of refusing; the gated fixture repos take any token."""
+    check warns instead of refusing; the gated fixture repos take any token. A preset of another engine than
+    TensorRT-LLM runs that engine's default image, which the lab's image is also named (lab/image.py)."""
     document = yaml.safe_load(path.read_text())
     document["serve"] = {"preset": preset, "fit_check": "warn", "ready_timeout": 300}
+    if engine != "trtllm":
+        document.get("container", {}).pop("image", None)
+        if not document.get("container"):
+            document.pop("container", None)
     write_inventory(path, document)

@@ -7,6 +7,11 @@ run that did not last, and stays down after `sparkctl serve stop` (disabled) unt
 Three files: the unit in /etc/systemd/system; `unit.sh` on the head (the wait before a start, the record after a
 stop), and `world.sh` inside the container (run the server in the foreground, stop it, check the world is ready),
 both in the state dir's run/serve, which the container mounts.
+
+With vLLM every serving node has its own unit of the same name: each runs that node's `vllm serve` (rank 0 with the
+API server, the others `--headless`; or with Ray, `ray start` and on the head `vllm serve` over it). A worker's
+unit waits for no one: its rank retries the master until it answers, and ends (to be started again) when the
+master goes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from sparkctl.plan.container import serving_hosts
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
 from sparkctl.plan.render import render
+from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 
 UNIT_DIR = "/etc/systemd/system"
 #: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
@@ -46,12 +52,29 @@ SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRe
                    "ExecMainStartTimestamp")
 
 
-def leftover_ranks_script() -> str:
-    """Kill ranks of OUR server (they name our config file) that outlived their mpirun; prints their PIDs."""
+#: vLLM names its processes `VLLM::EngineCore`, `VLLM::Worker_TP0`... (set_process_title, prefix
+#: VLLM_PROCESS_NAME_PREFIX, default VLLM: vllm/utils/system_utils.py at v0.20.1): the ones left in our container
+#: after their `vllm serve` ended are ours
+VLLM_TITLE = "^VLLM::"
+
+
+def leftover_ranks_script(engine: str = "trtllm") -> str:
+    """Kill processes of OUR server that outlived it: TensorRT-LLM's ranks (they name our config file) after
+    their mpirun, vLLM's processes after their `vllm serve`; prints their PIDs."""
     # `[ ]` matches the space in a rank's command line but not this script's own text
-    pattern = shlex.quote(f"--extra_llm_api_options[ ]{CONFIG_PATH}")
-    return (f"for p in $(pgrep -f -- {pattern}); do "
+    if engine == "vllm":
+        found = f"pgrep -f -- {shlex.quote(f'--config[ ]{VLLM_CONFIG_PATH}')}; pgrep -f -- {shlex.quote(VLLM_TITLE)}"
+    else:
+        found = f"pgrep -f -- {shlex.quote(f'--extra_llm_api_options[ ]{CONFIG_PATH}')}"
+    return (f"for p in $({found}); do "
             "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
+
+
+def is_our_server(cmdline: str) -> bool:
+    """Is this command line (a /proc cmdline, NULs as spaces) the server world.sh runs: mpirun with our config,
+    `vllm serve` with our --config file, or a Ray worker node's `ray start --block`?"""
+    return (("mpirun" in cmdline and CONFIG_PATH in cmdline) or ("vllm" in cmdline and VLLM_CONFIG_PATH in cmdline)
+            or ("ray" in cmdline and " start " in f" {cmdline} " and "--block" in cmdline))
 
 
 def unit_name(cluster: str) -> str:
@@ -82,8 +105,12 @@ class ServeUnitSpec:
     model: str
     world: str           # "TP=2 x PP=1 on spark1, spark2"
     peers: tuple[Peer, ...]
-    command: str         # the launch line
+    command: str         # the launch line (vLLM: this node's; a Ray worker's `ray start --block`)
     fingerprint: str
+    engine: str = "trtllm"
+    node: str = ""       # whose unit (vLLM: every serving node has one)
+    rank: int = 0
+    ray_head: str = ""   # vLLM with Ray, on the head: the `ray start --head` before its `vllm serve`
 
     @property
     def name(self) -> str:
@@ -92,6 +119,14 @@ class ServeUnitSpec:
     @property
     def unit_path(self) -> str:
         return unit_path(self.cluster)
+
+    @property
+    def ray_worker(self) -> bool:
+        return self.engine == "vllm" and self.command.startswith("ray ")
+
+    @property
+    def uses_ray(self) -> bool:
+        return bool(self.ray_head) or self.ray_worker
 
     @property
     def serve_dir(self) -> str:
@@ -121,6 +156,10 @@ class ServeUnitSpec:
                       lasted=LASTED_S)
 
     def world_text(self) -> str:
+        if self.engine == "vllm":
+            return render("serve-world-vllm.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=VLLM_CONFIG_PATH,
+                          pid=PID_PATH, log=LOG_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
+                          leftovers=leftover_ranks_script("vllm"))
         return render("serve-world.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=CONFIG_PATH, pid=PID_PATH,
                       log=LOG_PATH, hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
                       leftovers=leftover_ranks_script())
@@ -138,6 +177,28 @@ def serve_unit_spec(inventory: Inventory, fabric: FabricPlan, *, state_dir: str,
         model=spec.model, world=f"TP={spec.tp_size} x PP={spec.pp_size} on {', '.join(names)}",
         peers=tuple(Peer(name, addresses[name]) for name in names if name != inventory.head.name),
         command=command, fingerprint=fingerprint)
+
+
+def vllm_unit_spec(inventory: Inventory, launch: VllmLaunch, node: str, *, state_dir: str, user: str,
+                   fingerprint: str) -> ServeUnitSpec:
+    """Serving node `node`'s unit with vLLM: its own `vllm serve` (or its Ray node), its own state dir and user."""
+    spec = inventory.serve_spec()
+    names = inventory.serving_nodes()
+    rank = names.index(node)
+    if launch.executor == "ray":
+        ray_line = launch.ray[node]
+        if rank == 0:  # the head's Ray node runs in the background, under its vllm serve
+            command, ray_head = shlex.join(launch.serve[node]), shlex.join([a for a in ray_line if a != "--block"])
+        else:
+            command, ray_head = shlex.join(ray_line), ""
+    else:
+        command, ray_head = shlex.join(launch.serve[node]), ""
+    role = "the API server" if rank == 0 else "headless"
+    return ServeUnitSpec(
+        cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
+        model=spec.model, world=f"vLLM TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} "
+                                f"({role}, {launch.executor})",
+        peers=(), command=command, fingerprint=fingerprint, engine="vllm", node=node, rank=rank, ray_head=ray_head)
 
 
 @dataclass(frozen=True)

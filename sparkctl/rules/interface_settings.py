@@ -157,10 +157,55 @@ def check_ib_hca(node: str, env: dict[str, str], facts: Facts) -> list[Mismatch]
     return out
 
 
-def node_mismatches(node: str, env: dict[str, str], facts: Facts) -> list[Mismatch]:
+def _first_fabric_address(facts: Facts) -> str | None:
+    for name in fabric_up(facts):
+        for a in facts.addresses_of(name):
+            if a.family == "inet" and not a.is_link_local:
+                return a.ip
+    return None
+
+
+def check_vllm_host_ip(node: str, env: dict[str, str], facts: Facts) -> list[Mismatch]:
+    """VLLM_HOST_IP: the address this rank tells the others (vllm/envs.py; unset, vLLM takes the address of the
+    default route's interface: the management network)."""
+    setting, value = "VLLM_HOST_IP", env.get("VLLM_HOST_IP", "")
+    want = _first_fabric_address(facts)
+    fix = f"set {setting}={want or '<an address on an Up twin>'} (rerun bootstrap)"
+    if not value:
+        return [Mismatch(node, setting, "(unset)", "vLLM takes the address of the default route's interface (the "
+                         "management network)", fix)]
+    held = facts.interfaces_holding(value)
+    if not held:
+        return [Mismatch(node, setting, value, f"the node does not own {value}: the other ranks cannot reach this "
+                         f"one; {_has(facts)}", fix)]
+    up = fabric_up(facts)
+    if not any(name in up for name in held):
+        return [Mismatch(node, setting, value, f"{value} is on {', '.join(held)}, not an Up fabric twin; "
+                         f"{_has(facts)}", fix)]
+    return []
+
+
+def check_one_interface(node: str, env: dict[str, str], facts: Facts, setting: str) -> list[Mismatch]:
+    """GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME: the interface vLLM's control traffic (Gloo, TensorPipe) uses."""
+    value = env.get(setting, "")
+    if not value:
+        return [Mismatch(node, setting, "(unset)", "Gloo/TensorPipe pick an interface by themselves, the "
+                         "management one included", f"set {setting}={(fabric_up(facts) or ['<an Up twin>'])[0]} "
+                         "(rerun bootstrap)")]
+    return _interface_problems(node, setting, value, _entries(value), facts)
+
+
+def node_mismatches(node: str, env: dict[str, str], facts: Facts, engine: str = "trtllm") -> list[Mismatch]:
+    """The container's settings against its node; with vLLM its own (VLLM_HOST_IP, Gloo's and TensorPipe's
+    interface) instead of Open MPI's out-of-band channel (no mpirun there)."""
     out = check_socket_ifname(node, env, facts) + check_ucx(node, env, facts) + check_ib_hca(node, env, facts)
-    for setting in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"):
-        out += check_ompi(node, env, facts, setting)
+    out += check_ompi(node, env, facts, "OMPI_MCA_btl_tcp_if_include")
+    if engine == "vllm":
+        out += check_vllm_host_ip(node, env, facts)
+        for setting in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+            out += check_one_interface(node, env, facts, setting)
+    else:
+        out += check_ompi(node, env, facts, "OMPI_MCA_oob_tcp_if_include")
     return out
 
 

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from sparkctl.engine import Event, EventBus, Graph, RunResult
-from sparkctl.errors import InventoryError
 from sparkctl.inventory import Inventory
 from sparkctl.runs.journal import Journal
 from sparkctl.runs.playbooks import bootstrap_graph
@@ -54,11 +53,6 @@ ViewFactory = Callable[[], AbstractContextManager[Callable[[Event], None]]]
 
 def bootstrap(inventory: Inventory, request: RunRequest, view: ViewFactory, ask: TokenPrompt) -> RunResult:
     """`view()` opens the event sink of one run (a second run gets a fresh one)."""
-    if inventory.serve_spec().engine == "vllm":
-        # the plan is whole (`cluster plan` shows every node's vllm serve); the tasks that run it are not yet
-        raise InventoryError([f"{inventory.where('serve', 'engine')}: serve.engine: vllm is planned but not "
-                              "launched by this version of sparkctl (`sparkctl cluster plan` shows what it will "
-                              "run on each node); serve with trtllm meanwhile"])
     with view() as sink:
         result = journaled_run("bootstrap", inventory, bootstrap_graph(), request, sink)
     if ask_for_gated_token(inventory, result, ask):

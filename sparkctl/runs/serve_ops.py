@@ -28,7 +28,7 @@ from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, Session
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
-from sparkctl.tasks.serve.launch import kill_leftover_ranks
+from sparkctl.tasks.serve.launch import kill_leftover_ranks, stop_ranks, worker_ranks
 from sparkctl.tasks.serve.server import ServerHandle, head_client
 from sparkctl.transport.base import Transport, q
 
@@ -251,8 +251,8 @@ class StopResult:
 
 def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
     """Stop and disable the serving unit on the head (its stop TERMs mpirun, which takes its ranks down; disabled,
-    it stays down at boot until the next serving bootstrap), then kill leftover ranks on every node with the
-    serve.launch task's own code. A change: it holds the cluster lock."""
+    it stays down at boot until the next serving bootstrap; with vLLM every serving node's unit), then kill leftover
+    ranks on every node with the serve.launch task's own code. A change: it holds the cluster lock."""
     head = inventory.head.name
     with Session(inventory, forks=forks) as session:
         if head not in session.transports:
@@ -262,11 +262,10 @@ def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
                               kind=session.unreachable_kinds.get(head, "network"), node=head)
         with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop")):
             result = StopResult(unreachable=dict(session.unreachable))
-            handle = server_handle(inventory, session.transports[head])
-            result.pid = handle.stop(disable=True)
-            cluster = ClusterContext(inventory, RunOptions(), emit=lambda _event: None)
+            cluster = ClusterContext(inventory, RunOptions(forks=forks), emit=lambda _event: None)
             for node in inventory.nodes:
                 if node.name in session.transports:
                     cluster.add(NodeContext(cluster, node, session.transports[node.name]))
+            result.pid = stop_ranks(cluster, [head, *worker_ranks(inventory)], disable=True).get(head)
             result.leftovers = kill_leftover_ranks(cluster)
             return result

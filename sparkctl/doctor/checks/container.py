@@ -90,7 +90,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
         spec = s.plan.nodes[node].container
         differences = spec_differences(spec, info)
         # env settings that do not fit the node are reported as env.* findings, with the reason
-        explained = {m.setting for m in node_mismatches(node, info.env, f)}
+        explained = {m.setting for m in node_mismatches(node, info.env, f, s.inventory.serve_spec().engine)}
         rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
         if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
             out.append(Finding("container.spec_drift", "error", node, f"container {name} differs from the plan",
@@ -138,7 +138,7 @@ def check_env(s: Snapshot) -> list[Finding]:
         info = running_container(s, node)
         if info is None:
             continue
-        for m in node_mismatches(node, info.env, s.facts[node]):
+        for m in node_mismatches(node, info.env, s.facts[node], s.inventory.serve_spec().engine):
             if _port_explains(s, node, m):
                 continue
             out.append(Finding(_env_id(m), m.severity, node, f"container env {m.setting} does not fit {node}",

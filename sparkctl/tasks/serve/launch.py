@@ -1,5 +1,5 @@
 """serve.launch: the serving unit started on the head (it runs mpirun in the head container), until /health
-answers 200.
+answers 200. With vLLM every serving node's unit (one rank each) is started, the workers' before the head's.
 
 /health is asked on the head itself (inside its container, over the SSH connection already open): the
 inventory host may be an ssh_config alias or behind a jump host or a firewall the controller cannot pass.
@@ -12,11 +12,13 @@ model restarts it (the config diff shows in `--diff`); a dead or unhealthy serve
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts.parse import listening_on
+from sparkctl.inventory import Inventory
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.gateway import ENGINE_HOST
@@ -26,8 +28,8 @@ from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serv
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_launch
-from sparkctl.tasks.serve.server import ServerHandle, head_client
-from sparkctl.tasks.serve.unit import head_unit
+from sparkctl.tasks.serve.server import ServerHandle, ServingState, head_client
+from sparkctl.tasks.serve.unit import node_unit
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -69,24 +71,19 @@ class ServeLaunchTask(Task[ClusterContext, None]):
                 f"{spec.pp_size} = {spec.world_size} rank(s)); left out of the launch: {', '.join(spared)}"),
                 data={"serving_nodes": ctx.inventory.serving_nodes(), "left_out": spared}))
         handle = ServerHandle.of(head)
-        framing = Framing()
-        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing)
-        read = head.read(self.name, script, framing, timeout=STATE_READ_S)
-        if read.timed_out:  # not known to be down: a restart would meet the same hung docker
-            raise TaskFailed(f"reading the server's state on {head.name} timed out after {STATE_READ_S:g} s",
-                             hint=f"is docker answering on {head.name}? (`docker ps`, `docker exec "
-                                  f"{ctx.inventory.container.name} true`)")
-        state = handle.parse_state(read.stdout, framing, head.name)
+        states = read_states(ctx, self.name, [head.name, *worker_ranks(ctx.inventory)])
+        state = states[head.name]
         record = state.record
         if record is None:
             return [Change(f"start the server on {head.name}: {ctx.inventory.serve_spec().model}", node=head.name)]
-        if state.unit.get("ActiveState") != "active":
-            return [Change(f"start the server on {head.name}: its unit {handle.unit} is "
-                           f"{unit_summary(state.unit)}", node=head.name)]
-        if not state.alive:
-            why = f"; {state.exec_error}" if state.exec_error else ""
-            return [Change(f"restart the server on {head.name}: mpirun (pid {state.pid or '-'}) is gone "
-                           f"(its log: run/serve/serve.log{why})", node=head.name)]
+        for node, each in states.items():
+            if each.unit.get("ActiveState") != "active":
+                return [Change(f"start the server on {node}: its unit {handle.unit} is "
+                               f"{unit_summary(each.unit)}", node=node)]
+            if not each.alive:
+                why = f"; {each.exec_error}" if each.exec_error else ""
+                return [Change(f"restart the server on {node}: {server_process(ctx.inventory)} (pid "
+                               f"{each.pid or '-'}) is gone (its log: run/serve/serve.log{why})", node=node)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
             if record.get("command") != command:
@@ -109,18 +106,21 @@ class ServeLaunchTask(Task[ClusterContext, None]):
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)
         handle = ServerHandle.of(head)
-        stopped = handle.stop()
-        if stopped:
-            ctx.emit(Event(event="log", task=self.name, node=head.name, message=f"stopped the server (pid {stopped})"))
+        workers = worker_ranks(inv)
+        stopped = stop_ranks(ctx, [head.name, *workers])
+        for node, pid in stopped.items():
+            ctx.emit(Event(event="log", task=self.name, node=node, message=f"stopped the server (pid {pid})"))
         kill_leftover_ranks(ctx)
         port = inv.serve_spec().engine_port
         self._wait_port_free(head, port)
         handle.write_record({"fingerprint": fingerprint, "model": inv.serve_spec().model, "config": text,
                              "command": command, "started": time.time(), "endpoint": endpoint(inv)})
-        try:
-            handle.start(head_unit(head).host_script)
-        except RuntimeError as exc:
-            raise TaskFailed(f"starting the server on {head.name} failed: {exc}") from exc
+        for node in [*workers, head.name]:  # a worker's rank waits for the master; the master not for it
+            ranked = ctx.nodes[node]
+            try:
+                ServerHandle.of(ranked).start(node_unit(ranked).host_script)
+            except RuntimeError as exc:
+                raise TaskFailed(f"starting the server on {node} failed: {exc}") from exc
         self._wait_healthy(ctx, head, handle)
 
     def _wait_port_free(self, head: NodeContext, port: int) -> None:
@@ -176,11 +176,58 @@ class ServeLaunchTask(Task[ClusterContext, None]):
         raise TaskFailed(message, hint=hint, details=lines[-12:])
 
 
+def worker_ranks(inventory: Inventory) -> list[str]:
+    """The serving nodes besides the head that run a unit of their own (vLLM's other ranks); none with
+    TensorRT-LLM (the head's mpirun starts the ranks there)."""
+    if inventory.serve_spec().engine != "vllm":
+        return []
+    return [n for n in inventory.serving_nodes() if n != inventory.head.name]
+
+
+def server_process(inventory: Inventory) -> str:
+    return "vllm serve" if inventory.serve_spec().engine == "vllm" else "mpirun"
+
+
+def read_states(ctx: ClusterContext, task: str, nodes: list[str]) -> dict[str, ServingState]:
+    """Each node's serving state (ServerHandle.state_script), one read per node, all at once; on a rerun read
+    ahead with its facts."""
+    states: dict[str, ServingState] = {}
+
+    def read(node: NodeContext) -> None:
+        handle = ServerHandle.of(node)
+        framing = Framing()
+        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing)
+        result = node.read(task, script, framing, timeout=STATE_READ_S)
+        if result.timed_out:  # not known to be down: a restart would meet the same hung docker
+            raise TaskFailed(f"reading the server's state on {node.name} timed out after {STATE_READ_S:g} s",
+                             hint=f"is docker answering on {node.name}? (`docker ps`, `docker exec "
+                                  f"{ctx.inventory.container.name} true`)")
+        states[node.name] = handle.parse_state(result.stdout, framing, node.name)
+
+    ctx.each_node({n: partial(read, ctx.nodes[n]) for n in nodes})
+    return {n: states[n] for n in nodes}
+
+
+def stop_ranks(ctx: ClusterContext, nodes: list[str], *, disable: bool = False) -> dict[str, int]:
+    """Stop the serving unit on each of `nodes` at once; the PID that ran on each where one did."""
+    stopped: dict[str, int] = {}
+
+    def stop(node: NodeContext) -> None:
+        pid = ServerHandle.of(node).stop(disable=disable)
+        if pid:
+            stopped[node.name] = pid
+
+    ctx.each_node({n: partial(stop, ctx.nodes[n]) for n in nodes if n in ctx.nodes})
+    return {n: stopped[n] for n in nodes if n in stopped}
+
+
 def kill_leftover_ranks(ctx: ClusterContext) -> list[str]:
-    """Ranks of our server that outlived their mpirun, on any node (they would hold GPU memory), killed.
+    """Ranks of our server that outlived their mpirun (or vllm serve), on any node (they would hold GPU memory),
+    killed.
 
     `ctx`: a ClusterContext (the task's, or `sparkctl serve stop`'s); returns `node: pid` per rank."""
     container = ctx.inventory.container.name
-    line = f"docker exec {q(container)} sh -c {q(leftover_ranks_script())} 2>/dev/null; true"
+    script = leftover_ranks_script(ctx.inventory.serve_spec().engine)
+    line = f"docker exec {q(container)} sh -c {q(script)} 2>/dev/null; true"
     results = ctx.run_on_all({n: line for n in ctx.nodes}, timeout=30)
     return [f"{n}: {p}" for n, r in results.items() for p in r.stdout.split()]

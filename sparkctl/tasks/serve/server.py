@@ -16,10 +16,10 @@ from typing import Any
 
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
-from sparkctl.plan.paths import CONFIG_PATH
 from sparkctl.plan.serve_unit import (
     EXITS_LOG,
     STOP_WAIT_S,
+    is_our_server,
     parse_show,
     show_command,
     unit_name,
@@ -64,17 +64,14 @@ def serve_dir(state_dir: str) -> str:
 class ServingState:
     """What serve.launch reads of the head in one round trip (ServerHandle.state_script)."""
     record: dict | None       # launch.json, None when absent or unreadable
-    pid: int | None           # mpirun's PID in the container, from serve.pid (the unit's latest run writes it)
-    alive: bool               # that PID is still our mpirun
+    pid: int | None           # the server's PID in the container (mpirun's, vllm serve's), from serve.pid (the
+    #                           unit's latest run writes it)
+    alive: bool               # that PID is still our server
     unit: dict[str, str]      # `systemctl show` of the serving unit
     health: int               # /health's HTTP status, 0 when nothing answered
     health_why: str           # why nothing answered
     exec_error: str           # what `docker exec` said when it failed (the container not running), else ""
     nccl: str                 # the serve log's NCCL/NET lines
-
-
-def _is_our_mpirun(cmdline: str) -> bool:
-    return "mpirun" in cmdline and CONFIG_PATH in cmdline
 
 
 class ServerHandle:
@@ -117,11 +114,11 @@ class ServerHandle:
         return int(text) if text.isdigit() else None
 
     def alive(self, pid: int | None) -> bool:
-        """Is `pid` (inside the container) still the mpirun we started?"""
+        """Is `pid` (inside the container) still the server we started (mpirun, vllm serve)?"""
         if not pid:
             return False
         result = self._exec(f"tr '\\0' ' ' < /proc/{int(pid)}/cmdline 2>/dev/null")
-        return result.ok and _is_our_mpirun(result.stdout)
+        return result.ok and is_our_server(result.stdout)
 
     def unit_state(self) -> dict[str, str]:
         return parse_show(self._run(show_command(self.cluster), timeout=30).stdout)
@@ -175,7 +172,7 @@ class ServerHandle:
         if "exec" not in found or not found["exec"].ok:
             lines = texts.get("exec", "").strip().splitlines()
             exec_error = f"docker exec: {lines[-1] if lines else 'no answer'}"
-        alive = "cmdline" in found and found["cmdline"].ok and _is_our_mpirun(texts["cmdline"])
+        alive = "cmdline" in found and found["cmdline"].ok and is_our_server(texts["cmdline"])
         health = texts.get("health", "")
         if health.partition("\n")[0].strip().isdigit():  # NODE_HTTP_PY ran: a status, 0 with why nothing answered
             status, body = parse_node_http(health)

@@ -1,5 +1,6 @@
-"""serve.unit: the serving unit (sparkctl/plan/serve_unit.py) written and enabled on the head; on every other node
-no unit of this cluster (the head moved). serve.unit_remove: `cluster down`'s, on every node.
+"""serve.unit: the serving unit (sparkctl/plan/serve_unit.py) written and enabled on the head (with vLLM on every
+serving node, each its own rank); on every other node no unit of this cluster (the head moved, a node left out).
+serve.unit_remove: `cluster down`'s, on every node.
 
 Idempotent: the unit file and its two scripts have the planned content and the unit is enabled; a file that
 differs is written again (with its diff: they hold no secret) and systemd reloaded. Starting the unit is
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task
-from sparkctl.plan.serve_unit import ServeUnitSpec, serve_unit_spec, unit_name, unit_path
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.inventory import Inventory
+from sparkctl.plan.serve_unit import ServeUnitSpec, serve_unit_spec, unit_name, unit_path, vllm_unit_spec
+from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.transport.base import q
@@ -20,11 +22,27 @@ from sparkctl.transport.framing import Framing
 
 def head_unit(head: NodeContext) -> ServeUnitSpec:
     """The unit the head should have, from its facts (login user, home) and the planned launch."""
-    inv = head.inventory
-    _text, command, fingerprint = desired_launch(head)
-    return serve_unit_spec(inv, head.plan().fabric, state_dir=head.state_dir(),
-                           user=head.facts().user or head.node.user or inv.user, command=command,
+    return node_unit(head)
+
+
+def node_unit(ctx: NodeContext) -> ServeUnitSpec:
+    """The unit serving node `ctx` should have, from its facts (login user, home) and the planned launch."""
+    inv = ctx.inventory
+    _text, command, fingerprint = desired_launch(ctx)
+    user = ctx.facts().user or ctx.node.user or inv.user
+    vllm = ctx.plan().vllm
+    if vllm is not None:
+        return vllm_unit_spec(inv, vllm, ctx.name, state_dir=ctx.state_dir(), user=user, fingerprint=fingerprint)
+    return serve_unit_spec(inv, ctx.plan().fabric, state_dir=ctx.state_dir(), user=user, command=command,
                            fingerprint=fingerprint)
+
+
+def has_unit(inventory: Inventory, node: str) -> bool:
+    """Does `node` run a serving unit: the head with TensorRT-LLM (its mpirun reaches the others), every serving
+    node with vLLM (one rank each)."""
+    if inventory.serve_spec().engine == "vllm":
+        return serves(inventory, node)
+    return node == inventory.head.name
 
 
 def _remove_script(cluster: str) -> str:
@@ -37,11 +55,12 @@ class ServeUnitTask(Task[NodeContext, str]):
     name = "serve.unit"
     phase = "serve"
     needs = ("serve.config",)
-    description = "write and enable the systemd unit that keeps the model served from the head"
+    description = "write and enable the systemd unit that keeps the model served (on the head; vLLM: every rank's node)"
     checks = ("on the head: /etc/systemd/system/sparkctl-serve-<cluster>.service, <state>/run/serve/unit.sh and "
               "world.sh have the planned content (the launch line, the other serving nodes' hostfile addresses) "
-              "and the unit is enabled (`sparkctl serve stop` disables it); on every other node: no such unit; "
-              "one read of the node, on a rerun read ahead with its facts")
+              "and the unit is enabled (`sparkctl serve stop` disables it); with vLLM the same on every serving "
+              "node, each world.sh running that node's own vllm serve (or Ray node); on every other node: no such "
+              "unit; one read of the node, on a rerun read ahead with its facts")
     changes = ("writes what differs (the scripts as the login user, the unit as root), `systemctl daemon-reload`, "
                "`systemctl enable` (serve.launch starts it); elsewhere `systemctl disable --now` and removes it")
 
@@ -49,13 +68,15 @@ class ServeUnitTask(Task[NodeContext, str]):
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []
-        if ctx.name != inv.head.name:
+        if not has_unit(inv, ctx.name):
             framing = Framing()
             script = framing.section("unit", f"test -e {q(unit_path(inv.cluster.name))} && echo present; true")
             said = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
-            return [Change(f"remove the serving unit {unit_name(inv.cluster.name)} (the head is "
-                           f"{inv.head.name})", payload="remove")] if "present" in said.get("unit", "") else []
-        spec = head_unit(ctx)
+            why = (f"the head is {inv.head.name}" if inv.serve_spec().engine != "vllm"
+                   else "it serves no rank of the model")
+            return [Change(f"remove the serving unit {unit_name(inv.cluster.name)} ({why})",
+                           payload="remove")] if "present" in said.get("unit", "") else []
+        spec = node_unit(ctx)
         framing = Framing()
         files = spec.files()
         script = "\n".join([*(framing.section(f"file{i}", f"cat {q(path)}") for i, path in enumerate(files)),
@@ -81,7 +102,7 @@ class ServeUnitTask(Task[NodeContext, str]):
             if any(c.payload == "remove" for c in changes):
                 ctx.must(_remove_script(inv.cluster.name), "removing the serving unit", sudo=True)
                 return
-            spec = head_unit(ctx)
+            spec = node_unit(ctx)
             files = spec.files()
             ctx.must(f"install -d -m 755 {q(spec.serve_dir)}", f"making {spec.serve_dir}")
             written = {c.payload for c in changes} & set(files)

@@ -22,6 +22,7 @@ from sparkctl.rules.interface_settings import (
     peer_pairs,
     subnet_mismatches,
 )
+from sparkctl.rules.serving import serves, without_mpi
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.verify.reads import VERIFY_READS, answers, container_reads, node_reads
@@ -127,6 +128,8 @@ class FabricVerify(Task[ClusterContext, None]):
 
     def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
+        mpi = without_mpi(inv) is None
+        engine = inv.serve_spec().engine
         order = [n.name for n in inv.nodes if n.name in ctx.nodes]
         # Every change re-reads its node's facts (NodeContext.invalidate): what is cached is the state now.
         facts = {n: ctx.nodes[n].facts() for n in order}
@@ -140,9 +143,11 @@ class FabricVerify(Task[ClusterContext, None]):
                                            "rerun bootstrap (container.run)"))
                 continue
             envs[node] = info.env
-            mismatches += node_mismatches(node, info.env, facts[node])
+            mismatches += node_mismatches(node, info.env, facts[node], engine)
         mismatches += subnet_mismatches(peer_pairs(order, inv.topology), envs, facts,
                                         routed=inv.topology == "ring")
+        if not mpi:
+            return self._without_mpi(ctx, order, mismatches)
         # The probe rides in the same round trip as the reads when nothing found so far rules it out, and
         # when no proof on record still holds (tasks/proof.py).
         on_record = proof.proven(ctx) if not _errors(mismatches) and len(envs) == len(order) else None
@@ -174,6 +179,24 @@ class FabricVerify(Task[ClusterContext, None]):
             # nothing at all came back (the docker exec itself failed): run it on its own
             mismatches += self._probe(ctx, order, {n: facts[n].hostname for n in order}, envs, facts,
                                       ran if any(x.strip() for x in ran) else None)
+        return self._conclude(ctx, mismatches)
+
+    def _without_mpi(self, ctx: ClusterContext, order: list[str], mismatches: list[Mismatch]) -> list[Change[None]]:
+        """vLLM: no hostfile, container sshd or MPI probe (its ranks meet over their own sockets); each serving
+        node's serve log says what NCCL used there."""
+        framing = Framing()
+        scripts = {node: node_reads(ctx.nodes[node], framing, exposure=False) + "\ntrue"
+                   for node in order if serves(ctx.inventory, node)}
+        for node, result in ctx.run_on_all(scripts, timeout=60).items():
+            log = framing.texts(result.stdout).get("nccl", "")
+            if log.strip():
+                found, summary = nccl_log_findings(node, log)
+                mismatches += found
+                if summary:
+                    ctx.emit(Event(event="log", task=self.name, node=node, message=summary))
+        return self._conclude(ctx, mismatches)
+
+    def _conclude(self, ctx: ClusterContext, mismatches: list[Mismatch]) -> list[Change[None]]:
         for m in mismatches:
             if m.severity == "warning":
                 ctx.emit(Event(event="warning", task=self.name, node=m.node, message=m.line()))

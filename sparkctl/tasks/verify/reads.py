@@ -24,13 +24,15 @@ def container_reads(framing: Framing) -> str:
     return framing.section(CONTAINER_HOSTFILE, f"cat {HOSTFILE_PATH} 2>/dev/null")
 
 
-def node_reads(ctx: NodeContext, framing: Framing) -> str:
-    """Shell for the node: the serve log's NCCL lines, and whether the container's sshd answers on the node's
-    management address."""
+def node_reads(ctx: NodeContext, framing: Framing, *, exposure: bool = True) -> str:
+    """Shell for the node: the serve log's NCCL lines, and (`exposure`) whether the container's sshd answers on
+    the node's management address."""
     log = posixpath.join(ctx.state_dir(), SERVE_LOG)
-    exposure = exposure_script(management_addresses(ctx.facts()), ctx.inventory.container.ssh_port)
-    return "\n".join([framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000"),
-                      framing.section("exposure", exposure)])
+    sections = [framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")]
+    if exposure:
+        script = exposure_script(management_addresses(ctx.facts()), ctx.inventory.container.ssh_port)
+        sections.append(framing.section("exposure", script))
+    return "\n".join(sections)
 
 
 def answers(found: dict[str, str]) -> dict[str, str]:
