@@ -37,7 +37,7 @@ from sparkctl.rules.mesh import (
     parse_verdicts,
     ping_script,
 )
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import has_unit, serving_enabled
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing
 
@@ -81,13 +81,27 @@ def _mesh_section(tries: list[Try]) -> str:
 
 
 def _container_lines(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
-    inner = "\n".join([
-        _section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
-        _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
-        _section(nonce, "c-ssh", _mesh_section(container_tries(plan.fabric, order, node))),
-        _section(nonce, "c-settings", node_probes.CONTAINER_SETTINGS),
-    ])
-    return f"docker exec {q(inventory.container.name)} sh -c {q(inner)} 2>&1"
+    """Inside the container: its hostfile, keys and ssh mesh (TensorRT-LLM's mpirun needs them; vLLM has none:
+    whether its image has Ray where Ray is chosen instead), and the settings files that override sparkctl's."""
+    if plan.vllm is not None:
+        inner = [_section(nonce, "c-ray", "command -v ray") if plan.vllm.executor == "ray" else ""]
+    else:
+        inner = [_section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
+                 _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
+                 _section(nonce, "c-ssh", _mesh_section(container_tries(plan.fabric, order, node)))]
+    inner.append(_section(nonce, "c-settings", node_probes.CONTAINER_SETTINGS))
+    return f"docker exec {q(inventory.container.name)} sh -c {q(chr(10).join(filter(None, inner)))} 2>&1"
+
+
+def _master_reach(plan: ClusterPlan, inventory: Inventory) -> str:
+    """Whether vLLM's master port answers from this node (a worker's rank connects there over the fabric): `open`,
+    or `closed` with why."""
+    assert plan.vllm is not None
+    head = plan.vllm.serve[inventory.serving_nodes()[0]]
+    address, port = head[head.index("--master-addr") + 1], head[head.index("--master-port") + 1]
+    target = f"/dev/tcp/{address}/{port}"
+    return (f"echo {q(f'{address}:{port}')}; if timeout 3 bash -c {q(f': <{target}')} 2>/dev/null; "
+            "then echo open; else echo closed; fi")
 
 
 def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
@@ -146,6 +160,12 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     sections.append(("models", _model_lines(hf, model_repos(inventory) if serving else [])))
     sections.append(("serve-log", f"[ -f {q(log)} ] || exit 3; tail -n {LOG_LINES} {q(log)}"))
     sections.append(("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n {NCCL_LINES}"))
+    if has_unit(inventory, node) and node != inventory.head.name:
+        sections.append(("unit", show_command(inventory.cluster.name)))
+        sections.append(("unit-exits", f"tail -n 20 {q(posixpath.join(posixpath.dirname(log), EXITS_LOG))}"))
+        if plan is not None and plan.vllm is not None and "--master-addr" in plan.vllm.serve.get(
+                inventory.serving_nodes()[0], []):
+            sections.append(("vllm-master", _master_reach(plan, inventory)))
     if node == inventory.head.name and serving:
         port = serve_port(inventory)
         sections.append(("health", _http(container, f"http://127.0.0.1:{port}/health")))
@@ -225,6 +245,11 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
     if "unit" in sections:
         probe.unit = parse_show(text("unit"))
         probe.unit_exits = text("unit-exits")
+    if "c-ray" in sections:
+        probe.ray_found = sections["c-ray"].ok
+    if "vllm-master" in sections:
+        target, _, verdict = text("vllm-master").strip().partition("\n")
+        probe.vllm_master = (target.strip(), verdict.strip() == "open")
     completion = sections.get("completion")
     if completion and completion.ok:
         status, _, body = completion.output.partition("\n")
@@ -269,7 +294,7 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
         why = probe.error or "no verdict printed"
         probe.ssh += _untried(host_tries(inventory, plan.fabric, order, node), probe.ssh, why)
         info = facts.containers.get(inventory.container.name)
-        if info is not None and info.running:
+        if info is not None and info.running and plan.vllm is None:
             probe.container_ssh += _untried(container_tries(plan.fabric, order, node), probe.container_ssh, why)
     return probe
 

@@ -200,6 +200,16 @@ REMEDIES: dict[str, Remedy] = {
     "env.unset": _by("a container interface setting is unset", *CONTAINER),
     "nccl.ib_hca_missing": _by("NCCL_IB_HCA names no RoCE device of the node", *CONTAINER),
     "nccl.ib_hca_partial": _by("NCCL_IB_HCA leaves out a twin's RoCE device", *CONTAINER),
+    "vllm.wrong_nic": _by("a vLLM rank's own address or control interface (VLLM_HOST_IP, GLOO/TP_SOCKET_IFNAME) is "
+                          "not its node's Up fabric twin", *CONTAINER),
+    "vllm.ranks_one_node": _by("two vLLM ranks look like one node (the same VLLM_HOST_IP)", "container", "serve"),
+    "vllm.ray_missing": _person("Ray is vLLM's executor and the image has no Ray", "inventory",
+                                "choose an image with Ray or serve.vllm.executor: mp in the inventory"),
+    "vllm.master_unreachable": _person("a vLLM worker cannot reach the master port on the head over the fabric",
+                                       "site", "a link or a firewall between the nodes drops it: sparkctl writes "
+                                       "no firewall rules"),
+    "vllm.flag_refused": _person("the image's vLLM release refuses a flag of the launch", "inventory",
+                                 "the flag is the inventory's (serve.args, serve.config): fix it there"),
     # mpi
     "mpi.hostfile_mismatch": _by("the container's hostfile does not match the nodes' addresses", "mpi"),
     # model and serve

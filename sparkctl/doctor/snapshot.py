@@ -81,6 +81,10 @@ class NodeProbe:
     unit: dict[str, str] | None = None
     #: the unit's last runs, from exits.log (plan/serve_unit.py parse_exits)
     unit_exits: str = ""
+    #: vLLM with Ray: whether the container has `ray`; None: not probed
+    ray_found: bool | None = None
+    #: vLLM's worker: (master address:port, whether it answers from this node); None: not probed
+    vllm_master: tuple[str, bool] | None = None
     #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
     system: SystemProbe = field(default_factory=SystemProbe)
 

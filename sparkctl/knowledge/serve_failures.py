@@ -1,6 +1,6 @@
 """PURE: the likely cause of a failed server start, from known signatures in its log (the troubleshooting tables
 of NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md and nvidia/speculative-decoding/README.md, and
-TensorRT-LLM's own error messages)."""
+TensorRT-LLM's, vLLM's and torch's own error messages)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,26 @@ class Cause:
     hint: str
 
 
+#: vLLM's and torch's own messages (vllm at v0.20.1: vllm/v1/executor/ray_executor.py, ray_utils.py; argparse's
+#: wording for `vllm serve`; torch/csrc/distributed/c10d/socket.cpp for the store client's retry warning)
+VLLM_CAUSES = (
+    Cause("vLLM flag refused", re.compile(r"vllm(?: serve)?: error: (?:unrecognized arguments|argument .*invalid "
+                                          r"choice|ambiguous option|argument .*invalid)"),
+          "the image's vLLM release refuses a flag or value of the launch: fix serve.args/serve.config in the "
+          "inventory (`sparkctl inventory validate` checks them against the release the image tag names)"),
+    Cause("ranks on one node", re.compile(r"Every node should have a unique IP address"),
+          "two nodes said the same VLLM_HOST_IP (or Ray placed both ranks on one node): each container's "
+          "VLLM_HOST_IP must be its own node's fabric address (rerun bootstrap: container.run)"),
+    Cause("Ray missing", re.compile(r"Failed to import Ray|No module named 'ray'"),
+          "serve.vllm.executor is ray and the image has no Ray: use an image with Ray (NVIDIA's vLLM images have "
+          "it), or serve.vllm.executor: mp (vLLM 0.11.1 and later)"),
+    Cause("master unreachable", re.compile(r"The client socket has failed to connect to"),
+          "this rank cannot reach the master port on the head over the fabric: check the link between them and "
+          "any firewall on the head (`sparkctl doctor`)"),
+)
+
 CAUSES = (
+    *VLLM_CAUSES,
     Cause("unknown config key", re.compile(r"Extra inputs are not permitted|union_tag_invalid|validation error"),
           "the TensorRT-LLM config has a key (or value) this release rejects: {detail}; fix serve.config in the "
           "inventory"),

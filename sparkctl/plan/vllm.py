@@ -105,8 +105,11 @@ def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion |
         port = str(inventory.serve.vllm.ray_port)
         for rank, node in enumerate(nodes):
             own = str(fabric.first_address(node) or inventory.node(node).host)
-            ray[node] = (["ray", "start", "--head", "--port", port, "--node-ip-address", own, "--block"] if rank == 0
-                         else ["ray", "start", "--address", f"{master}:{port}", "--node-ip-address", own, "--block"])
+            # one GPU per Spark, said to Ray: a placement group's bundles of one GPU each then land one per node
+            # (Ray's own count could be more where a node exposes more devices, and PACK would fill it first)
+            own_node = ["--node-ip-address", own, "--num-gpus", "1", "--block"]
+            ray[node] = (["ray", "start", "--head", "--port", port, *own_node] if rank == 0
+                         else ["ray", "start", "--address", f"{master}:{port}", *own_node])
         serve[head] = [*common, "--distributed-executor-backend", "ray", *front, *spec.args]
     return VllmLaunch(executor, why, release, config, serve, ray, dropped,
                       judged_note(release, schema) if release and schema else "")

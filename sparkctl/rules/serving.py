@@ -26,6 +26,14 @@ def serves(inventory: Inventory, node: str) -> bool:
     return serving_enabled(inventory) and node in inventory.serving_nodes()
 
 
+def has_unit(inventory: Inventory, node: str) -> bool:
+    """Does `node` run a serving unit: the head with TensorRT-LLM (its mpirun reaches the others), every serving
+    node with vLLM (one rank each)."""
+    if inventory.serve_spec().engine == "vllm":
+        return serves(inventory, node)
+    return serving_enabled(inventory) and node == inventory.head.name
+
+
 def left_out(inventory: Inventory) -> list[str]:
     """The nodes of a serving cluster that the model does not run on (more nodes than tp_size x pp_size)."""
     if not serving_enabled(inventory):

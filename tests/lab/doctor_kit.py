@@ -57,16 +57,16 @@ def planned_spec(lab, node: str, inventory: str | None = None) -> ContainerSpec:
 
 
 def replace_container(lab, node: str, change: Callable[[ContainerSpec], ContainerSpec],
-                      inventory: str | None = None, serves: bool = True) -> None:
+                      inventory: str | None = None, serves: bool = True, container: str = CONTAINER) -> None:
     """Recreate the node's container from its planned spec with one change (as a hand-started or older container
     would be), keeping the hostfile sparkctl put in it so that only the change differs. `serves`: it comes up
     (its sshd listens); else it is only started."""
     spec = change(planned_spec(lab, node, inventory))
-    hostfile = lab.exec(node, f"docker exec {CONTAINER} cat /etc/openmpi-hostfile").stdout
-    script = f"docker rm -f {CONTAINER} >/dev/null && {shlex.join(spec.run_argv())} >/dev/null"
+    hostfile = lab.exec(node, f"docker exec {container} cat /etc/openmpi-hostfile").stdout if serves else ""
+    script = f"docker rm -f {container} >/dev/null && {shlex.join(spec.run_argv())} >/dev/null"
     if serves:
         script += (f" && printf %s {q(hostfile)} > /tmp/seeded-hostfile && "
-                   f"docker cp /tmp/seeded-hostfile {CONTAINER}:/etc/openmpi-hostfile && "
+                   f"docker cp /tmp/seeded-hostfile {container}:/etc/openmpi-hostfile && "
                    f"for i in $(seq 1 300); do ss -ltnH 'sport = :2233' | grep -q . && exit 0; sleep 0.2; done; exit 1")
     result = lab.exec(node, script)
     assert result.returncode == 0, result.stderr

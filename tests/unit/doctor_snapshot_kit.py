@@ -65,6 +65,61 @@ def healthy_snapshot() -> Snapshot:
 UNIT_RUNNING = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled",
                 "NRestarts": "0", "Result": "success"}
 
+VLLM_CONTAINER = "vllm-multinode"
+
+
+def healthy_vllm_snapshot() -> Snapshot:
+    """Two Sparks serving with vLLM (inventories/two-sparks-vllm.yaml: mp, one rank each), healthy, as doctor sees
+    them: no container ssh mesh or hostfile (vLLM has none), a unit on each, the worker reaching the master."""
+    inv = inventory("two-sparks-vllm.yaml")
+    facts = {}
+    for i, name in enumerate(NODES):
+        f = spark_facts(name, addresses={t: [f"{ip}/24"] for t, ip in zip(TWINS, ADDRS[name], strict=True)},
+                        mtu=9000, session_ip=f"10.0.0.{11 + i}")
+        f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
+        f.hf_cache_free_bytes = 2 * 10**12
+        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, NODES[1 - i], port_descr=t) for t in TWINS])
+        facts[name] = f
+    plan, _ = doctor_plan(inv, facts)
+    probes = {}
+    for name in NODES:
+        node_plan = plan.nodes[name]
+        facts[name].netplan_files = [NetplanFile(inv.fabric.netplan_file, node_plan.netplan, 0o600)]
+        spec = node_plan.container
+        facts[name].containers = {spec.name: ContainerInfo(
+            spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
+            labels={SPEC_LABEL: spec.spec_hash()}, mounts=[{"Source": h, "Destination": c} for h, c, _ in spec.mounts])}
+        facts[name].listening_tcp = {22: "sshd"}
+        peer = NODES[1 - NODES.index(name)]
+        probes[name] = NodeProbe(
+            pings=[LinkProbe(t, peer, ip, "ok") for t, ip in zip(TWINS, ADDRS[peer], strict=True)],
+            ssh=[SshProbe(peer, ADDRS[peer][0], True)], hf_token_file=True, serve_log_exists=True,
+            unit=dict(UNIT_RUNNING),
+            models=[ModelCache(r, "complete") for r in ("meta-llama/Llama-3.3-70B-Instruct",
+                                                        "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B")])
+    probes["spark1"].health_status = 200
+    probes["spark1"].completion = "The sea is wide and deep."
+    probes["spark1"].port_owners[inv.serve_spec().engine_port] = "vllm (pid 77)"
+    probes["spark1"].gateway = "running"
+    probes["spark1"].gateway_ss = "LISTEN 0 511 10.0.0.11:8000 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8000 0.0.0.0:*\n"
+    probes["spark2"].vllm_master = (f"{ADDRS['spark1'][0]}:{inv.serve.vllm.master_port}", True)
+    return Snapshot(inv, facts, {}, probes, plan)
+
+
+def fault_vllm_master_unreachable(s):
+    s.probes["spark2"].vllm_master = (s.probes["spark2"].vllm_master[0], False)
+    s.probes["spark2"].serve_log_tail = ("[W socket.cpp] The client socket has failed to connect to "
+                                         "[192.168.100.10]:29501 (errno: 113 - No route to host).")
+
+
+def fault_vllm_flag_refused(s):
+    s.probes["spark2"].serve_log_tail = ("usage: vllm serve [options] [model_tag]\n"
+                                         "vllm serve: error: unrecognized arguments: --swap-space 4")
+
+
+def fault_vllm_ray_missing(s):
+    s.probes["spark1"].ray_found = False
+
 
 def diagnose(s: Snapshot):
     s.plan, s.plan_error = doctor_plan(s.inventory, s.facts)

@@ -248,6 +248,10 @@ FAULTS = {
     "node.ssh_refused": ssh_refused, "doctor.run_in_progress": run_in_progress,
     "doctor.outside_unreadable": outside_unreadable, "nm.unread": nm_unread,
 }
+#: found on two Sparks serving with vLLM
+VLLM_FAULTS = {"vllm.master_unreachable": base.fault_vllm_master_unreachable,
+               "vllm.flag_refused": base.fault_vllm_flag_refused, "vllm.ray_missing": base.fault_vllm_ray_missing}
+FAULTS.update(VLLM_FAULTS)
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}
 PERSON = sorted(i for i, r in REMEDIES.items() if not r.repairable)
@@ -258,7 +262,7 @@ def test_every_persons_finding_is_produced_here():
 
 
 def diagnosed(finding_id: str) -> Diagnosis:
-    s = base.healthy_snapshot()
+    s = base.healthy_vllm_snapshot() if finding_id in VLLM_FAULTS else base.healthy_snapshot()
     FAULTS[finding_id](s)
     return base.diagnose(s)
 

@@ -66,9 +66,10 @@ def test_a_release_without_nnodes_meets_over_ray_one_node_each(tmp_path):
         inventory_from_yaml(text, tmp_path), facts()).fabric)
     assert launch.executor == "ray" and "0.10.2 has no --nnodes" in launch.why
     assert launch.ray == {
-        "spark1": ["ray", "start", "--head", "--port", "6379", "--node-ip-address", "192.168.100.10", "--block"],
+        "spark1": ["ray", "start", "--head", "--port", "6379", "--node-ip-address", "192.168.100.10", "--num-gpus",
+                   "1", "--block"],
         "spark2": ["ray", "start", "--address", "192.168.100.10:6379", "--node-ip-address", "192.168.100.11",
-                   "--block"]}
+                   "--num-gpus", "1", "--block"]}
     assert list(launch.serve) == ["spark1"]
     assert "--distributed-executor-backend" in launch.serve["spark1"] and "--headless" not in launch.serve["spark1"]
     # the loader refuses mp on such an image's tag; a running image whose release is older than its tag still is

@@ -101,6 +101,8 @@ def check_containers(s: Snapshot) -> list[Finding]:
 
 
 def _env_id(m: Mismatch) -> str:
+    if m.setting in ("VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        return "vllm.wrong_nic"
     if m.setting == "NCCL_IB_HCA":
         return "nccl.ib_hca_missing" if "does not exist" in m.has or m.names == "(unset)" else \
             "nccl.ib_hca_partial" if "leaves out" in m.has else "env.iface_down"

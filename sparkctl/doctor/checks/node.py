@@ -10,7 +10,7 @@ from sparkctl.inventory import ServeSpec
 from sparkctl.knowledge.fitcheck import needed_per_node_gb
 from sparkctl.knowledge.trtllm_releases import KNOWN_BAD_RELEASES
 from sparkctl.rules.clock import MAX_SKEW_S, clock_skew
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves, serving_enabled
 
 LOW_MEMORY_FRACTION = 0.10
 PAGE_CACHE_FRACTION = 0.25
@@ -200,7 +200,8 @@ def check_hf_cache_disk(s: Snapshot) -> list[Finding]:
         f = s.facts[node]
         if f.hf_cache_free_bytes is None:
             continue
-        missing = [m for m in s.probe(node).models if m.state != "complete"]
+        # a node the model does not run on (left out of tp_size x pp_size) needs none of it
+        missing = [m for m in s.probe(node).models if m.state != "complete"] if serves(s.inventory, node) else []
         floor = max(HF_CACHE_MIN_FREE_GB, need_gb * 1.05 if missing else 0) * 1e9
         if f.hf_cache_free_bytes < floor:
             # an error once a download is under way (or the server needs it); before that, a heads-up

@@ -20,7 +20,7 @@ from sparkctl.plan.serve_unit import (
     unit_path,
     unit_summary,
 )
-from sparkctl.rules.serving import fell_back_to_sockets, rdma_up, serves, serving_enabled
+from sparkctl.rules.serving import fell_back_to_sockets, has_unit, rdma_up, serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
 SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-launch")
@@ -180,20 +180,29 @@ def unit_trouble(probe: NodeProbe) -> bool:
 
 
 def check_unit(s: Snapshot) -> list[Finding]:
-    """The unit that keeps the model served (plan/serve_unit.py): installed, enabled, not failed, not looping."""
-    if (found := serving_head(s)) is None or found[1].unit is None:
+    """The unit that keeps the model served (plan/serve_unit.py), on the head (with vLLM on every serving node):
+    installed, enabled, not failed, not looping."""
+    if serving_head(s) is None:
         return []
-    head, probe = found
+    out: list[Finding] = []
+    for node in s.order:
+        probe = s.probe(node)
+        if has_unit(s.inventory, node) and probe.unit is not None:
+            out += _unit_findings(s, node, probe)
+    return out
+
+
+def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
     unit = probe.unit or {}
     name = unit_name(s.inventory.cluster.name)
     fix = s.bootstrap("serve")
     if unit.get("LoadState") == "not-found":
-        return [Finding("serve.unit_missing", "error" if serving_expected(s) else "info", head,
+        return [Finding("serve.unit_missing", "error" if serving_expected(s) else "info", node,
                         f"the serving unit {name} is not installed",
                         evidence=f"no {unit_path(s.inventory.cluster.name)}: nothing serves the model again after a "
                                  "reboot or when the server ends", fix=fix, phase="serve")]
     if unit_disabled(probe):
-        return [Finding("serve.unit_disabled", "warning", head, f"{name} is disabled: the model is not served, "
+        return [Finding("serve.unit_disabled", "warning", node, f"{name} is disabled: the model is not served, "
                         "and stays so across reboots", evidence=f"UnitFileState=disabled, {unit_summary(unit)}, as "
                         "`sparkctl serve stop` leaves it", fix=f"{fix} serves it again", phase="serve")]
     ends = parse_exits(probe.unit_exits)
@@ -203,12 +212,12 @@ def check_unit(s: Snapshot) -> list[Finding]:
     because = f"; likely cause (serve log): {cause[0]}" if cause else ""
     tail = tuple(probe.serve_log_tail.splitlines()[-10:])
     if unit.get("ActiveState") == "failed":
-        return [Finding("serve.unit_failed", "error", head, f"{name} failed and does not start the server again",
+        return [Finding("serve.unit_failed", "error", node, f"{name} failed and does not start the server again",
                         evidence=f"Result={unit.get('Result', '?')}{said}{because}", fix=fix, phase="serve",
                         details=tail)]
     early = looping_runs(probe)
     if early:
-        return [Finding("serve.unit_looping", "error", head, f"{name} keeps starting the server and it keeps "
+        return [Finding("serve.unit_looping", "error", node, f"{name} keeps starting the server and it keeps "
                         "ending", evidence=f"{early} runs in a row ended by themselves within {LASTED_S} s "
                         f"(restarts: {unit.get('NRestarts', '?')}, now {unit_summary(unit)}){said}{because}",
                         fix=f"see `sparkctl serve logs`; {fix} starts it from the planned files", phase="serve",

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task
-from sparkctl.inventory import Inventory
 from sparkctl.plan.serve_unit import ServeUnitSpec, serve_unit_spec, unit_name, unit_path, vllm_unit_spec
-from sparkctl.rules.serving import serves, serving_enabled
+from sparkctl.rules.serving import has_unit, serving_enabled
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.transport.base import q
@@ -35,14 +34,6 @@ def node_unit(ctx: NodeContext) -> ServeUnitSpec:
         return vllm_unit_spec(inv, vllm, ctx.name, state_dir=ctx.state_dir(), user=user, fingerprint=fingerprint)
     return serve_unit_spec(inv, ctx.plan().fabric, state_dir=ctx.state_dir(), user=user, command=command,
                            fingerprint=fingerprint)
-
-
-def has_unit(inventory: Inventory, node: str) -> bool:
-    """Does `node` run a serving unit: the head with TensorRT-LLM (its mpirun reaches the others), every serving
-    node with vLLM (one rank each)."""
-    if inventory.serve_spec().engine == "vllm":
-        return serves(inventory, node)
-    return node == inventory.head.name
 
 
 def _remove_script(cluster: str) -> str:

@@ -1,0 +1,163 @@
+"""vLLM across the lab's Sparks, on a pair and on a ring of three that serves on two: bootstrap ends with the
+endpoint answering behind the gateway; each rank's container says its own node's fabric (VLLM_HOST_IP, Gloo's and
+TensorPipe's interface) and prints NCCL lines for its own twins; what vLLM does not need is skipped with its reason;
+a rerun changes nothing; a worker whose VLLM_HOST_IP was changed by hand is found by doctor and repaired by bootstrap;
+switching the pair's engine to TensorRT-LLM and back converges each time.
+
+The lab image carries the `vllm` stand-in (it parses the release's flags and meets over the fabric at the master
+port) and is also named nvcr.io/nvidia/vllm:26.05-py3, the product's default vLLM image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from sparkctl.lab.image import image_ref
+from sparkctl.plan.serve_unit import parse_show, show_command
+from tests.lab.doctor_kit import doctor, errors, replace_container
+from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
+
+pytestmark = pytest.mark.lab
+
+VLLM_CONTAINER = "vllm-multinode"
+SERVE = {"preset": "llama-3.3-70b-vllm", "fit_check": "warn", "ready_timeout": 300}
+TRTLLM_SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
+SKIPPED = {"container.ssh", "mpi.hostfile"}
+
+
+def vllm_inventory(lab, path) -> str:
+    """The lab's inventory serving with vLLM: the engine's default container and image, NCCL's INFO lines on."""
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    document["serve"] = dict(SERVE)
+    document["container"] = {"env": {"NCCL_DEBUG": "INFO"}}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def trtllm_inventory(lab, path) -> str:
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    document["serve"] = dict(TRTLLM_SERVE)
+    document["container"] = {"image": image_ref(), "env": {"NCCL_DEBUG": "INFO"}}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def run(inventory: str, env: dict[str, str], *args: str) -> list[dict]:
+    code, events, output = sparkctl([*args, inventory, "--json"], env)
+    assert code == 0, output[-3000:]
+    return events
+
+
+def container_env(lab, node: str, container: str = VLLM_CONTAINER) -> dict[str, str]:
+    pairs = json.loads(sh(lab, node, f"docker inspect --format '{{{{json .Config.Env}}}}' {container}"))
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def fabric_address(lab, node: str, iface: str) -> str:
+    return sh(lab, node, f"ip -4 -o addr show dev {iface}").split()[3].split("/")[0]
+
+
+def unit_state(lab, node: str, cluster: str) -> dict[str, str]:
+    return parse_show(sh(lab, node, show_command(cluster)))
+
+
+@pytest.fixture(scope="module", params=["pair", "ring3"])
+def served(request, lab_factory, tmp_path_factory):
+    lab = lab_factory(2, "pair", port=1) if request.param == "pair" else lab_factory(3, "ring")
+    env = {**os.environ, "HF_TOKEN": HF_TOKEN, "XDG_STATE_HOME": str(tmp_path_factory.mktemp("vllm-state"))}
+    inventory = vllm_inventory(lab, tmp_path_factory.mktemp("inv") / "vllm.yaml")
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json"], env)
+    assert code == 0, output[-3000:]
+    cluster = yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]
+    yield {"lab": lab, "env": env, "inventory": inventory, "events": events, "cluster": cluster,
+           "serving": ["spark1", "spark2"], "nodes": [n.name for n in lab.nodes]}
+    lab.down()
+
+
+def test_bootstrap_serves_with_a_rank_per_node_each_on_its_own_fabric(served):
+    lab, events, env = served["lab"], served["events"], served["env"]
+    assert ("serve.launch", None) in changed(events)
+    skipped = {e["task"]: e.get("message", "") for e in events
+               if e["event"] == "task_result" and e["status"] == "skipped"}
+    assert set(skipped) >= SKIPPED and all("vLLM" in skipped[t] for t in SKIPPED), skipped
+    chat = sparkctl(["serve", "chat", served["inventory"], "hello"], env)
+    assert chat[0] == 0 and chat[2].strip(), chat[2]
+    for rank, node in enumerate(served["serving"]):
+        have = container_env(lab, node)
+        own = have["GLOO_SOCKET_IFNAME"]
+        assert have["VLLM_HOST_IP"] == fabric_address(lab, node, own)
+        assert have["TP_SOCKET_IFNAME"] == own and own in have["NCCL_SOCKET_IFNAME"].split(",")
+        assert unit_state(lab, node, served["cluster"])["ActiveState"] == "active"
+        line = sh(lab, node, f"docker exec {VLLM_CONTAINER} ps -eo args").splitlines()
+        ranks = [x for x in line if x.startswith("/usr/bin/python3 /usr/local/bin/vllm serve")]
+        assert len(ranks) == 1 and f"--node-rank {rank}" in ranks[0], line
+        assert ("--headless" in ranks[0]) == (rank > 0)
+    # each serving node's NCCL lines were read by verify.fabric, and no node but the serving ones has a unit
+    verify = [e["node"] for e in events if e["event"] == "log" and e.get("task") == "verify.fabric"
+              and "used network" in e.get("message", "")]
+    assert sorted(verify) == served["serving"], verify
+    for node in set(served["nodes"]) - set(served["serving"]):
+        assert unit_state(lab, node, served["cluster"])["LoadState"] == "not-found"
+
+
+def test_a_rerun_changes_nothing(served):
+    events = run(served["inventory"], served["env"], "cluster", "bootstrap")
+    assert changed(events) == set(), changed(events)
+
+
+def test_a_worker_on_the_wrong_nic_is_found_by_doctor_and_repaired_by_bootstrap(served):
+    lab, env, inventory = served["lab"], served["env"], served["inventory"]
+    management = yaml.safe_load(lab.inventory_path.read_text())["nodes"][1]["host"]
+    replace_container(lab, "spark2", lambda spec: _with_env(spec, VLLM_HOST_IP=management), inventory=inventory,
+                      serves=False, container=VLLM_CONTAINER)
+    report = doctor(lab, inventory=inventory, env=env)
+    assert ("vllm.wrong_nic", "spark2") in errors(report), report["findings"]
+    finding = next(f for f in report["findings"] if f["id"] == "vllm.wrong_nic")
+    assert management in finding["evidence"] and "does not own" not in finding["evidence"]
+    events = run(inventory, env, "cluster", "bootstrap")
+    assert {("container.run", "spark2"), ("serve.launch", None)} <= changed(events), changed(events)
+    assert container_env(lab, "spark2")["VLLM_HOST_IP"] != management
+    assert changed(run(inventory, env, "cluster", "bootstrap")) == set()
+    assert not errors(doctor(lab, inventory=inventory, env=env))
+
+
+def test_switching_the_engine_to_trtllm_and_back_converges_each_time(served, tmp_path):
+    if served["lab"].state.topology != "pair":
+        pytest.skip("the switch is proven on the pair")
+    lab, env = served["lab"], served["env"]
+    other = trtllm_inventory(lab, tmp_path / "trtllm.yaml")
+    events = run(other, env, "cluster", "bootstrap")
+    assert {("container.retire", n) for n in served["nodes"]} <= changed(events), failures(events)
+    assert ("serve.unit", "spark2") in changed(events)  # the worker's vLLM unit goes: mpirun reaches it now
+    for node in served["nodes"]:
+        names = sh(lab, node, "docker ps -a --format '{{.Names}}'").split()
+        assert VLLM_CONTAINER not in names and "trtllm-multinode" in names, names
+    assert changed(run(other, env, "cluster", "bootstrap")) == set()
+    events = run(served["inventory"], env, "cluster", "bootstrap")
+    assert {("container.retire", n) for n in served["nodes"]} <= changed(events)
+    assert unit_state(lab, "spark2", served["cluster"])["ActiveState"] == "active"
+    assert changed(run(served["inventory"], env, "cluster", "bootstrap")) == set()
+
+
+def test_serve_stop_stops_every_rank_and_bootstrap_serves_again(served):
+    if served["lab"].state.topology != "pair":
+        pytest.skip("proven on the pair")
+    lab, env, inventory = served["lab"], served["env"], served["inventory"]
+    run(inventory, env, "serve", "stop")
+    for node in served["serving"]:
+        unit = unit_state(lab, node, served["cluster"])
+        assert unit["ActiveState"] == "inactive" and unit["UnitFileState"] == "disabled", (node, unit)
+        assert "vllm serve" not in sh(lab, node, f"docker exec {VLLM_CONTAINER} ps -eo args")
+    events = run(inventory, env, "cluster", "bootstrap")
+    assert ("serve.launch", None) in changed(events)
+    assert {unit_state(lab, n, served["cluster"])["ActiveState"] for n in served["serving"]} == {"active"}
+
+
+def _with_env(spec, **values):
+    from dataclasses import replace
+
+    return replace(spec, env={**spec.env, **values})
