@@ -11,7 +11,7 @@ from sparkctl.plan.container import render_entrypoint
 from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
 from sparkctl.plan.serve import launch_fingerprint
-from sparkctl.plan.serve_unit import serve_unit_spec
+from sparkctl.plan.serve_unit import serve_unit_spec, vllm_unit_spec
 from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
@@ -65,6 +65,9 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
     out.append(_section("cluster"))
     if plan.vllm is not None:
         out += _vllm_lines(plan.vllm)
+        if serving_enabled(inventory):
+            out += _vllm_unit_lines(inventory, plan.vllm)
+            out += _gateway_lines(inventory)
         return "\n".join(out) + "\n"
     out.append(f"--- {ENTRYPOINT_PATH} (every container's command, mounted read-only from the node's state dir: "
                f"it writes the container's sshd config, port {inventory.container.ssh_port}, fabric addresses only)")
@@ -108,6 +111,21 @@ def _unit_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
             unit.unit_text().rstrip(),
             f"--- {unit.world_script} (mounted at /sparkctl/serve/world.sh in the container)",
             unit.world_text().rstrip()]
+
+
+def _vllm_unit_lines(inventory: Inventory, launch: VllmLaunch) -> list[str]:
+    """Every serving node's unit and the script it runs in the container (each node's own rank)."""
+    fingerprint = launch_fingerprint(launch.config_text(), launch.command_lines())
+    out = []
+    for name in inventory.serving_nodes():
+        node = inventory.node(name)
+        unit = vllm_unit_spec(inventory, launch, name, state_dir=state_dir(inventory, node_home(inventory, node, None)),
+                              user=node.user or inventory.user, fingerprint=fingerprint)
+        out += [f"--- {unit.unit_path} on {name} (enabled; `sparkctl serve stop` disables it)",
+                unit.unit_text().rstrip(),
+                f"--- {unit.world_script} on {name} (mounted at /sparkctl/serve/world.sh in the container)",
+                unit.world_text().rstrip()]
+    return out
 
 
 def _gateway_lines(inventory: Inventory) -> list[str]:

@@ -13,6 +13,7 @@ Every node's own settings (VLLM_HOST_IP, the socket interfaces, NCCL_IB_HCA) are
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 
 import yaml
@@ -45,6 +46,13 @@ class VllmLaunch:
 
     def config_text(self) -> str:
         return yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False)
+
+    def command_lines(self) -> str:
+        """Every serving node's lines, one per line (`node: ...`, Ray's first): what a launch is started from, so
+        that a worker's changed line restarts the world too."""
+        lines = [f"{node}: ray: {shlex.join(argv)}" for node, argv in self.ray.items()]
+        lines += [f"{node}: {shlex.join(argv)}" for node, argv in self.serve.items()]
+        return "\n".join(lines)
 
 
 def image_release(inventory: Inventory) -> VllmVersion | None:

@@ -195,3 +195,18 @@ def test_doctor_finds_ray_missing_and_probes_only_what_vllm_has(tmp_path):
     section = Framing("n0nce").section("vllm-master", "printf '192.168.100.10:29501\\nclosed\\n'")
     output = subprocess.run(["sh", "-c", section], capture_output=True, text=True).stdout
     assert parse_probe(output, "n0nce").vllm_master == ("192.168.100.10:29501", False)
+
+
+def test_cluster_plan_shows_every_node_s_unit_and_world_and_the_gateway():
+    from click.testing import CliRunner
+
+    from sparkctl.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["cluster", "plan", str(REPO / "inventories" / "two-sparks-vllm.yaml")])
+    assert result.exit_code == 0, result.output
+    for node in ("spark1", "spark2"):
+        assert f"--- /etc/systemd/system/sparkctl-serve-spark-pair.service on {node} " in result.output
+        assert f"/run/serve/world.sh on {node} (mounted at /sparkctl/serve/world.sh" in result.output
+    assert result.output.count("setsid vllm serve meta-llama/Llama-3.3-70B-Instruct") == 2
+    cluster_part = result.output.split("\nvLLM: ", 1)[1]
+    assert "--- gateway on spark1 (NGINX" in cluster_part and "mpirun" not in cluster_part

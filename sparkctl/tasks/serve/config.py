@@ -8,7 +8,6 @@ refused here, before anything is launched.
 from __future__ import annotations
 
 import posixpath
-import shlex
 
 from sparkctl.engine.diff import unified_diff
 from sparkctl.engine.task import Change, Task, TaskFailed
@@ -47,10 +46,7 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     serving node's line, one per line (`node: ...`): a worker's changed line restarts the world too."""
     vllm = head.plan().vllm
     if vllm is not None:
-        text = vllm.config_text()
-        lines = [f"{node}: ray: {shlex.join(vllm.ray[node])}" for node in vllm.ray]
-        lines += [f"{node}: {shlex.join(argv)}" for node, argv in vllm.serve.items()]
-        command = "\n".join(lines)
+        text, command = vllm.config_text(), vllm.command_lines()
         return text, command, launch_fingerprint(text, command)
     rc = desired_config(head)
     refuse_rejected(rc)

@@ -45,7 +45,8 @@ class ServeLaunchTask(Task[ClusterContext, None]):
     phase = "serve"
     scope = Scope.CLUSTER
     needs = ("serve.config", "serve.unit", "model.fetch", "model.copy", "mpi.hostfile")
-    description = "start the serving unit on the head (mpirun in the head container) and wait for /health"
+    description = ("start the serving unit on the head (mpirun in the head container; vLLM: every serving node's, "
+                   "the workers' first) and wait for /health")
     checks = ("the head's serving unit is active and the mpirun it runs (serve.pid: its PID in the container) "
               "lives, started from the planned config and launch line (<state>/run/serve/launch.json), and "
               "/health answers 200 on the head (asked inside its container, over the SSH connection: the "
