@@ -320,8 +320,66 @@ class FabricBench(ReportBase):
 Report = Annotated[Diagnosis | RemedyList | ClusterStatus | ClusterPlan | Validation | ServeStatus | ServeStop |
                    ServeBench | Presets | Playbooks | InventoryInit | LabStatus | FabricBench,
                    Field(discriminator="report")]
+# --- sparkctl top --json: one per refresh ------------------------------------------------------------------------
+
+class TopLink(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    interface: str
+    role: Literal["fabric", "management"]
+    counters: Literal["rdma", "netdev"] = Field(description="the RoCE port's counters (RDMA included), or the "
+                                                            "netdev's")
+    rx_gbps: float | None = Field(description="since the last refresh; null on the first")
+    tx_gbps: float | None
+    errors: int | None = Field(description="receive and transmit errors since the last refresh")
+    drops: int | None
+    nccl: bool = Field(description="the serving world's NCCL lines name this twin")
+
+
+class TopNode(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    answering: bool
+    why: str = Field("", description="why the node is not answering")
+    gpu_util_pct: float | None = None
+    gpu_mem_used_mib: float | None = Field(None, description="null on a Spark: unified memory (memory_*)")
+    gpu_mem_total_mib: float | None = None
+    gpu_temp_c: float | None = None
+    gpu_power_w: float | None = None
+    cpu_pct: float | None = None
+    mem_used_gib: float | None = None
+    mem_total_gib: float | None = None
+    container: str = Field("unknown", description="docker's state of the cluster's container: running, exited, "
+                                                  "absent ...")
+    links: list[TopLink] = []
+
+
+class TopServing(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    engine: Literal["trtllm", "vllm"]
+    metrics_status: int = Field(description="the HTTP status of /metrics through the gateway; 0: no answer")
+    running: float | None = None
+    waiting: float | None = None
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    ttft_p50_s: float | None = Field(None, description="vLLM only (TensorRT-LLM's iteration stats have no TTFT)")
+    kv_cache_fraction: float | None = None
+    acceptance: float | None = Field(None, description="accepted / drafted tokens since the last refresh")
+
+
+class Top(Line):
+    """One refresh of `sparkctl top --json`."""
+
+    event: Literal["top"]
+    cluster: str
+    seconds: float = Field(description="since the refresh before")
+    nodes: dict[str, TopNode]
+    serving: TopServing | None = Field(description="null when the inventory does not serve")
+
+
 AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | NodeLost | Interrupt | Log | Recap |
-                    FindingLine | RemedyLine | Error | Report, Field(discriminator="event")]
+                    FindingLine | RemedyLine | Error | Top | Report, Field(discriminator="event")]
 
 _ADAPTER: TypeAdapter = TypeAdapter(AnyLine)
 

@@ -32,6 +32,7 @@ class SparkctlGroup(click.Group):
         "doctor": "sparkctl.cli.doctor_cmd:doctor_command",
         "serve": "sparkctl.cli.serve_cmd:serve_group",
         "fabric": "sparkctl.cli.fabric_cmd:fabric_group",
+        "top": "sparkctl.cli.top_cmd:top_command",
         "lab": "sparkctl.cli.lab_cmd:lab_group",
     }
     OPTIONAL = frozenset({"lab"})

@@ -1,6 +1,7 @@
-"""PURE readings of vLLM's Prometheus `/metrics` (for `sparkctl top`): requests running and waiting, the token
-counters, KV-cache use, the time-to-first-token histogram and speculative decoding's draft and accepted tokens, and
-the rates and the TTFT median between two readings.
+"""PURE readings of the engines' `/metrics` (for `sparkctl top`): requests running and waiting, tokens per second,
+KV-cache use, the time-to-first-token median and speculative decoding's acceptance, between two readings.
+
+vLLM: Prometheus text: the token counters, the TTFT histogram, draft and accepted token counters.
 
 The names are vLLM's own (sparkctl/knowledge/vllm_releases.json, read from vllm/v1/metrics/loggers.py per release);
 a counter is exposed with `_total` appended. KV-cache use was `vllm:gpu_cache_usage_perc` before 0.17 and is
@@ -12,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+#: TensorRT-LLM (trtllm-serve with enable_iter_perf_stats): a JSON list of the iterations since the last read
+#: (drained on read), each IterationStats as executor/jsonSerialization writes it (cpp/include/tensorrt_llm/
+#: executor/types.h): numActiveRequests, numQueuedRequests, kvCacheStats.{usedNumBlocks, maxNumBlocks},
+#: inflightBatchingStats.{numCtxTokens, numGenRequests, avgNumDecodedTokensPerIter},
+#: specDecodingStats.{numDraftTokens, numAcceptedTokens}. No time to first token there.
 
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 TTFT = "vllm:time_to_first_token_seconds"
@@ -90,3 +97,49 @@ def serve_rates(before: ServeSample, now: ServeSample, seconds: float) -> ServeR
         generation_tps=_rate(before.generation_tokens, now.generation_tokens, seconds),
         ttft_p50_s=median_between(before.ttft_buckets, now.ttft_buckets),
         acceptance=accepted / drafted if drafted and accepted is not None else None)
+
+
+@dataclass(frozen=True)
+class ServingFigures:
+    """What `top` shows for serving, from either engine."""
+    running: float | None
+    waiting: float | None
+    prompt_tps: float | None
+    generation_tps: float | None
+    ttft_p50_s: float | None
+    kv_cache_fraction: float | None
+    acceptance: float | None      # accepted / drafted tokens
+
+
+def vllm_figures(before: ServeSample, now: ServeSample, seconds: float) -> ServingFigures:
+    rates = serve_rates(before, now, seconds)
+    return ServingFigures(now.running, now.waiting, rates.prompt_tps, rates.generation_tps, rates.ttft_p50_s,
+                          now.kv_cache_fraction, rates.acceptance)
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def trtllm_figures(stats: list[dict], seconds: float) -> ServingFigures:
+    """The iterations one read drained, over the `seconds` since the read before: tokens per second from each
+    iteration's context tokens and its generation requests x decoded tokens per request (speculative steps decode
+    more than one); the last iteration's queue and KV cache. No iteration: nothing ran, so nothing is running."""
+    iterations = [s for s in stats if isinstance(s, dict)]
+    if seconds <= 0:
+        return ServingFigures(None, None, None, None, None, None, None)
+    prompt = generated = drafted = accepted = 0.0
+    for it in iterations:
+        batch = it.get("inflightBatchingStats") or {}
+        prompt += _num(batch.get("numCtxTokens"))
+        generated += _num(batch.get("numGenRequests")) * _num(batch.get("avgNumDecodedTokensPerIter"))
+        spec = it.get("specDecodingStats") or {}
+        drafted += _num(spec.get("numDraftTokens"))
+        accepted += _num(spec.get("numAcceptedTokens"))
+    last = iterations[-1] if iterations else {}
+    kv = last.get("kvCacheStats") or {}
+    kv_fraction = _num(kv.get("usedNumBlocks")) / _num(kv.get("maxNumBlocks")) if _num(kv.get("maxNumBlocks")) \
+        else None
+    return ServingFigures(_num(last.get("numActiveRequests")), _num(last.get("numQueuedRequests")),
+                          prompt / seconds, generated / seconds, None, kv_fraction,
+                          accepted / drafted if drafted else None)

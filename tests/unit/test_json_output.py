@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_REPORTS = {"serve logs", "serve chat", "inventory schema", "lab up", "lab down", "lab exec",
                "lab ssh", "lab image"}
 #: Commands that pick nodes of an inventory.
-PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs"}
+PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs", "top"}
 #: Commands that read an inventory but pick no nodes, and why --limit does not apply to them (README says so too).
 NO_LIMIT = {
     "cluster plan": "offline: it plans the whole cluster and connects to nothing",

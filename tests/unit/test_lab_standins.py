@@ -276,6 +276,31 @@ def test_nvidia_smi_query_and_table():
     assert bad.returncode == 2 and 'Field "bogus" is not a valid field to query.' in bad.stderr
 
 
+def test_nvidia_smi_utilisation_follows_the_stand_in_servers_work(tmp_path):
+    """The lab's GPU work is the stand-in servers' CPU time: a busy `vllm` raises utilization, power and
+    temperature between two calls; an idle node reads 0 %."""
+    env = {"SPARKCTL_LAB_GPU_BUSY_STATE": str(tmp_path / "busy"), "SPARKCTL_LAB_GPU_MEMORY_MIB": "122572"}
+    query = ("--query-gpu=utilization.gpu,memory.used,temperature.gpu,power.draw", "--format=csv,noheader,nounits")
+
+    def reading():
+        return [float(v) for v in run("nvidia-smi", *query, env=env, check=True).stdout.split(",")]
+
+    reading()
+    time.sleep(0.3)
+    assert reading()[0] < 50  # nothing of ours runs
+    server = tmp_path / "vllm"
+    server.write_text("import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n")
+    busy = subprocess.Popen([sys.executable, str(server)])
+    try:
+        reading()
+        time.sleep(0.6)
+        util, used, temp, power = reading()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert util > 50 and used > 1 and temp > 50 and power > 40, (util, used, temp, power)
+
+
 def test_udevadm_shim_succeeds_for_what_netplan_calls():
     for args in (["settle"], ["trigger", "--attr-match=subsystem=net"], ["test-builtin", "net_setup_link", "x"]):
         assert run("udevadm", *args).returncode == 0

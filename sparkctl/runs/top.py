@@ -1,0 +1,281 @@
+"""`sparkctl top`: the cluster's live figures, one round trip per node per refresh on connections kept open.
+
+A `Top` holds the session (one SSH connection per node), what each node is asked (plan/top.py) and the last
+reading of each; `refresh()` reads every node at once and returns a `Frame`: per node its GPU, CPU, memory,
+container, every fabric twin's rates (and the management port's, to see that the fabric carries the work), and
+the serving figures read on the head through the gateway. A node that stops answering is shown so; it is
+connected to again every RECONNECT_EVERY refreshes while the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+from sparkctl.errors import Unreachable
+from sparkctl.facts import Facts
+from sparkctl.inventory import Inventory
+from sparkctl.knowledge.nccl import parse_nccl_log
+from sparkctl.knowledge.node_metrics import (
+    CpuTimes,
+    GpuSample,
+    LinkCounters,
+    MemInfo,
+    link_rate,
+    parse_gpu_query,
+    parse_link_lines,
+    parse_meminfo,
+    parse_proc_stat,
+)
+from sparkctl.knowledge.serve_metrics import (
+    ServeSample,
+    ServingFigures,
+    parse_vllm_metrics,
+    trtllm_figures,
+    vllm_figures,
+)
+from sparkctl.plan import plan_cluster
+from sparkctl.plan.paths import node_home, state_dir
+from sparkctl.plan.top import CONTAINER_EVERY, NCCL_EVERY, NodeRead, Twin, node_script
+from sparkctl.rules.serving import serves, serving_enabled
+from sparkctl.runs.session import DEFAULT_FORKS, Session
+from sparkctl.tasks.serve.api_key import api_key
+from sparkctl.transport.base import Transport
+from sparkctl.transport.framing import Framing
+
+#: a node that stopped answering is connected to again this often (in refreshes)
+RECONNECT_EVERY = 5
+#: how long one node's read may take before it counts as not answering
+READ_TIMEOUT_S = 10.0
+
+
+@dataclass
+class LinkFigures:
+    interface: str
+    rx_gbps: float | None
+    tx_gbps: float | None
+    errors: int | None          # since the last refresh
+    drops: int | None
+    counters: str               # "rdma" (the RoCE port's, RDMA included) | "netdev"
+    role: str                   # "fabric" | "management"
+    nccl: bool = False          # the serving world's NCCL lines name it
+
+
+@dataclass
+class NodeFigures:
+    node: str
+    answering: bool
+    why: str = ""
+    gpu_util_pct: float | None = None
+    gpu_mem_used_mib: float | None = None
+    gpu_mem_total_mib: float | None = None
+    gpu_temp_c: float | None = None
+    gpu_power_w: float | None = None
+    cpu_pct: float | None = None
+    mem_used_gib: float | None = None
+    mem_total_gib: float | None = None
+    container: str = "unknown"
+    links: list[LinkFigures] = field(default_factory=list)
+
+
+@dataclass
+class Frame:
+    """One refresh: every node's figures and the serving ones, over `seconds` since the refresh before."""
+    cluster: str
+    seconds: float
+    nodes: list[NodeFigures]
+    serving: dict | None        # ServingFigures as a dict, with "engine" and "endpoint_status"
+
+    def to_dict(self) -> dict:
+        return {"cluster": self.cluster, "seconds": round(self.seconds, 3),
+                "nodes": {n.node: {k: v for k, v in asdict(n).items() if k != "node"} for n in self.nodes},
+                "serving": self.serving}
+
+
+@dataclass
+class _Reading:
+    at: float
+    gpu: GpuSample | None = None
+    cpu: CpuTimes | None = None
+    mem: MemInfo | None = None
+    links: dict[str, LinkCounters] = field(default_factory=dict)
+    container: str = "unknown"
+    container_pid: int | None = None
+    metrics: str | None = None
+    metrics_status: int = 0
+    nccl: str | None = None
+
+
+class Top:
+    def __init__(self, inventory: Inventory, session: Session, facts: dict[str, Facts], nodes: list[str]):
+        self.inventory, self.session, self.nodes = inventory, session, nodes
+        plan = plan_cluster(inventory, facts)
+        self.engine = inventory.serve_spec().engine if serving_enabled(inventory) else None
+        self.twins: dict[str, tuple[Twin, ...]] = {}
+        self.management: dict[str, tuple[str, ...]] = {}
+        self.logs: dict[str, str] = {}
+        for name in nodes:
+            ports = plan.fabric.ports[name]
+            devices = list(ports.roce_devices) + [""] * len(ports.interfaces)
+            self.twins[name] = tuple(Twin(i, d or None) for i, d in zip(ports.interfaces, devices, strict=False))
+            node_facts = facts.get(name)
+            self.management[name] = tuple(node_facts.management_interfaces) if node_facts else ()
+            home = node_home(inventory, inventory.node(name), node_facts)
+            self.logs[name] = f"{state_dir(inventory, home)}/run/serve/serve.log"
+        self.key = api_key(inventory) if self.engine else None
+        self.count = 0
+        self.last: dict[str, _Reading] = {}
+        self.lost: dict[str, str] = {n: why for n, why in session.unreachable.items() if n in nodes}
+        self.nccl_twins: dict[str, set[str]] = {}
+        self.serve_before: tuple[float, ServeSample] | None = None
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(session.forks, len(nodes))))
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    def _read(self, name: str) -> _Reading:
+        before = self.last.get(name)
+        serving_head = self.engine is not None and name == self.inventory.head.name
+        port = self.inventory.serve_spec().port if serving_head else None
+        read = NodeRead(
+            twins=self.twins[name] + tuple(Twin(m, None) for m in self.management[name]),
+            container=self.inventory.container.name,
+            container_pid=before.container_pid if before and self.count % CONTAINER_EVERY else None,
+            metrics_url=f"http://127.0.0.1:{port}/metrics" if port else None,
+            authorized=bool(self.key) and serving_head,
+            nccl_log=self.logs[name] if self.engine and serves(self.inventory, name) and
+            self.count % NCCL_EVERY == 0 else None)
+        framing = Framing()
+        stdin = f"Authorization: Bearer {self.key}\n" if read.authorized else None
+        result = self._transport(name).run(node_script(read, framing), timeout=READ_TIMEOUT_S, input=stdin)
+        if result.timed_out:
+            raise Unreachable(f"{name} did not answer within {READ_TIMEOUT_S:g} s", kind="lost", node=name)
+        return self._parse(framing.texts(result.stdout), before)
+
+    def _transport(self, name: str) -> Transport:
+        if name not in self.session.transports:
+            self.session.transports[name] = self.session.open(name)
+        return self.session.transports[name]
+
+    @staticmethod
+    def _parse(texts: dict[str, str], before: _Reading | None) -> _Reading:
+        now = _Reading(at=time.monotonic())
+        lines = texts.get("gpu", "").strip().splitlines()
+        now.gpu = parse_gpu_query(lines[0]) if lines else None
+        now.cpu = parse_proc_stat(texts.get("cpu", ""))
+        now.mem = parse_meminfo(texts.get("mem", ""))
+        now.links = parse_link_lines(texts.get("links", ""))
+        state, _, pid = texts.get("container", "").strip().partition(" ")
+        if state == "gone":
+            state, pid = "exited", "0"
+        now.container = state or "unknown"
+        now.container_pid = int(pid) if pid.isdigit() and int(pid) > 0 else None
+        if "metrics" in texts:
+            body, _, code = texts["metrics"].rstrip("\n").rpartition("\n")
+            now.metrics_status = int(code) if code.strip().isdigit() else 0
+            now.metrics = body if now.metrics_status == 200 else None
+        now.nccl = texts.get("nccl")
+        if now.container == "running" and now.container_pid is None and before is not None:
+            now.container_pid = before.container_pid
+        return now
+
+    def refresh(self) -> Frame:
+        """Read every node at once (a node lost is tried again every RECONNECT_EVERY refreshes)."""
+        wanted = [n for n in self.nodes if n not in self.lost or self.count % RECONNECT_EVERY == 0]
+        futures = {n: self.pool.submit(self._read, n) for n in wanted}
+        readings: dict[str, _Reading] = {}
+        for name, future in futures.items():
+            try:
+                readings[name] = future.result()
+                self.lost.pop(name, None)
+            except Exception as exc:  # noqa: BLE001 - a node that stops answering is shown, the view goes on
+                self.lost[name] = str(exc) or type(exc).__name__
+                stale = self.session.transports.pop(name, None)
+                if stale is not None:
+                    stale.close()
+        frame = self._frame(readings)
+        for name, reading in readings.items():
+            self.last[name] = reading
+        self.count += 1
+        return frame
+
+    # --- figures ---------------------------------------------------------------------------------------------
+
+    def _frame(self, readings: dict[str, _Reading]) -> Frame:
+        nodes = []
+        spans = []
+        for name in self.nodes:
+            if name not in readings:
+                nodes.append(NodeFigures(name, answering=False, why=self.lost.get(name, "not read")))
+                continue
+            now, before = readings[name], self.last.get(name)
+            if before is not None:
+                spans.append(now.at - before.at)
+            if now.nccl is not None:
+                self.nccl_twins[name] = _nccl_interfaces(now.nccl)
+            nodes.append(self._node_figures(name, now, before))
+        seconds = max(spans) if spans else 0.0
+        return Frame(self.inventory.cluster.name, seconds, nodes, self._serving(readings))
+
+    def _node_figures(self, name: str, now: _Reading, before: _Reading | None) -> NodeFigures:
+        out = NodeFigures(name, answering=True, container=now.container)
+        if now.gpu is not None:
+            out.gpu_util_pct, out.gpu_temp_c, out.gpu_power_w = now.gpu.util_pct, now.gpu.temp_c, now.gpu.power_w
+            out.gpu_mem_used_mib, out.gpu_mem_total_mib = now.gpu.mem_used_mib, now.gpu.mem_total_mib
+        if now.mem is not None:
+            out.mem_used_gib, out.mem_total_gib = now.mem.used_kib / 2**20, now.mem.total_kib / 2**20
+        if before is not None and before.cpu is not None and now.cpu is not None:
+            out.cpu_pct = now.cpu.percent_since(before.cpu)
+        said = self.nccl_twins.get(name, set())
+        named = {t.interface for t in self.twins[name] if t.interface in said or t.device in said}
+        roles = [(t.interface, "fabric") for t in self.twins[name]] + [(m, "management") for m in self.management[name]]
+        for interface, role in roles:
+            counters = now.links.get(interface)
+            rate = link_rate(before.links[interface], counters, now.at - before.at) \
+                if counters and before is not None and interface in before.links else None
+            out.links.append(LinkFigures(
+                interface, rate.rx_gbps if rate else None, rate.tx_gbps if rate else None,
+                rate.new_errors if rate else None, rate.new_drops if rate else None,
+                "rdma" if counters and counters.rdma else "netdev", role, interface in named))
+        return out
+
+    def _serving(self, readings: dict[str, _Reading]) -> dict | None:
+        head = self.inventory.head.name
+        if self.engine is None or head not in readings:
+            return None
+        now, before = readings[head], self.last.get(head)
+        figures: ServingFigures | None = None
+        if now.metrics is not None and self.engine == "vllm":
+            sample = parse_vllm_metrics(now.metrics)
+            if self.serve_before is not None:
+                figures = vllm_figures(self.serve_before[1], sample, now.at - self.serve_before[0])
+            self.serve_before = (now.at, sample)
+        elif now.metrics is not None:
+            try:
+                stats = json.loads(now.metrics) if now.metrics.strip() else []
+            except ValueError:
+                stats = []
+            if before is not None:
+                figures = trtllm_figures(stats if isinstance(stats, list) else [], now.at - before.at)
+        out: dict = {"engine": self.engine, "metrics_status": now.metrics_status}
+        if figures is not None:
+            out.update(asdict(figures))
+        return out
+
+
+def _nccl_interfaces(log: str) -> set[str]:
+    """The interfaces the serving world's NCCL lines name: its socket interfaces and its RoCE devices' netdevs
+    (NCCL names a device; the twin is the netdev behind it, which the caller knows)."""
+    report = parse_nccl_log(log)
+    return {ifname for ifname, _ in report.socket_interfaces} | {d.device for d in report.ib_devices}
+
+
+@contextmanager
+def open_top(inventory: Inventory, *, limit: set[str] | None = None, forks: int = DEFAULT_FORKS) -> Iterator[Top]:
+    """A Top over the inventory's nodes (those of --limit), its connections open for as long as it is used."""
+    with Session(inventory, limit=limit, forks=forks) as session:
+        facts = session.gather()
+        yield Top(inventory, session, facts, session.limited)

@@ -1,0 +1,179 @@
+"""`sparkctl top`: the node read run for real against files laid out as a node's /proc and /sys, the serving
+figures of both engines, a frame through the documented event schema and through Prometheus' own parser, a node
+that stops answering, and the command line's refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkctl.cli.json_schema import validate_line
+from sparkctl.cli.main import cli
+from sparkctl.knowledge.serve_metrics import trtllm_figures
+from sparkctl.plan.top import NodeRead, Twin, node_script
+from sparkctl.runs.top import Frame, LinkFigures, NodeFigures, Top, _Reading
+from sparkctl.runs.top_exporter import FrameCollector, serve_metrics
+from sparkctl.transport.framing import Framing
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def iteration(gen: int = 1, per_step: float = 2.5, ctx: int = 0, used: int = 10, drafted: int = 3,
+              accepted: float = 1.5) -> dict:
+    """One IterationStats as trtllm-serve's /metrics lists it."""
+    return {"numActiveRequests": gen, "numQueuedRequests": 2, "kvCacheStats": {"usedNumBlocks": used,
+                                                                               "maxNumBlocks": 100},
+            "inflightBatchingStats": {"numCtxTokens": ctx, "numGenRequests": gen,
+                                      "avgNumDecodedTokensPerIter": per_step},
+            "specDecodingStats": {"numDraftTokens": drafted, "numAcceptedTokens": accepted}}
+
+
+def test_tensorrt_llm_figures_come_from_the_iterations_one_read_drained():
+    stats = [iteration(ctx=120), *[iteration(gen=2) for _ in range(9)], iteration(gen=2, used=25)]
+    figures = trtllm_figures(stats, seconds=2.0)
+    assert figures.prompt_tps == 60.0
+    assert figures.generation_tps == pytest.approx((2.5 + 10 * 2 * 2.5) / 2)
+    assert (figures.running, figures.waiting, figures.kv_cache_fraction) == (2, 2, 0.25)
+    assert figures.acceptance == pytest.approx(0.5) and figures.ttft_p50_s is None
+    idle = trtllm_figures([], seconds=2.0)
+    assert (idle.generation_tps, idle.running, idle.acceptance) == (0.0, 0.0, None)
+
+
+def fake_node(tmp_path: Path) -> Path:
+    """A node's /proc/stat, /proc/meminfo and one twin's netdev and RoCE counters under tmp_path."""
+    root = tmp_path / "node"
+    stats = root / "sys/class/net/enp1s0f1np1/statistics"
+    stats.mkdir(parents=True)
+    for name, value in {"rx_bytes": 1000, "tx_bytes": 2000, "rx_errors": 1, "tx_errors": 0, "rx_dropped": 0,
+                        "tx_dropped": 3}.items():
+        (stats / name).write_text(f"{value}\n")
+    counters = root / "sys/class/infiniband/rocep1s0f1/ports/1/counters"
+    counters.mkdir(parents=True)
+    (counters / "port_rcv_data").write_text("250\n")
+    (counters / "port_xmit_data").write_text("500\n")
+    return root
+
+
+def test_the_node_read_is_one_script_whose_sections_parse(tmp_path):
+    root = fake_node(tmp_path)
+    framing = Framing()
+    read = NodeRead(twins=(Twin("enp1s0f1np1", "rocep1s0f1"), Twin("enP7s7", None)), container="trtllm-multinode",
+                    container_pid=1)
+    script = node_script(read, framing).replace("/sys/class", f"{root}/sys/class")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
+    texts = framing.texts(out)
+    assert texts["links"].splitlines()[0] == "netdev enp1s0f1np1 1000 2000 1 0 0 3"
+    assert texts["links"].splitlines()[1] == "roce enp1s0f1np1 250 500"
+    assert texts["links"].splitlines()[2].startswith("netdev enP7s7 x x")  # not on this machine
+    reading = Top._parse(texts, None)
+    link = reading.links["enp1s0f1np1"]
+    assert (link.rx_bytes, link.tx_bytes, link.errors, link.dropped, link.rdma) == (1000, 2000, 1, 3, True)
+    assert reading.container == "running" and reading.container_pid == 1   # PID 1 of this test's namespace
+    assert reading.cpu is not None and reading.mem is not None and reading.mem.total_kib > 0
+    # docker is asked only when the PID is not known; the key never on a command line
+    asked = node_script(NodeRead((), "c", None, metrics_url="http://127.0.0.1:8355/metrics", authorized=True),
+                        framing)
+    assert "docker inspect" in asked and "-H @-" in asked and "Bearer" not in asked
+
+
+def frame() -> Frame:
+    links = [LinkFigures("enp1s0f1np1", 12.5, 11.0, 0, 0, "rdma", "fabric", True),
+             LinkFigures("enP7s7", 0.001, 0.002, 0, 0, "netdev", "management")]
+    nodes = [NodeFigures("spark1", True, gpu_util_pct=87.0, gpu_temp_c=63.0, gpu_power_w=71.5, cpu_pct=12.0,
+                         mem_used_gib=98.0, mem_total_gib=119.7, container="running", links=links),
+             NodeFigures("spark2", False, why="spark2 did not answer within 10 s")]
+    serving = {"engine": "vllm", "metrics_status": 200, "running": 3.0, "waiting": 0.0, "prompt_tps": 410.0,
+               "generation_tps": 96.5, "ttft_p50_s": 0.21, "kv_cache_fraction": 0.18, "acceptance": 0.71}
+    return Frame("spark-pair", 2.004, nodes, serving)
+
+
+def test_a_frame_is_a_documented_event_line():
+    line = {"schema": 1, "time": "2026-11-28T04:00:00.000Z", "event": "top", **frame().to_dict()}
+    validate_line(line)
+    assert line["nodes"]["spark2"] == {**line["nodes"]["spark2"], "answering": False}
+
+
+def test_the_exporter_serves_the_same_figures_in_prometheus_format():
+    collector = FrameCollector()
+    collector.update(frame())
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    up = {s.labels["node"]: s.value for s in families["sparkctl_node_up"].samples}
+    assert up == {"spark1": 1.0, "spark2": 0.0}
+    rx = [s for s in families["sparkctl_link_receive_gigabits_per_second"].samples
+          if s.labels["interface"] == "enp1s0f1np1"]
+    assert rx[0].value == 12.5 and rx[0].labels == {"cluster": "spark-pair", "node": "spark1",
+                                                     "interface": "enp1s0f1np1", "role": "fabric", "nccl": "1"}
+    assert families["sparkctl_serve_generation_tokens_per_second"].samples[0].value == 96.5
+    assert families["sparkctl_gpu_utilization_percent"].samples[0].labels == {"cluster": "spark-pair",
+                                                                              "node": "spark1"}
+
+
+def test_the_exporter_listens_where_asked_and_answers_a_scrape():
+    collector, port = serve_metrics("127.0.0.1", 0)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert "sparkctl_node_up" not in response.read().decode()  # nothing before the first refresh
+    collector.update(frame())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert 'sparkctl_node_up{cluster="spark-pair",node="spark2"} 0.0' in text
+
+
+def test_a_node_that_stops_answering_is_shown_and_the_others_go_on(monkeypatch):
+    class Session:
+        forks, unreachable, transports = 4, {}, {}
+
+    top = Top.__new__(Top)
+    top.nodes, top.count, top.last, top.lost, top.engine = ["spark1", "spark2"], 0, {}, {}, None
+    top.nccl_twins, top.twins, top.management = {}, {"spark1": (), "spark2": ()}, {"spark1": (), "spark2": ()}
+    top.session, top.serve_before = Session(), None
+    top.inventory = type("Inv", (), {"cluster": type("C", (), {"name": "duo"})(),
+                                     "head": type("H", (), {"name": "spark1"})()})()
+    from concurrent.futures import ThreadPoolExecutor
+
+    top.pool = ThreadPoolExecutor(2)
+
+    def read(name):
+        if name == "spark2":
+            raise OSError("spark2 stopped answering")
+        return _Reading(at=1.0, container="running")
+
+    monkeypatch.setattr(top, "_read", read)
+    shown = top.refresh()
+    assert [(n.node, n.answering) for n in shown.nodes] == [("spark1", True), ("spark2", False)]
+    assert "stopped answering" in shown.nodes[1].why and top.lost == {"spark2": "spark2 stopped answering"}
+    top.refresh()  # not asked again until the next RECONNECT_EVERY
+    assert top.count == 2
+
+
+def test_the_command_line_refuses_a_bad_metrics_address_with_exit_2():
+    inventory = str(REPO / "inventories" / "two-sparks.yaml")
+    result = CliRunner().invoke(cli, ["top", inventory, "--serve-metrics", "nowhere"])
+    assert result.exit_code == 2 and "expected HOST:PORT" in result.output
+
+
+def test_the_grafana_dashboard_and_scrape_config_name_metrics_the_exporter_writes():
+    dashboard = json.loads((REPO / "docs" / "grafana-top.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    written = {f"sparkctl_{name}" for name, _ in _all_gauges()} | {"sparkctl_node_up"}
+    for query in queries:
+        names = {w for w in written if w in query}
+        assert names, query
+    assert "sparkctl top" in (REPO / "docs" / "top.md").read_text()
+    assert "scrape_configs" in (REPO / "docs" / "top.md").read_text()
+
+
+def _all_gauges():
+    from sparkctl.runs.top_exporter import LINK_GAUGES, NODE_GAUGES, SERVING_GAUGES
+
+    return [*NODE_GAUGES.values(), *LINK_GAUGES.values(), *SERVING_GAUGES.values()]
