@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import time
+import urllib.request
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from sparkctl.cli.json_schema import validate_line
 from sparkctl.lab.image import image_ref
 from sparkctl.plan.serve_unit import parse_show, show_command
 from tests.lab.doctor_kit import doctor, errors, replace_container
@@ -155,6 +161,60 @@ def test_serve_stop_stops_every_rank_and_bootstrap_serves_again(served):
     events = run(inventory, env, "cluster", "bootstrap")
     assert ("serve.launch", None) in changed(events)
     assert {unit_state(lab, n, served["cluster"])["ActiveState"] for n in served["serving"]} == {"active"}
+
+
+def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_path):
+    """`top --once --json` while `serve bench` runs: tokens are generated, both GPUs work, the twins NCCL's lines
+    name carry traffic on both nodes, and the worker's management port carries less than its fabric (only top's
+    own SSH); the Prometheus endpoint, read by Prometheus' own parser, carries the same figures."""
+    if served["lab"].state.topology != "pair":
+        pytest.skip("proven on the pair")
+    env, inventory = served["env"], served["inventory"]
+    bench = subprocess.Popen(["sparkctl", "serve", "bench", inventory, "--requests", "160", "--concurrency", "4",
+                              "--max-tokens", "512", "-o", str(tmp_path / "bench.json")], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)  # under way
+        code, events, output = sparkctl(["top", inventory, "--once", "--json", "--interval", "2"], env)
+        exported = _scrape_exporter(inventory, env)
+    finally:
+        bench.wait(timeout=600)
+    assert code == 0, output[-2000:]
+    (frame,) = [e for e in events if e["event"] == "top"]
+    validate_line(frame)
+    assert frame["serving"]["engine"] == "vllm" and frame["serving"]["generation_tps"] > 0, frame["serving"]
+    for node in served["serving"]:
+        figures = frame["nodes"][node]
+        assert figures["answering"] and figures["gpu_util_pct"] > 0 and figures["container"] == "running", figures
+        named = [link for link in figures["links"] if link["nccl"]]
+        assert named and any(link["rx_gbps"] + link["tx_gbps"] > 0 for link in named), figures["links"]
+    worker = frame["nodes"]["spark2"]["links"]
+    fabric = sum(link["rx_gbps"] + link["tx_gbps"] for link in worker if link["role"] == "fabric")
+    management = sum(link["rx_gbps"] + link["tx_gbps"] for link in worker if link["role"] == "management")
+    assert fabric > management, worker
+    assert exported["sparkctl_serve_generation_tokens_per_second"] > 0
+    assert exported["sparkctl_node_up"] == 2.0
+
+
+def _scrape_exporter(inventory: str, env: dict[str, str]) -> dict[str, float]:
+    """`top --serve-metrics` on a free port: its first scrape after a refresh, summed per metric."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    top = subprocess.Popen(["sparkctl", "top", inventory, "--json", "--interval", "1", "--serve-metrics",
+                            f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert top.stdout is not None and '"event": "top"' in top.stdout.readline()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        top.terminate()
+        top.wait(timeout=30)
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums
 
 
 def _with_env(spec, **values):
