@@ -80,6 +80,8 @@ MACHINE_PACKAGES = [
     "podman",
     "podman-docker",
     "runc",
+    # `docker run --init` (the vLLM containers) is podman's catatonit
+    "catatonit",
     "mmdebstrap",
     "debian-archive-keyring",
     "sudo",

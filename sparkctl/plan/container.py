@@ -171,13 +171,14 @@ def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: 
     hf_cache = expand_home(inventory.container.hf_cache, home)
     if inventory.serve_spec().engine == "vllm":
         # no sshd and no mesh: vLLM's ranks meet over its own sockets; each `vllm serve` is started by the serving
-        # unit with `docker exec`, so the container only has to stay up
+        # unit with `docker exec`, so the container only has to stay up. `--init`: what a stopped rank leaves
+        # (vLLM's workers, Ray's processes) is reaped by the container's init, never kept as a zombie by `sleep`
         return ContainerSpec(
             name=inventory.container.name, image=inventory.container.image,
             env=container_env(inventory, node.name, fabric),
             mounts=[(hf_cache.rstrip("/") + "/", CONTAINER_HF_HOME + "/", ""),
                     (posixpath.join(state, "run"), CONTAINER_STATE, "")],
-            docker_args=list(inventory.container.docker_args or []),
+            docker_args=["--init", *(inventory.container.docker_args or [])],
             command=["sleep", "infinity"],
             labels={CLUSTER_LABEL: inventory.cluster.name})
     return ContainerSpec(

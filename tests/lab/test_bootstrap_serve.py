@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import tarfile
+import time
 import urllib.error
 import urllib.request
 
@@ -162,6 +163,25 @@ def test_serve_status_chat_and_bench_send_the_key_by_themselves(lab_pair, served
                   "8", "-o", str(tmp_path / "bench.json")]):
         code, _events, output = sparkctl(args, env)
         assert code == 0, (args, output[-2000:])
+
+
+def test_top_reads_tensorrt_llm_s_iterations_through_the_gateway_during_a_bench(lab_pair, served, env, tmp_path):
+    """TensorRT-LLM's figures in `top`: the iterations its /metrics drains (enable_iter_perf_stats), read with the
+    key through the gateway, give generated tokens per second and Eagle3's acceptance; both GPUs work."""
+    bench = subprocess.Popen(["sparkctl", "serve", "bench", served["inventory"], "--concurrency", "2", "--requests",
+                              "60", "--max-tokens", "256", "-o", str(tmp_path / "bench.json")], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        code, events, output = sparkctl(["top", served["inventory"], "--once", "--json", "--interval", "2"], env)
+    finally:
+        bench.wait(timeout=600)
+    assert code == 0, output[-2000:]
+    (frame,) = [e for e in events if e["event"] == "top"]
+    serving = frame["serving"]
+    assert serving["engine"] == "trtllm" and serving["metrics_status"] == 200, serving
+    assert serving["generation_tps"] > 0 and 0 < serving["acceptance"] <= 1 and serving["ttft_p50_s"] is None
+    assert all(frame["nodes"][n]["gpu_util_pct"] > 0 for n in ("spark1", "spark2")), frame["nodes"]
 
 
 def test_a_rotated_key_is_refused_at_once_and_the_new_one_works(lab_pair, served, env):

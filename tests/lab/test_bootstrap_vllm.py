@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
@@ -215,6 +216,36 @@ def _scrape_exporter(inventory: str, env: dict[str, str]) -> dict[str, float]:
         for sample in family.samples:
             sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
+
+
+def test_ray_as_the_executor_starts_a_ray_node_per_serving_node_and_serves(served, tmp_path):
+    """serve.vllm.executor: ray (what a release without --nnodes needs): the head's unit starts Ray's head and its
+    vllm serve over it, the worker's unit is its Ray node; vLLM places one rank per node; a rerun changes nothing;
+    back to mp, the Ray nodes are gone."""
+    if served["lab"].state.topology != "pair":
+        pytest.skip("proven on the pair")
+    lab, env = served["lab"], served["env"]
+    document = yaml.safe_load(Path(served["inventory"]).read_text())
+    document["serve"]["vllm"] = {"executor": "ray"}
+    ray = tmp_path / "ray.yaml"
+    ray.write_text(yaml.safe_dump(document, sort_keys=False))
+    events = run(str(ray), env, "cluster", "bootstrap")
+    assert ("serve.launch", None) in changed(events)
+    chat = sparkctl(["serve", "chat", str(ray), "hello"], env)
+    assert chat[0] == 0 and chat[2].strip(), chat[2]
+    head = sh(lab, "spark1", f"docker exec {VLLM_CONTAINER} ps -eo args")
+    worker = sh(lab, "spark2", f"docker exec {VLLM_CONTAINER} ps -eo args")
+    assert "ray start --head" in head and "--distributed-executor-backend ray" in head, head
+    assert "ray start --address" in worker and "vllm serve" not in worker, worker
+    log = sh(lab, "spark2", f"cat {_serve_log(served)}")
+    assert "NCCL INFO Using network" in log, log[-2000:]  # the rank vLLM placed there ran
+    assert changed(run(str(ray), env, "cluster", "bootstrap")) == set()
+    run(served["inventory"], env, "cluster", "bootstrap")
+    assert "ray start" not in sh(lab, "spark2", f"docker exec {VLLM_CONTAINER} ps -eo args")
+
+
+def _serve_log(served) -> str:
+    return f"/home/nvidia/.local/state/sparkctl/{served['cluster']}/run/serve/serve.log"
 
 
 def _with_env(spec, **values):

@@ -120,3 +120,53 @@ def test_a_worker_that_cannot_reach_the_master_hangs_and_says_so(model):
         worker.kill()
         out, _ = worker.communicate()
     assert f"The client socket has failed to connect to [127.0.0.1]:{port}" in out
+
+
+def test_over_ray_the_driver_waits_for_its_placement_group_then_a_worker_node_runs_the_rank(model, tmp_path):
+    """The lab's `ray` stand-in as vLLM uses it: a head node, `vllm serve --distributed-executor-backend ray` that
+    waits (vLLM's own message) until a worker node with a GPU joins, then its rank runs there and every token
+    crosses to it; `ray stop` ends the Ray processes."""
+    ray = str(standin_path("ray"))
+    address = tmp_path / "ray_current_cluster"
+    ray_env = env(SPARKCTL_LAB_RAY_ADDRESS_FILE=str(address), VLLM_HOST_IP="127.0.0.1")
+    port, http = free_port(), free_port()
+    head = subprocess.run([ray, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
+                           "--num-gpus", "1"], env=ray_env, capture_output=True, text=True, timeout=30)
+    assert head.returncode == 0 and "Ray runtime started." in head.stdout, head.stderr
+    assert address.read_text().strip() == f"127.0.0.1:{port}"
+    driver = subprocess.Popen([VLLM, "serve", str(model / "model"), "-tp", "2", "--distributed-executor-backend",
+                               "ray", "--host", "127.0.0.1", "--port", str(http), "--served-model-name", "m"],
+                              env={**ray_env, "SPARKCTL_LAB_PG_WAIT_TIMEOUT": "60"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    worker = None
+    try:
+        time.sleep(1.5)
+        assert driver.poll() is None  # its placement group waits for a second GPU
+        worker = subprocess.Popen([ray, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.2",
+                                   "--num-gpus", "1", "--block"], env={**ray_env, "VLLM_HOST_IP": "127.0.0.2"},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def health():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=2).status
+            except OSError as error:
+                return getattr(error, "code", None)
+
+        assert poll(lambda: health() == 200, timeout=40, interval=0.2)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello ray"}],
+                           "max_tokens": 4}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{http}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        assert len(json.load(urllib.request.urlopen(request, timeout=10))["choices"][0]["message"]["content"]
+                   .split()) == 4
+        status = subprocess.run([ray, "status"], env=ray_env, capture_output=True, text=True, timeout=30)
+        assert "node_127.0.0.2" in status.stdout and "2.0 GPU" in status.stdout
+    finally:
+        driver.kill()
+        out, _ = driver.communicate()
+        stopped = subprocess.run([ray, "stop", "--force"], env=ray_env, capture_output=True, text=True, timeout=30)
+        if worker is not None:
+            worker.kill()
+            worker.wait()
+    assert "rank 1 joined from 127.0.0.2" in out
+    assert stopped.stdout.startswith("Stopped all") and not address.exists()

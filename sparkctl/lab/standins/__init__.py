@@ -3,7 +3,7 @@
 `node-bin/` is installed by the lab runtime over each node's /usr/local/bin (docker wrapper, the
 socket of its daemon (dockerd, run as docker.service), ibdev2netdev, ibv_devinfo, show_gids, nvidia-smi, udevadm);
 `image-bin/` is baked into the lab image's /usr/local/bin
-(entrypoint, trtllm-llmapi-launch, trtllm-serve, vllm, hf, all_reduce_perf). Copy them with mode 0755: a wheel need
+(entrypoint, trtllm-llmapi-launch, trtllm-serve, vllm, ray, hf, all_reduce_perf). Copy them with mode 0755: a wheel need
 not keep the executable bit.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 STANDINS_DIR = Path(__file__).resolve().parent
 NODE_STANDINS = ("docker", "dockerd", "ibdev2netdev", "ibv_devinfo", "show_gids", "nvidia-smi", "udevadm",
                  "ib_write_bw", "ib_write_lat")
-IMAGE_STANDINS = ("trtllm-llmapi-launch", "trtllm-serve", "vllm", "hf", "all_reduce_perf")
+IMAGE_STANDINS = ("trtllm-llmapi-launch", "trtllm-serve", "vllm", "ray", "hf", "all_reduce_perf")
 IMAGE_ENTRYPOINT = "sparkctl-lab-entrypoint"
 
 
