@@ -127,3 +127,11 @@ SEEDS = [
     # the serve log is the head's: NCCL's lines of every rank are there
     Seed("nccl-socket-fallback", "nccl.socket_fallback", "spark1", start_on_sockets),
 ]
+
+
+#: What tests/lab/test_bootstrap_vllm.py seeds on a worker of a vLLM world (its container recreated by hand with
+#: another VLLM_HOST_IP), per lab: finding id -> (lab, which address)
+VLLM_SEEDS = {
+    "vllm.wrong_nic": ("ring3", "the worker's management address"),
+    "vllm.ranks_one_node": ("pair", "the head's fabric address"),
+}

@@ -27,6 +27,7 @@ from sparkctl.lab.image import image_ref
 from sparkctl.plan.serve_unit import parse_show, show_command
 from tests.lab.doctor_kit import doctor, errors, replace_container
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
+from tests.lab.serve_kit import VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
 
@@ -116,18 +117,27 @@ def test_a_rerun_changes_nothing(served):
     assert changed(events) == set(), changed(events)
 
 
-def test_a_worker_on_the_wrong_nic_is_found_by_doctor_and_repaired_by_bootstrap(served):
+@pytest.mark.parametrize("finding", sorted(VLLM_SEEDS))
+def test_a_worker_whose_vllm_host_ip_was_changed_is_found_by_doctor_and_repaired_by_bootstrap(served, finding):
+    """On the ring: the worker's management address (a rank on the wrong NIC); on the pair: the head's fabric
+    address (the ranks look like one node). Doctor names it with its evidence; bootstrap recreates the container
+    and restarts the world; the next run changes nothing."""
     lab, env, inventory = served["lab"], served["env"], served["inventory"]
-    management = yaml.safe_load(lab.inventory_path.read_text())["nodes"][1]["host"]
-    replace_container(lab, "spark2", lambda spec: _with_env(spec, VLLM_HOST_IP=management), inventory=inventory,
+    where, _what = VLLM_SEEDS[finding]
+    if lab.state.topology != ("pair" if where == "pair" else "ring"):
+        pytest.skip(f"seeded on the {where}")
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    wrong = (document["nodes"][1]["host"] if finding == "vllm.wrong_nic"
+             else container_env(lab, "spark1")["VLLM_HOST_IP"])
+    replace_container(lab, "spark2", lambda spec: _with_env(spec, VLLM_HOST_IP=wrong), inventory=inventory,
                       serves=False, container=VLLM_CONTAINER)
     report = doctor(lab, inventory=inventory, env=env)
-    assert ("vllm.wrong_nic", "spark2") in errors(report), report["findings"]
-    finding = next(f for f in report["findings"] if f["id"] == "vllm.wrong_nic")
-    assert management in finding["evidence"] and "does not own" not in finding["evidence"]
+    assert (finding, "spark2") in errors(report), report["findings"]
+    found = next(f for f in report["findings"] if f["id"] == finding)
+    assert wrong in found["evidence"], found
     events = run(inventory, env, "cluster", "bootstrap")
     assert {("container.run", "spark2"), ("serve.launch", None)} <= changed(events), changed(events)
-    assert container_env(lab, "spark2")["VLLM_HOST_IP"] != management
+    assert container_env(lab, "spark2")["VLLM_HOST_IP"] != wrong
     assert changed(run(inventory, env, "cluster", "bootstrap")) == set()
     assert not errors(doctor(lab, inventory=inventory, env=env))
 
@@ -171,7 +181,7 @@ def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_p
     if served["lab"].state.topology != "pair":
         pytest.skip("proven on the pair")
     env, inventory = served["env"], served["inventory"]
-    bench = subprocess.Popen(["sparkctl", "serve", "bench", inventory, "--requests", "160", "--concurrency", "4",
+    bench = subprocess.Popen(["sparkctl", "serve", "bench", inventory, "--requests", "100", "--concurrency", "4",
                               "--max-tokens", "512", "-o", str(tmp_path / "bench.json")], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -23,6 +23,7 @@ from tests.lab.conftest import poll
 from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems, replace_container
 from tests.lab.nm_kit import NM_SEEDS
 from tests.lab.serve_kit import SEEDS as SERVE_SEEDS
+from tests.lab.serve_kit import VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
 
@@ -170,11 +171,14 @@ ELSEWHERE = {
     "serve.unit_missing": "serve", "serve.unit_failed": "serve", "serve.unit_looping": "serve",
     # NetworkManager's, on a NetworkManager-rendered pair: tests/lab/test_networkmanager.py (NM_SEEDS)
     "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",
+    # vLLM's ranks, on a pair and a ring of three serving with vLLM: tests/lab/test_bootstrap_vllm.py (VLLM_SEEDS)
+    "vllm.wrong_nic": "vllm", "vllm.ranks_one_node": "vllm",
 }
 
 
 #: What ELSEWHERE may name: the lab modules that seed repairable findings.
-LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager"}
+LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager",
+               "vllm": "test_bootstrap_vllm"}
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
@@ -188,6 +192,7 @@ def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
     assert {s.finding for s in SERVE_SEEDS} == {i for i, w in ELSEWHERE.items() if w == "serve"}
     assert {s.finding for s in NM_SEEDS} >= {i for i, w in ELSEWHERE.items()
                                                                  if w == "networkmanager"}
+    assert set(VLLM_SEEDS) == {i for i, w in ELSEWHERE.items() if w == "vllm"}
 
 
 #: Seeds whose repair another seed carries through doctor --fix, seeded on the bootstrap path only: both twins set
