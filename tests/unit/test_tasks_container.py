@@ -428,9 +428,26 @@ def test_with_vllm_the_state_dir_holds_no_entrypoint_keys_or_probe():
     ctx = cctx.nodes["spark1"]
     changes = ContainerStateTask().check(ctx)
     assert [c.carried().kind for c in changes] == ["dirs", "dirs"]  # run/ and the HF cache, nothing else
-    assert "mpirun" not in ctx.transport.commands[0] and "container-ssh" not in ctx.transport.commands[0]
+    # no mesh read and no mpirun (the state dir's TensorRT-LLM files are only looked for, to be removed)
+    read = ctx.transport.commands[0]
+    assert "mpirun " not in read and "sshd" not in read and "keydir" not in read
     ContainerStateTask().apply(ctx, changes)
     assert ctx.transport.files == {} and not any("ssh-keygen" in c for c in ctx.transport.commands)
+
+
+def test_a_switch_to_vllm_removes_what_tensorrt_llm_s_world_left_in_the_state_dir():
+    inv, facts = vllm_pair()
+    cctx, _ = cluster(inv, facts)
+    ctx = cctx.nodes["spark1"]
+    ctx.transport.rules.insert(0, (r"echo left:", framed([("have",
+                                                           "left:container-ssh\nleft:entrypoint.sh\nrun\nhf_cache")])))
+    (change,) = ContainerStateTask().check(ctx)
+    assert change.carried().kind == "retire"
+    assert change.summary.endswith("(vLLM's containers run no sshd or mpirun): container-ssh, entrypoint.sh")
+    ContainerStateTask().apply(ctx, [change])
+    removal = [c for c in ctx.transport.commands if "rm -rf" in c]
+    assert removal and "/home/nvidia/.local/state/sparkctl/pair/container-ssh" in removal[0]
+    assert "/home/nvidia/.local/state/sparkctl/pair/run/openmpi-hostfile" in removal[0]
 
 
 def test_with_vllm_the_mesh_and_the_hostfile_are_not_applicable_and_with_trtllm_they_are():

@@ -22,13 +22,16 @@ from sparkctl.transport.framing import Framing
 
 CLIENT_KEY = CONTAINER_CLIENT_KEY
 HOST_KEY = CONTAINER_HOST_KEY
+#: what TensorRT-LLM's mpirun world left in the state dir, which a vLLM cluster has no use for (the container mesh's
+#: keys, the entrypoint that starts its sshd, the MPI probe and the hostfile's copy): removed when it switches
+MPI_LEFTOVERS = ("container-ssh", "entrypoint.sh", f"run/{MPI_PROBE}", "run/openmpi-hostfile")
 
 
 @dataclass(frozen=True)
 class StateStep:
     """What one change of container.state does."""
 
-    kind: Literal["file", "dirs", "key"]
+    kind: Literal["file", "dirs", "key", "retire"]
     target: str = ""   # the file written, the key generated (its name in container-ssh/)
     content: str = ""
 
@@ -44,7 +47,8 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
               "its script is the same and nothing changed since: a no-op container phase needs no round trip)")
     changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
                "with ssh-keygen on the node (private keys never leave it); when vLLM serves, only run/ and the HF "
-               "cache (no sshd, mesh or MPI probe in its container)")
+               "cache (no sshd, mesh or MPI probe in its container), and what TensorRT-LLM's world left there "
+               "(container-ssh/, entrypoint.sh, the probe, the hostfile's copy) is removed")
 
     def _files(self, ctx: NodeContext) -> dict[str, str]:
         if without_mpi(ctx.inventory):
@@ -63,7 +67,9 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
             '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
             f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
             f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey'] if mesh else []
+        leftovers = [] if mesh else [f'[ -e "$S"/{q(rel)} ] && echo left:{rel}' for rel in MPI_LEFTOVERS]
         lines.append(framing.section("have", "\n".join([
+            *leftovers,
             f'[ -d {q(hf_cache)} ] && echo hf_cache',
             f'[ -d {q(hf_cache)} ] && [ ! -w {q(hf_cache)} ] && echo hf_cache_not_writable',
             '[ -d "$S"/run ] && echo run', *key_checks, "true"])))
@@ -102,6 +108,10 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
                 changes.append(Change(f"{'update' if current else 'write'} {path}",
                                       diff=unified_diff(path, current or None, content),
                                       payload=StateStep("file", path, content)))
+        left = [w.partition(":")[2] for w in sorted(have) if w.startswith("left:")]
+        if left:
+            changes.append(Change(f"remove what TensorRT-LLM's mpirun left in {base} (vLLM's containers run no sshd "
+                                  f"or mpirun): {', '.join(left)}", payload=StateStep("retire")))
         if "run" not in have or (mesh and "keydir" not in have):
             changes.append(Change(f"create {base}/run" + (f" and {base}/container-ssh (mode 700)" if mesh else ""),
                                   payload=StateStep("dirs")))
@@ -125,6 +135,8 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         if without_mpi(ctx.inventory) is None:
             lines += [f"install -d -m 700 {q(keys)}", f"chmod 700 {q(keys)}"]
         steps = [c.carried() for c in changes]
+        if any(step.kind == "retire" for step in steps):
+            lines.append("rm -rf " + " ".join(f"{q(base)}/{q(rel)}" for rel in MPI_LEFTOVERS))
         for step in steps:
             if step.kind == "key":
                 key = posixpath.join(keys, step.target)
