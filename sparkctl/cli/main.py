@@ -10,13 +10,26 @@ import sys
 import traceback
 
 import click
-from rich.console import Console
 
 from sparkctl import __version__
 from sparkctl.cli.report import JSON_META, VERBOSE_META, error_line
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redacted, redacting_handler
+
+#: each lazily imported command's help, its first paragraph, which `--help` cuts to the line as click does (a test
+#: keeps it the command's own)
+SUMMARIES: dict[str, str] = {
+    "cluster": "Bootstrap, inspect and take down a cluster of Sparks.",
+    "doctor": "Find what is broken on the cluster, why, and how to fix it (read-only unless --fix).",
+    "fabric": "Measure the CX-7 fabric: is every cable giving what a Spark's port can?",
+    "inventory": "Check and describe inventory files.",
+    "lab": "A lab of simulated DGX Sparks on this machine: namespaces, systemd, sshd, podman.",
+    "playbooks": "Describe every playbook: its phases and tasks, what each checks and what it changes.",
+    "serve": "The OpenAI-compatible endpoint `cluster bootstrap` starts: status, logs, chat, bench, stop.",
+    "top": "Watch the cluster work: every node's GPU, CPU, memory and container, every fabric twin's traffic (the "
+           "RoCE port's counters, RDMA included) and the serving figures, refreshed every --interval seconds.",
+}
 
 
 class SparkctlGroup(click.Group):
@@ -52,7 +65,23 @@ class SparkctlGroup(click.Group):
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """`--help`'s list of commands from SUMMARIES, without importing every command's module (and through them
+        pydantic, paramiko and rich): tests/unit/test_cli_startup.py keeps each summary the command's own."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        rows = []
+        for name in names:
+            if name in SUMMARIES:
+                rows.append((name, click.utils.make_default_short_help(SUMMARIES[name], limit)))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context):
+        _rich_pipe_handler()
         try:
             return super().invoke(ctx)
         except (KeyboardInterrupt, click.exceptions.Abort):
@@ -94,12 +123,17 @@ def _stdout_to_devnull() -> None:
         pass
 
 
-def _pipe_gone(_console: Console) -> None:
+def _pipe_gone(_console: object) -> None:
     raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
 
 
-# rich's own handler exits 1, the code of a failed task (and of doctor's errors): the group's handler decides
-Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign,assignment]
+def _rich_pipe_handler() -> None:
+    """rich's own handler of a closed stdout exits 1, the code of a failed task (and of doctor's errors): the
+    group's handler decides. Set before a command runs (rich is imported by the commands that print with it, not
+    for `--version` or `--help`)."""
+    from rich.console import Console
+
+    Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign,assignment]
 
 
 def _json_error(exc: SparkctlError) -> None:

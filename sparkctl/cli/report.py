@@ -10,12 +10,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Union
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.errors import BadInput
@@ -152,11 +149,16 @@ def terminal_width(stream: IO[str] | None = None) -> int | None:
     return None
 
 
-Cell = str | Text
+if TYPE_CHECKING:
+    from rich.text import Text
+
+#: a table cell: text, or rich's styled Text (rich is imported only by what prints a table: `--version` and `--help`
+#: stay without it)
+Cell = Union[str, "Text"]
 
 
 def _plain(cell: Cell) -> str:
-    return cell.plain if isinstance(cell, Text) else cell
+    return cell if isinstance(cell, str) else cell.plain
 
 
 def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Cell]], *,
@@ -173,6 +175,9 @@ def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequen
         for line in [list(headers), *flat]:
             click.echo("  ".join(cell.ljust(size) for cell, size in zip(line, sizes, strict=True)).rstrip(), err=err)
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title, show_lines=any("\n" in _plain(cell) for row in rows for cell in row))
     for header in headers:
         table.add_column(header, overflow="fold")

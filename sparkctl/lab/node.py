@@ -136,6 +136,15 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         opts = f" -o {m.options}" if m.options else ""
         lines.append(f"mkdir -p {target} && mount -t {m.fstype}{opts} {m.fstype} {target}")
     lines += [
+        # podman's cgroupfs manager puts conmon in a cgroup of every enabled v1 controller (/proc/cgroups), also
+        # those the machine never mounted (net_cls, perf_event ...): on the machine that is a plain directory, but
+        # a node's systemd remounts /sys/fs/cgroup read-only, and podman then warns "Failed to add conmon to
+        # cgroupfs sandbox cgroup" on every docker run and exec, into sparkctl's output. A small tmpfs of their own
+        # keeps them writable, as they are on the machine.
+        "for c in $(awk 'NR > 1 && $2 == 0 && $4 == 1 { print $1 }' /proc/cgroups); do",
+        '  [ -e "/sys/fs/cgroup/$c" ] || { mkdir -p "/sys/fs/cgroup/$c" && mount -t tmpfs -o mode=755 "$c" '
+        '"/sys/fs/cgroup/$c"; }',
+        "done",
         # read-only /sys puts networkd in container mode and NetworkManager off udev: neither waits for udev
         # (there is none in a netns; sparkctl/lab/renderer.py)
         "mount -o remount,ro /sys",
