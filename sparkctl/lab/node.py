@@ -143,7 +143,7 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         # keeps them writable, as they are on the machine.
         "for c in $(awk 'NR > 1 && $2 == 0 && $4 == 1 { print $1 }' /proc/cgroups); do",
         '  [ -e "/sys/fs/cgroup/$c" ] || { mkdir -p "/sys/fs/cgroup/$c" && mount -t tmpfs -o mode=755 "$c" '
-        '"/sys/fs/cgroup/$c"; }',
+        '"/sys/fs/cgroup/$c"; } || true',
         "done",
         # read-only /sys puts networkd in container mode and NetworkManager off udev: neither waits for udev
         # (there is none in a netns; sparkctl/lab/renderer.py)
