@@ -11,6 +11,7 @@ from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.rules.serving import without_mpi
 from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.lock import peek
 from sparkctl.runs.session import Session
@@ -35,10 +36,10 @@ class ClusterStatus:
 
 def container_hostfile(inventory: Inventory) -> Callable[[Transport, Facts], None]:
     """For Session.gather: the hostfile inside a running container (one more round trip) into the node's facts,
-    "" when it cannot be read, None when no container runs."""
+    "" when it cannot be read, None when no container runs or the cluster has no mpirun (vLLM: no hostfile)."""
     def read(transport: Transport, facts: Facts) -> None:
         info = facts.containers.get(inventory.container.name)
-        if info is None or not info.running:
+        if info is None or not info.running or without_mpi(inventory) is not None:
             return
         result = transport.exec_in(inventory.container.name, f"cat {q(HOSTFILE_PATH)}", timeout=20)
         facts.container_hostfile = result.stdout if result.ok else ""
