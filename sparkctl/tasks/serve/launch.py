@@ -210,8 +210,14 @@ def read_states(ctx: ClusterContext, task: str, nodes: list[str]) -> dict[str, S
 
 
 def stop_ranks(ctx: ClusterContext, nodes: list[str], *, disable: bool = False) -> dict[str, int]:
-    """Stop the serving unit on each of `nodes` at once; the PID that ran on each where one did."""
+    """Stop the serving unit on each of `nodes` at once; the PID that ran on each where one did.
+
+    Every rank is told first that its end is asked for (world.sh's `stopping` mark): the ranks of one world end
+    together, a worker when its master goes and the master when a worker goes, and none of those ends may count
+    as a failure of its unit (it would be left `failed`, or counted towards a unit that loops)."""
     stopped: dict[str, int] = {}
+    ctx.run_on_all({n: f"touch {q(ServerHandle.of(ctx.nodes[n]).dir)}/stopping 2>/dev/null; true"
+                    for n in nodes if n in ctx.nodes}, timeout=30)
 
     def stop(node: NodeContext) -> None:
         pid = ServerHandle.of(node).stop(disable=disable)
