@@ -181,15 +181,16 @@ def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_p
     if served["lab"].state.topology != "pair":
         pytest.skip("proven on the pair")
     env, inventory = served["env"], served["inventory"]
-    bench = subprocess.Popen(["sparkctl", "serve", "bench", inventory, "--requests", "100", "--concurrency", "4",
-                              "--max-tokens", "512", "-o", str(tmp_path / "bench.json")], env=env,
+    bench = subprocess.Popen(["sparkctl", "serve", "bench", inventory, "--requests", "5000", "--concurrency", "4",
+                              "--max-tokens", "384", "-o", str(tmp_path / "bench.json")], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(2)  # under way
         code, events, output = sparkctl(["top", inventory, "--once", "--json", "--interval", "2"], env)
         exported = _scrape_exporter(inventory, env)
     finally:
-        bench.wait(timeout=600)
+        bench.terminate()  # it only has to outlast the readings
+        bench.wait(timeout=60)
     assert code == 0, output[-2000:]
     (frame,) = [e for e in events if e["event"] == "top"]
     validate_line(frame)

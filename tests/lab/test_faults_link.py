@@ -38,7 +38,12 @@ def lab(lab_factory):
     return bootstrapped_pair(lab_factory)
 
 
-@pytest.mark.parametrize("point", list(POINTS))
+#: Where the link is cut: every phase that changes something on a node. Preflight changes nothing (a node lost
+#: there leaves nothing half done), and a stop there is tried by tests/lab/test_faults_controller.py.
+CUT_POINTS = [p for p in POINTS if p != "preflight"]
+
+
+@pytest.mark.parametrize("point", CUT_POINTS)
 def test_a_node_cut_off_mid_run_is_the_only_one_lost_and_the_rerun_converges(lab, point):
     reset(lab, point)
     run = Controller(lab)
