@@ -127,7 +127,7 @@ def top_command(file: str, interval: float, once: bool, limit: str | None, forks
 
     address = _address(serve_metrics)
     inventory = load(file)
-    with open_top(inventory, limit=csv_set(limit), forks=forks) as top:
+    with open_top(inventory, limit=csv_set(limit), forks=forks, interval=interval) as top:
         exporter = None
         if address is not None:
             from sparkctl.runs.top_exporter import serve_metrics as start_exporter

@@ -1,14 +1,18 @@
 """PURE: what `sparkctl top` asks a node each refresh, in ONE script (one round trip on a connection kept open).
 
-Cheap on the node by design (its cost is measured in benchmarks/top.py): files under /proc and /sys read with the
-shell's own `read` where it can, one `nvidia-smi` query, and docker asked only every CONTAINER_EVERY refreshes (in
-between, whether the container's PID 1 is still there is one test of /proc). On the head it also reads the engine's
-`/metrics` through the gateway with curl, the key on curl's stdin (`-H @-`), never its command line.
+Cheap on the node by design (its cost is measured in benchmarks/top.py): the node runs one bash for as long as top
+runs (agent_script, started once over the kept connection), which answers a line on its stdin with the sections:
+no SSH session, login shell or process per file each refresh. Files under /proc and /sys are read with the shell's
+own `read`; `nvidia-smi` runs once in its loop mode (NVML initialised once), its last line kept; docker is asked
+only when the controller says so (every CONTAINER_EVERY refreshes; in between, whether the container's PID 1 is
+still there is one test of /proc). On the head it also reads the engine's `/metrics` through the gateway with curl,
+the key given once on the agent's stdin and passed to curl's stdin (`-H @-`), never a command line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -35,7 +39,6 @@ class NodeRead:
     """What one node's script reads."""
     twins: tuple[Twin, ...]
     container: str
-    container_pid: int | None          # from the last docker read; None: ask docker this time
     metrics_url: str | None = None     # the head's engine /metrics through the gateway
     authorized: bool = False           # the key goes on curl's stdin
     nccl_log: str | None = None        # the serve log, when its NCCL lines are wanted this time
@@ -59,24 +62,73 @@ def _links(twins: tuple[Twin, ...]) -> str:
     return "\n".join(lines) or "true"
 
 
-def node_script(read: NodeRead, framing: Framing) -> str:
-    container = (f"[ -d /proc/{int(read.container_pid)} ] && echo 'running {int(read.container_pid)}' || "
-                 "echo 'gone 0'" if read.container_pid else
-                 f"docker inspect -f '{{{{.State.Status}}}} {{{{.State.Pid}}}}' {q(read.container)} 2>/dev/null "
-                 "|| echo 'absent 0'")
+#: the line that ends each answer of the agent
+END = "@@sparkctl-top-end@@"
+
+_AGENT = r"""set -u
+IFS= read -r _auth || exit 0
+_d=$(mktemp -d 2>/dev/null) || exit 1
+_cs='unknown 0'; _pid=0
+set -m
+# NVML initialised once: nvidia-smi's own loop, its last line kept (a pipeline in a process group of its own)
+GPU_QUERY -lms LOOP_MS 2>/dev/null | while IFS= read -r _l; do printf '%s\n' "$_l" > "$_d/gpu"; done &
+trap 'kill -- -$(jobs -p) 2>/dev/null; rm -rf "$_d"' EXIT
+while IFS= read -r _ask; do
+SECTIONS
+printf '%s\n' END_LINE
+done
+"""
+
+_CONTAINER = r"""case $_ask in
+*c*) _cs=$(docker inspect -f '{{.State.Status}} {{.State.Pid}}' NAME 2>/dev/null) || _cs='absent 0'
+     _pid=${_cs#* };;
+esac
+if [ "$_pid" != 0 ] && [ -d "/proc/$_pid" ]; then echo "running $_pid"; else echo "${_cs% *} 0"; fi"""
+
+#: the engine's /metrics through the gateway with bash's own /dev/tcp (no curl process each refresh): the body, then
+#: the HTTP status on a line of its own (000: nothing answered); HTTP/1.0, so the gateway closes after the body
+_METRICS = r"""_code=000
+if exec 3<>/dev/tcp/HOST/PORT; then
+  if [ -n "$_auth" ]; then printf 'GET PATH HTTP/1.0\r\nHost: HOST\r\n%s\r\n\r\n' "$_auth" >&3
+  else printf 'GET PATH HTTP/1.0\r\nHost: HOST\r\n\r\n' >&3; fi
+  if IFS= read -r -t 3 _st <&3; then _code=${_st#* }; _code=${_code%% *}; fi
+  while IFS= read -r -t 3 _h <&3; do [ -z "${_h%$'\r'}" ] && break; done
+  while IFS= read -r -t 3 _b <&3 || [ -n "$_b" ]; do printf '%s\n' "$_b"; done
+  exec 3<&-
+fi 2>/dev/null
+printf '\n%s\n' "$_code"
+"""
+
+
+def _http_target(url: str) -> tuple[str, int, str]:
+    """(IPv4 host, port, path) of an http://host:port/path URL sparkctl made itself (checked: it is put in a script)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 80
+    if parts.scheme != "http" or not host.replace(".", "").isdigit() or not parts.path.startswith("/") or \
+            not all(c.isalnum() or c in "/_-." for c in parts.path):
+        raise ValueError(f"not a metrics URL top can read: {url!r}")
+    return host, int(port), parts.path
+
+
+def agent_script(read: NodeRead, framing: Framing, interval_s: float) -> str:
+    """The node's side of `top`, started once (Transport.hold) and ended when its stdin closes. Its first line of
+    input is the Authorization header for the metrics (empty without one); then each line asks for one refresh,
+    answered with the sections and END: `c` in it asks docker for the container's state (else the PID docker gave
+    last is looked for in /proc), `n` the serve log's NCCL lines."""
     sections = [
-        framing.section("gpu", f"{GPU_QUERY} 2>/dev/null | head -n 1"),
-        framing.section("cpu", "{ read -r _l < /proc/stat; echo \"$_l\"; }"),
+        framing.section("gpu", """{ IFS= read -r _g < "$_d/gpu" && printf '%s\\n' "$_g"; } 2>/dev/null; true"""),
+        framing.section("cpu", '{ read -r _l < /proc/stat; echo "$_l"; }'),
         framing.section("mem", "while read -r _k _n _u; do case $_k in MemTotal:|MemAvailable:) "
-                               "echo \"$_k $_n\";; esac; done < /proc/meminfo"),
+                               'echo "$_k $_n";; esac; done < /proc/meminfo'),
         framing.section("links", _links(read.twins)),
-        framing.section("container", container),
+        framing.section("container", _CONTAINER.replace("NAME", q(read.container))),
     ]
     if read.metrics_url:
-        header = "-H @- " if read.authorized else ""
-        sections.append(framing.section("metrics", f"curl -sS -m 3 --noproxy '*' {header}"
-                                                   f"-w '\\n%{{http_code}}\\n' {q(read.metrics_url)}"))
+        host, port, path = _http_target(read.metrics_url)
+        sections.append(framing.section("metrics", _METRICS.replace("HOST", host).replace("PORT", str(port))
+                                        .replace("PATH", path)))
     if read.nccl_log:
-        sections.append(framing.section("nccl", f"grep -E 'NCCL|NET/' {q(read.nccl_log)} 2>/dev/null | "
-                                                "tail -n 2000"))
-    return "\n".join([*sections, "true"])
+        sections.append(framing.section("nccl", f"case $_ask in *n*) grep -E 'NCCL|NET/' {q(read.nccl_log)} "
+                                                "2>/dev/null | tail -n 2000;; esac"))
+    return (_AGENT.replace("GPU_QUERY", GPU_QUERY).replace("LOOP_MS", str(max(100, int(interval_s * 1000))))
+            .replace("SECTIONS", "\n".join(sections)).replace("END_LINE", q(END)))

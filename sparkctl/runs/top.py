@@ -40,12 +40,13 @@ from sparkctl.knowledge.serve_metrics import (
 )
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import node_home, state_dir
-from sparkctl.plan.top import CONTAINER_EVERY, NCCL_EVERY, NodeRead, Twin, node_script
+from sparkctl.plan.top import CONTAINER_EVERY, END, NCCL_EVERY, NodeRead, Twin, agent_script
 from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.runs.session import DEFAULT_FORKS, Session
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing
+from sparkctl.transport.held import HeldCommand
 
 #: a node that stopped answering is connected to again this often (in refreshes)
 RECONNECT_EVERY = 5
@@ -111,8 +112,10 @@ class _Reading:
 
 
 class Top:
-    def __init__(self, inventory: Inventory, session: Session, facts: dict[str, Facts], nodes: list[str]):
-        self.inventory, self.session, self.nodes = inventory, session, nodes
+    def __init__(self, inventory: Inventory, session: Session, facts: dict[str, Facts], nodes: list[str],
+                 interval: float = 2.0):
+        self.inventory, self.session, self.nodes, self.interval = inventory, session, nodes, interval
+        self.agents: dict[str, tuple[HeldCommand, Framing]] = {}
         plan = plan_cluster(inventory, facts)
         self.engine = inventory.serve_spec().engine if serving_enabled(inventory) else None
         self.twins: dict[str, tuple[Twin, ...]] = {}
@@ -137,28 +140,60 @@ class Top:
     # --- reading ---------------------------------------------------------------------------------------------
 
     def _read(self, name: str) -> _Reading:
+        """One refresh of the node: a line to its agent, its sections back (no new session on the node)."""
         before = self.last.get(name)
-        serving_head = self.engine is not None and name == self.inventory.head.name
-        port = self.inventory.serve_spec().port if serving_head else None
-        read = NodeRead(
-            twins=self.twins[name] + tuple(Twin(m, None) for m in self.management[name]),
-            container=self.inventory.container.name,
-            container_pid=before.container_pid if before and self.count % CONTAINER_EVERY else None,
-            metrics_url=f"http://127.0.0.1:{port}/metrics" if port else None,
-            authorized=bool(self.key) and serving_head,
-            nccl_log=self.logs[name] if self.engine and serves(self.inventory, name) and
-            self.count % NCCL_EVERY == 0 else None)
-        framing = Framing()
-        stdin = f"Authorization: Bearer {self.key}\n" if read.authorized else None
-        result = self._transport(name).run(node_script(read, framing), timeout=READ_TIMEOUT_S, input=stdin)
-        if result.timed_out:
-            raise Unreachable(f"{name} did not answer within {READ_TIMEOUT_S:g} s", kind="lost", node=name)
-        return self._parse(framing.texts(result.stdout), before)
+        agent, framing = self._agent(name)
+        ask = ("c" if before is None or self.count % CONTAINER_EVERY == 0 else "") + \
+            ("n" if self.count % NCCL_EVERY == 0 else "")
+        if not agent.send(ask or "-"):
+            raise Unreachable(f"{name} stopped answering (its top agent is gone)", kind="lost", node=name)
+        lines: list[str] = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while True:
+            line = agent.readline(max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise Unreachable(f"{name} did not answer within {READ_TIMEOUT_S:g} s", kind="lost", node=name)
+            if line == END:
+                break
+            lines.append(line)
+        return self._parse(framing.texts("\n".join(lines)), before)
+
+    def _agent(self, name: str) -> tuple[HeldCommand, Framing]:
+        """The node's agent (plan/top.py), started once on its connection; given the key first when it reads the
+        endpoint's metrics."""
+        if name not in self.agents:
+            serving_head = self.engine is not None and name == self.inventory.head.name
+            port = self.inventory.serve_spec().port if serving_head else None
+            read = NodeRead(
+                twins=self.twins[name] + tuple(Twin(m, None) for m in self.management[name]),
+                container=self.inventory.container.name,
+                metrics_url=f"http://127.0.0.1:{port}/metrics" if port else None,
+                authorized=bool(self.key) and serving_head,
+                nccl_log=self.logs[name] if self.engine and serves(self.inventory, name) else None)
+            framing = Framing()
+            agent = self._transport(name).hold(agent_script(read, framing, self.interval), what="top")
+            agent.send(f"Authorization: Bearer {self.key}" if read.authorized else "")
+            self.agents[name] = (agent, framing)
+        return self.agents[name]
 
     def _transport(self, name: str) -> Transport:
         if name not in self.session.transports:
             self.session.transports[name] = self.session.open(name)
         return self.session.transports[name]
+
+    def _drop(self, name: str) -> None:
+        """A node that stopped answering: its agent and connection go, to be made again when it is tried."""
+        held = self.agents.pop(name, None)
+        if held is not None:
+            held[0].close()
+        stale = self.session.transports.pop(name, None)
+        if stale is not None:
+            stale.close()
+
+    def close(self) -> None:
+        for name in list(self.agents):
+            self.agents.pop(name)[0].close()
+        self.pool.shutdown(wait=False)
 
     @staticmethod
     def _parse(texts: dict[str, str], before: _Reading | None) -> _Reading:
@@ -177,7 +212,7 @@ class Top:
             body, _, code = texts["metrics"].rstrip("\n").rpartition("\n")
             now.metrics_status = int(code) if code.strip().isdigit() else 0
             now.metrics = body if now.metrics_status == 200 else None
-        now.nccl = texts.get("nccl")
+        now.nccl = texts.get("nccl") or None  # asked every NCCL_EVERY refreshes; empty in between
         if now.container == "running" and now.container_pid is None and before is not None:
             now.container_pid = before.container_pid
         return now
@@ -193,9 +228,7 @@ class Top:
                 self.lost.pop(name, None)
             except Exception as exc:  # noqa: BLE001 - a node that stops answering is shown, the view goes on
                 self.lost[name] = str(exc) or type(exc).__name__
-                stale = self.session.transports.pop(name, None)
-                if stale is not None:
-                    stale.close()
+                self._drop(name)
         frame = self._frame(readings)
         for name, reading in readings.items():
             self.last[name] = reading
@@ -274,8 +307,14 @@ def _nccl_interfaces(log: str) -> set[str]:
 
 
 @contextmanager
-def open_top(inventory: Inventory, *, limit: set[str] | None = None, forks: int = DEFAULT_FORKS) -> Iterator[Top]:
-    """A Top over the inventory's nodes (those of --limit), its connections open for as long as it is used."""
+def open_top(inventory: Inventory, *, limit: set[str] | None = None, forks: int = DEFAULT_FORKS,
+             interval: float = 2.0) -> Iterator[Top]:
+    """A Top over the inventory's nodes (those of --limit), its connections and agents open for as long as it is
+    used."""
     with Session(inventory, limit=limit, forks=forks) as session:
         facts = session.gather()
-        yield Top(inventory, session, facts, session.limited)
+        top = Top(inventory, session, facts, session.limited, interval)
+        try:
+            yield top
+        finally:
+            top.close()

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkctl.cli.json_schema import validate_line
 from sparkctl.cli.main import cli
 from sparkctl.knowledge.serve_metrics import trtllm_figures
-from sparkctl.plan.top import NodeRead, Twin, node_script
+from sparkctl.plan.top import END, NodeRead, Twin, agent_script
 from sparkctl.runs.top import Frame, LinkFigures, NodeFigures, Top, _Reading
 from sparkctl.runs.top_exporter import FrameCollector, serve_metrics
 from sparkctl.transport.framing import Framing
@@ -60,26 +60,36 @@ def fake_node(tmp_path: Path) -> Path:
     return root
 
 
-def test_the_node_read_is_one_script_whose_sections_parse(tmp_path):
+def test_the_node_agent_answers_each_refresh_with_sections_that_parse(tmp_path):
+    """The agent run for real (bash, as Transport.hold starts it) against files laid out as a node's /sys: the key
+    first, then one line per refresh; docker only when asked; the key never on a command line."""
     root = fake_node(tmp_path)
     framing = Framing()
     read = NodeRead(twins=(Twin("enp1s0f1np1", "rocep1s0f1"), Twin("enP7s7", None)), container="trtllm-multinode",
-                    container_pid=1)
-    script = node_script(read, framing).replace("/sys/class", f"{root}/sys/class")
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
-    texts = framing.texts(out)
-    assert texts["links"].splitlines()[0] == "netdev enp1s0f1np1 1000 2000 1 0 0 3"
-    assert texts["links"].splitlines()[1] == "roce enp1s0f1np1 250 500"
-    assert texts["links"].splitlines()[2].startswith("netdev enP7s7 x x")  # not on this machine
-    reading = Top._parse(texts, None)
+                    metrics_url="http://127.0.0.1:9/metrics", authorized=True)
+    script = agent_script(read, framing, 2.0).replace("/sys/class", f"{root}/sys/class")
+    assert "Bearer" not in script and "/dev/tcp/127.0.0.1/9" in script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("#!/bin/sh\necho \"$*\" >> \"$DOCKER_LOG\"\necho 'running 1'\n")
+    (bin_dir / "docker").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER_LOG": str(tmp_path / "docker.log")}
+    out = subprocess.run(["bash", "-c", script], input="Authorization: Bearer k\nc\n-\n", capture_output=True,
+                         text=True, timeout=30, env=env).stdout
+    answers = out.split(END + "\n")
+    assert len(answers) == 3 and answers[2] == ""  # two refreshes, then the agent ended with its stdin
+    first, second = (framing.texts(a) for a in answers[:2])
+    assert first["links"].splitlines()[0] == "netdev enp1s0f1np1 1000 2000 1 0 0 3"
+    assert first["links"].splitlines()[1] == "roce enp1s0f1np1 250 500"
+    assert first["links"].splitlines()[2].startswith("netdev enP7s7 x x")  # not on this machine
+    reading = Top._parse(first, None)
     link = reading.links["enp1s0f1np1"]
     assert (link.rx_bytes, link.tx_bytes, link.errors, link.dropped, link.rdma) == (1000, 2000, 1, 3, True)
     assert reading.container == "running" and reading.container_pid == 1   # PID 1 of this test's namespace
     assert reading.cpu is not None and reading.mem is not None and reading.mem.total_kib > 0
-    # docker is asked only when the PID is not known; the key never on a command line
-    asked = node_script(NodeRead((), "c", None, metrics_url="http://127.0.0.1:8355/metrics", authorized=True),
-                        framing)
-    assert "docker inspect" in asked and "-H @-" in asked and "Bearer" not in asked
+    assert Top._parse(second, reading).container == "running"  # from /proc, docker not asked again
+    assert (tmp_path / "docker.log").read_text().count("inspect") == 1
+    assert reading.metrics_status == 0  # nothing listens on port 9
 
 
 def frame() -> Frame:
@@ -136,7 +146,7 @@ def test_a_node_that_stops_answering_is_shown_and_the_others_go_on(monkeypatch):
     top = Top.__new__(Top)
     top.nodes, top.count, top.last, top.lost, top.engine = ["spark1", "spark2"], 0, {}, {}, None
     top.nccl_twins, top.twins, top.management = {}, {"spark1": (), "spark2": ()}, {"spark1": (), "spark2": ()}
-    top.session, top.serve_before = Session(), None
+    top.session, top.serve_before, top.agents = Session(), None, {}
     top.inventory = type("Inv", (), {"cluster": type("C", (), {"name": "duo"})(),
                                      "head": type("H", (), {"name": "spark1"})()})()
     from concurrent.futures import ThreadPoolExecutor
@@ -177,3 +187,39 @@ def _all_gauges():
     from sparkctl.runs.top_exporter import LINK_GAUGES, NODE_GAUGES, SERVING_GAUGES
 
     return [*NODE_GAUGES.values(), *LINK_GAUGES.values(), *SERVING_GAUGES.values()]
+
+
+def test_the_agent_reads_the_metrics_with_the_key_it_was_given_first_and_nothing_else_does(tmp_path):
+    """The metrics over bash's /dev/tcp (no curl each refresh): the key, given once on the agent's stdin, goes in
+    the request's header; a wrong or missing one gets the gateway's 401."""
+    import http.server
+    import threading
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the standard library's name
+            ok = self.headers.get("Authorization") == "Bearer k3y" and self.path == "/metrics"
+            body = b"vllm:num_requests_running 2.0\nvllm:num_requests_waiting 1.0\n" if ok else b"no"
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        read = NodeRead((), "c", metrics_url=f"http://127.0.0.1:{server.server_address[1]}/metrics", authorized=True)
+        answers = {}
+        for key in ("Authorization: Bearer k3y", "Authorization: Bearer wrong"):
+            framing = Framing()
+            out = subprocess.run(["bash", "-c", agent_script(read, framing, 2.0)], input=f"{key}\n-\n",
+                                 capture_output=True, text=True, timeout=30).stdout
+            answers[key] = Top._parse(framing.texts(out.split(END)[0]), None)
+    finally:
+        server.shutdown()
+    good = answers["Authorization: Bearer k3y"]
+    assert good.metrics_status == 200 and "vllm:num_requests_running 2.0" in (good.metrics or "")
+    assert answers["Authorization: Bearer wrong"].metrics_status == 401
+    assert Top._parse({"nccl": ""}, None).nccl is None  # not asked this refresh: the marks stay as they were
