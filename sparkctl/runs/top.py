@@ -209,8 +209,7 @@ class Top:
         now.container = state or "unknown"
         now.container_pid = int(pid) if pid.isdigit() and int(pid) > 0 else None
         if "metrics" in texts:
-            body, _, code = texts["metrics"].rstrip("\n").rpartition("\n")
-            now.metrics_status = int(code) if code.strip().isdigit() else 0
+            now.metrics_status, body = _http_response(texts["metrics"])
             now.metrics = body if now.metrics_status == 200 else None
         now.nccl = texts.get("nccl") or None  # asked every NCCL_EVERY refreshes; empty in between
         if now.container == "running" and now.container_pid is None and before is not None:
@@ -297,6 +296,14 @@ class Top:
         if figures is not None:
             out.update(asdict(figures))
         return out
+
+
+def _http_response(raw: str) -> tuple[int, str]:
+    """(status, body) of an HTTP/1.x response as it came off the socket; (0, "") when nothing answered."""
+    head, _, body = raw.replace("\r\n", "\n").partition("\n\n")
+    parts = head.split(maxsplit=2)
+    status = int(parts[1]) if len(parts) > 1 and parts[0].startswith("HTTP/") and parts[1].isdigit() else 0
+    return status, body
 
 
 def _nccl_interfaces(log: str) -> set[str]:
