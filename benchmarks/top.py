@@ -13,7 +13,6 @@ not the machine's. Printed, never asserted; the targets are listed under the tab
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
@@ -22,28 +21,10 @@ import time
 from pathlib import Path
 
 import yaml
+from scale import node_cpu_seconds  # benchmarks/scale.py, beside this script (run as `python benchmarks/top.py`)
 
 PRESETS = {"vllm": "llama-3.3-70b-vllm", "trtllm": "qwen3-235b-eagle3"}
 TOKEN = {"HF_TOKEN": "hf_BenchTopToken0a1b2c3d4e5f6a7b8c9d"}
-
-
-def node_cpu_seconds(lab) -> dict[str, float]:
-    """CPU used so far by each node's cgroup (v1 cpuacct.usage or v2 cpu.stat)."""
-    from sparkctl.lab.node import CGROUP_ROOT
-
-    used = {}
-    for record in lab.state.nodes:
-        for mount in lab.cgroup_mounts:
-            base = CGROUP_ROOT / mount.mountpoint / lab.node_cgroup(record.name)
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if (base / "cpuacct.usage").exists():
-                    used[record.name] = int((base / "cpuacct.usage").read_text()) / 1e9
-                    break
-                if (base / "cpu.stat").exists():
-                    stat = dict(line.split() for line in (base / "cpu.stat").read_text().splitlines())
-                    used[record.name] = int(stat["usage_usec"]) / 1e6
-                    break
-    return used
 
 
 def process_cpu_seconds(pid: int) -> float:

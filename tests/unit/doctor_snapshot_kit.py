@@ -21,20 +21,18 @@ TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
 GiB_KB = 1024 * 1024
 
 
-def healthy_snapshot() -> Snapshot:
-    """Two bootstrapped, serving Sparks as doctor would see them."""
-    inv = inventory()
+def bootstrapped(inv) -> tuple[dict, object]:
+    """Both nodes' facts as a bootstrap leaves them (fabric addressed, netplan and container as planned), and the
+    plan."""
     facts = {}
     for i, name in enumerate(NODES):
         f = spark_facts(name, addresses={t: [f"{ip}/24"] for t, ip in zip(TWINS, ADDRS[name], strict=True)},
                         mtu=9000, session_ip=f"10.0.0.{11 + i}")
         f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
         f.hf_cache_free_bytes = 2 * 10**12
-        peer = NODES[1 - i]
-        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, peer, port_descr=t) for t in TWINS])
+        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, NODES[1 - i], port_descr=t) for t in TWINS])
         facts[name] = f
     plan, _ = doctor_plan(inv, facts)
-    probes = {}
     for name in NODES:
         node_plan = plan.nodes[name]
         facts[name].netplan_files = [NetplanFile(inv.fabric.netplan_file, node_plan.netplan, 0o600)]
@@ -42,7 +40,16 @@ def healthy_snapshot() -> Snapshot:
         facts[name].containers = {spec.name: ContainerInfo(
             spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
             labels={SPEC_LABEL: spec.spec_hash()},
-            mounts=[{"Source": h, "Destination": i} for h, i, _ in spec.mounts])}
+            mounts=[{"Source": h, "Destination": c} for h, c, _ in spec.mounts])}
+    return facts, plan
+
+
+def healthy_snapshot() -> Snapshot:
+    """Two bootstrapped, serving Sparks as doctor would see them."""
+    inv = inventory()
+    facts, plan = bootstrapped(inv)
+    probes = {}
+    for name in NODES:
         facts[name].listening_tcp = {22: "sshd", 2233: "sshd"}
         peer = NODES[1 - NODES.index(name)]
         probes[name] = NodeProbe(
@@ -72,23 +79,9 @@ def healthy_vllm_snapshot() -> Snapshot:
     """Two Sparks serving with vLLM (inventories/two-sparks-vllm.yaml: mp, one rank each), healthy, as doctor sees
     them: no container ssh mesh or hostfile (vLLM has none), a unit on each, the worker reaching the master."""
     inv = inventory("two-sparks-vllm.yaml")
-    facts = {}
-    for i, name in enumerate(NODES):
-        f = spark_facts(name, addresses={t: [f"{ip}/24"] for t, ip in zip(TWINS, ADDRS[name], strict=True)},
-                        mtu=9000, session_ip=f"10.0.0.{11 + i}")
-        f.mem_total_kb, f.mem_available_kb, f.page_cache_kb = 120 * GiB_KB, 100 * GiB_KB, 4 * GiB_KB
-        f.hf_cache_free_bytes = 2 * 10**12
-        f.lldp = Lldp("ok", neighbors=[LldpNeighbor(t, NODES[1 - i], port_descr=t) for t in TWINS])
-        facts[name] = f
-    plan, _ = doctor_plan(inv, facts)
+    facts, plan = bootstrapped(inv)
     probes = {}
     for name in NODES:
-        node_plan = plan.nodes[name]
-        facts[name].netplan_files = [NetplanFile(inv.fabric.netplan_file, node_plan.netplan, 0o600)]
-        spec = node_plan.container
-        facts[name].containers = {spec.name: ContainerInfo(
-            spec.name, exists=True, running=True, status="running", image=spec.image, env=dict(spec.env),
-            labels={SPEC_LABEL: spec.spec_hash()}, mounts=[{"Source": h, "Destination": c} for h, c, _ in spec.mounts])}
         facts[name].listening_tcp = {22: "sshd"}
         peer = NODES[1 - NODES.index(name)]
         probes[name] = NodeProbe(
