@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient, acceptance_from_metrics
+from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient
+from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 
 PROMPTS = (
     "Explain in a few sentences why tensor parallelism helps serve a model too large for one GPU.",
@@ -79,14 +80,17 @@ def run_level(client: ServeClient, concurrency: int, requests: int, max_tokens: 
         except EndpointError:
             return None
 
+    before = None
     with contextlib.suppress(EndpointError):
-        client.metrics()  # drain what earlier requests left, so the level's acceptance is its own
+        # TensorRT-LLM's iterations are drained by this read, so the level's acceptance is its own; vLLM's
+        # counters are read before and after it
+        before = metrics_reading(client.metrics_text())
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = list(pool.map(one, range(requests)))
     seconds = time.monotonic() - started
     try:
-        server_acceptance = acceptance_from_metrics(client.metrics())
+        server_acceptance = acceptance_since(before, metrics_reading(client.metrics_text()))
     except EndpointError:
         server_acceptance = None
     return level_stats(concurrency, results, seconds, server_acceptance)

@@ -285,6 +285,13 @@ class ServeClient:
         value = self._json("GET", "/metrics", timeout=10.0)
         return value if isinstance(value, list) else []
 
+    def metrics_text(self) -> str:
+        """/metrics as it answers (vLLM's Prometheus text); EndpointError for an HTTP error."""
+        status, data = self._request("GET", "/metrics", None, 10.0)
+        if status != 200:
+            raise EndpointError(f"{self.base_url}/metrics: HTTP {status}: {_error_message(data)}")
+        return data.decode(errors="replace")
+
     def _body(self, prompt: str, max_tokens: int, stream: bool) -> dict:
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": int(max_tokens),
                 "stream": stream}

@@ -10,9 +10,12 @@ a counter is exposed with `_total` appended. KV-cache use was `vllm:gpu_cache_us
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from sparkctl.knowledge.serve_client import acceptance_from_metrics
 
 #: TensorRT-LLM (trtllm-serve with enable_iter_perf_stats): a JSON list of the iterations since the last read
 #: (drained on read), each IterationStats as executor/jsonSerialization writes it (cpp/include/tensorrt_llm/
@@ -34,6 +37,7 @@ class ServeSample:
     ttft_buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count), +Inf last
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
+    drafts: float | None = None               # speculative steps (vllm:spec_decode_num_drafts)
 
 
 def parse_vllm_metrics(text: str) -> ServeSample:
@@ -53,7 +57,8 @@ def parse_vllm_metrics(text: str) -> ServeSample:
         prompt_tokens=sums.get("vllm:prompt_tokens"), generation_tokens=sums.get("vllm:generation_tokens"),
         kv_cache_fraction=kv, ttft_buckets=tuple(sorted(buckets.items())),
         draft_tokens=sums.get("vllm:spec_decode_num_draft_tokens"),
-        accepted_tokens=sums.get("vllm:spec_decode_num_accepted_tokens"))
+        accepted_tokens=sums.get("vllm:spec_decode_num_accepted_tokens"),
+        drafts=sums.get("vllm:spec_decode_num_drafts"))
 
 
 @dataclass(frozen=True)
@@ -143,3 +148,34 @@ def trtllm_figures(stats: list[dict], seconds: float) -> ServingFigures:
     return ServingFigures(_num(last.get("numActiveRequests")), _num(last.get("numQueuedRequests")),
                           prompt / seconds, generated / seconds, None, kv_fraction,
                           accepted / drafted if drafted else None)
+
+
+def acceptance_length(before: ServeSample | None, now: ServeSample) -> float | None:
+    """vLLM's mean acceptance length between two readings (since the engine started when `before` is None), as its
+    own log computes it: 1 + accepted tokens / speculative steps, the bonus token included
+    (vllm/v1/spec_decode/metrics.py at v0.20.1). None without speculative steps."""
+    drafts = (now.drafts or 0.0) - ((before.drafts or 0.0) if before else 0.0)
+    accepted = (now.accepted_tokens or 0.0) - ((before.accepted_tokens or 0.0) if before else 0.0)
+    return round(1 + accepted / drafts, 2) if drafts > 0 else None
+
+
+def metrics_reading(text: str) -> list[dict] | ServeSample:
+    """One /metrics answer of either engine: TensorRT-LLM's JSON list of iterations, or vLLM's Prometheus text
+    (parsed)."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            value = None
+        if isinstance(value, list):
+            return [v for v in value if isinstance(v, dict)]
+    return parse_vllm_metrics(text)
+
+
+def acceptance_since(before: list[dict] | ServeSample | None, now: list[dict] | ServeSample) -> float | None:
+    """The mean acceptance length `serve status` and `serve bench` show: TensorRT-LLM's over the iterations `now`
+    drained, vLLM's between the two readings (since the engine started without `before`)."""
+    if isinstance(now, list):
+        return acceptance_from_metrics(now)
+    return acceptance_length(before if isinstance(before, ServeSample) else None, now)

@@ -17,8 +17,9 @@ from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics
+from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
+from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
 from sparkctl.plan.serve_unit import last_failure, unit_summary
@@ -154,7 +155,7 @@ def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int) -> None:
         out.rows.append(("models", "-"))
     out.rows.append(("version", client.version() or "-"))
     try:
-        acceptance = acceptance_from_metrics(client.metrics()) if health == 200 else None
+        acceptance = acceptance_since(None, metrics_reading(client.metrics_text())) if health == 200 else None
     except EndpointError:
         acceptance = None
     out.rows.append(("acceptance length",
