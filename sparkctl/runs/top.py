@@ -141,10 +141,10 @@ class Top:
 
     def _read(self, name: str) -> _Reading:
         """One refresh of the node: a line to its agent, its sections back (no new session on the node)."""
-        before = self.last.get(name)
+        new = name not in self.agents  # a new agent knows no container PID yet: it asks docker first
         agent, framing = self._agent(name)
-        ask = ("c" if before is None or self.count % CONTAINER_EVERY == 0 else "") + \
-            ("n" if self.count % NCCL_EVERY == 0 else "")
+        ask = ("c" if new or self.count % CONTAINER_EVERY == 0 else "") + \
+            ("n" if new or self.count % NCCL_EVERY == 0 else "")
         if not agent.send(ask or "-"):
             raise Unreachable(f"{name} stopped answering (its top agent is gone)", kind="lost", node=name)
         lines: list[str] = []
@@ -156,7 +156,7 @@ class Top:
             if line == END:
                 break
             lines.append(line)
-        return self._parse(framing.texts("\n".join(lines)), before)
+        return self._parse(framing.texts("\n".join(lines)))
 
     def _agent(self, name: str) -> tuple[HeldCommand, Framing]:
         """The node's agent (plan/top.py), started once on its connection; given the key first when it reads the
@@ -196,24 +196,21 @@ class Top:
         self.pool.shutdown(wait=False)
 
     @staticmethod
-    def _parse(texts: dict[str, str], before: _Reading | None) -> _Reading:
+    def _parse(texts: dict[str, str]) -> _Reading:
         now = _Reading(at=time.monotonic())
         lines = texts.get("gpu", "").strip().splitlines()
         now.gpu = parse_gpu_query(lines[0]) if lines else None
         now.cpu = parse_proc_stat(texts.get("cpu", ""))
         now.mem = parse_meminfo(texts.get("mem", ""))
         now.links = parse_link_lines(texts.get("links", ""))
+        # the agent keeps the PID docker last gave and says whether it still runs (plan/top.py)
         state, _, pid = texts.get("container", "").strip().partition(" ")
-        if state == "gone":
-            state, pid = "exited", "0"
         now.container = state or "unknown"
         now.container_pid = int(pid) if pid.isdigit() and int(pid) > 0 else None
         if "metrics" in texts:
             now.metrics_status, body = _http_response(texts["metrics"])
             now.metrics = body if now.metrics_status == 200 else None
         now.nccl = texts.get("nccl") or None  # asked every NCCL_EVERY refreshes; empty in between
-        if now.container == "running" and now.container_pid is None and before is not None:
-            now.container_pid = before.container_pid
         return now
 
     def refresh(self) -> Frame:

@@ -82,12 +82,12 @@ def test_the_node_agent_answers_each_refresh_with_sections_that_parse(tmp_path):
     assert first["links"].splitlines()[0] == "netdev enp1s0f1np1 1000 2000 1 0 0 3"
     assert first["links"].splitlines()[1] == "roce enp1s0f1np1 250 500"
     assert first["links"].splitlines()[2].startswith("netdev enP7s7 x x")  # not on this machine
-    reading = Top._parse(first, None)
+    reading = Top._parse(first)
     link = reading.links["enp1s0f1np1"]
     assert (link.rx_bytes, link.tx_bytes, link.errors, link.dropped, link.rdma) == (1000, 2000, 1, 3, True)
     assert reading.container == "running" and reading.container_pid == 1   # PID 1 of this test's namespace
     assert reading.cpu is not None and reading.mem is not None and reading.mem.total_kib > 0
-    assert Top._parse(second, reading).container == "running"  # from /proc, docker not asked again
+    assert Top._parse(second).container == "running"  # from /proc, docker not asked again
     assert (tmp_path / "docker.log").read_text().count("inspect") == 1
     assert reading.metrics_status == 0  # nothing listens on port 9
 
@@ -216,13 +216,13 @@ def test_the_agent_reads_the_metrics_with_the_key_it_was_given_first_and_nothing
             framing = Framing()
             out = subprocess.run(["bash", "-c", agent_script(read, framing, 2.0)], input=f"{key}\n-\n",
                                  capture_output=True, text=True, timeout=30).stdout
-            answers[key] = Top._parse(framing.texts(out.split(END)[0]), None)
+            answers[key] = Top._parse(framing.texts(out.split(END)[0]))
     finally:
         server.shutdown()
     good = answers["Authorization: Bearer k3y"]
     assert good.metrics_status == 200 and "vllm:num_requests_running 2.0" in (good.metrics or "")
     assert answers["Authorization: Bearer wrong"].metrics_status == 401
-    assert Top._parse({"nccl": ""}, None).nccl is None  # not asked this refresh: the marks stay as they were
+    assert Top._parse({"nccl": ""}).nccl is None  # not asked this refresh: the marks stay as they were
 
 
 def test_the_acceptance_length_is_each_engine_s_own():

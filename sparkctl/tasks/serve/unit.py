@@ -19,11 +19,6 @@ from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 
-def head_unit(head: NodeContext) -> ServeUnitSpec:
-    """The unit the head should have, from its facts (login user, home) and the planned launch."""
-    return node_unit(head)
-
-
 def node_unit(ctx: NodeContext) -> ServeUnitSpec:
     """The unit serving node `ctx` should have, from its facts (login user, home) and the planned launch."""
     inv = ctx.inventory
