@@ -355,8 +355,9 @@ def install_effects(kit: Kit, node: str, effects: list[dict[str, Any]]) -> None:
 
 
 def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") -> Callable[[str], str]:
-    """What ssh.mesh's read script prints for these files (None or missing: absent), as `awk 1` prints them;
-    read when the script asks (the dict may change in between)."""
+    """What ssh.mesh's read script prints for these files (None or missing: absent), as `awk 1` prints them, and
+    the `login` section when the dict has one (tasks/ssh/proofs.py); read when the script asks (the dict may change
+    in between)."""
     from sparkctl.tasks.ssh.mesh import FILES
 
     def sections() -> list[tuple]:
@@ -365,7 +366,8 @@ def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") ->
             content = files.get(name)
             out.append((name, "", 2) if content is None else (name, content if content.endswith("\n") or not content
                                                                else content + "\n"))
-        return [*out, ("home", home)]
+        login = [("login", files["login"])] if files.get("login") is not None else []
+        return [*out, ("home", home), *login]
 
     return framed(sections)
 

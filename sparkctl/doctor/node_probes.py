@@ -15,12 +15,12 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from sparkctl.rules.sshd import SSHD_KEYS, keyword
+
 ABSENT = "#absent"
 #: The variables whose settings sparkctl owns or NCCL/UCX/Open MPI read.
 OVERRIDE_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_")
 _VAR = r"(NCCL|UCX|OMPI_MCA)_[A-Za-z0-9_]*"  # POSIX ERE (grep -E) and Python alike
-SSHD_KEYS = ("PubkeyAuthentication", "AuthorizedKeysFile", "AllowUsers", "DenyUsers", "AllowGroups", "DenyGroups",
-             "MaxStartups", "AuthenticationMethods")
 
 
 @dataclass
@@ -195,7 +195,7 @@ def parse_sshd_dropins(text: str) -> list[tuple[str, str, str]]:
             continue
         parts = re.split(r"[\s=]+", rest.strip(), maxsplit=1)
         if len(parts) == 2:
-            key = next((k for k in SSHD_KEYS if k.lower() == parts[0].lower()), parts[0])
+            key = keyword(parts[0])
             out.append((path, key, parts[1].strip()))
     return out
 

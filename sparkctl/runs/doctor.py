@@ -23,10 +23,14 @@ from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
 from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.runs.proofs import ProofFile
 from sparkctl.runs.session import RunRequest, Session, run_playbook
 from sparkctl.runs.status import holder_now
 from sparkctl.secrets import SecretUnreadable, secret_from_env
-from sparkctl.tasks.context import RunOptions
+from sparkctl.tasks.container.proofs import CONTAINER_MESH
+from sparkctl.tasks.context import ProofRecords, RunOptions
+from sparkctl.tasks.proof import PairProofs, pair_id
+from sparkctl.tasks.ssh.proofs import HOST_MESH
 
 #: --bundle -: the tar.gz goes to stdout.
 STDOUT = "-"
@@ -91,7 +95,18 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:
     snapshot = take_snapshot(inventory, request or DoctorRequest())
+    forget_broken_pairs(snapshot, ProofFile(inventory.cluster.name))
     return run_checks(snapshot), snapshot
+
+
+def forget_broken_pairs(snapshot: Snapshot, records: ProofRecords) -> None:
+    """Doctor proves every pair of both meshes: one it did not find ok leaves the record, so the next bootstrap
+    tries it whatever its fingerprint says (something the fingerprint does not cover may have broken it)."""
+    for key, of in ((HOST_MESH, lambda p: p.ssh), (CONTAINER_MESH, lambda p: p.container_ssh)):
+        broken = [pair_id(node, t.peer, t.target) for node, probe in snapshot.probes.items()
+                  for t in of(probe) if not t.ok]
+        if broken:
+            PairProofs(records, key).forget(broken)
 
 
 def repair(inventory: Inventory, diagnosis: Diagnosis, request: DoctorRequest, emit: Callable[[Event], None]) -> Repair:

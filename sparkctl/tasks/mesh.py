@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.mesh import Try, Verdict, missing_verdicts, parse_verdicts
-from sparkctl.tasks.context import ClusterContext
 
 
 def collect(outputs: dict[str, tuple[str, str]], tries: dict[str, list[Try]]) -> list[Verdict]:
@@ -38,14 +37,3 @@ def raise_for(verdicts: list[Verdict], what: str, hint: Hint) -> None:
         raise TaskFailed(message, hint=hint([v.error for v in broken]), details=lines)
     raise TaskFailed(f"{len(unknown)} {what}(s) could not be checked (no pair is known to be broken)",
                      hint="the peers' sshd reset or timed out the handshake (overloaded?); rerun", details=lines)
-
-
-def run_mesh(ctx: ClusterContext, scripts: dict[str, str], tries: dict[str, list[Try]], *, timeout: float,
-             what: str, hint: Hint) -> list[Verdict]:
-    """Run each node's mesh script (one round trip per node, all at once); raise for what is not ok."""
-    results = ctx.run_on_all(scripts, timeout=timeout)
-    outputs = {n: (r.stdout, f"the check timed out after {timeout:g}s" if r.timed_out else "")
-               for n, r in results.items()}
-    verdicts = collect(outputs, {n: t for n, t in tries.items() if n in scripts})
-    raise_for(verdicts, what, hint)
-    return verdicts

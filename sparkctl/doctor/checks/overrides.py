@@ -4,15 +4,11 @@ files, and sshd drop-ins (/etc/ssh/sshd_config.d) that break the node-to-node ss
 
 from __future__ import annotations
 
-import fnmatch
-
 from sparkctl.doctor.findings import Finding
 from sparkctl.doctor.node_probes import OVERRIDE_PREFIXES, Setting
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.cuda import off_the_fabric
-
-#: OpenSSH's MaxStartups default start (sshd_config(5)): unauthenticated connections beyond it are dropped at random.
-MAXSTARTUPS_DEFAULT = 10
+from sparkctl.rules.sshd import sshd_problem
 
 
 def _planned_env(s: Snapshot, node: str) -> dict[str, str]:
@@ -85,34 +81,6 @@ def check_host_settings(s: Snapshot) -> list[Finding]:
     return out
 
 
-def _matches(patterns: str, names: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern.split("@", 1)[0]) for pattern in patterns.split()
-               for name in names)
-
-
-def _sshd_problem(key: str, value: str, user: str, groups: list[str], nodes: int) -> str | None:
-    low = value.strip().lower()
-    if key == "PubkeyAuthentication" and low == "no":
-        return "public-key login is off: the mesh logs in with keys only"
-    if key == "AuthenticationMethods" and low != "any" and "publickey" not in low:
-        return f"AuthenticationMethods {value} leaves no public-key login"
-    if key == "AllowUsers" and not _matches(value, [user]):
-        return f"{user} is not among AllowUsers {value}"
-    if key == "DenyUsers" and _matches(value, [user]):
-        return f"{user} is in DenyUsers {value}"
-    if key == "AllowGroups" and not _matches(value, groups):
-        return f"none of {user}'s groups ({' '.join(groups)}) is in AllowGroups {value}"
-    if key == "DenyGroups" and _matches(value, groups):
-        return f"a group of {user} is in DenyGroups {value}"
-    if key == "AuthorizedKeysFile" and ".ssh/authorized_keys" not in value:
-        return f"AuthorizedKeysFile {value}: the keys sparkctl installs in ~/.ssh/authorized_keys are not read"
-    if key == "MaxStartups":
-        start = value.split(":")[0]
-        if start.isdigit() and int(start) < max(MAXSTARTUPS_DEFAULT, nodes):
-            return f"MaxStartups {value}: the mesh's {nodes} nodes connect at once and are dropped"
-    return None
-
-
 def check_sshd_dropins(s: Snapshot) -> list[Finding]:
     out = []
     for node in s.order:
@@ -122,7 +90,7 @@ def check_sshd_dropins(s: Snapshot) -> list[Finding]:
             if key in seen:
                 continue  # sshd takes the first value it reads
             seen.add(key)
-            problem = _sshd_problem(key, value, user, f.groups, len(s.inventory.nodes))
+            problem = sshd_problem(key, value, user, f.groups, len(s.inventory.nodes))
             if problem:
                 out.append(Finding("ssh.sshd_dropin", "error", node, f"{path} breaks the node-to-node ssh mesh",
                                    evidence=f"{key} {value} in {path}: {problem} (sshd applies it at its next start)",

@@ -11,15 +11,18 @@ import posixpath
 from collections.abc import Callable
 
 from sparkctl.engine.diff import unified_diff
+from sparkctl.engine.events import Event
 from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
-from sparkctl.rules.mesh import CHEAP_KEX, Try, container_tries, fitting_fixes, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import CHEAP_KEX, Try, Verdict, container_tries, fitting_fixes, mesh_script, mesh_timeout
 from sparkctl.rules.serving import without_mpi
+from sparkctl.tasks.container.proofs import CONTAINER_MESH, container_fingerprints
 from sparkctl.tasks.context import ClusterContext, HandOver
-from sparkctl.tasks.mesh import collect, run_mesh
+from sparkctl.tasks.mesh import collect, raise_for
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS, hostfile_reads, runs_mpirun
+from sparkctl.tasks.proof import PairProofs, pair_id
 from sparkctl.tasks.verify.reads import VERIFY_READS, answers, node_reads
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing, Section
@@ -87,7 +90,8 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
               "ssh.verify), tried from the node with the container's key and pinned host keys (it shares the "
               "node's network); the container's files read over an ssh to its own sshd (a `docker exec` only when "
               "that fails or mpirun must run); a pair not ok is tried again from inside the containers, and that "
-              "answer decides")
+              "answer decides. A pair whose proof is on record is not tried again while nothing its login depends on "
+              "changed (tasks/container/proofs.py; --reprove tries every pair)")
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx: ClusterContext) -> dict[str, dict[str, str]]:
@@ -142,11 +146,27 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
         if changes:
             return changes
         tries = container_ssh_tries(ctx)
-        verdicts = collect({n: (f.get("ssh", ""), "") for n, f in files.items()}, tries)
-        if any(v.state != "ok" for v in verdicts):
-            # A peer's sshd may have come up while this node was already trying it: ask once more, now that
-            # every one listens, and believe that answer.
-            verify_container_ssh(ctx)
+        fingerprints = container_fingerprints(ctx, files, tries)
+        record = PairProofs(ctx.records, CONTAINER_MESH, reprove=ctx.options.reprove)
+        taken = record.proven(fingerprints)
+        # the read tried the pairs of a node that had no proof on record (from the node, with the container's key):
+        # an ok there counts; anything else is tried again from inside the containers, and that answer decides.
+        # A peer's sshd may also have come up only while this node was already trying it.
+        carried = {pair_id(v.node, v.peer, v.target) for v in collect(
+            {n: (f["ssh"], "") for n, f in files.items() if "ssh" in f}, {n: t for n, t in tries.items()
+                                                                      if "ssh" in files.get(n, {})})
+            if v.state == "ok"}
+        todo = {node: [t for t in node_tries if pair_id(node, t.peer, t.target) not in taken | carried]
+                for node, node_tries in tries.items()}
+        todo = {node: node_tries for node, node_tries in todo.items() if node_tries}
+        verdicts = try_container_ssh(ctx, todo)
+        record.keep(fingerprints, carried | {pair_id(v.node, v.peer, v.target) for v in verdicts if v.state == "ok"},
+                    taken)
+        total = sum(len(t) for t in tries.values())
+        ctx.emit(Event(event="log", task=self.name, message=(
+            f"{len(taken)} of {total} container pair(s) taken from the record (nothing their login depends on "
+            f"changed), {len(carried)} proven in the read, {sum(len(t) for t in todo.values())} tried now")))
+        raise_for(verdicts, MESH_WHAT, mesh_hint(ctx.inventory.container.name, int(ctx.inventory.container.ssh_port)))
         return []
 
     def apply(self, ctx: ClusterContext, changes: list[Change[MeshFile]]) -> None:
@@ -185,8 +205,15 @@ def container_key_options(ctx: ClusterContext, name: str) -> str:
             f"-o UserKnownHostsFile={q(posixpath.join(keys, 'known_hosts'))} -o GlobalKnownHostsFile=/dev/null")
 
 
+def carries_tries(ctx: ClusterContext, name: str) -> bool:
+    """Whether `name`'s read tries its container pairs: while one of them has no proof on record."""
+    tries = container_ssh_tries(ctx).get(name, [])
+    record = PairProofs(ctx.records, CONTAINER_MESH, reprove=ctx.options.reprove)
+    return bool(tries) and not record.covers(pair_id(name, t.peer, t.target) for t in tries)
+
+
 def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S,
-                     mpirun: bool = True) -> str:
+                     mpirun: bool = True, tries: bool = True) -> str:
     """One node's read: the container sshd waited for, the key files on the node and in the container, its
     outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
     client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
@@ -199,16 +226,21 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
 
     `sshd_wait`: how long to wait for the container sshd. Carried by container.state it is 0 (one look): a container
     container.run is about to recreate (a hand-started one that runs no sshd) must not be waited for.
-    `mpirun=False`: without mpi.hostfile's `mpirun` (tasks/mpi/reads.py)."""
+    `mpirun=False`: without mpi.hostfile's `mpirun` (tasks/mpi/reads.py). The pairs are tried only while one has no
+    proof on record (carries_tries); `tries=False`: never (the read as it will be once they are on record)."""
     container = ctx.inventory.container.name
     node = ctx.nodes[name]
     plan = ctx.plan()
     options = container_key_options(ctx, name)
-    probe = mesh_script(container_tries(plan.fabric, list(ctx.nodes), name, options))
+    probe = (mesh_script(container_tries(plan.fabric, list(ctx.nodes), name, options))
+             if tries and carries_tries(ctx, name) else "")
     on_node, in_container = hostfile_reads(ctx, framing, only=name, mpirun=mpirun)[name]
     keys = posixpath.join(node.state_dir(), "container-ssh")
+    # inode and mtime of the files too: one rewritten (container.ssh's repair, or anyone) is proven again
+    written = "stat -c %i:%Y authorized_keys known_hosts 2>/dev/null"
     inside = "\n".join([*(framing.section(f"in-{f}", f"cat /root/.ssh/{f} 2>/dev/null")
-                           for f in ("authorized_keys", "known_hosts")), in_container, "true"])
+                           for f in ("authorized_keys", "known_hosts")),
+                         framing.section("in-written", f"cd /root/.ssh && {written}"), in_container, "true"])
     docker = f"docker exec {q(container)} sh -c {q(inside)} 2>/dev/null"
     own = plan.fabric.first_address(name)
     if own is not None and not (mpirun and runs_mpirun(ctx, name)):
@@ -228,6 +260,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
         framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
         framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
         framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
+        framing.section("node-written", f"cd {q(keys)} && {written}"),
         on_node,
         f'if [ "$st" = listening ]; then\n{reader}\nfi',
         # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
@@ -298,14 +331,17 @@ def container_ssh_probes(ctx: ClusterContext, tries: dict[str, list[Try]] | None
     return {node: mesh_script(t) for node, t in tries.items()}
 
 
-def verify_container_ssh(ctx: ClusterContext) -> None:
-    """Prove the container mesh again (one round trip per node); raise for what is not ok."""
+def try_container_ssh(ctx: ClusterContext, tries: dict[str, list[Try]]) -> list[Verdict]:
+    """Try these pairs from inside the containers (one round trip per node that has any); their verdicts."""
+    if not tries:
+        return []
     container = ctx.inventory.container.name
-    tries = container_ssh_tries(ctx)
     scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
                for n, probe in container_ssh_probes(ctx, tries).items()}
-    run_mesh(ctx, scripts, tries, timeout=container_mesh_timeout(tries), what=MESH_WHAT,
-             hint=mesh_hint(container, int(ctx.inventory.container.ssh_port)))
+    timeout = container_mesh_timeout(tries)
+    results = ctx.run_on_all(scripts, timeout=timeout)
+    return collect({n: (r.stdout, f"the check timed out after {timeout:g}s" if r.timed_out else "")
+                    for n, r in results.items()}, tries)
 
 
 def container_mesh_timeout(tries: dict[str, list[Try]]) -> float:

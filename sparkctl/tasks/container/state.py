@@ -13,7 +13,7 @@ from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
 from sparkctl.rules.serving import without_mpi
-from sparkctl.tasks.container.ssh import CONTAINER_READ, mesh_read_script, mesh_read_timeout
+from sparkctl.tasks.container.ssh import CONTAINER_READ, carries_tries, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.mpi.reads import runs_mpirun
@@ -80,13 +80,13 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
             timeout = mesh_read_timeout(ctx.cluster) if mesh else 60.0
         except TaskFailed:
             carried, timeout = "", 60.0  # no plan yet: container.ssh says why when it runs
-        # a carried read that runs mpirun (no MPI proof on record yet) is not one for the next run to read ahead:
-        # that run will have the proof (this run's verify.fabric records it), so what is kept for it is the
-        # read as it will render it then, without mpirun
+        # a carried read that runs mpirun or tries the container pairs (no proof on record yet) is not one for the
+        # next run to read ahead: that run will have the proofs (this run's verify.fabric and container.ssh record
+        # them), so what is kept for it is the read as it will render it then, without either
         script, timeout = "\n".join([*lines, carried]), max(60.0, timeout)
-        if carried and runs_mpirun(ctx.cluster, ctx.name):
+        if carried and (runs_mpirun(ctx.cluster, ctx.name) or carries_tries(ctx.cluster, ctx.name)):
             result = ctx.run(script, timeout=timeout)
-            later = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, mpirun=False)
+            later = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, mpirun=False, tries=False)
             ctx.remember(self.name, "\n".join([*lines, later]), framing, timeout=timeout)
         else:
             result = ctx.read(self.name, script, framing, timeout=timeout)

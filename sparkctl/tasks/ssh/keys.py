@@ -7,7 +7,9 @@ from sparkctl.plan.paths import cluster_key_name
 from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
+from sparkctl.tasks.proof import PairProofs, pair_id
 from sparkctl.tasks.ssh.mesh import MESH_FILES, MESH_VERDICTS, ssh_files_script
+from sparkctl.tasks.ssh.proofs import HOST_MESH, SECTION, login_script
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -17,28 +19,36 @@ class SshKeyTask(Task[NodeContext, None]):
     phase = "ssh"
     needs = ("preflight.node", "preflight.cluster")
     description = "give each node its own ed25519 key for this cluster (never a private key copied around)"
-    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same read takes the files ssh.mesh judges "
-              "and tries this node's ssh.verify pairs; on a rerun it is read ahead with the node's facts and counts "
+    checks = ("~/.ssh/sparkctl-<cluster>_ed25519 and its .pub exist (the same read takes the files ssh.mesh judges, "
+              "what ssh.verify's proofs on record are fingerprinted by, and, while a pair of this node has no proof "
+              "on record, tries its ssh.verify pairs; on a rerun it is read ahead with the node's facts and counts "
               "only if its script is the same and nothing changed since: a no-op ssh phase needs no round trip)")
     changes = "generates the key on the node (the private key never leaves it)"
 
     def check(self, ctx: NodeContext) -> list[Change[None]]:
-        """One round trip for the whole phase on a no-op: the key, the files ssh.mesh judges and, when the key is
-        there, this node's half of ssh.verify's mesh (its outgoing pairs). Handed over; they count only if nothing
-        changes before those tasks run."""
+        """One round trip for the whole phase on a no-op: the key, the files ssh.mesh judges, what the mesh's proofs
+        on record are fingerprinted by and, while one of this node's outgoing pairs has no proof on record, those
+        pairs tried (ssh.verify's half of this node). Handed over; they count only if nothing changes before those
+        tasks run. The read kept for the next run carries no tries: that run has the record."""
         cluster = ctx.inventory.cluster.name
         key = cluster_key_name(cluster)
         framing = Framing()
+        has_key = f'test -s "$HOME"/.ssh/{q(key)} && test -s "$HOME"/.ssh/{q(key + ".pub")}'
+        parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
         try:
             order = list(ctx.cluster.nodes)
             tries = host_tries(ctx.inventory, ctx.plan().fabric, order, ctx.name) if len(order) > 1 else []
+            parts.append(framing.section(SECTION, login_script(ctx.cluster, ctx.name, key)))
         except TaskFailed:
             tries = []  # no plan yet: ssh.mesh says why
-        has_key = f'test -s "$HOME"/.ssh/{q(key)} && test -s "$HOME"/.ssh/{q(key + ".pub")}'
-        parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
-        if tries:
-            parts.append(framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi"))
-        result = ctx.read(self.name, "\n".join(parts), framing, timeout=mesh_timeout(len(tries)))
+        record = PairProofs(ctx.cluster.records, HOST_MESH, reprove=ctx.options.reprove)
+        carried = tries and not record.covers(pair_id(ctx.name, t.peer, t.target) for t in tries)
+        if carried:
+            script = "\n".join([*parts, framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi")])
+            result = ctx.run(script, timeout=mesh_timeout(len(tries)))
+            ctx.remember(self.name, "\n".join(parts), framing)
+        else:
+            result = ctx.read(self.name, "\n".join(parts), framing)
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])

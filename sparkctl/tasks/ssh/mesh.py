@@ -12,6 +12,7 @@ from sparkctl.plan.paths import cluster_key_name
 from sparkctl.plan.ssh import ssh_config_block
 from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.ssh.files import known_hosts_lines, merge_authorized_keys, merge_config_block, merge_known_hosts
+from sparkctl.tasks.ssh.proofs import SECTION, login_script
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
@@ -30,6 +31,9 @@ FILES = {
 MESH_FILES: HandOver[dict[str, str | None]] = HandOver("ssh.mesh")
 #: a node's tries of every peer over the fabric (the mesh script's output), for ssh.verify
 MESH_VERDICTS: HandOver[str] = HandOver("ssh.verify")
+#: every node's ~/.ssh files and `login` section as ssh.mesh found them (nothing to change), for ssh.verify's
+#: fingerprints (tasks/ssh/proofs.py)
+LOGIN_INPUTS: HandOver[dict[str, dict[str, str | None]]] = HandOver("ssh.verify/login")
 
 
 def ssh_files_script(cluster: str, framing: Framing) -> str:
@@ -48,15 +52,17 @@ def parse_ssh_files(stdout: str, framing: Framing) -> dict[str, str | None]:
 
 
 def read_ssh_files(ctx: ClusterContext) -> dict[str, dict[str, str | None]]:
-    """The files the mesh is made of: what ssh.keys' round trip read, if nothing changed since; else one round
-    trip per node (in parallel)."""
+    """The files the mesh is made of, and each node's `login` section (tasks/ssh/proofs.py): what ssh.keys' round
+    trip read, if nothing changed since; else one round trip per node (in parallel)."""
     handed = {node: ctx.take_over(MESH_FILES.at(node)) for node in ctx.nodes}
     ready = {node: files for node, files in handed.items() if files is not None}
     if len(ready) == len(handed):
-        return {node: {name: files.get(name) for name in (*FILES, "home")} for node, files in ready.items()}
+        return {node: {name: files.get(name) for name in (*FILES, "home", SECTION)} for node, files in ready.items()}
     framing = Framing()
-    script = ssh_files_script(ctx.inventory.cluster.name, framing)
-    results = ctx.run_on_all({n: script for n in ctx.nodes})
+    key = cluster_key_name(ctx.inventory.cluster.name)
+    files = ssh_files_script(ctx.inventory.cluster.name, framing)
+    scripts = {n: files + "\n" + framing.section(SECTION, login_script(ctx, n, key)) for n in ctx.nodes}
+    results = ctx.run_on_all(scripts)
     out = {}
     for node, result in results.items():
         if not result.ok:
@@ -119,6 +125,7 @@ class SshMeshTask(Task[ClusterContext, MeshFile]):
 
     def check(self, ctx: ClusterContext) -> list[Change[MeshFile]]:
         files = read_ssh_files(ctx)
+        ctx.hand_over(LOGIN_INPUTS, files)  # counts for ssh.verify only if nothing is changed in between
         changes = []
         for node, want in self.desired(ctx, files).items():
             for name, content in want.items():

@@ -1,0 +1,71 @@
+"""Why a peer's sshd refused a node's cluster key: its effective configuration for that login (`sshd -T -C`, Match
+blocks applied) judged by rules/sshd.py, and the line of its configuration files that set what keeps the key out.
+Asked only of the peers that refused a pair (one round trip each, all at once)."""
+
+from __future__ import annotations
+
+from sparkctl.rules.mesh import Verdict
+from sparkctl.rules.sshd import SSHD_KEYS, blame, keyword, parse_config_lines, sshd_problem
+from sparkctl.tasks.context import ClusterContext
+from sparkctl.tasks.ssh.proofs import source_addresses
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
+
+_KEYS = "|".join(k.lower() for k in SSHD_KEYS if k != "MaxStartups")  # a refused key, not a dropped connection
+_SCRIPT = r"""_U=USER
+_S=; [ "$(id -u)" = 0 ] || { sudo -n true >/dev/null 2>&1 && _S="sudo -n"; }
+_D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+for _a in SOURCES; do
+  _src=${_a%%/*}; _l=${_a#*/}
+  $_S "$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=PORT" 2>/dev/null | grep -iE '^(KEYS) ' \
+    | sed "s|^|$_src |"
+done"""
+_LINES = (r"""$_S grep -nHiE '^[[:space:]]*(match|KEYS)([[:space:]]|=)' /etc/ssh/sshd_config """
+          r"""/etc/ssh/sshd_config.d/*.conf 2>/dev/null; true""")
+
+
+def refusal_script(ctx: ClusterContext, peer: str, sources: set[str], framing: Framing) -> str:
+    """On `peer`: the effective settings for a login from each address of the `sources` nodes, and the lines of
+    sshd's files that set them."""
+    inv = ctx.inventory
+    port = int(inv.node(peer).port or inv.ssh.port or 22)
+    theirs = {str(a.ip) for node in sources for a in ctx.plan().fabric.addresses.get(node, {}).values()}
+    theirs |= {str(inv.node(node).host) for node in sources}  # a peer reached over management (no shared link)
+    pairs = " ".join(q(f"{src}/{local}") for src, local in source_addresses(ctx, peer) if src in theirs)
+    effective = (_SCRIPT.replace("USER", q(inv.user)).replace("SOURCES", pairs or "none/none")
+                 .replace("PORT", str(port)).replace("KEYS", _KEYS))
+    return "\n".join([framing.section("effective", effective), framing.section("lines", _LINES.replace("KEYS", _KEYS))])
+
+
+def explain_refusals(ctx: ClusterContext, verdicts: list[Verdict]) -> list[str]:
+    """One line per setting that keeps a refused pair's key out: `peer: path:line: Keyword value (in `Match ...`):
+    why (logins from <addresses>)`; empty when the peers' sshd configuration does not explain the refusals."""
+    refused: dict[str, set[str]] = {}
+    for v in verdicts:
+        if v.state == "fail" and "permission denied" in v.error.lower():
+            refused.setdefault(v.peer, set()).add(v.node)
+    if not refused:
+        return []
+    framing = Framing()
+    results = ctx.run_on_all({peer: refusal_script(ctx, peer, nodes, framing) for peer, nodes in refused.items()},
+                             timeout=30)
+    out = []
+    for peer, result in results.items():
+        sections = Framing.texts_of(framing.split(result.stdout))
+        lines = parse_config_lines(sections.get("lines", ""))
+        facts = ctx.nodes[peer].known_facts()
+        groups = list(facts.groups) if facts is not None else []
+        found: dict[str, list[str]] = {}  # what was found -> the source addresses it keeps out
+        for raw in sections.get("effective", "").splitlines():
+            source, _, setting = raw.partition(" ")
+            key, _, value = setting.strip().partition(" ")
+            problem = sshd_problem(keyword(key), value, ctx.inventory.user, groups, len(ctx.inventory.nodes))
+            if problem:
+                line = blame({key.lower(): value}, lines)[key.lower()]
+                found.setdefault(f"{line or keyword(key) + ' ' + value}: {problem}", []).append(source)
+        out += [f"{peer}: {what} (logins from {', '.join(sorted(sources))})" for what, sources in found.items()]
+    return out
+
+
+REFUSAL_HINT = ("a person must change the named line of sshd's configuration on that node (sparkctl does not edit "
+                "sshd's own files), then `sudo systemctl reload ssh` there, and rerun bootstrap")
