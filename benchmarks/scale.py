@@ -2,14 +2,20 @@
 with the controller's peak memory and the machine's load at every measurement.
 
 Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8switch,16switch] [--repeat 3]
-[--serve] [--verify-runs 5]`. Every lab is brought up fresh (the lab image is built first if needed, outside the
-timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user runs it
-(start-up with sparkctl's bytecode compiled as an install has it, connecting, every phase, the closing line),
-median of --repeat runs for the no-op rerun and doctor;
-"mem MB" is the largest peak RSS of those sparkctl processes. `--serve` adds a pair that also serves (the lab's
-TensorRT-LLM stand-in) to show the serve phases' share of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap
---reprove` N times in a row on every lab (every mesh pair and the MPI probe proven again, nothing taken from the
-record) and counts the clean ones: exit 0, nothing changed, no warning from verify.fabric.
+[--serve] [--verify-runs 5] [--drift]`. Every lab is brought up fresh (the lab image is built first if needed,
+outside the timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user
+runs it (start-up with sparkctl's bytecode compiled as an install has it, connecting, every phase, the closing
+line), median of --repeat runs for the no-op rerun and doctor; "mem MB" is the largest peak RSS of those sparkctl
+processes. `--serve` adds a pair that also serves (the lab's TensorRT-LLM stand-in) to show the serve phases' share
+of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap --reprove` N times in a row on every lab (every
+mesh pair and the MPI probe proven again, nothing taken from the record) and counts the clean ones: exit 0, nothing
+changed, no warning from verify.fabric. `--drift` then seeds three drifts at once on every lab, with the mesh proofs
+on record active (issue 27; on 16 nodes: node 9, 12 and 5; on fewer, the last, the second and the first node): an
+emptied authorized_keys in one node's container, the cluster key of a peer taken out of another node's own
+authorized_keys, and an sshd drop-in on a third that turns public-key login off for the fabric subnets; the next
+bootstrap must repair the first two and report the third with its file and line. Each 2-node row also shows
+sparkctl's start-up: `sparkctl --version`, importing what a bootstrap uses, and opening the ssh connections to every
+node (median of --repeat runs each).
 
 The lab runs every node on this one machine: the N x (N-1) ssh handshakes that prove the meshes all land on its
 cores, so a 16-node figure here is an upper bound a real cluster (16 machines) does not see. Compare rows of the
@@ -144,7 +150,75 @@ def doctor_errors(out: str) -> int:
     return len(error_findings(out)) if json_lines(out) else -1
 
 
-def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) -> dict:
+_IMPORT = ("import time; t = time.perf_counter(); import sparkctl.cli.main, sparkctl.runs.session, "
+           "sparkctl.runs.playbooks; print(time.perf_counter() - t)")
+_CONNECT = ("import sys, time\nfrom sparkctl.inventory import load_inventory\n"
+            "from sparkctl.runs.session import Session\n"
+            "inv = load_inventory(sys.argv[1]); t = time.perf_counter()\n"
+            "with Session(inv) as s: n = len(s.transports)\nprint(time.perf_counter() - t)")
+
+
+def startup(inventory: str, env: dict[str, str], repeat: int) -> dict[str, float]:
+    """Median seconds of `sparkctl --version`, of importing what a bootstrap uses, and of connecting to every node."""
+    import sys
+
+    def timed(argv: list[str]) -> float:
+        started = time.monotonic()
+        subprocess.run(argv, capture_output=True, env=env, check=True)
+        return time.monotonic() - started
+
+    def printed(argv: list[str]) -> float:
+        return float(subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout.strip())
+
+    return {"version": statistics.median(timed(["sparkctl", "--version"]) for _ in range(repeat)),
+            "import": statistics.median(printed([sys.executable, "-c", _IMPORT]) for _ in range(repeat)),
+            "connect": statistics.median(printed([sys.executable, "-c", _CONNECT, inventory]) for _ in range(repeat))}
+
+
+DROPIN = "/etc/ssh/sshd_config.d/60-fabric-no-keys.conf"
+
+
+def drift(lab, bootstrap: list[str], env: dict[str, str]) -> str:
+    """Seed the three mesh drifts of issue 27 at once; what the next bootstraps did with them (one line)."""
+    import yaml
+
+    names = [n.name for n in lab.state.nodes]
+    size = len(names)
+    container_node, keys_node, sshd_node = ((names[8], names[11], names[4]) if size >= 12
+                                            else (names[-1], names[1 % size], names[0]))
+    inventory = yaml.safe_load(Path(lab.inventory_path).read_text())
+    user, container = inventory["user"], inventory.get("container", {}).get("name", "trtllm-multinode")
+    peer = next(n for n in names if n != keys_node)
+    subnets = sorted({line.split()[0] for name in names for line in lab.exec(
+        name, ["sh", "-c", "ip -4 -o route show proto kernel | grep -v enP7s7 | awk '{print $1}'"]).stdout.split()
+        if line.startswith("192.168.")})
+    keys = f"/home/{user}/.ssh/authorized_keys"
+    seeded = [
+        (container_node, f"docker exec {container} sh -c ': > /root/.ssh/authorized_keys'"),
+        (keys_node, f"grep -v '@{peer}$' {keys} > {keys}.x; cat {keys}.x > {keys}; rm -f {keys}.x"),
+        (sshd_node, f"printf 'Match Address {','.join(subnets)}\\n    PubkeyAuthentication no\\n' > {DROPIN} && "
+                    "systemctl reload ssh"),
+    ]
+    for node, command in seeded:
+        result = lab.exec(node, ["sh", "-c", command])
+        if result.returncode != 0:
+            return f"seeding on {node} failed: {result.stderr.strip()[:200]}"
+    figure = Figure()
+    events = json_lines(run(bootstrap, figure, env))
+    repaired = sorted({(e["task"], e.get("node") or "") for e in events
+                       if e.get("event") == "task_result" and e.get("status") == "changed"})
+    refused = [d for e in events if e.get("task") == "ssh.verify" and e.get("status") == "failed"
+               for d in e.get("details", []) if DROPIN in d]
+    lab.exec(sshd_node, ["sh", "-c", f"rm -f {DROPIN} && systemctl reload ssh"])
+    after = Figure()
+    out = run(bootstrap, after, env)
+    return (f"drift ({container_node}: container authorized_keys emptied; {keys_node}: {peer}'s key out of "
+            f"authorized_keys; {sshd_node}: {DROPIN}): exit {figure.exits[-1]} in {figure.median:.1f} s, changed "
+            f"{', '.join(t for t, _ in repaired) or 'nothing'}; reported: {refused[0] if refused else 'NOT REPORTED'}; "
+            f"with the drop-in removed: exit {after.exits[-1]}, {changed_count(out)} changed")
+
+
+def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0, seed_drift: bool = False) -> dict:
     from sparkctl.lab.inventory_writer import add_serve_section
     from sparkctl.lab.lab import Lab
 
@@ -174,12 +248,14 @@ def measure(shape: str, repeat: int, serve: bool = False, verify_runs: int = 0) 
             for _ in range(verify_runs):
                 out = run([*bootstrap, "--reprove"], verify, env)
                 clean += clean_verify(out, verify.exits[-1])
+            started_up = startup(inventory, env, repeat) if size == 2 else None
+            drifted = drift(lab, bootstrap, env) if seed_drift else ""
         finally:
             lab.down()
     return {"shape": f"{size} {topology}{' +serve' if serve else ''}", "nodes": size, "topology": topology,
             "serve": serve, "up": up, "fresh": fresh, "noop": noop, "noop_changed": noop_changed,
             "doctor": doctor, "doctor_errors": max(errors),
-            "verify": verify, "verify_clean": clean}
+            "verify": verify, "verify_clean": clean, "startup": started_up, "drift": drifted}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -196,6 +272,12 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         for note in dict.fromkeys(n for f in (r["fresh"], r["noop"], r["doctor"], r["verify"]) for n in f.notes):
             print(f"  {r['shape']}: {note}")
+        if r.get("startup"):
+            print(f"  {r['shape']}: start-up, median s: sparkctl --version {r['startup']['version']:.2f}; importing "
+                  f"what bootstrap uses {r['startup']['import']:.2f}; connecting to both nodes "
+                  f"{r['startup']['connect']:.2f}")
+        if r.get("drift"):
+            print(f"  {r['shape']}: {r['drift']}")
         if r["verify"].seconds:
             print(f"  {r['shape']}: cluster bootstrap --reprove {len(r['verify'].seconds)}x in a row: "
                   f"{r['verify_clean']} clean; median {r['verify'].median:.2f} s; exits {r['verify'].exits}; "
@@ -211,14 +293,16 @@ def print_table(rows: list[dict]) -> None:
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
     sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
-    print("targets (issue 15): 2-node no-op <= 1.5 s (<= 2.5 s with serve); 16-node switch no-op <= 2x the 2-node "
-          "one; doctor on 16 <= 2x doctor on 2; 0 changed on a rerun; 0 doctor errors; memory < 150 MB")
+    print("targets (issues 15, 27): 2-node no-op <= 1.0 s; 16-node switch no-op <= 2x the 2-node one; the "
+          "controller's CPU for doctor on 16 <= 2x on 2; 0 changed on a rerun; 0 doctor errors; memory < 150 MB")
     if two:
         print(f"  2-node no-op {two['noop'].median:.2f} s" + (f", with serve {two_serve['noop'].median:.2f} s"
                                                                if two_serve else ""))
     if two and sixteen:
+        cpu = statistics.median(sixteen["doctor"].controller_cpu) / statistics.median(two["doctor"].controller_cpu)
         print(f"  16/2 no-op: {sixteen['noop'].median / two['noop'].median:.1f}x; "
-              f"16/2 doctor: {sixteen['doctor'].median / two['doctor'].median:.1f}x")
+              f"16/2 doctor: {sixteen['doctor'].median / two['doctor'].median:.1f}x; "
+              f"16/2 doctor controller CPU: {cpu:.1f}x")
 
 
 def main() -> None:
@@ -227,6 +311,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--serve", action="store_true", help="also a pair that serves")
     parser.add_argument("--verify-runs", type=int, default=0, help="--reprove runs in a row on every lab")
+    parser.add_argument("--drift", action="store_true", help="seed the three mesh drifts on every lab (issue 27)")
     args = parser.parse_args()
     import compileall
 
@@ -241,7 +326,8 @@ def main() -> None:
     for shape in args.shapes.split(","):
         serves = (False, True) if args.serve and shape.strip().startswith("2") else (False,)
         for serve in serves:
-            rows.append(measure(shape.strip(), args.repeat, serve=serve, verify_runs=args.verify_runs))
+            rows.append(measure(shape.strip(), args.repeat, serve=serve, verify_runs=args.verify_runs,
+                                seed_drift=args.drift))
             print_table(rows[-1:])  # as it goes: a long run shows its rows early
     print()
     print_table(rows)

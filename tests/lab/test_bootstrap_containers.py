@@ -8,6 +8,7 @@ import shlex
 import socket
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
@@ -126,6 +127,59 @@ def test_removed_peer_key_is_restored(converged):
     assert rc == 0, failures(events)
     assert changed(events) == {("container.ssh", None)}
     assert "@spark2" in sh(lab, "spark1", f"docker exec {CONTAINER} cat /root/.ssh/authorized_keys")
+
+
+def mesh_logs(events: list[dict]) -> dict[str, str]:
+    """What ssh.verify and container.ssh said of their pairs (proofs on record)."""
+    return {e["task"]: e["message"] for e in events if e["event"] == "log" and e.get("task") in
+            ("ssh.verify", "container.ssh") and "pair(s)" in e["message"]}
+
+
+def test_a_noop_rerun_takes_every_mesh_pair_from_the_record_and_reprove_tries_them_all(converged):
+    lab, _ = converged
+    rc, events = bootstrap(lab)
+    assert rc == 0 and changed(events) == set(), failures(events)
+    said = mesh_logs(events)
+    assert said["ssh.verify"].startswith("2 of 2 pair(s) taken from the record"), said
+    assert said["container.ssh"].startswith("2 of 2 container pair(s) taken from the record"), said
+    rc, events = bootstrap(lab, "--reprove")
+    assert rc == 0 and changed(events) == set(), failures(events)
+    said = mesh_logs(events)
+    assert said["ssh.verify"].startswith("0 of 2 pair(s) taken"), said
+    assert said["container.ssh"].startswith("0 of 2 container pair(s) taken"), said
+
+
+def test_the_cluster_key_taken_out_of_a_nodes_authorized_keys_is_restored_and_its_pairs_proven(converged):
+    lab, _ = converged
+    user = yaml.safe_load(lab.inventory_path.read_text())["user"]
+    keys = f"/home/{user}/.ssh/authorized_keys"
+    sh(lab, "spark1", f"grep -v '@spark2$' {keys} > {keys}.new; cat {keys}.new > {keys}; rm {keys}.new")
+    rc, events = bootstrap(lab)
+    assert rc == 0, failures(events)
+    assert changed(events) == {("ssh.mesh", None)}
+    assert "@spark2" in sh(lab, "spark1", f"cat {keys}")
+    assert mesh_logs(events)["ssh.verify"].endswith("2 tried now"), mesh_logs(events)
+
+
+def test_an_sshd_drop_in_refusing_keys_from_the_fabric_is_seen_by_a_noop_rerun_with_its_file_and_line(converged):
+    """Nothing sparkctl wrote changed, only what the peer's sshd applies to logins from the fabric: the pair's
+    fingerprint (sshd -T for each source, once a Match block exists) makes the rerun try it."""
+    lab, _ = converged
+    dropin = "/etc/ssh/sshd_config.d/60-fabric.conf"
+    sh(lab, "spark2", f"printf 'Match Address 192.168.100.0/24,192.168.101.0/24\\n    PubkeyAuthentication no\\n' "
+                      f"> {dropin} && systemctl reload ssh")
+    try:
+        rc, events = bootstrap(lab)
+        assert rc == 1
+        failed = [f for f in failures(events) if f["task"] == "ssh.verify"]
+        assert failed and failed[0]["message"] == "1 node-to-node ssh connection(s) failed", failures(events)
+        assert any(d.startswith(f"spark2: {dropin}:2: PubkeyAuthentication no (in `Match Address ")
+                   for d in failed[0]["details"]), failed[0]["details"]
+        assert "systemctl reload ssh" in failed[0]["hint"]
+    finally:
+        sh(lab, "spark2", f"rm -f {dropin} && systemctl reload ssh")
+    rc, events = bootstrap(lab)
+    assert rc == 0 and changed(events) == set(), failures(events)
 
 
 def test_port_taken_names_the_process_then_converges(converged):

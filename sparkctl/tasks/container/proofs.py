@@ -31,23 +31,21 @@ def _container(ctx: ClusterContext, node: str) -> list[Any] | None:
 
 def container_fingerprints(ctx: ClusterContext, files: dict[str, dict[str, str]],
                            tries: dict[str, list[Try]]) -> dict[str, str]:
-    """pair id -> fingerprint, for every try of every node whose files (container.ssh's read) are at hand."""
-    entrypoint = ctx.plan().entrypoint
+    """pair id -> fingerprint, for every try of every node whose files (container.ssh's read) are at hand. Each
+    node's side is digested once, as a source and as a target; a pair's own work is one short digest."""
+    entrypoint = digest(ctx.plan().entrypoint)
     state = {node: [_container(ctx, node), fabric_state(ctx, node)] for node in files}
+    written = ("node-written", "in-written")
+    as_source = {node: digest([found.get(k) for k in ("client", "node-known_hosts", "in-known_hosts", *written)],
+                              state[node]) for node, found in files.items()}
+    as_target = {node: digest([found.get(k) for k in ("host", "node-authorized_keys", "in-authorized_keys", *written)],
+                              state[node]) for node, found in files.items()}
     out = {}
     for node, node_tries in tries.items():
-        mine = files.get(node)
-        if mine is None:
+        if node not in files:
             continue
-        source: list[Any] = [mine.get(k) for k in ("client", "node-known_hosts", "in-known_hosts", "node-written",
-                                                   "in-written")]
-        source += state[node]
         for attempt in node_tries:
-            theirs = files.get(attempt.peer)
-            if theirs is None:
-                continue
-            target = [theirs.get(k) for k in ("host", "node-authorized_keys", "in-authorized_keys", "node-written",
-                                               "in-written")]
-            out[pair_id(node, attempt.peer, attempt.target)] = digest(
-                __version__, "container", attempt.argv, entrypoint, source, target, state[attempt.peer])
+            if attempt.peer in files:
+                out[pair_id(node, attempt.peer, attempt.target)] = digest(
+                    __version__, "container", attempt.argv, entrypoint, as_source[node], as_target[attempt.peer])
     return out

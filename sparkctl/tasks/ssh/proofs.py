@@ -15,7 +15,6 @@ which rides in the same read (and so, on a rerun, in the facts round trip).
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 from sparkctl import __version__
 from sparkctl.rules.mesh import Try
@@ -111,26 +110,28 @@ def _sshd_seen_from(login: dict[str, str], sources: list[str]) -> list[str]:
 
 def host_fingerprints(ctx: ClusterContext, inputs: dict[str, dict[str, str | None]],
                       tries: dict[str, list[Try]]) -> dict[str, str]:
-    """pair id -> fingerprint, for every try of every node whose read (ssh.keys' sections) is at hand."""
+    """pair id -> fingerprint, for every try of every node whose read (ssh.keys' sections) is at hand. Each node's
+    side is digested once, as a source and as a target; a pair's own work is one short digest."""
     plan = ctx.plan()
     logins = {node: parse_login(found.get(SECTION)) for node, found in inputs.items()}
     fabric = {node: fabric_state(ctx, node) for node in inputs}
+    as_source = {node: digest([found.get(k) for k in ("pub", "known_hosts", "config")],
+                              [logins[node].get(k) for k in ("key", "client", "written")], fabric[node])
+                 for node, found in inputs.items()}
+    as_target = {node: digest([found.get(k) for k in ("authorized_keys", "hostkey")],
+                              [logins[node].get(k) for k in ("boot", "perms", "written", "service", "files")],
+                              logins[node].get("sshd *"), fabric[node])
+                 for node, found in inputs.items()}
     out = {}
     for node, node_tries in tries.items():
-        mine = inputs.get(node)
-        if mine is None:
+        if node not in inputs:
             continue
         sources = [str(a.ip) for a in plan.fabric.addresses.get(node, {}).values()]
         sources.append(str(ctx.inventory.node(node).host))
-        source: list[Any] = [mine.get("pub"), mine.get("known_hosts"), mine.get("config"),
-                             [logins[node].get(k) for k in ("key", "client", "written")], fabric[node]]
         for attempt in node_tries:
-            theirs = inputs.get(attempt.peer)
-            if theirs is None:
+            if attempt.peer not in inputs:
                 continue
-            login = logins[attempt.peer]
-            target: list[Any] = [theirs.get("authorized_keys"), theirs.get("hostkey"),
-                                 [login.get(k) for k in ("boot", "perms", "written", "service", "files")],
-                                 _sshd_seen_from(login, sources), fabric[attempt.peer]]
-            out[pair_id(node, attempt.peer, attempt.target)] = digest(__version__, attempt.argv, source, target)
+            sshd = _sshd_seen_from(logins[attempt.peer], sources)
+            out[pair_id(node, attempt.peer, attempt.target)] = digest(
+                __version__, attempt.argv, as_source[node], as_target[attempt.peer], sshd)
     return out
