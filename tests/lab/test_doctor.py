@@ -8,8 +8,6 @@ import os
 import signal
 import tarfile
 import threading
-import time
-from dataclasses import dataclass
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +15,7 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import doctor, errors
+from tests.lab.seeds_kit import faults, system_faults
 
 pytestmark = pytest.mark.lab
 
@@ -68,9 +67,7 @@ def machine_memory_excuses() -> set[str]:
 
 def test_a_healthy_lab_has_no_errors_and_doctor_changes_nothing(lab):
     before = {n.name: node_state(lab, n.name) for n in lab.nodes}
-    started = time.monotonic()
     report = doctor(lab)
-    elapsed = time.monotonic() - started
     assert report["healthy"], errors(report)
     heard = {(f["id"], f["node"], f["severity"]) for f in report["findings"] if f["id"] in SYSTEM_CHECKS}
     excused = machine_memory_excuses()
@@ -78,48 +75,6 @@ def test_a_healthy_lab_has_no_errors_and_doctor_changes_nothing(lab):
     for f in report["findings"]:
         assert set(f) >= {"id", "severity", "node", "summary", "evidence", "fix", "phase"}
     assert {n.name: node_state(lab, n.name) for n in lab.nodes} == before
-    assert elapsed < 30, f"doctor took {elapsed:.1f}s"
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A fault a person must close: seeded, found, left alone by --fix (which says so), closed by `manual`."""
-
-    name: str
-    node: str
-    seed: str
-    expect: str
-    #: the command (run as root on the node) a person would run
-    manual: str
-    #: the finding is a warning (the lab stays "healthy"), found all the same
-    warning: bool = False
-    #: errors the same fault rightly brings along (an older driver on one node also differs from the others')
-    along: tuple[str, ...] = ()
-
-
-def until(condition: str, seconds: int = 60) -> str:
-    """Shell: wait until `condition` holds (a listener bound or gone), at most `seconds`; fail if it never does."""
-    return f"for _ in $(seq {seconds * 10}); do if {condition}; then exit 0; fi; sleep 0.1; done; exit 1"
-
-
-def faults() -> list[Fault]:
-    return [
-        Fault("port-taken", "spark2",
-              f"docker stop -t 1 {CONTAINER} >/dev/null; setsid -f python3 -m http.server 2233 >/dev/null 2>&1; "
-              + until("ss -ltnH 'sport = :2233' | grep -q ."), "port.taken",
-              manual="kill $(ss -ltnpH 'sport = :2233' | sed -n 's/.*pid=\\([0-9]*\\).*/\\1/p'); "
-                     + until("! ss -ltnH 'sport = :2233' | grep -q .")),
-        Fault("docker-group", "spark1", "gpasswd -d nvidia docker", "node.docker_group",
-              manual="usermod -aG docker nvidia"),
-        Fault("sudo-password", "spark2", "sed -i 's/NOPASSWD: ALL/ALL/' /etc/sudoers.d/50-lab-nvidia",
-              "node.sudo_password", manual="sed -i 's/(ALL:ALL) ALL/(ALL:ALL) NOPASSWD: ALL/' "
-                                           "/etc/sudoers.d/50-lab-nvidia"),
-        Fault("ssh-auth", "spark2", "cp /home/nvidia/.ssh/authorized_keys /root/ak && "
-              "sed -i '/lab-controller/d' /home/nvidia/.ssh/authorized_keys", "node.ssh_auth",
-              manual="cp /root/ak /home/nvidia/.ssh/authorized_keys"),
-        Fault("hf-cache-full", "spark1", "mount -t tmpfs -o size=1m tmpfs /home/nvidia/.cache/huggingface",
-              "disk.hf_cache_low", manual="umount /home/nvidia/.cache/huggingface", warning=True),
-    ]
 
 
 def test_each_fault_a_person_must_close_is_found_left_alone_by_fix_and_gone_once_closed(lab):
@@ -149,37 +104,6 @@ def test_each_fault_a_person_must_close_is_found_left_alone_by_fix_and_gone_once
             # leave the lab clean for the next fault
             CliRunner().invoke(cli, ["cluster", "bootstrap", str(lab.inventory_path)])
     assert not problems, "\n".join(problems)
-
-
-STANDIN_FAULTS = "/run/lab/standin-faults"  # the lab stand-ins' fault switches (sparkctl/lab/standins/node-bin)
-
-
-def system_faults() -> list[Fault]:
-    """Faults of the nodes' own software (issue 13, section 4), each needing a person: seeded, found, undone by hand.
-    RDMA, the GPU driver and the CX-7 firmware are stand-ins in the lab, switched by STANDIN_FAULTS; the files and
-    sshd drop-ins are real. Memory, the kernel and the image's env cannot differ between lab nodes (one kernel, one
-    image): tests/unit/test_doctor_system.py holds those on recorded outputs."""
-    clear = f"rm -f {STANDIN_FAULTS}"
-    return [
-        Fault("gid-missing", "spark2", f"echo 'gid-missing roceP2p1s0f1' > {STANDIN_FAULTS}", "roce.gid_missing",
-              manual=clear),
-        Fault("roce-port-inactive", "spark1", f"echo 'port-down rocep1s0f1' > {STANDIN_FAULTS}",
-              "roce.port_inactive", manual=clear),
-        Fault("firmware-differs", "spark2", f"echo 'fw 28.43.1014' > {STANDIN_FAULTS}", "roce.firmware_mismatch",
-              manual=clear),
-        # another driver of the branch the image's CUDA 13 needs (580): only the mismatch
-        Fault("driver-differs", "spark2", f"echo 'driver 580.65.06' > {STANDIN_FAULTS}", "gpu.driver_mismatch",
-              manual=clear),
-        # a driver of the CUDA 12.9 branch under the image's CUDA_VERSION=13.0.2 (sparkctl/lab/image.py)
-        Fault("driver-too-old", "spark2", f"printf 'driver 575.64.03\\ncuda 12.9\\n' > {STANDIN_FAULTS}",
-              "gpu.driver_too_old", manual=clear, along=("gpu.driver_mismatch",)),
-        Fault("nccl-conf", "spark1", f"docker exec {CONTAINER} sh -c 'echo NCCL_IB_DISABLE=1 >> /etc/nccl.conf'",
-              "env.file_setting", manual=f"docker exec {CONTAINER} rm -f /etc/nccl.conf"),
-        Fault("bashrc", "spark2", "echo 'export NCCL_SOCKET_IFNAME=eth0' >> /home/nvidia/.bashrc",
-              "env.host_setting", manual="sed -i '/NCCL_SOCKET_IFNAME=eth0/d' /home/nvidia/.bashrc", warning=True),
-        Fault("sshd-dropin", "spark1", "printf 'PubkeyAuthentication no\\n' > /etc/ssh/sshd_config.d/50-hardening.conf",
-              "ssh.sshd_dropin", manual="rm -f /etc/ssh/sshd_config.d/50-hardening.conf"),
-    ]
 
 
 def test_each_system_fault_is_found_on_its_node_and_gone_once_undone(lab):

@@ -13,96 +13,17 @@ Repairable findings this module does not seed say where they are tested (ELSEWHE
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
 import pytest
 
 from sparkctl.doctor.remedies import REMEDIES
 from tests.lab.conftest import poll
-from tests.lab.doctor_kit import CONTAINER, Seed, bootstrap, changed, doctor, failed, problems, replace_container
+from tests.lab.doctor_kit import Seed, bootstrap, changed, doctor, failed, problems
 from tests.lab.nm_kit import NM_SEEDS
+from tests.lab.seeds_kit import seeds
 from tests.lab.serve_kit import SEEDS as SERVE_SEEDS
 from tests.lab.serve_kit import VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
-
-
-def _env(key: str, value: str | None) -> Callable:
-    def change(spec):
-        env = {k: v for k, v in spec.env.items() if k != key}
-        return dataclasses.replace(spec, env=env if value is None else {**env, key: value})
-    return change
-
-
-def _args(*extra: str) -> Callable:
-    return lambda spec: dataclasses.replace(spec, docker_args=[*spec.docker_args, *extra])
-
-
-def _expose(lab, node: str) -> None:
-    mgmt = next(n.mgmt_ip for n in lab.state.nodes if n.name == node)
-    # a second sshd started by hand in the container, on the management address (what an older sparkctl's or a
-    # hand-started container's sshd did: it listened everywhere)
-    result = lab.exec(node, f"docker exec {CONTAINER} /usr/sbin/sshd -f /dev/null -o ListenAddress={mgmt}:2233 "
-                            "-o HostKey=/etc/ssh/sparkctl_host_ed25519_key -o PidFile=/run/seeded-sshd.pid")
-    assert result.returncode == 0, result.stderr
-
-
-def _restarting(lab, node: str) -> None:
-    # a container whose command keeps failing under a restart policy (a hand-started one, or a broken image)
-    replace_container(lab, node, lambda spec: dataclasses.replace(
-        spec, docker_args=[*spec.docker_args, "--restart", "always"], command=["sh", "-c", "sleep 1; exit 1"]),
-        serves=False)
-
-
-def seeds(cluster: str) -> list[Seed]:
-    return [
-        # network: the issue's own case first
-        Seed("twin-set-down", "fabric.port_down", "spark1", "ip link set enP2p1s0f1np1 down"),
-        Seed("both-twins-set-down", "fabric.port_down", "spark2",
-             "ip link set enp1s0f1np1 down; ip link set enP2p1s0f1np1 down"),
-        Seed("mtu", "fabric.mtu_mismatch", "spark2", "ip link set enP2p1s0f1np1 mtu 1500"),
-        Seed("link-local", "fabric.link_local", "spark1", "ip addr add 169.254.3.3/16 dev enp1s0f1np1"),
-        Seed("address-extra", "fabric.address_extra", "spark2", "ip addr add 192.168.100.50/24 dev enp1s0f1np1"),
-        Seed("twins-one-subnet", "fabric.twins_same_subnet", "spark1",
-             "ip addr add 192.168.100.50/24 dev enP2p1s0f1np1"),
-        Seed("address-missing", "fabric.address_missing", "spark2", "ip addr del 192.168.101.11/24 dev enP2p1s0f1np1"),
-        Seed("address-foreign", "fabric.address_foreign", "spark2", "ip addr add 10.77.0.2/24 dev enp1s0f1np1"),
-        Seed("address-duplicate", "fabric.address_duplicate", "spark2",
-             "ip addr add 192.168.100.10/24 dev enp1s0f1np1",
-             also=frozenset({("fabric.address_duplicate", "spark1"), ("fabric.address_extra", "spark2")})),
-        Seed("netplan-conflict", "netplan.conflict", "spark1",
-             "umask 077; printf 'network:\\n  version: 2\\n  ethernets:\\n    enp1s0f1np1:\\n"
-             "      addresses: [192.168.100.77/24]\\n' > /etc/netplan/90-NM-lab.yaml"),
-        Seed("netplan-drift", "netplan.drift", "spark2", "echo '# edited by hand' >> /etc/netplan/40-cx7.yaml"),
-        # ssh
-        Seed("ssh-mesh", "ssh.mesh_broken", "spark2",
-             f"sed -i '/sparkctl-{cluster}@/d' /home/nvidia/.ssh/authorized_keys"),
-        # container
-        Seed("container-exited", "container.exited", "spark2", f"docker stop -t 1 {CONTAINER}"),
-        Seed("container-missing", "container.missing", "spark1", f"docker rm -f {CONTAINER}"),
-        Seed("container-spec-drift", "container.spec_drift", "spark1", lambda lab, n: replace_container(
-            lab, n, _args("--label", "seeded=by-hand"))),
-        Seed("container-restarting", "container.restarting", "spark2", _restarting),
-        Seed("container-ssh", "container.ssh_broken", "spark2",
-             f"docker exec {CONTAINER} sh -c ': > /root/.ssh/authorized_keys'"),
-        Seed("container-exposed", "container.ssh_exposed", "spark2", _expose),
-        Seed("env-absent", "env.iface_absent", "spark2", lambda lab, n: replace_container(
-            lab, n, _env("NCCL_SOCKET_IFNAME", "enp9s0f0np9"))),
-        Seed("env-down", "env.iface_down", "spark1", lambda lab, n: replace_container(
-            lab, n, _env("NCCL_SOCKET_IFNAME", "enp1s0f0np0"))),
-        Seed("env-management", "env.management_iface", "spark1", lambda lab, n: replace_container(
-            lab, n, _env("OMPI_MCA_btl_tcp_if_include", "enP7s7"))),
-        Seed("env-unset", "env.unset", "spark2", lambda lab, n: replace_container(
-            lab, n, _env("OMPI_MCA_oob_tcp_if_include", None))),
-        Seed("ib-hca-missing", "nccl.ib_hca_missing", "spark2", lambda lab, n: replace_container(
-            lab, n, _env("NCCL_IB_HCA", "mlx5_0"))),
-        Seed("ib-hca-partial", "nccl.ib_hca_partial", "spark1", lambda lab, n: replace_container(
-            lab, n, _env("NCCL_IB_HCA", "rocep1s0f1"))),
-        # mpi
-        Seed("hostfile", "mpi.hostfile_mismatch", "spark2",
-             f"docker exec {CONTAINER} sh -c 'echo 10.9.9.9 > /etc/openmpi-hostfile'"),
-    ]
 
 
 SEEDS = seeds("CLUSTER")
