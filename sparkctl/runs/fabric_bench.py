@@ -172,7 +172,7 @@ class BenchRun:
                  if link.client in self.facts and link.server in self.facts]
         results: dict[str, dict] = {}
         for members in rounds(links):
-            with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.request.forks, len(members)))) as pool:
                 for result in pool.map(lambda pair: self.measure(*pair), [(m, i) for i, m in enumerate(members)]):
                     results[result["key"]] = result
         return [results[link.key] for link in links]

@@ -171,8 +171,9 @@ class ClusterLock:
     on a node is lost mid-run and taken again."""
 
     def __init__(self, cluster: str, transports: dict[str, Transport], holder: Holder,
-                 warn: Callable[[str, str], None] | None = None):
+                 warn: Callable[[str, str], None] | None = None, forks: int = 32):
         self.cluster = cluster
+        self.forks = max(1, forks)  # nodes asked at once (--forks)
         self.transports = transports  # in inventory order
         self.holder = holder
         self.stale: dict[str, Holder | None] = {}
@@ -197,7 +198,7 @@ class ClusterLock:
             if nodes:
                 self._take(*nodes[0])
             if len(nodes) > 1:
-                with ThreadPoolExecutor(max_workers=min(32, len(nodes) - 1), thread_name_prefix="lock") as pool:
+                with ThreadPoolExecutor(max_workers=min(self.forks, len(nodes) - 1), thread_name_prefix="lock") as pool:
                     for future in [pool.submit(self._take, node, t) for node, t in nodes[1:]]:
                         future.result()
         except BaseException:

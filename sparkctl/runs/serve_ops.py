@@ -261,7 +261,7 @@ def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
                               hint=f"the server runs on the head, {head}: stop it once it answers "
                                    "(`sparkctl cluster status` shows what each node says)",
                               kind=session.unreachable_kinds.get(head, "network"), node=head)
-        with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop")):
+        with ClusterLock(inventory.cluster.name, session.transports, Holder.now("serve stop"), forks=forks):
             result = StopResult(unreachable=dict(session.unreachable))
             cluster = ClusterContext(inventory, RunOptions(forks=forks), emit=lambda _event: None)
             for node in inventory.nodes:

@@ -101,7 +101,7 @@ def held_lock(session: Session, command: str, request: RunRequest,
         emit(Event("warning", node=node, message=message))
 
     lock = ClusterLock(session.inventory.cluster.name, session.transports, Holder.now(command, request.limit),
-                       warn=warn)
+                       warn=warn, forks=session.forks)
     with lock:
         yield [Event("warning", node=node, message=(
             f"took over a stale cluster lock: {gone.describe() if gone else 'a run'} ended without releasing it "

@@ -230,3 +230,30 @@ def test_a_node_without_flock_is_told_so_not_that_the_cluster_is_busy(nodes, tmp
         ClusterLock("lab", {"spark1": node}, Holder.now("bootstrap")).acquire()
     assert not isinstance(failed.value, ClusterBusy)
     assert "flock is not installed" in failed.value.message
+
+
+def test_the_lock_asks_no_more_nodes_at_once_than_forks(tmp_path):
+    """--forks bounds every pool: taking the lock on five nodes with forks=2 holds at most two takes at once."""
+    import threading
+
+    active, peak, guard = [0], [0], threading.Lock()
+
+    class Counted(Node):
+        def hold(self, script, *args, what="held command"):
+            with guard:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            try:
+                time.sleep(0.1)
+                return super().hold(script, *args, what=what)
+            finally:
+                with guard:
+                    active[0] -= 1
+
+    nodes = {}
+    for i in range(1, 6):
+        (tmp_path / f"spark{i}").mkdir()
+        nodes[f"spark{i}"] = Counted(f"spark{i}", tmp_path / f"spark{i}")
+    with ClusterLock("lab", nodes, Holder.now("bootstrap"), forks=2):
+        pass
+    assert peak[0] == 2
