@@ -12,8 +12,8 @@ from rich.text import Text
 from sparkctl.cli.options import become_password, csv_set, load
 from sparkctl.cli.report import json_line, json_option, report_line, verbose_option
 from sparkctl.cli.views import ConsoleView, JsonView
-from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding
-from sparkctl.doctor.remedies import KINDS, REMEDIES, remedies_markdown
+from sparkctl.doctor.catalog import FINDINGS, remedies_markdown
+from sparkctl.doctor.findings import CLUSTER, KINDS, Diagnosis, Finding
 from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
@@ -75,9 +75,9 @@ def list_remedies(as_json: bool) -> None:
     if not as_json:
         click.echo(remedies_markdown(), nl=False)
         return
-    for finding_id, remedy in sorted(REMEDIES.items()):
+    for finding_id, remedy in sorted(FINDINGS.items()):
         json_line({"event": "remedy", "id": finding_id, "about": remedy.about, "closed_by": remedy.closed_by})
-    report_line("doctor --list", ExitStatus.SUCCESS, remedies=len(REMEDIES), kinds=dict(KINDS))
+    report_line("doctor --list", ExitStatus.SUCCESS, remedies=len(FINDINGS), kinds=dict(KINDS))
 
 
 def cabling_report(cabling: CablingMap) -> dict:

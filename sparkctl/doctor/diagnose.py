@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from sparkctl.doctor.catalog import DOCTOR_CHECK_FAILED, DOCTOR_OUTSIDE_UNREADABLE
 from sparkctl.doctor.checks import bench as checks_bench
 from sparkctl.doctor.checks import cabling as checks_cabling
 from sparkctl.doctor.checks import container as checks_container
@@ -18,7 +19,7 @@ from sparkctl.doctor.checks import serve as checks_serve
 from sparkctl.doctor.checks import ssh as checks_ssh
 from sparkctl.doctor.checks import system as checks_system
 from sparkctl.doctor.checks import vllm as checks_vllm
-from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, sort_findings
+from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, finding, sort_findings
 from sparkctl.doctor.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def run_checks(snapshot: Snapshot) -> Diagnosis:
             findings += check(snapshot)
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' findings
             log.debug("check %s failed", check.__name__, exc_info=True)
-            findings.append(Finding("doctor.check_failed", "warning", CLUSTER, f"check {check.__name__} failed",
+            findings.append(finding(DOCTOR_CHECK_FAILED, CLUSTER, f"check {check.__name__} failed",
                                     evidence=f"{type(exc).__name__}: {exc}",
                                     fix="please report this with `sparkctl doctor --bundle`"))
     nodes = snapshot.diagnosed
@@ -53,7 +54,7 @@ def run_checks(snapshot: Snapshot) -> Diagnosis:
 
 def outside_unreadable(snapshot: Snapshot) -> list[Finding]:
     """--limit: a node outside it that could not be read leaves the cluster-wide checks without its side."""
-    return [Finding("doctor.outside_unreadable", "warning", CLUSTER,
+    return [finding(DOCTOR_OUTSIDE_UNREADABLE, CLUSTER,
                     f"{node} (outside --limit) could not be read: what the cluster shares is judged without it",
                     evidence=why, fix=f"bring {node} back, then run doctor again")
             for node, why in snapshot.unreachable.items() if node not in (snapshot.limit or ())]

@@ -1,16 +1,77 @@
-"""What doctor reports: findings with stable ids, ordered for people (node, errors first, phase)."""
+"""What doctor reports: findings with stable ids, ordered for people (node, errors first, phase), each made by its
+FindingType (doctor/catalog.py holds one per id: what it means, how grave, its phase, and how it closes)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from sparkctl.doctor.remedies import Remedy, remedy_of
 from sparkctl.rules.cabling import CablingMap
 
 SEVERITIES = ("error", "warning", "info")
 #: Findings about the whole cluster carry this node name.
 CLUSTER = "(cluster)"
 PHASE_ORDER = ("node", "preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify")
+
+#: What a person deals with when sparkctl cannot: kind -> how the table and the findings name it.
+KINDS: dict[str, str] = {
+    "cable": "a cable or a port",
+    "hardware": "the machine itself (power, driver, hardware)",
+    "firmware": "firmware or a driver release",
+    "password": "a password or a key only you hold",
+    "account": "an account or a permission",
+    "disk": "disk space",
+    "process": "a process sparkctl did not start",
+    "inventory": "a choice in the inventory",
+    "software": "software sparkctl does not install",
+    "site": "the site's network (a switch, a firewall, time servers)",
+    "note": "nothing to repair",
+    "sparkctl": "a bug in sparkctl",
+}
+
+
+@dataclass(frozen=True)
+class FindingType:
+    """One finding id: what it means (`about`), how grave a finding of it is and in which phase it shows (a check
+    may report one graver or milder, and says why there), and how it closes: exactly one of `tasks` (bootstrap task
+    or phase names that repair it: `doctor --fix` runs them, a bootstrap rerun does too) and `person` (why sparkctl
+    cannot, and so what a person does), with `kind` (a key of KINDS). `finding()` makes a finding of it."""
+
+    id: str
+    severity: str
+    phase: str
+    about: str
+    tasks: tuple[str, ...] = ()
+    person: str = ""
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.tasks) == bool(self.person):
+            raise ValueError(f"a finding type has tasks or a person's reason, exactly one: {self.id}")
+        if self.person and self.kind not in KINDS:
+            raise ValueError(f"{self.id}: kind must be one of {sorted(KINDS)}, not {self.kind!r}")
+        if self.severity not in SEVERITIES or self.phase not in PHASE_ORDER:
+            raise ValueError(f"{self.id}: severity {self.severity!r} or phase {self.phase!r} unknown")
+
+    @property
+    def repairable(self) -> bool:
+        return bool(self.tasks)
+
+    @property
+    def closed_by(self) -> dict:
+        """As --json says it: {"tasks": [...]} or {"person": kind, "why": ...}."""
+        return {"tasks": list(self.tasks)} if self.tasks else {"person": self.kind, "why": self.person}
+
+    @property
+    def needs_person(self) -> str:
+        """The reason, as a finding says it: 'needs you (a cable or a port): ...'."""
+        return f"needs you ({KINDS[self.kind]}): {self.person}" if self.person else ""
+
+    @property
+    def fix_line(self) -> str:
+        """The fix a finding of it says when its check has no more exact one."""
+        if self.tasks:
+            return f"sparkctl doctor --fix (runs {', '.join(self.tasks)}; a bootstrap rerun does too)"
+        return self.needs_person
 
 
 @dataclass(frozen=True)
@@ -29,6 +90,8 @@ class Finding:
     fix: str = ""
     phase: str = "node"
     details: tuple[str, ...] = field(default=(), compare=False)
+    #: what made it (doctor/catalog.py); None only for one made by hand (tests)
+    type: FindingType | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -39,12 +102,12 @@ class Finding:
         return self.severity == "error"
 
     @property
-    def remedy(self) -> Remedy | None:
-        """How it closes: the tasks that repair it, or why a person must (doctor/remedies.py)."""
-        return remedy_of(self.id)
+    def remedy(self) -> FindingType | None:
+        """How it closes: the tasks that repair it, or why a person must (doctor/catalog.py)."""
+        return self.type
 
     def to_dict(self) -> dict:
-        out = asdict(self)
+        out = {k: v for k, v in asdict(self).items() if k != "type"}
         out["details"] = list(self.details)
         if not out["details"]:
             del out["details"]
@@ -52,6 +115,15 @@ class Finding:
         if remedy is not None:
             out["closed_by"] = remedy.closed_by
         return out
+
+
+def finding(kind: FindingType, node: str, summary: str, evidence: str = "", fix: str = "", *,
+            severity: str | None = None, phase: str | None = None,
+            details: tuple[str, ...] | list[str] = ()) -> Finding:
+    """A finding of this type on `node`: its severity and phase unless the check says otherwise, and the type's own
+    fix line unless the check has a more exact one."""
+    return Finding(kind.id, severity or kind.severity, node, summary, evidence=evidence, fix=fix or kind.fix_line,
+                   phase=phase or kind.phase, details=tuple(details), type=kind)
 
 
 def sort_findings(findings: list[Finding], node_order: list[str] | None = None) -> list[Finding]:

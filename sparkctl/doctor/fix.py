@@ -1,15 +1,16 @@
-"""--fix: the bootstrap tasks that repair each finding (doctor/remedies.py), run as one bootstrap of just those
-(runs/doctor.py); the findings a person must close are left alone and said so."""
+"""--fix: the bootstrap tasks that repair each finding (its type in doctor/catalog.py), run as one bootstrap of just
+those (runs/doctor.py); the findings a person must close are left alone and said so."""
 
 from __future__ import annotations
 
+from sparkctl.doctor.catalog import FINDINGS
 from sparkctl.doctor.findings import Diagnosis, Finding
-from sparkctl.doctor.remedies import tasks_for_id
 from sparkctl.engine import Graph
 
 
 def tasks_for(finding: Finding) -> tuple[str, ...]:
-    return tasks_for_id(finding.id)
+    kind = finding.type or FINDINGS.get(finding.id)
+    return kind.tasks if kind is not None else ()
 
 
 def repair_selection(diagnosis: Diagnosis, graph: Graph) -> tuple[set[str], list[Finding]]:

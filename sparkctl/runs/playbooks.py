@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkctl.doctor.remedies import remedies_markdown
+from sparkctl.doctor.catalog import remedies_markdown
 from sparkctl.engine import Graph
 from sparkctl.engine.task import Task
 from sparkctl.tasks import container, model, mpi, network, preflight, serve, ssh, verify
@@ -64,7 +64,7 @@ def playbooks_markdown() -> str:
     out += ["## doctor findings", "",
             "`sparkctl doctor FILE` reports findings by id. Each id is repaired by bootstrap tasks (`doctor --fix` "
             "runs them; so does a bootstrap rerun), or needs a person, and the finding says why. "
-            "`sparkctl doctor --list` prints this table; it is generated from `sparkctl/doctor/remedies.py`.", "",
+            "`sparkctl doctor --list` prints this table; it is generated from `sparkctl/doctor/catalog.py`.", "",
             remedies_markdown()]
     return "\n".join(out).rstrip() + "\n"
 

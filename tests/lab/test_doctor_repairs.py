@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.doctor.remedies import REMEDIES
+from sparkctl.doctor.catalog import FINDINGS
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import Seed, bootstrap, changed, doctor, failed, problems
 from tests.lab.nm_kit import NM_SEEDS
@@ -103,7 +103,7 @@ LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_net
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
-    repairable = {i for i, r in REMEDIES.items() if r.repairable}
+    repairable = {i for i, r in FINDINGS.items() if r.repairable}
     seeded = {s.finding for s in SEEDS}
     assert repairable - seeded - set(ELSEWHERE) == set()
     assert seeded & set(ELSEWHERE) == set() and set(ELSEWHERE) <= repairable

@@ -1,4 +1,4 @@
-"""The findings a person must close (doctor/remedies.py): each one, produced from a healthy snapshot, says what to do
+"""The findings a person must close (doctor/catalog.py): each one, produced from a healthy snapshot, says what to do
 (an exact fix and why sparkctl cannot), and `doctor --fix` leaves it alone and says so, running nothing for it.
 
 Where the lab can hold such a fault, tests/lab/test_doctor.py seeds it too.
@@ -16,10 +16,10 @@ from rich.console import Console
 from sparkctl.cli.doctor_cmd import render_diagnosis
 from sparkctl.cli.main import cli
 from sparkctl.doctor import diagnose as diagnose_module
+from sparkctl.doctor.catalog import FINDINGS
 from sparkctl.doctor.checks import fabric as checks_fabric
-from sparkctl.doctor.findings import Diagnosis
+from sparkctl.doctor.findings import KINDS, Diagnosis
 from sparkctl.doctor.node_probes import Setting
-from sparkctl.doctor.remedies import KINDS, REMEDIES
 from sparkctl.doctor.snapshot import LinkProbe, Snapshot, SshProbe, doctor_plan
 from sparkctl.facts import Lldp
 from sparkctl.facts.lldp import parse_lldp
@@ -254,7 +254,7 @@ VLLM_FAULTS = {"vllm.master_unreachable": base.fault_vllm_master_unreachable,
 FAULTS.update(VLLM_FAULTS)
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}
-PERSON = sorted(i for i, r in REMEDIES.items() if not r.repairable)
+PERSON = sorted(i for i, r in FINDINGS.items() if not r.repairable)
 
 
 def test_every_persons_finding_is_produced_here():
@@ -270,7 +270,7 @@ def diagnosed(finding_id: str) -> Diagnosis:
 def says_what_to_do(d: Diagnosis, finding_id: str) -> None:
     found = [f for f in d.findings if f.id == finding_id]
     assert found, [(f.id, f.node) for f in d.findings]
-    remedy = REMEDIES[finding_id]
+    remedy = FINDINGS[finding_id]
     for f in found:
         assert f.fix and f.evidence and f.summary, f
         assert f.remedy is remedy and f.to_dict()["closed_by"] == {"person": remedy.kind, "why": remedy.person}
@@ -301,7 +301,7 @@ def fix_leaves_it_alone(d: Diagnosis, finding_id: str, monkeypatch, tmp_path) ->
         if not any(f.remedy.repairable for f in d.findings if f.remedy and f.severity != "info"):
             assert "nothing sparkctl can repair by itself" in result.output
         for f in errors:
-            assert f"left alone: {f.node}: {f.id}: {REMEDIES[finding_id].needs_person}" in result.output
+            assert f"left alone: {f.node}: {f.id}: {FINDINGS[finding_id].needs_person}" in result.output
         assert {(f["id"], f["node"]) for f in report["fix"]["needs_you"]} >= {(f.id, f.node) for f in errors}
     if errors or others:
         assert set(report["fix"]["ran"]) == others

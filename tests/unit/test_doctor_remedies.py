@@ -1,9 +1,9 @@
-"""Every doctor finding id closes: the tasks that repair it, or why a person must (sparkctl/doctor/remedies.py).
+"""Every doctor finding id closes: the tasks that repair it, or why a person must (sparkctl/doctor/catalog.py).
 
-The ids are read from the source itself: every `Finding(...)` anywhere in sparkctl/, its id a literal, a name
-bound to literals, a dict of literals indexed, or a call of a function whose every return is a literal. A new
-check whose id is missing from REMEDIES (or cannot be read) fails here, so no finding can be added without
-deciding how it closes.
+A finding is made only by `finding(TYPE, ...)` with a type of the catalog, which says how it closes: so no finding
+can be added without deciding that. The types the code uses are read from the source itself: every `finding(...)`
+anywhere in sparkctl/, its type a catalog name or `FINDINGS[id]` with the id a literal, a name bound to literals,
+a dict of literals indexed, or a call of a function whose every return is a literal; a type nothing uses fails.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from rich.console import Console
 
 from sparkctl.cli.doctor_cmd import render_diagnosis
 from sparkctl.cli.main import cli
-from sparkctl.doctor.findings import Diagnosis, Finding
-from sparkctl.doctor.remedies import KINDS, REMEDIES, Remedy, remedies_markdown
+from sparkctl.doctor import catalog
+from sparkctl.doctor.catalog import FINDINGS, remedies_markdown
+from sparkctl.doctor.findings import KINDS, Diagnosis, FindingType, finding
 from sparkctl.runs.playbooks import bootstrap_graph, playbooks_markdown
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparkctl"
@@ -96,22 +97,28 @@ def finding_ids_in_source() -> tuple[dict[str, list[str]], list[str]]:
         scopes = _enclosing(tree)
         _MODULES.update({id(n): tree for n in ast.walk(tree)})
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            name = node.func.id if isinstance(node.func, ast.Name) else \
-                node.func.attr if isinstance(node.func, ast.Attribute) else ""
-            keyword = next((k.value for k in node.keywords if k.arg == "id"), None)
-            if name != "Finding" and not (name == "replace" and keyword is not None):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
                 continue
             where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
-            arg = node.args[0] if node.args and name == "Finding" else keyword
+            if node.func.id == "Finding" and path.name != "findings.py":
+                unreadable.append(f"{where}: a Finding made by hand: make it with finding(TYPE, ...)")
+                continue
+            if node.func.id != "finding" or not node.args:
+                continue
+            kind = node.args[0]
+            if isinstance(kind, ast.Name) and isinstance(getattr(catalog, kind.id, None), FindingType):
+                ids.setdefault(getattr(catalog, kind.id).id, []).append(where)
+                continue
+            if not (isinstance(kind, ast.Subscript) and isinstance(kind.value, ast.Name)
+                    and kind.value.id == "FINDINGS"):
+                unreadable.append(f"{where}: the finding's type {ast.unparse(kind)} is neither a name of the catalog "
+                                  "nor FINDINGS[id]")
+                continue
             try:
-                if arg is None:
-                    raise Unreadable("no id")
-                found = _literals(arg, scopes.get(id(node), tree), functions, set())
+                found = _literals(kind.slice, scopes.get(id(node), tree), functions, set())
             except Unreadable as exc:
-                unreadable.append(f"{where}: Finding id {exc} is not a literal, a name bound to literals, a dict "
-                                  "of literals indexed, or a function returning literals")
+                unreadable.append(f"{where}: FINDINGS[{exc}]: the id is not a literal, a name bound to literals, a "
+                                  "dict of literals indexed, or a function returning literals")
                 continue
             for finding_id in found:
                 ids.setdefault(finding_id, []).append(where)
@@ -128,26 +135,26 @@ def test_the_source_reading_sees_the_known_ids_including_computed_ones():
 
 def test_every_finding_id_the_code_can_produce_has_a_repair_or_a_reason():
     ids, _ = finding_ids_in_source()
-    missing = {i: where for i, where in ids.items() if i not in REMEDIES}
+    missing = {i: where for i, where in ids.items() if i not in FINDINGS}
     assert not missing, (
-        "finding ids with neither a repairing task nor a person's reason; add each to REMEDIES in "
-        f"sparkctl/doctor/remedies.py (see docs/architecture.md, 'Adding a doctor check'): {missing}")
+        "finding ids with neither a repairing task nor a person's reason; add each to FINDINGS in "
+        f"sparkctl/doctor/catalog.py (see docs/architecture.md, 'Adding a doctor check'): {missing}")
 
 
 def test_the_table_names_no_id_the_code_no_longer_produces():
     ids, _ = finding_ids_in_source()
-    assert sorted(set(REMEDIES) - set(ids)) == []
+    assert sorted(set(FINDINGS) - set(ids)) == []
 
 
 def test_every_repairing_task_is_a_bootstrap_task_or_phase():
     graph = bootstrap_graph()
     unknown = {i: [t for t in r.tasks if t not in graph and t not in graph.phases]
-               for i, r in REMEDIES.items()}
+               for i, r in FINDINGS.items()}
     assert {i: t for i, t in unknown.items() if t} == {}
 
 
 def test_every_reason_says_what_a_person_deals_with():
-    for finding_id, r in REMEDIES.items():
+    for finding_id, r in FINDINGS.items():
         assert r.about, finding_id
         if not r.repairable:
             assert r.kind in KINDS and len(r.person) > 20, finding_id
@@ -155,15 +162,17 @@ def test_every_reason_says_what_a_person_deals_with():
 
 
 @pytest.mark.parametrize("bad", [dict(about="x"), dict(about="x", tasks=("network",), person="y", kind="cable"),
-                                 dict(about="x", person="a reason", kind="weather")])
-def test_a_remedy_has_exactly_one_of_tasks_or_a_reason(bad):
+                                 dict(about="x", person="a reason", kind="weather"),
+                                 dict(about="x", tasks=("network",), severity="fatal"),
+                                 dict(about="x", tasks=("network",), phase="lunch")])
+def test_a_finding_type_has_exactly_one_of_tasks_or_a_reason_and_a_known_severity_and_phase(bad):
     with pytest.raises(ValueError):
-        Remedy(**bad)
+        FindingType(**{"id": "x.y", "severity": "error", "phase": "node", **bad})
 
 
 def test_the_table_is_generated_into_playbooks_md_and_doctor_list():
     table = remedies_markdown()
-    for finding_id in REMEDIES:
+    for finding_id in FINDINGS:
         assert f"| `{finding_id}` |" in table
     assert table in playbooks_markdown()  # playbooks.md itself is kept in sync by test_playbooks_md
     result = CliRunner().invoke(cli, ["doctor", "--list"])
@@ -171,12 +180,12 @@ def test_the_table_is_generated_into_playbooks_md_and_doctor_list():
 
 
 def test_a_finding_says_how_it_closes_in_json_and_on_the_console():
-    repairable = Finding("fabric.mtu_mismatch", "error", "spark2", "mtu", "MTU 1500", "sparkctl cluster bootstrap")
-    manual = Finding("fabric.no_carrier", "error", "spark1", "no carrier", "no carrier", "check the cable")
+    repairable = finding(catalog.FABRIC_MTU_MISMATCH, "spark2", "mtu", "MTU 1500", "sparkctl cluster bootstrap")
+    manual = finding(catalog.FABRIC_NO_CARRIER, "spark1", "no carrier", "no carrier", "check the cable")
     assert repairable.to_dict()["closed_by"] == {"tasks": ["network.netplan", "network.verify"]}
-    assert manual.to_dict()["closed_by"] == {"person": "cable", "why": REMEDIES["fabric.no_carrier"].person}
+    assert manual.to_dict()["closed_by"] == {"person": "cable", "why": FINDINGS["fabric.no_carrier"].person}
     console = Console(record=True, width=300)
     render_diagnosis(console, Diagnosis([repairable, manual], nodes=["spark1", "spark2"]))
     text = console.export_text()
     assert "repair: `sparkctl doctor --fix` or a bootstrap rerun runs network.netplan, network.verify" in text
-    assert f"needs you (a cable or a port): {REMEDIES['fabric.no_carrier'].person}" in text
+    assert f"needs you (a cable or a port): {FINDINGS['fabric.no_carrier'].person}" in text

@@ -233,13 +233,13 @@ def test_vv_shows_the_traceback_of_an_internal_error(monkeypatch):
 
 
 def test_doctor_list_is_a_line_per_finding_id_then_a_report(tmp_path):
-    from sparkctl.doctor.remedies import REMEDIES
+    from sparkctl.doctor.catalog import FINDINGS
 
     code, lines = run_json(tmp_path, "doctor", "--list")
-    assert code == 0 and lines[-1]["report"] == "doctor --list" and lines[-1]["remedies"] == len(REMEDIES)
+    assert code == 0 and lines[-1]["report"] == "doctor --list" and lines[-1]["remedies"] == len(FINDINGS)
     remedies = {line["id"]: line for line in lines[:-1]}
-    assert [line["event"] for line in lines[:-1]] == ["remedy"] * len(REMEDIES) and set(remedies) == set(REMEDIES)
-    for finding_id, remedy in REMEDIES.items():
+    assert [line["event"] for line in lines[:-1]] == ["remedy"] * len(FINDINGS) and set(remedies) == set(FINDINGS)
+    for finding_id, remedy in FINDINGS.items():
         assert remedies[finding_id]["about"] == remedy.about
         assert remedies[finding_id]["closed_by"] == remedy.closed_by
         if not remedy.tasks:

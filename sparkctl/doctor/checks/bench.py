@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shlex
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import FABRIC_BANDWIDTH_REGRESSION
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.bench_history import REGRESSION_FRACTION, regressions
 
@@ -19,8 +20,8 @@ def check_bandwidth_regression(s: Snapshot) -> list[Finding]:
     for found in regressions(history):
         node = found.node if found.node in s.all_nodes else s.all_nodes[0]
         now = history[0].get("time", "?")
-        out.append(Finding(
-            "fabric.bandwidth_regression", "warning", node,
+        out.append(finding(FABRIC_BANDWIDTH_REGRESSION,
+            node,
             f"{found.subject} is {found.percent_lower}% slower than at the {found.reference} ({found.then_time})",
             evidence=(f"{found.now:.3g} {found.unit} in the bench of {now}, {found.then:.3g} {found.unit} in that of "
                       f"{found.then_time}, both measured alike ({found.how}); a drop of more than "
@@ -28,8 +29,7 @@ def check_bandwidth_regression(s: Snapshot) -> list[Finding]:
                       + (f"; the bench said: {found.now_summary}" if found.now_summary else "")),
             fix=(f"a person must find what changed on this link (the bench's causes name the evidence: link speed, "
                  f"MTU, NCCL_IB_HCA, PCIe width, a shaper); after fixing it, `sparkctl fabric bench {inventory}` "
-                 "records the new figures"),
-            phase=PHASE))
+                 "records the new figures")))
     return out
 
 

@@ -3,7 +3,8 @@ read (its ports' far ends are then inferred from carrier, or seen from the other
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import FABRIC_CABLE_WRONG, FABRIC_LLDP_UNAVAILABLE
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.rules.cabling import CablingMap, cabling_map
 
@@ -24,18 +25,17 @@ def check_cabling(s: Snapshot) -> list[Finding]:
     out = []
     reorder = s.inventory.topology == "ring"
     for row in cabling.problems:
-        out.append(Finding("fabric.cable_wrong", "error", row.node, f"port {row.port} is cabled to another place "
+        out.append(finding(FABRIC_CABLE_WRONG, row.node, f"port {row.port} is cabled to another place "
                                                                    "than the inventory says",
                            evidence=row.problem,
                            fix=("move the cable, or reorder `nodes:` in the inventory to the cabling "
                                 "(`sparkctl inventory init <hosts>` writes the order LLDP sees)") if reorder else
-                               "move the cable as the evidence says (a person must: sparkctl cannot move cables)",
-                           phase=PHASE))
+                               "move the cable as the evidence says (a person must: sparkctl cannot move cables)"))
     for node, why in cabling.lldp_unavailable.items():
-        out.append(Finding("fabric.lldp_unavailable", "info", node, "the cabling map is inferred for this node "
+        out.append(finding(FABRIC_LLDP_UNAVAILABLE, node, "the cabling map is inferred for this node "
                                                                     "(LLDP cannot be read)",
                            evidence=why, fix=f"optional, a person's choice (lldpd announces the node on every "
-                                             f"link): {LLDPD_INSTALL}", phase=PHASE))
+                                             f"link): {LLDPD_INSTALL}"))
     return out
 
 

@@ -7,8 +7,20 @@ from __future__ import annotations
 
 import re
 
+from sparkctl.doctor.catalog import (
+    CONTAINER_EXITED,
+    CONTAINER_MISSING,
+    CONTAINER_RESTARTING,
+    CONTAINER_SPEC_DRIFT,
+    CONTAINER_SSH_BROKEN,
+    CONTAINER_SSH_EXPOSED,
+    CONTAINER_SSH_UNCHECKED,
+    CONTAINER_UNREAD,
+    FINDINGS,
+    PORT_TAKEN,
+)
 from sparkctl.doctor.checks.ssh import UNCHECKED_FIX, blame, unchecked_evidence
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL
@@ -53,37 +65,37 @@ def check_containers(s: Snapshot) -> list[Finding]:
             continue  # node.docker_group / node.docker_missing say why
         info = f.containers.get(name)
         if info is not None and info.status == "unknown":
-            out.append(Finding("container.unread", "warning", node, f"the state of container {name} could not "
+            out.append(finding(CONTAINER_UNREAD, node, f"the state of container {name} could not "
                                "be read", evidence=f"{info.error or '`docker inspect` did not say'}: not known to "
                                "be missing or stopped", fix=f"run doctor again; `docker inspect {name}` on the node "
-                               "shows what docker says", phase=PHASE))
+                               "shows what docker says"))
             continue
         owner = _port_owner(s, node, port)
         # without sudo, ss names no process: a running container's port is then taken to be its own sshd
         foreign = owner is not None and not owner.startswith(SSHD_NAMES) and not (
             owner == "an unknown process" and info is not None and info.running)
         if foreign or (owner is not None and (info is None or not info.running)):
-            out.append(Finding("port.taken", "error", node, f"port {port} (container ssh) is taken by {owner}",
+            out.append(finding(PORT_TAKEN, node, f"port {port} (container ssh) is taken by {owner}",
                                evidence=f"{owner} listens on {port}; the container's sshd must listen there, or the "
                                         "container exits at once",
                                fix=f"stop {owner} on {node} (sudo ss -ltnp 'sport = :{port}'), or set "
-                                   "container.ssh_port to a free port", phase=PHASE, details=_logs(s, node)))
+                                   "container.ssh_port to a free port", details=_logs(s, node)))
             continue
         if info is None or not info.exists:
-            out.append(Finding("container.missing", "error", node, f"container {name} does not exist",
+            out.append(finding(CONTAINER_MISSING, node, f"container {name} does not exist",
                                evidence=f"`docker inspect {name}` finds nothing; expected it running",
-                               fix=s.bootstrap('container'), phase=PHASE))
+                               fix=s.bootstrap('container')))
             continue
         if _restarting(info):
-            out.append(Finding("container.restarting", "error", node, f"container {name} keeps restarting",
+            out.append(finding(CONTAINER_RESTARTING, node, f"container {name} keeps restarting",
                                evidence=f"status {info.status}, {info.restart_count} restarts",
-                               fix=f"docker logs {name} on {node}; then {s.bootstrap('container')}", phase=PHASE,
+                               fix=f"docker logs {name} on {node}; then {s.bootstrap('container')}",
                                details=_logs(s, node)))
             continue
         if not info.running:
-            out.append(Finding("container.exited", "error", node, f"container {name} is not running",
+            out.append(finding(CONTAINER_EXITED, node, f"container {name} is not running",
                                evidence=f"status {info.status}; expected running",
-                               fix=f"{s.bootstrap('container')} (docker logs {name} shows why it stopped)", phase=PHASE,
+                               fix=f"{s.bootstrap('container')} (docker logs {name} shows why it stopped)",
                                details=_logs(s, node)))
         if s.plan is None:
             continue
@@ -93,10 +105,9 @@ def check_containers(s: Snapshot) -> list[Finding]:
         explained = {m.setting for m in node_mismatches(node, info.env, f, s.inventory.serve_spec().engine)}
         rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
         if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
-            out.append(Finding("container.spec_drift", "error", node, f"container {name} differs from the plan",
+            out.append(finding(CONTAINER_SPEC_DRIFT, node, f"container {name} differs from the plan",
                                evidence="; ".join(rest) or "spec label differs (docker args or entrypoint)",
-                               fix=f"{s.bootstrap('container')} (recreates it; --check --diff shows what differs)",
-                               phase=PHASE))
+                               fix=f"{s.bootstrap('container')} (recreates it; --check --diff shows what differs)"))
     return out
 
 
@@ -143,9 +154,9 @@ def check_env(s: Snapshot) -> list[Finding]:
         for m in node_mismatches(node, info.env, s.facts[node], s.inventory.serve_spec().engine):
             if _port_explains(s, node, m):
                 continue
-            out.append(Finding(_env_id(m), m.severity, node, f"container env {m.setting} does not fit {node}",
+            out.append(finding(FINDINGS[_env_id(m)], node, f"container env {m.setting} does not fit {node}",
                                evidence=f"{m.setting}={m.names}: {m.has}",
-                               fix=f"{m.fix}: {s.bootstrap('container')}", phase=PHASE))
+                               fix=f"{m.fix}: {s.bootstrap('container')}", phase=PHASE, severity=m.severity))
     return out
 
 
@@ -162,26 +173,25 @@ def check_container_ssh(s: Snapshot) -> list[Finding]:
             if s.link_broken(node, probe.peer, probe.target):
                 continue  # the address is not Up on the peer: the fabric findings say why
             if probe.unchecked:
-                out.append(Finding("container.ssh_unchecked", "warning", node,
+                out.append(finding(CONTAINER_SSH_UNCHECKED, node,
                                    f"ssh from {node}'s container to {probe.peer}'s could not be checked",
                                    evidence=unchecked_evidence(node, probe, f"ssh {probe.target} true (in the "
-                                                               "container)"), fix=UNCHECKED_FIX, phase=PHASE))
+                                                               "container)"), fix=UNCHECKED_FIX))
                 continue
-            out.append(Finding("container.ssh_broken", "error", blame(node, probe),
+            out.append(finding(CONTAINER_SSH_BROKEN, blame(node, probe),
                                f"ssh from {node}'s container to {probe.peer}'s fails",
                                evidence=f"in {node}'s container: ssh {probe.target} true: {probe.error or 'failed'}; "
                                         "mpirun needs it",
-                               fix=s.bootstrap('container'), phase=PHASE))
+                               fix=s.bootstrap('container')))
     return out
 
 
 def check_exposure(s: Snapshot) -> list[Finding]:
     port = int(s.inventory.container.ssh_port)
-    return [Finding("container.ssh_exposed", "error", node, "the container's sshd answers on the management address",
+    return [finding(CONTAINER_SSH_EXPOSED, node, "the container's sshd answers on the management address",
                     evidence=f"a TCP connection to {ip}:{port} from {node} is accepted; the mesh belongs on the "
                              "fabric (an older sparkctl or a hand-started container listens everywhere)",
-                    fix=f"{s.bootstrap('container')} (recreates it listening on the fabric addresses only)",
-                    phase=PHASE)
+                    fix=f"{s.bootstrap('container')} (recreates it listening on the fabric addresses only)")
             for node in s.order if running_container(s, node) is not None for ip in s.probe(node).exposed]
 
 

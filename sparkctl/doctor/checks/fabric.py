@@ -5,7 +5,24 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
-from sparkctl.doctor.findings import CLUSTER, Finding
+from sparkctl.doctor.catalog import (
+    FABRIC_ADDRESS_DUPLICATE,
+    FABRIC_ADDRESS_EXTRA,
+    FABRIC_ADDRESS_FOREIGN,
+    FABRIC_ADDRESS_MISSING,
+    FABRIC_JUMBO_PING,
+    FABRIC_LINK_DEAD,
+    FABRIC_LINK_LOCAL,
+    FABRIC_MTU_MISMATCH,
+    FABRIC_NO_PLAN,
+    FABRIC_PORTS_DIFFER,
+    FABRIC_SPEED_LOW,
+    FABRIC_TWINS_SAME_SUBNET,
+    FINDINGS,
+    NETPLAN_CONFLICT,
+    NETPLAN_DRIFT,
+)
+from sparkctl.doctor.findings import CLUSTER, Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.fabric import InterfaceDrift, interface_drift, twins_sharing_subnet
@@ -47,26 +64,25 @@ def check_ports(s: Snapshot) -> list[Finding]:
         nics = [s.facts[fault.node].interfaces.get(i) for i in fault.interfaces]
         states = "; ".join(f"{i}: absent" if n is None else f"{i}: state {n.operstate}, <{','.join(n.flags)}>"
                            for i, n in zip(fault.interfaces, nics, strict=True))
-        out.append(Finding(_FAULT_IDS[fault.cause], "error", fault.node,
+        out.append(finding(FINDINGS[_FAULT_IDS[fault.cause]], fault.node,
                            f"fabric {'twins' if len(nics) > 1 else 'twin'} {names} {_SUMMARIES[fault.cause]}",
                            evidence=f"{fault.sentence()} ({states})",
                            fix=s.bootstrap("network") if fault.repairable else fault.fix(), phase=PHASE,
-                           details=(*fault.consequences, *_across(s, fault))))
+                           details=(*fault.consequences, *_across(s, fault)), severity="error"))
     for node in s.order:
         f = s.facts[node]
         for iface in s.plan.fabric.ports[node].interfaces:
             nic = f.interfaces.get(iface)
             if nic is not None and f.interface_up(iface) and nic.speed_mbps and nic.speed_mbps < PORT_SPEED_MBPS:
-                out.append(Finding("fabric.speed_low", "warning", node, f"{iface} links below 200 Gb/s",
+                out.append(finding(FABRIC_SPEED_LOW, node, f"{iface} links below 200 Gb/s",
                                    evidence=f"{nic.speed_mbps // 1000} Gb/s, expected 200 Gb/s",
-                                   fix="check the cable; a switch port may have negotiated 100G", phase=PHASE))
+                                   fix="check the cable; a switch port may have negotiated 100G"))
     if s.inventory.topology in ("pair", "switch"):
         used = {n: s.plan.fabric.ports[n].ports for n in s.order}
         if len(set(used.values())) > 1:
-            out.append(Finding("fabric.ports_differ", "info", CLUSTER, "the nodes use different QSFP ports",
+            out.append(finding(FABRIC_PORTS_DIFFER, CLUSTER, "the nodes use different QSFP ports",
                                evidence=", ".join(f"{n}: port {'/'.join(map(str, p))}" for n, p in used.items()),
-                               fix="works (each node's settings use its own names); NVIDIA recommends the same port",
-                               phase=PHASE))
+                               fix="works (each node's settings use its own names); NVIDIA recommends the same port"))
     return out
 
 
@@ -131,34 +147,33 @@ def check_addresses(s: Snapshot) -> list[Finding]:
         for d in _drift(s, node):
             want = planned.get(d.interface, "no address")
             if d.kind == "unplanned" and d.is_link_local:
-                out.append(Finding("fabric.link_local", "error", node, f"link-local address left on {d.interface}",
+                out.append(finding(FABRIC_LINK_LOCAL, node, f"link-local address left on {d.interface}",
                                    evidence=f"{d.have} on {d.interface}; the plan has {want} (link-local: [] in "
                                             "netplan)",
-                                   fix=f"{fix} (removes it), or sudo ip addr del {d.have} dev {d.interface}",
-                                   phase=PHASE))
+                                   fix=f"{fix} (removes it), or sudo ip addr del {d.have} dev {d.interface}"))
             elif d.kind == "unplanned":
                 network = ipaddress.ip_interface(d.have).network
                 if d.interface in planned and network == planned[d.interface].network:
-                    out.append(Finding("fabric.address_extra", "error", node,
+                    out.append(finding(FABRIC_ADDRESS_EXTRA, node,
                                        f"{d.interface} has a second address in its subnet",
                                        evidence=f"{d.have} on {d.interface} besides the planned {want}",
-                                       fix=f"{fix} (removes unplanned addresses)", phase=PHASE))
+                                       fix=f"{fix} (removes unplanned addresses)"))
                 elif network not in planned_nets:  # the other twin's subnet: twins_same_subnet below
-                    out.append(Finding("fabric.address_foreign", "error", node,
+                    out.append(finding(FABRIC_ADDRESS_FOREIGN, node,
                                        f"{d.interface} has an address outside its subnet",
                                        evidence=f"{d.have} on {d.interface}; planned {want}",
-                                       fix=f"{fix} (removes unplanned addresses)", phase=PHASE))
+                                       fix=f"{fix} (removes unplanned addresses)"))
             elif d.kind == "missing" and f.interface_up(d.interface):
                 have = [str(a) for a in f.addresses_of(d.interface) if a.family == "inet"]
-                out.append(Finding("fabric.address_missing", "error", node, f"{d.interface} lacks its planned address",
+                out.append(finding(FABRIC_ADDRESS_MISSING, node, f"{d.interface} lacks its planned address",
                                    evidence=f"{d.interface} has {', '.join(have) or 'no IPv4 address'}; "
                                             f"planned {want}",
-                                   fix=fix, phase=PHASE))
+                                   fix=fix))
         for net, names in twins_sharing_subnet(f, ifaces).items():
-            out.append(Finding("fabric.twins_same_subnet", "error", node, "two fabric twins share one subnet",
+            out.append(finding(FABRIC_TWINS_SAME_SUBNET, node, "two fabric twins share one subnet",
                                evidence=f"{' and '.join(sorted(names))} both in {net}; one subnet per twin is "
                                         "planned (the legacy scheme causes ARP/route confusion and NCCL failures)",
-                               fix=fix, phase=PHASE))
+                               fix=fix))
     for ip, where in owners.items():
         nodes = sorted({n for n, _ in where})
         if len(where) > 1 and not ipaddress.ip_address(ip).is_link_local:
@@ -173,9 +188,9 @@ def check_addresses(s: Snapshot) -> list[Finding]:
             failing = tuple(_failures_toward(s, to_it)
                             + _failures_toward(s, to_its_subnet, sources=set(nodes)))
             for node in nodes:
-                out.append(Finding("fabric.address_duplicate", "error", node, f"address {ip} is used twice",
+                out.append(finding(FABRIC_ADDRESS_DUPLICATE, node, f"address {ip} is used twice",
                                    evidence="; ".join(f"{n} {i}" for n, i in where),
-                                   fix=fix, phase=PHASE, details=failing))
+                                   fix=fix, details=failing))
     return out
 
 
@@ -194,11 +209,11 @@ def check_mtu(s: Snapshot) -> list[Finding]:
             iface = d.interface
             peers = ", ".join(f"{p} {pif}: {s.facts[p].interfaces[pif].mtu}" for p, pif in _peer_twins(s, node, iface)
                               if p in s.facts and pif in s.facts[p].interfaces)
-            out.append(Finding("fabric.mtu_mismatch", "error", node, f"{iface} has MTU {d.have}, not {mtu}",
+            out.append(finding(FABRIC_MTU_MISMATCH, node, f"{iface} has MTU {d.have}, not {mtu}",
                                evidence=f"MTU {d.have} on {iface}, planned {mtu}"
                                         + (f"; peer {peers}" if peers else "")
                                         + ("; MTU 1500 caps NCCL bandwidth" if d.have == "1500" else ""),
-                               fix=s.bootstrap('network'), phase=PHASE))
+                               fix=s.bootstrap('network')))
     return out
 
 
@@ -209,19 +224,19 @@ def check_netplan(s: Snapshot) -> list[Finding]:
         f = s.facts[node]
         ifaces, _ = _planned(s, node)
         for other, keys in conflicting_stanzas(f.netplan_files, path, ifaces).items():
-            out.append(Finding("netplan.conflict", "error", node, f"{other} also configures the fabric",
+            out.append(finding(NETPLAN_CONFLICT, node, f"{other} also configures the fabric",
                                evidence=f"stanza(s) for {', '.join(keys)} in {other} besides {path}: netplan merges "
                                         "them (addresses pile up)",
-                               fix=f"{s.bootstrap('network')} (moves them out, backed up)", phase=PHASE))
+                               fix=f"{s.bootstrap('network')} (moves them out, backed up)"))
         assert s.plan is not None
         desired = s.plan.nodes[node].netplan
         current = next((x for x in f.netplan_files if x.path == path), None)
         if desired and (current is None or (current.content is not None and current.content != desired)):
             state = "missing" if current is None else "changed"
-            out.append(Finding("netplan.drift", "error", node, f"{path} is {state}",
+            out.append(finding(NETPLAN_DRIFT, node, f"{path} is {state}",
                                evidence=f"{path}: {'absent' if current is None else 'differs from the plan'} "
                                         "(`sparkctl cluster bootstrap --check --diff` shows how)",
-                               fix=s.bootstrap('network'), phase=PHASE))
+                               fix=s.bootstrap('network')))
     return out
 
 
@@ -244,16 +259,15 @@ def check_links(s: Snapshot) -> list[Finding]:
             if ping.peer_ip in duplicated or mine & duplicated:
                 continue  # fabric.address_duplicate explains it (the failure is listed under it)
             if ping.verdict == "mtu":
-                out.append(Finding("fabric.jumbo_ping", "error", node, f"jumbo frames do not cross {ping.interface}",
+                out.append(finding(FABRIC_JUMBO_PING, node, f"jumbo frames do not cross {ping.interface}",
                                    evidence=f"ping -M do -s {size} -I {ping.interface} {ping.peer_ip} ({ping.peer}) "
                                             "fails, a small ping passes: an MTU below "
                                             f"{s.inventory.fabric.mtu} on the path",
-                                   fix="set MTU 9216 on the switch ports (the nodes are at 9000)", phase=PHASE))
+                                   fix="set MTU 9216 on the switch ports (the nodes are at 9000)"))
             else:
-                out.append(Finding("fabric.link_dead", "error", node, f"no answer across {ping.interface}",
+                out.append(finding(FABRIC_LINK_DEAD, node, f"no answer across {ping.interface}",
                                    evidence=f"ping -I {ping.interface} {ping.peer_ip} ({ping.peer}) gets no reply",
-                                   fix=f"check the cable and {ping.peer}'s firewall; {s.bootstrap('network')}",
-                                   phase=PHASE))
+                                   fix=f"check the cable and {ping.peer}'s firewall; {s.bootstrap('network')}"))
     return out
 
 
@@ -270,12 +284,12 @@ def fabric_checks(s: Snapshot) -> list[Finding]:
     if s.inventory.topology == "single":
         return []
     if s.plan is None:
-        return [Finding("fabric.no_plan", "error", CLUSTER, "no fabric plan can be made",
-                        evidence=s.plan_error or "", fix="see the port findings; plug the cables", phase=PHASE)]
+        return [finding(FABRIC_NO_PLAN, CLUSTER, "no fabric plan can be made",
+                        evidence=s.plan_error or "", fix="see the port findings; plug the cables")]
     out = check_ports(s) + check_addresses(s) + check_mtu(s) + check_netplan(s) + check_links(s)
     if s.plan_error:
-        out.append(Finding("fabric.no_plan", "info", CLUSTER, "a node was planned from the inventory alone",
-                           evidence=s.plan_error, phase=PHASE))
+        out.append(finding(FABRIC_NO_PLAN, CLUSTER, "a node was planned from the inventory alone",
+                           evidence=s.plan_error, severity="info"))
     return out
 
 

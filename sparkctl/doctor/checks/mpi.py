@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from sparkctl.doctor.catalog import MPI_HOSTFILE_MISMATCH
 from sparkctl.doctor.checks.container import running_container
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.interface_settings import hostfile_mismatches
@@ -25,22 +26,22 @@ def check_hostfiles(s: Snapshot) -> list[Finding]:
         if node not in envs or text is None:
             continue
         if not text.strip():
-            out.append(Finding("mpi.hostfile_mismatch", "error", node, f"no hostfile in {node}'s container",
+            out.append(finding(MPI_HOSTFILE_MISMATCH, node, f"no hostfile in {node}'s container",
                                evidence=f"{HOSTFILE_PATH} is missing or empty; expected one fabric address per node",
-                               fix=fix, phase=PHASE))
+                               fix=fix))
             continue
         problems = hostfile_mismatches(order, text, envs, s.facts)
         lines = [ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
         if len(lines) > len(order) and len(order) == len(s.all_nodes):
             extra = ", ".join(lines[len(order):])
-            out.append(Finding("mpi.hostfile_mismatch", "error", node, f"the hostfile in {node}'s container has "
-                               "more lines than nodes", evidence=f"extra: {extra}", fix=fix, phase=PHASE))
+            out.append(finding(MPI_HOSTFILE_MISMATCH, node, f"the hostfile in {node}'s container has "
+                               "more lines than nodes", evidence=f"extra: {extra}", fix=fix))
         for m in problems:
             if _down_twin_explains(s, m.node, m.names):
                 continue
-            out.append(Finding("mpi.hostfile_mismatch", "error", node,
+            out.append(finding(MPI_HOSTFILE_MISMATCH, node,
                                f"the hostfile in {node}'s container does not match {m.node}",
-                               evidence=f"{HOSTFILE_PATH} {m.names}: {m.has}", fix=fix, phase=PHASE))
+                               evidence=f"{HOSTFILE_PATH} {m.names}: {m.has}", fix=fix))
     return out
 
 

@@ -4,7 +4,8 @@ files, and sshd drop-ins (/etc/ssh/sshd_config.d) that break the node-to-node ss
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import ENV_FILE_SETTING, ENV_HOST_SETTING, ENV_IMAGE_SETTING, SSH_SSHD_DROPIN
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.node_probes import OVERRIDE_PREFIXES, Setting
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.cuda import off_the_fabric
@@ -40,21 +41,20 @@ def check_container_settings(s: Snapshot) -> list[Finding]:
                 if key.startswith(OVERRIDE_PREFIXES) and key not in planned:
                     judged = _judge(key, value, planned)
                     if judged:
-                        out.append(Finding("env.image_setting", judged[0], node,
+                        out.append(finding(ENV_IMAGE_SETTING, node,
                                            f"the image sets {key}, which sparkctl does not", evidence=(
                                                f"{key}={value} in {name}'s env (from the image "
                                                f"{info.image or s.inventory.container.image}): {judged[1]}"),
                                            fix=f"add {key} to container.env in the inventory with the value you "
                                                "want (sparkctl's -e wins over the image), then sparkctl cluster "
-                                               "bootstrap", phase="container"))
+                                               "bootstrap", severity=judged[0]))
         for setting in s.probe(node).system.container_settings:
             if setting.path.endswith("nccl.conf") and setting.name in planned:
                 continue  # the environment wins over nccl.conf (NCCL docs): sparkctl's value holds
             judged = _judge(setting.name, setting.value, planned)
             if judged:
                 summary, evidence, fix = _file_words(judged, setting, f"inside {name}")
-                out.append(Finding("env.file_setting", judged[0], node, summary, evidence=evidence, fix=fix,
-                                   phase="container"))
+                out.append(finding(ENV_FILE_SETTING, node, summary, evidence=evidence, fix=fix, severity=judged[0]))
     return out
 
 
@@ -76,8 +76,7 @@ def check_host_settings(s: Snapshot) -> list[Finding]:
             if judged:
                 summary, evidence, fix = _file_words(
                     judged, setting, "on the node (not in the container: it steers what you run by hand)")
-                out.append(Finding("env.host_setting", "warning", node, summary, evidence=evidence, fix=fix,
-                                   phase="container"))
+                out.append(finding(ENV_HOST_SETTING, node, summary, evidence=evidence, fix=fix))
     return out
 
 
@@ -92,11 +91,10 @@ def check_sshd_dropins(s: Snapshot) -> list[Finding]:
             seen.add(key)
             problem = sshd_problem(key, value, user, f.groups, len(s.inventory.nodes))
             if problem:
-                out.append(Finding("ssh.sshd_dropin", "error", node, f"{path} breaks the node-to-node ssh mesh",
+                out.append(finding(SSH_SSHD_DROPIN, node, f"{path} breaks the node-to-node ssh mesh",
                                    evidence=f"{key} {value} in {path}: {problem} (sshd applies it at its next start)",
                                    fix=f"remove or change that line of {path}, then sudo systemctl reload ssh (a "
-                                       "person must: sparkctl does not edit sshd's own configuration)",
-                                   phase="ssh"))
+                                       "person must: sparkctl does not edit sshd's own configuration)"))
     return out
 
 

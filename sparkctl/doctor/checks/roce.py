@@ -4,7 +4,8 @@ to sockets."""
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import ROCE_GID_MISSING, ROCE_PORT_INACTIVE
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.spark import SPARK_ROCE
 
@@ -35,10 +36,10 @@ def check_roce(s: Snapshot) -> list[Finding]:
             hca = (system.hcas or {}).get(device)
             if system.hcas is not None and (hca is None or hca.state != "PORT_ACTIVE"):
                 state = "not listed" if hca is None else hca.state or "no state"
-                out.append(Finding("roce.port_inactive", "error", node, f"RoCE device {device} ({iface}) is not active",
+                out.append(finding(ROCE_PORT_INACTIVE, node, f"RoCE device {device} ({iface}) is not active",
                                    evidence=f"ibv_devinfo: {device} port 1 {state} while {iface} is Up",
                                    fix=f"sudo ip link set {iface} down && sudo ip link set {iface} up; if it stays "
-                                       "down, check `dmesg | grep mlx5` (a person must)", phase=PHASE))
+                                       "down, check `dmesg | grep mlx5` (a person must)"))
                 continue
             address = planned.get(iface)
             if system.gids is None or address is None:
@@ -48,13 +49,12 @@ def check_roce(s: Snapshot) -> list[Finding]:
             v2 = [g for g in system.gids if g.device == device and g.version == "v2" and g.ipv4 == str(address.ip)]
             if not v2:
                 have = [f"{g.index} {g.ipv4 or g.gid} {g.version}" for g in system.gids if g.device == device]
-                out.append(Finding("roce.gid_missing", "error", node,
+                out.append(finding(ROCE_GID_MISSING, node,
                                    f"no RoCE v2 GID for {address.ip} on {device}: NCCL cannot use this HCA",
                                    evidence=f"show_gids {device}: {'; '.join(have) or 'no GIDs'}; {iface} has "
                                             f"{address.ip}",
                                    fix=f"re-add the address so the kernel rebuilds the GID table: "
-                                       f"sudo ip addr del {address} dev {iface} && sudo netplan apply",
-                                   phase=PHASE))
+                                       f"sudo ip addr del {address} dev {iface} && sudo netplan apply"))
     return out
 
 

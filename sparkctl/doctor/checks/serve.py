@@ -4,7 +4,23 @@ according to the serve log."""
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import (
+    HF_TOKEN_MISSING,
+    MODEL_ABSENT,
+    MODEL_INCOMPLETE,
+    NCCL_SOCKET_FALLBACK,
+    NCCL_WARN,
+    PORT_TAKEN,
+    SERVE_DEGENERATE,
+    SERVE_DOWN,
+    SERVE_GATEWAY_DOWN,
+    SERVE_HEALTH,
+    SERVE_UNIT_DISABLED,
+    SERVE_UNIT_FAILED,
+    SERVE_UNIT_LOOPING,
+    SERVE_UNIT_MISSING,
+)
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import NodeProbe, Snapshot
 from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
@@ -48,21 +64,21 @@ def check_models(s: Snapshot) -> list[Finding]:
         pending = [m for m in probe.models if m.state != "complete"]
         for m in pending:
             if m.state == "incomplete":
-                out.append(Finding("model.incomplete", "error", node, f"{m.repo} is only partly downloaded",
+                out.append(finding(MODEL_INCOMPLETE, node, f"{m.repo} is only partly downloaded",
                                    evidence=f"{m.detail or 'partial download'}; expected a complete checkpoint",
-                                   fix=s.bootstrap('model'), phase="model"))
+                                   fix=s.bootstrap('model')))
             else:
-                out.append(Finding("model.absent", "error" if serving_expected(s) else "info", node,
+                out.append(finding(MODEL_ABSENT, node,
                                    f"{m.repo} is not in the HF cache", evidence=f"not under {s.facts[node].hf_cache}",
-                                   fix=s.bootstrap('model'), phase="model"))
+                                   fix=s.bootstrap('model'), severity="error" if serving_expected(s) else "info"))
         if pending and probe.hf_token_file is False:
             gated = [m.repo for m in pending if is_gated(m.repo)]
-            out.append(Finding("hf.token_missing", "error" if gated else "warning", node,
+            out.append(finding(HF_TOKEN_MISSING, node,
                                "no Hugging Face token on the node" + (" for a gated repo" if gated else ""),
                                evidence=f"no {s.facts[node].hf_cache}/token; still to download: "
                                         f"{', '.join(m.repo for m in pending)}",
                                fix=f"export {token_env}=hf_... then {s.bootstrap('model')} (writes the token "
-                                   "file, mode 600)", phase="model"))
+                                   "file, mode 600)", severity="error" if gated else "warning"))
     return out
 
 
@@ -88,28 +104,28 @@ def check_server(s: Snapshot) -> list[Finding]:
     tail = tuple(probe.serve_log_tail.splitlines()[-10:])
     if probe.health_status == 200:
         if probe.completion is not None and (not probe.completion.strip() or is_degenerate(probe.completion)):
-            return [Finding("serve.degenerate", "error", head, "the server answers with degenerate output",
+            return [finding(SERVE_DEGENERATE, head, "the server answers with degenerate output",
                             evidence=f"completion: {probe.completion[:80]!r}; expected text",
                             fix="use a release with the Eagle3 SM12x fix (TensorRT-LLM #8615), or serve without "
-                                "the draft (serve.decoding: none)", phase="serve")]
+                                "the draft (serve.decoding: none)")]
         if probe.completion is None and probe.completion_error:
-            return [Finding("serve.health", "error", head, "/health answers but a completion fails",
-                            evidence=probe.completion_error, fix=s.bootstrap('serve'), phase="serve", details=tail)]
+            return [finding(SERVE_HEALTH, head, "/health answers but a completion fails",
+                            evidence=probe.completion_error, fix=s.bootstrap('serve'), details=tail)]
         return []
     if owner is not None and not owner.startswith(SERVER_NAMES):
-        return [Finding("port.taken", "error", head, f"the engine's port {port} is taken by {owner}",
+        return [finding(PORT_TAKEN, head, f"the engine's port {port} is taken by {owner}",
                         evidence=f"{owner} listens on {port}; /health answers {probe.health_status or 'nothing'}",
                         fix=f"stop {owner} on {head}, or set serve.engine_port to a free port", phase="serve")]
     if owner is None:
-        return [Finding("serve.down", "error" if expected else "info", head, f"nothing serves on port {port}",
+        return [finding(SERVE_DOWN, head, f"nothing serves on port {port}",
                         evidence="no process listens there" + ("; the server ran before (serve log)" if expected
                                                                else "; stopped by `sparkctl serve stop`"
                                                                if unit_disabled(probe) else "; not started yet"),
-                        fix=s.bootstrap('serve'), phase="serve", details=tail)]
-    return [Finding("serve.health", "error", head, f"/health on port {port} does not answer 200",
+                        fix=s.bootstrap('serve'), details=tail, severity="error" if expected else "info")]
+    return [finding(SERVE_HEALTH, head, f"/health on port {port} does not answer 200",
                     evidence=f"HTTP {probe.health_status or 'no answer'} from {owner}; ready means 200 (log: "
                              "`Application startup complete.`)",
-                    fix=f"see the serve log; {s.bootstrap('serve')}", phase="serve", details=tail)]
+                    fix=f"see the serve log; {s.bootstrap('serve')}", details=tail)]
 
 
 def check_nccl(s: Snapshot) -> list[Finding]:
@@ -121,19 +137,18 @@ def check_nccl(s: Snapshot) -> list[Finding]:
         report = parse_nccl_log(text)
         f = s.facts[node]
         if fell_back_to_sockets(report, f):
-            out.append(Finding("nccl.socket_fallback", "error", node, "NCCL ran over TCP sockets, not RDMA",
+            out.append(finding(NCCL_SOCKET_FALLBACK, node, "NCCL ran over TCP sockets, not RDMA",
                                evidence=f"`Using network Socket` with NCCL_IB_HCA={report.env.get('NCCL_IB_HCA', '')}"
                                         f"{' (NET/IB : No device found)' if report.ib_no_device else ''}; Up RoCE "
                                         f"devices: {', '.join(rdma_up(f)) or 'none'}",
                                fix=f"set NCCL_IB_HCA to the Up twins' devices ({s.bootstrap('container')}); "
-                                   f"{s.bootstrap('serve')} restarts the server, and NCCL chooses its network anew",
-                               phase="verify"))
+                                   f"{s.bootstrap('serve')} restarts the server, and NCCL chooses its network anew"))
         for warning in report.warnings:
             bootstrap = warning.startswith("Bootstrap :")
-            out.append(Finding("nccl.warn", "error" if bootstrap else "warning", node, "NCCL warned in the serve log",
+            out.append(finding(NCCL_WARN, node, "NCCL warned in the serve log",
                                evidence=f"NCCL WARN {warning}",
                                fix="NCCL_SOCKET_IFNAME must name the node's Up fabric twins" if bootstrap else
-                                   "see the serve log around this line", phase="verify"))
+                                   "see the serve log around this line", severity="error" if bootstrap else "warning"))
     return out
 
 
@@ -150,16 +165,16 @@ def check_gateway(s: Snapshot) -> list[Finding]:
     severity = "error" if serving_expected(s) else "info"
     if probe.gateway != "running":
         state = "absent" if probe.gateway == "absent" else probe.gateway
-        return [Finding("serve.gateway_down", severity, head, f"the gateway in front of the engine is {state}",
+        return [finding(SERVE_GATEWAY_DOWN, head, f"the gateway in front of the engine is {state}",
                         evidence=f"container {GATEWAY_CONTAINER}: {state}; the endpoint answers on no address",
-                        fix=s.bootstrap('serve'), phase="serve")]
+                        fix=s.bootstrap('serve'), severity=severity)]
     missing = sorted(wanted - listening_on(probe.gateway_ss, port))
     if missing:
-        return [Finding("serve.gateway_down", severity, head,
+        return [finding(SERVE_GATEWAY_DOWN, head,
                         f"the gateway does not listen on {', '.join(missing)}:{port}",
                         evidence=f"{GATEWAY_CONTAINER} runs; `ss` at port {port}: "
                                  f"{', '.join(sorted(listening_on(probe.gateway_ss, port))) or 'nothing'}",
-                        fix=s.bootstrap('serve'), phase="serve")]
+                        fix=s.bootstrap('serve'), severity=severity)]
     return []
 
 
@@ -197,14 +212,15 @@ def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
     name = unit_name(s.inventory.cluster.name)
     fix = s.bootstrap("serve")
     if unit.get("LoadState") == "not-found":
-        return [Finding("serve.unit_missing", "error" if serving_expected(s) else "info", node,
+        return [finding(SERVE_UNIT_MISSING, node,
                         f"the serving unit {name} is not installed",
                         evidence=f"no {unit_path(s.inventory.cluster.name)}: nothing serves the model again after a "
-                                 "reboot or when the server ends", fix=fix, phase="serve")]
+                                 "reboot or when the server ends", fix=fix,
+                        severity="error" if serving_expected(s) else "info")]
     if unit_disabled(probe):
-        return [Finding("serve.unit_disabled", "warning", node, f"{name} is disabled: the model is not served, "
+        return [finding(SERVE_UNIT_DISABLED, node, f"{name} is disabled: the model is not served, "
                         "and stays so across reboots", evidence=f"UnitFileState=disabled, {unit_summary(unit)}, as "
-                        "`sparkctl serve stop` leaves it", fix=f"{fix} serves it again", phase="serve")]
+                        "`sparkctl serve stop` leaves it", fix=f"{fix} serves it again")]
     ends = parse_exits(probe.unit_exits)
     last = next((e for e in reversed(ends) if e.result != "asked"), None)
     said = f"; last end: {last.text()}" if last else ""
@@ -212,15 +228,15 @@ def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
     because = f"; likely cause (serve log): {cause[0]}" if cause else ""
     tail = tuple(probe.serve_log_tail.splitlines()[-10:])
     if unit.get("ActiveState") == "failed":
-        return [Finding("serve.unit_failed", "error", node, f"{name} failed and does not start the server again",
-                        evidence=f"Result={unit.get('Result', '?')}{said}{because}", fix=fix, phase="serve",
+        return [finding(SERVE_UNIT_FAILED, node, f"{name} failed and does not start the server again",
+                        evidence=f"Result={unit.get('Result', '?')}{said}{because}", fix=fix,
                         details=tail)]
     early = looping_runs(probe)
     if early:
-        return [Finding("serve.unit_looping", "error", node, f"{name} keeps starting the server and it keeps "
+        return [finding(SERVE_UNIT_LOOPING, node, f"{name} keeps starting the server and it keeps "
                         "ending", evidence=f"{early} runs in a row ended by themselves within {LASTED_S} s "
                         f"(restarts: {unit.get('NRestarts', '?')}, now {unit_summary(unit)}){said}{because}",
-                        fix=f"see `sparkctl serve logs`; {fix} starts it from the planned files", phase="serve",
+                        fix=f"see `sparkctl serve logs`; {fix} starts it from the planned files",
                         details=tail)]
     return []
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import SSH_MESH_BROKEN, SSH_MESH_UNCHECKED
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot, SshProbe
 
 # These errors come from the far end refusing us; the others (host key, timeouts) are the near end's or the path's.
@@ -32,16 +33,16 @@ def check_host_mesh(s: Snapshot) -> list[Finding]:
             if probe.ok or s.link_broken(node, probe.peer, probe.target):
                 continue
             if probe.unchecked:
-                out.append(Finding("ssh.mesh_unchecked", "warning", node,
+                out.append(finding(SSH_MESH_UNCHECKED, node,
                                    f"ssh {node} -> {probe.peer} could not be checked",
                                    evidence=unchecked_evidence(node, probe, f"ssh -o BatchMode=yes {probe.target} "
-                                                               "true"), fix=UNCHECKED_FIX, phase="ssh"))
+                                                               "true"), fix=UNCHECKED_FIX))
                 continue
             where = blame(node, probe)
-            out.append(Finding("ssh.mesh_broken", "error", where, f"ssh {node} -> {probe.peer} fails",
+            out.append(finding(SSH_MESH_BROKEN, where, f"ssh {node} -> {probe.peer} fails",
                                evidence=f"on {node}: ssh -o BatchMode=yes {probe.target} true: "
                                         f"{probe.error or 'failed'}; expected a passwordless login",
-                               fix=fix, phase="ssh"))
+                               fix=fix))
     return out
 
 

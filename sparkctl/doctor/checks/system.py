@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.catalog import (
+    GPU_DRIVER_MISMATCH,
+    GPU_DRIVER_TOO_OLD,
+    NODE_KERNEL_MISMATCH,
+    ROCE_FIRMWARE_MISMATCH,
+)
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.cuda import driver_problem
 
@@ -26,10 +32,11 @@ def check_driver_for_image(s: Snapshot) -> list[Finding]:
         if problem is None:
             continue
         severity, why = problem
-        out.append(Finding("gpu.driver_too_old", severity, node, "the GPU driver is older than the image's CUDA",
+        out.append(finding(GPU_DRIVER_TOO_OLD, node, "the GPU driver is older than the image's CUDA",
                            evidence=f"{why} (image {s.inventory.container.image}, CUDA_VERSION={image_cuda})",
                            fix=f"update the NVIDIA driver on {node} (DGX OS: sudo apt update && sudo apt full-upgrade; "
-                               "a person must, then reboot), or pick an image built for this driver", phase=PHASE))
+                               "a person must, then reboot), or pick an image built for this driver",
+                           severity=severity))
     return out
 
 
@@ -63,15 +70,15 @@ def check_same_everywhere(s: Snapshot) -> list[Finding]:
         return []
     out: list[Finding] = []
     for node, evidence, fix in _differing(s, {n: s.probe(n).system.driver for n in s.order}, "the NVIDIA driver"):
-        out.append(Finding("gpu.driver_mismatch", "error", node, "the GPU driver differs from the other nodes'",
-                           evidence=evidence, fix=fix, phase="preflight"))
+        out.append(finding(GPU_DRIVER_MISMATCH, node, "the GPU driver differs from the other nodes'",
+                           evidence=evidence, fix=fix))
     for node, evidence, fix in _differing(s, {n: s.probe(n).system.kernel for n in s.order}, "the kernel"):
-        out.append(Finding("node.kernel_mismatch", "warning", node, "the kernel differs from the other nodes'",
-                           evidence=evidence, fix=fix, phase="preflight"))
+        out.append(finding(NODE_KERNEL_MISMATCH, node, "the kernel differs from the other nodes'",
+                           evidence=evidence, fix=fix))
     for node, evidence, fix in _differing(s, {n: _fw_of(s, n) for n in s.order},
                                           "the CX-7 firmware (DGX OS firmware update, or mlxfwmanager)"):
-        out.append(Finding("roce.firmware_mismatch", "error", node, "the CX-7 firmware differs from the other nodes'",
-                           evidence=evidence, fix=fix, phase="preflight"))
+        out.append(finding(ROCE_FIRMWARE_MISMATCH, node, "the CX-7 firmware differs from the other nodes'",
+                           evidence=evidence, fix=fix))
     return out
 
 

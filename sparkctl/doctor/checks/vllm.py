@@ -11,8 +11,9 @@ A rank on the wrong NIC (VLLM_HOST_IP, GLOO/TP_SOCKET_IFNAME) is container.py's 
 
 from __future__ import annotations
 
+from sparkctl.doctor.catalog import VLLM_FLAG_REFUSED, VLLM_MASTER_UNREACHABLE, VLLM_RANKS_ONE_NODE, VLLM_RAY_MISSING
 from sparkctl.doctor.checks.container import running_container
-from sparkctl.doctor.findings import Finding
+from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.serve_failures import VLLM_CAUSES
 from sparkctl.rules.serving import serves
@@ -40,16 +41,15 @@ def check_ranks_one_node(s: Snapshot) -> list[Finding]:
         info = running_container(s, node)
         if info is not None and info.env.get("VLLM_HOST_IP"):
             said.setdefault(info.env["VLLM_HOST_IP"], []).append(node)
-    out = [Finding("vllm.ranks_one_node", "error", same[1], f"{' and '.join(same)} say the same VLLM_HOST_IP",
+    out = [finding(VLLM_RANKS_ONE_NODE, same[1], f"{' and '.join(same)} say the same VLLM_HOST_IP",
                    evidence=f"VLLM_HOST_IP={ip} in {', '.join(same)}'s containers: the ranks look like one node "
                             "to each other (vLLM with Ray refuses it: `Every node should have a unique IP address`)",
-                   fix=f"each container's VLLM_HOST_IP its own node's fabric address: {s.bootstrap('container')}",
-                   phase="container")
+                   fix=f"each container's VLLM_HOST_IP its own node's fabric address: {s.bootstrap('container')}")
            for ip, same in said.items() if len(same) > 1]
     for node in nodes:
         lines = _log_says(s, node, "ranks on one node")
         if lines and not out:
-            out.append(Finding("vllm.ranks_one_node", "error", node, "vLLM placed two ranks on one node",
+            out.append(finding(VLLM_RANKS_ONE_NODE, node, "vLLM placed two ranks on one node",
                                evidence=lines[-1].strip()[:300], fix=f"{s.bootstrap('container')}, then "
                                f"{s.bootstrap('serve')}", phase=PHASE))
     return out
@@ -58,11 +58,11 @@ def check_ranks_one_node(s: Snapshot) -> list[Finding]:
 def check_ray(s: Snapshot) -> list[Finding]:
     if not _vllm(s):
         return []
-    return [Finding("vllm.ray_missing", "error", node, f"Ray is the executor and {node}'s image has no `ray`",
+    return [finding(VLLM_RAY_MISSING, node, f"Ray is the executor and {node}'s image has no `ray`",
                     evidence=f"`command -v ray` finds nothing in {s.inventory.container.name} "
                              f"({s.inventory.container.image}); serve.vllm.executor resolves to ray",
                     fix="an image with Ray (NVIDIA's vLLM images have it), or serve.vllm.executor: mp where the "
-                        "release has --nnodes (vLLM 0.11.1 and later)", phase=PHASE)
+                        "release has --nnodes (vLLM 0.11.1 and later)")
             for node in s.order if s.probe(node).ray_found is False]
 
 
@@ -81,11 +81,11 @@ def check_master(s: Snapshot) -> list[Finding]:
             continue  # the head serves nothing: its own findings say why, and the master port is closed with it
         why = (f"the head answers /health, but {reach[0]} does not open from {node}" if head_serves
                else f"{reach[0]} does not open from {node}")
-        out.append(Finding("vllm.master_unreachable", "error", node, f"{node}'s rank cannot reach the master on "
+        out.append(finding(VLLM_MASTER_UNREACHABLE, node, f"{node}'s rank cannot reach the master on "
                            f"{head}", evidence=why + (f"; its log: {lines[-1].strip()[:200]}" if lines else ""),
                            fix=f"check the fabric link {node}-{head} (`sparkctl fabric bench`) and any firewall "
                                f"on {head} for TCP {reach[0].rpartition(':')[2]} on its fabric address",
-                           phase=PHASE, details=tuple(lines[-3:])))
+                           details=tuple(lines[-3:])))
     return out
 
 
@@ -96,11 +96,11 @@ def check_flags(s: Snapshot) -> list[Finding]:
     for node in s.order:
         lines = _log_says(s, node, "vLLM flag refused")
         if lines:
-            out.append(Finding("vllm.flag_refused", "error", node, f"vllm serve on {node} refused its command line",
+            out.append(finding(VLLM_FLAG_REFUSED, node, f"vllm serve on {node} refused its command line",
                                evidence=lines[-1].strip()[:300],
                                fix="fix serve.args/serve.config in the inventory for the image's vLLM release "
                                    "(`sparkctl inventory validate` names the flag), then "
-                                   f"{s.bootstrap('serve')}", phase=PHASE))
+                                   f"{s.bootstrap('serve')}"))
     return out
 
 
