@@ -198,23 +198,3 @@ def parse_sshd_dropins(text: str) -> list[tuple[str, str, str]]:
             key = keyword(parts[0])
             out.append((path, key, parts[1].strip()))
     return out
-
-
-def system_probe(texts: dict[str, str]) -> SystemProbe:
-    """From the probe's section texts (names as in probe_sections)."""
-    versions = parse_versions(texts.get("versions", ""))
-    return SystemProbe(
-        kernel=versions.get("kernel", ""), driver=versions.get("driver", ""), cuda=versions.get("cuda", ""),
-        hcas=parse_ibv_devinfo(texts["ibv"]) if "ibv" in texts else None,
-        gids=parse_gids(texts["gids"]) if "gids" in texts else None,
-        host_settings=parse_settings(texts.get("host-settings", "")),
-        container_settings=parse_settings(texts.get("c-settings", "")),
-        sshd_dropins=parse_sshd_dropins(texts.get("sshd-dropins", "")))
-
-
-def probe_sections(topology: str) -> list[tuple[str, str]]:
-    """The host sections (the container's own is added beside its other container probes)."""
-    sections = [("versions", VERSIONS), ("host-settings", HOST_SETTINGS), ("sshd-dropins", SSHD_DROPINS)]
-    if topology != "single":
-        sections += [("ibv", IBV_DEVINFO), ("gids", GIDS)]
-    return sections

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
 from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import Unreachable
-from sparkctl.facts import Facts
+from sparkctl.facts import ContainerInfo, Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
@@ -39,7 +41,7 @@ from sparkctl.rules.mesh import (
 )
 from sparkctl.rules.serving import has_unit, serving_enabled
 from sparkctl.transport.base import Transport, q
-from sparkctl.transport.framing import Framing
+from sparkctl.transport.framing import Framing, Section
 
 PROBE_TIMEOUT = 60.0
 NCCL_LINES = 2000
@@ -80,30 +82,6 @@ def _mesh_section(tries: list[Try]) -> str:
     return mesh_script(tries) or "true"
 
 
-def _container_lines(inventory: Inventory, plan: ClusterPlan, node: str, order: list[str], nonce: str) -> str:
-    """Inside the container: its hostfile, keys and ssh mesh (TensorRT-LLM's mpirun needs them; vLLM has none:
-    whether its image has Ray where Ray is chosen instead), and the settings files that override sparkctl's."""
-    if plan.vllm is not None:
-        inner = [_section(nonce, "c-ray", "command -v ray") if plan.vllm.executor == "ray" else ""]
-    else:
-        inner = [_section(nonce, "c-hostfile", f"cat {HOSTFILE_PATH}"),
-                 _section(nonce, "c-authkeys", "cat /root/.ssh/authorized_keys"),
-                 _section(nonce, "c-ssh", _mesh_section(container_tries(plan.fabric, order, node)))]
-    inner.append(_section(nonce, "c-settings", node_probes.CONTAINER_SETTINGS))
-    return f"docker exec {q(inventory.container.name)} sh -c {q(chr(10).join(filter(None, inner)))} 2>&1"
-
-
-def _master_reach(plan: ClusterPlan, inventory: Inventory) -> str:
-    """Whether vLLM's master port answers from this node (a worker's rank connects there over the fabric): `open`,
-    or `closed` with why."""
-    assert plan.vllm is not None
-    head = plan.vllm.serve[inventory.serving_nodes()[0]]
-    address, port = head[head.index("--master-addr") + 1], head[head.index("--master-port") + 1]
-    target = f"/dev/tcp/{address}/{port}"
-    return (f"echo {q(f'{address}:{port}')}; if timeout 3 bash -c {q(f': <{target}')} 2>/dev/null; "
-            "then echo open; else echo closed; fi")
-
-
 def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
     lines = []
     for _role, repo in repos:
@@ -134,127 +112,15 @@ def _http(container: str, url: str, body: str | None = None, timeout: int = 5) -
     return f"{line} <<'{end}'\n\n{body}\n{end}"
 
 
-def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
-                 nonce: str, want_logs: bool = False) -> str:
-    """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
-    inv_node = inventory.node(node)
-    container = inventory.container.name
-    info = facts.containers.get(container)
-    ports = sorted({int(inventory.container.ssh_port), serve_port(inventory)})
-    port_filter = " or ".join(f"sport = :{p}" for p in ports)
-    log = serve_log_path(inventory, inv_node, facts)
-    sections = [("ports", f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH")]
-    sections += node_probes.probe_sections(inventory.topology)
-    if plan is not None and inventory.topology != "single":
-        routes = plan.nodes[node].routes if node in plan.nodes else None
-        pings = ping_script(link_pings(plan.fabric, order, node, routes), inventory.fabric.mtu - 28)
-        sections.append(("ping", pings or "true"))
-        sections.append(("ssh", _mesh_section(host_tries(inventory, plan.fabric, order, node))))
-    if info is not None and info.running:
-        sections.append(("exposure", exposure_script(management_addresses(facts), int(inventory.container.ssh_port))))
-    if info is not None and info.exists and (not info.running or info.status == "restarting" or want_logs):
-        sections.append(("c-logs", f"docker logs --tail {LOG_LINES} {q(container)} 2>&1"))
-    hf = facts.hf_cache or inventory.container.hf_cache
-    sections.append(("hf-token", f'[ -s {q(hf + "/token")} ] && echo yes || echo no'))
-    serving = serving_enabled(inventory)
-    sections.append(("models", _model_lines(hf, model_repos(inventory) if serving else [])))
-    sections.append(("serve-log", f"[ -f {q(log)} ] || exit 3; tail -n {LOG_LINES} {q(log)}"))
-    sections.append(("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n {NCCL_LINES}"))
-    if has_unit(inventory, node) and node != inventory.head.name:
-        sections.append(("unit", show_command(inventory.cluster.name)))
-        sections.append(("unit-exits", f"tail -n 20 {q(posixpath.join(posixpath.dirname(log), EXITS_LOG))}"))
-        if plan is not None and plan.vllm is not None and "--master-addr" in plan.vllm.serve.get(
-                inventory.serving_nodes()[0], []):
-            sections.append(("vllm-master", _master_reach(plan, inventory)))
-    if node == inventory.head.name and serving:
-        port = serve_port(inventory)
-        sections.append(("health", _http(container, f"http://127.0.0.1:{port}/health")))
-        body = json.dumps({"model": inventory.serve_spec().model, "max_tokens": 24,
-                           "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
-        gateway_port = int(inventory.serve_spec().port)
-        sections.append(("gateway", f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
-                                    "|| echo absent"))
-        sections.append(("gateway-listen", f"ss -ltnH 'sport = :{gateway_port}'"))
-        sections.append(("unit", show_command(inventory.cluster.name)))
-        sections.append(("unit-exits", f"tail -n 20 {q(posixpath.join(posixpath.dirname(log), EXITS_LOG))}"))
-        sections.append(("completion", "[ \"$_health\" = 200 ] || exit 3\n"
-                                       + _http(container, f"http://127.0.0.1:{port}/v1/chat/completions", body,
-                                               60)))
-    parts = [_PRELUDE]
-    inside = _container_lines(inventory, plan, node, order, nonce) if info is not None and info.running and \
-        plan is not None else ""
-    if inside:
-        # the container's mesh runs alongside the host's (other sshds, other targets): the probe costs the
-        # slower of the two, not their sum
-        parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 & fi')
-    for name, body in sections:
-        if name == "health":
-            parts.append(f"_health=$({body} | head -n 1)")
-            parts.append(_section(nonce, name, "printf '%s\\n' \"$_health\""))
-        else:
-            parts.append(_section(nonce, name, body))
-    if inside:
-        parts.append(f'if [ -n "$_C" ]; then wait; cat "$_C"; rm -f "$_C"; else {inside}; fi')
-    return "\n".join(parts) + "\nexit 0\n"
-
-
-_SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
-
-
-def parse_probe(stdout: str, nonce: str) -> NodeProbe:
-    sections = Framing(nonce).split(stdout)
-
-    def text(name: str) -> str:
-        s = sections.get(name)
-        return s.output if s else ""
-
-    probe = NodeProbe()
-    probe.system = node_probes.system_probe({name: section.output for name, section in sections.items()})
-    for line in text("ports").splitlines():
-        m = _SS_OWNER.search(line)
-        if m:
-            probe.port_owners.setdefault(int(m["port"]), f"{m['name']} (pid {m['pid']})")
-    for verdict, iface, peer, address in parse_pings(text("ping")):
-        probe.pings.append(LinkProbe(iface, peer, address, verdict))
-    probe.ssh = _ssh_results(text("ssh"))
-    probe.container_ssh = _ssh_results(text("c-ssh"))
-    if "c-hostfile" in sections:
-        probe.container_hostfile = text("c-hostfile") if sections["c-hostfile"].ok else ""
-        probe.container_authorized_keys = text("c-authkeys") if sections.get("c-authkeys") and \
-            sections["c-authkeys"].ok else ""
-    probe.container_logs = text("c-logs").strip()
-    probe.exposed = exposed(text("exposure"))
-    token = text("hf-token").strip()
-    probe.hf_token_file = {"yes": True, "no": False}.get(token)
-    for line in text("models").splitlines():
-        state, _, rest = line.partition(" ")
-        repo, _, detail = rest.partition(" ")
-        if state in ("complete", "incomplete", "absent") and repo:
-            probe.models.append(ModelCache(repo, state, detail.strip()))
-    log = sections.get("serve-log")
-    probe.serve_log_exists = bool(log and log.ok)
-    probe.serve_log_tail = text("serve-log").strip() if probe.serve_log_exists else ""
-    probe.nccl_log = text("nccl")
-    if "health" in sections:
-        status = text("health").strip()
-        probe.health_status = int(status) if status.isdigit() else 0
-    if "gateway" in sections:
-        lines = text("gateway").strip().splitlines()
-        probe.gateway = lines[-1].strip() if lines else "absent"
-        probe.gateway_ss = text("gateway-listen")
-    if "unit" in sections:
-        probe.unit = parse_show(text("unit"))
-        probe.unit_exits = text("unit-exits")
-    if "c-ray" in sections:
-        probe.ray_found = sections["c-ray"].ok
-    if "vllm-master" in sections:
-        target, _, verdict = text("vllm-master").strip().partition("\n")
-        probe.vllm_master = (target.strip(), verdict.strip() == "open")
-    completion = sections.get("completion")
-    if completion and completion.ok:
-        status, _, body = completion.output.partition("\n")
-        probe.completion, probe.completion_error = _completion_text(status.strip(), body)
-    return probe
+def _master_reach(plan: ClusterPlan, inventory: Inventory) -> str:
+    """Whether vLLM's master port answers from this node (a worker's rank connects there over the fabric): `open`,
+    or `closed` with why."""
+    assert plan.vllm is not None
+    head = plan.vllm.serve[inventory.serving_nodes()[0]]
+    address, port = head[head.index("--master-addr") + 1], head[head.index("--master-port") + 1]
+    target = f"/dev/tcp/{address}/{port}"
+    return (f"echo {q(f'{address}:{port}')}; if timeout 3 bash -c {q(f': <{target}')} 2>/dev/null; "
+            "then echo open; else echo closed; fi")
 
 
 def _ssh_results(text: str) -> list[SshProbe]:
@@ -272,6 +138,246 @@ def _completion_text(status: str, body: str) -> tuple[str | None, str]:
         return str(content), ""
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         return None, f"unreadable answer ({type(exc).__name__}): {body.strip()[:200]}"
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a node's probe is rendered from: the inventory, the plan (None: none could be made), the node's facts,
+    the node, the reachable nodes in order (the peers to probe), and whether logs are wanted (--bundle)."""
+
+    inventory: Inventory
+    plan: ClusterPlan | None
+    facts: Facts
+    node: str
+    order: list[str]
+    want_logs: bool = False
+
+    @property
+    def container(self) -> ContainerInfo | None:
+        return self.facts.containers.get(self.inventory.container.name)
+
+    @property
+    def running(self) -> bool:
+        return self.container is not None and self.container.running
+
+    @property
+    def head(self) -> bool:
+        return self.node == self.inventory.head.name
+
+    @property
+    def serving(self) -> bool:
+        return serving_enabled(self.inventory)
+
+    @property
+    def log(self) -> str:
+        return serve_log_path(self.inventory, self.inventory.node(self.node), self.facts)
+
+    @property
+    def hf(self) -> str:
+        return self.facts.hf_cache or self.inventory.container.hf_cache
+
+    @property
+    def meshed(self) -> bool:
+        """A plan with peers to try (not a single node)."""
+        return self.plan is not None and self.inventory.topology != "single"
+
+
+@dataclass(frozen=True)
+class ProbeSection:
+    """One section of a node's probe, in one place: its name, its shell from what the probe is rendered from (None:
+    not on this node), and what its output sets in NodeProbe (called only when the section came back)."""
+
+    name: str
+    script: Callable[[Where], str | None]
+    read: Callable[[NodeProbe, Section], None]
+    #: shell run before the section, outside its subshell (what a later section reads: /health's status)
+    before: Callable[[Where], str] | None = None
+
+
+def _ports(w: Where) -> str:
+    ports = sorted({int(w.inventory.container.ssh_port), serve_port(w.inventory)})
+    port_filter = " or ".join(f"sport = :{p}" for p in ports)
+    return f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH"
+
+
+def _read_ports(p: NodeProbe, s: Section) -> None:
+    for line in s.output.splitlines():
+        m = _SS_OWNER.search(line)
+        if m:
+            p.port_owners.setdefault(int(m["port"]), f"{m['name']} (pid {m['pid']})")
+
+
+def _pings(w: Where) -> str | None:
+    if not w.meshed or w.plan is None:
+        return None
+    routes = w.plan.nodes[w.node].routes if w.node in w.plan.nodes else None
+    return ping_script(link_pings(w.plan.fabric, w.order, w.node, routes), w.inventory.fabric.mtu - 28) or "true"
+
+
+def _read_pings(p: NodeProbe, s: Section) -> None:
+    p.pings += [LinkProbe(iface, peer, address, verdict) for verdict, iface, peer, address in parse_pings(s.output)]
+
+
+def _read_models(p: NodeProbe, s: Section) -> None:
+    for line in s.output.splitlines():
+        state, _, rest = line.partition(" ")
+        repo, _, detail = rest.partition(" ")
+        if state in ("complete", "incomplete", "absent") and repo:
+            p.models.append(ModelCache(repo, state, detail.strip()))
+
+
+def _read_serve_log(p: NodeProbe, s: Section) -> None:
+    p.serve_log_exists = s.ok
+    p.serve_log_tail = s.output.strip() if s.ok else ""
+
+
+def _unit_here(w: Where) -> bool:
+    return (w.head and w.serving) or (has_unit(w.inventory, w.node) and not w.head)
+
+
+def _vllm_master(w: Where) -> str | None:
+    plan = w.plan
+    if w.head or not has_unit(w.inventory, w.node) or plan is None or plan.vllm is None:
+        return None
+    if "--master-addr" not in plan.vllm.serve.get(w.inventory.serving_nodes()[0], []):
+        return None
+    return _master_reach(plan, w.inventory)
+
+
+def _read_vllm_master(p: NodeProbe, s: Section) -> None:
+    target, _, verdict = s.output.strip().partition("\n")
+    p.vllm_master = (target.strip(), verdict.strip() == "open")
+
+
+def _completion(w: Where) -> str | None:
+    if not (w.head and w.serving):
+        return None
+    body = json.dumps({"model": w.inventory.serve_spec().model, "max_tokens": 24,
+                       "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
+    url = f"http://127.0.0.1:{serve_port(w.inventory)}/v1/chat/completions"
+    return "[ \"$_health\" = 200 ] || exit 3\n" + _http(w.inventory.container.name, url, body, 60)
+
+
+def _read_completion(p: NodeProbe, s: Section) -> None:
+    if s.ok:
+        status, _, body = s.output.partition("\n")
+        p.completion, p.completion_error = _completion_text(status.strip(), body)
+
+
+def _set(field_name: str, parse: Callable[[str], object]) -> Callable[[NodeProbe, Section], None]:
+    return lambda p, s: setattr(p, field_name, parse(s.output))
+
+
+def _set_system(field_name: str, parse: Callable[[str], object]) -> Callable[[NodeProbe, Section], None]:
+    return lambda p, s: setattr(p.system, field_name, parse(s.output))
+
+
+def _read_versions(p: NodeProbe, s: Section) -> None:
+    versions = node_probes.parse_versions(s.output)
+    p.system.kernel, p.system.driver, p.system.cuda = (versions.get(k, "") for k in ("kernel", "driver", "cuda"))
+
+
+#: The node's own sections, in the order they run.
+HOST_SECTIONS: list[ProbeSection] = [
+    ProbeSection("ports", _ports, _read_ports),
+    ProbeSection("versions", lambda w: node_probes.VERSIONS, _read_versions),
+    ProbeSection("host-settings", lambda w: node_probes.HOST_SETTINGS,
+                 _set_system("host_settings", node_probes.parse_settings)),
+    ProbeSection("sshd-dropins", lambda w: node_probes.SSHD_DROPINS,
+                 _set_system("sshd_dropins", node_probes.parse_sshd_dropins)),
+    ProbeSection("ibv", lambda w: node_probes.IBV_DEVINFO if w.inventory.topology != "single" else None,
+                 _set_system("hcas", node_probes.parse_ibv_devinfo)),
+    ProbeSection("gids", lambda w: node_probes.GIDS if w.inventory.topology != "single" else None,
+                 _set_system("gids", node_probes.parse_gids)),
+    ProbeSection("ping", _pings, _read_pings),
+    ProbeSection("ssh", lambda w: _mesh_section(host_tries(w.inventory, w.plan.fabric, w.order, w.node))
+                 if w.meshed and w.plan is not None else None, _set("ssh", _ssh_results)),
+    ProbeSection("exposure", lambda w: exposure_script(management_addresses(w.facts),
+                                                       int(w.inventory.container.ssh_port)) if w.running else None,
+                 _set("exposed", exposed)),
+    ProbeSection("c-logs", lambda w: f"docker logs --tail {LOG_LINES} {q(w.inventory.container.name)} 2>&1"
+                 if w.container is not None and w.container.exists and (
+                     not w.container.running or w.container.status == "restarting" or w.want_logs) else None,
+                 _set("container_logs", str.strip)),
+    ProbeSection("hf-token", lambda w: f'[ -s {q(w.hf + "/token")} ] && echo yes || echo no',
+                 _set("hf_token_file", lambda text: {"yes": True, "no": False}.get(text.strip()))),
+    ProbeSection("models", lambda w: _model_lines(w.hf, model_repos(w.inventory) if w.serving else []),
+                 _read_models),
+    ProbeSection("serve-log", lambda w: f"[ -f {q(w.log)} ] || exit 3; tail -n {LOG_LINES} {q(w.log)}",
+                 _read_serve_log),
+    ProbeSection("nccl", lambda w: f"grep -E 'NCCL|NET/' {q(w.log)} 2>/dev/null | tail -n {NCCL_LINES}",
+                 _set("nccl_log", str)),
+    ProbeSection("vllm-master", _vllm_master, _read_vllm_master),
+    ProbeSection("health", lambda w: "printf '%s\\n' \"$_health\"" if w.head and w.serving else None,
+                 _set("health_status", lambda text: int(text.strip()) if text.strip().isdigit() else 0),
+                 before=lambda w: "_health=$(" + _http(w.inventory.container.name,
+                                                      f"http://127.0.0.1:{serve_port(w.inventory)}/health")
+                 + " | head -n 1)"),
+    ProbeSection("gateway", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
+                 "|| echo absent" if w.head and w.serving else None,
+                 _set("gateway", lambda text: (text.strip().splitlines() or ["absent"])[-1].strip())),
+    ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{int(w.inventory.serve_spec().port)}'"
+                 if w.head and w.serving else None, _set("gateway_ss", str)),
+    ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name) if _unit_here(w) else None,
+                 _set("unit", parse_show)),
+    ProbeSection("unit-exits", lambda w: f"tail -n 20 {q(posixpath.join(posixpath.dirname(w.log), EXITS_LOG))}"
+                 if _unit_here(w) else None, _set("unit_exits", str)),
+    ProbeSection("completion", _completion, _read_completion),
+]
+
+#: Inside the running container (one `docker exec`, beside the node's own): its hostfile, keys and ssh mesh
+#: (TensorRT-LLM's mpirun needs them; vLLM has none: whether its image has Ray where Ray is chosen instead), and the
+#: settings files that override sparkctl's.
+CONTAINER_SECTIONS: list[ProbeSection] = [
+    ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and w.plan.vllm is not None
+                 and w.plan.vllm.executor == "ray" else None, lambda p, s: setattr(p, "ray_found", s.ok)),
+    ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and w.plan.vllm is None
+                 else None, lambda p, s: setattr(p, "container_hostfile", s.output if s.ok else "")),
+    ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None
+                 and w.plan.vllm is None else None,
+                 lambda p, s: setattr(p, "container_authorized_keys", s.output if s.ok else "")),
+    ProbeSection("c-ssh", lambda w: _mesh_section(container_tries(w.plan.fabric, w.order, w.node))
+                 if w.plan is not None and w.plan.vllm is None else None, _set("container_ssh", _ssh_results)),
+    ProbeSection("c-settings", lambda w: node_probes.CONTAINER_SETTINGS,
+                 _set_system("container_settings", node_probes.parse_settings)),
+]
+
+
+def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
+                 nonce: str, want_logs: bool = False) -> str:
+    """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
+    w = Where(inventory, plan, facts, node, order, want_logs)
+    parts = [_PRELUDE]
+    inside = ""
+    if w.running and plan is not None:
+        inner = [_section(nonce, sec.name, body) for sec in CONTAINER_SECTIONS if (body := sec.script(w)) is not None]
+        inside = f"docker exec {q(inventory.container.name)} sh -c {q(chr(10).join(inner))} 2>&1"
+        # the container's mesh runs alongside the host's (other sshds, other targets): the probe costs the
+        # slower of the two, not their sum
+        parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 & fi')
+    for sec in HOST_SECTIONS:
+        body = sec.script(w)
+        if body is None:
+            continue
+        if sec.before is not None:
+            parts.append(sec.before(w))
+        parts.append(_section(nonce, sec.name, body))
+    if inside:
+        parts.append(f'if [ -n "$_C" ]; then wait; cat "$_C"; rm -f "$_C"; else {inside}; fi')
+    return "\n".join(parts) + "\nexit 0\n"
+
+
+_SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
+
+
+def parse_probe(stdout: str, nonce: str) -> NodeProbe:
+    """Each section that came back, read by its registry entry."""
+    sections = Framing(nonce).split(stdout)
+    probe = NodeProbe()
+    for sec in (*HOST_SECTIONS, *CONTAINER_SECTIONS):
+        if sec.name in sections:
+            sec.read(probe, sections[sec.name])
+    return probe
 
 
 def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | None, facts: Facts, order: list[str],
