@@ -437,3 +437,17 @@ def doctor_report(stdout: str) -> dict:
     if any(f.get("diagnosis") == "after-fix" for f in findings):
         findings = [f for f in findings if f.get("diagnosis") == "after-fix"]
     return {**report, "findings": findings, "lines": lines}
+
+
+class Records(dict):
+    """Proofs on record in memory (the ProofRecords protocol of tasks/context.py; runs/proofs.py keeps them in a
+    file)."""
+
+    def get(self, key):
+        return super().get(key)
+
+    def put(self, key, value):
+        if value is None:
+            self.pop(key, None)
+        else:
+            self[key] = value

@@ -12,22 +12,12 @@ from sparkctl.tasks.container.ssh import ContainerSshTask, mesh_read_script
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.proof import pair_id
 from sparkctl.transport.framing import Framing
+from tests.taskkit import Records
 from tests.unit.container_kit import PUBS, cluster, pair, running_like_plan, ssh_listing
 
 TO_SPARK2 = pair_id("spark1", "spark2", "root@192.168.100.11")
 TO_SPARK1 = pair_id("spark2", "spark1", "root@192.168.100.10")
 VERDICTS = {"spark1": "ok spark2 root@192.168.100.11\n", "spark2": "ok spark1 root@192.168.100.10\n"}
-
-
-class Records(dict):
-    def get(self, key):  # noqa: D102 - the ProofRecords protocol
-        return super().get(key)
-
-    def put(self, key, value):
-        if value is None:
-            self.pop(key, None)
-        else:
-            self[key] = value
 
 
 def run(records, *, carried=True, pubs=PUBS, started=None, deny=frozenset(), options=None):

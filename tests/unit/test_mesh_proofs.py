@@ -19,7 +19,7 @@ from sparkctl.tasks.ssh.keys import SshKeyTask
 from sparkctl.tasks.ssh.mesh import SshMeshTask, read_ssh_files
 from sparkctl.tasks.ssh.proofs import HOST_MESH, host_fingerprints, login_script, parse_login, source_addresses
 from sparkctl.tasks.ssh.verify import SshVerify
-from tests.taskkit import framed, inventory, make_kit, nonce_of, spark_facts, ssh_read_output
+from tests.taskkit import Records, framed, inventory, make_kit, nonce_of, spark_facts, ssh_read_output
 
 FABRIC = {"spark1": {"enp1s0f1np1": ["192.168.100.10/24"], "enP2p1s0f1np1": ["192.168.101.10/24"]},
           "spark2": {"enp1s0f1np1": ["192.168.100.11/24"], "enP2p1s0f1np1": ["192.168.101.11/24"]}}
@@ -27,17 +27,6 @@ PEER = {"spark1": ("spark2", "192.168.100.11"), "spark2": ("spark1", "192.168.10
 TO_SPARK2 = pair_id("spark1", "spark2", "192.168.100.11")
 TO_SPARK1 = pair_id("spark2", "spark1", "192.168.100.10")
 LOGIN = "boot b1\nkey 1 2 3\nclient c\nperms 750:1000 700:1000 600:1000 \nservice s\nfiles f\nsshd * d\n"
-
-
-class Records(dict):
-    def get(self, key):  # noqa: D102 - the ProofRecords protocol
-        return super().get(key)
-
-    def put(self, key, value):
-        if value is None:
-            self.pop(key, None)
-        else:
-            self[key] = value
 
 
 def converged_states() -> dict[str, dict]:

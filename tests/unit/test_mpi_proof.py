@@ -16,19 +16,8 @@ from sparkctl.tasks.mpi.hostfile import HostfileTask
 from sparkctl.tasks.mpi.reads import hostfile_reads
 from sparkctl.tasks.verify.fabric import FabricVerify
 from sparkctl.transport.framing import Framing
-from tests.taskkit import framed
+from tests.taskkit import Records, framed
 from tests.unit.container_kit import PUBS, cluster, pair, probe_line, running_like_plan, ssh_listing
-
-
-class Records(dict):
-    def get(self, key):  # noqa: D102 - the ProofRecords protocol
-        return super().get(key)
-
-    def put(self, key, value):
-        if value is None:
-            self.pop(key, None)
-        else:
-            self[key] = value
 
 
 def converged(rules=None, records=None):
