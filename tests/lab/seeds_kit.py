@@ -121,9 +121,10 @@ def faults() -> list[Fault]:
         Fault("sudo-password", "spark2", "sed -i 's/NOPASSWD: ALL/ALL/' /etc/sudoers.d/50-lab-nvidia",
               "node.sudo_password", manual="sed -i 's/(ALL:ALL) ALL/(ALL:ALL) NOPASSWD: ALL/' "
                                            "/etc/sudoers.d/50-lab-nvidia"),
-        Fault("ssh-auth", "spark2", "cp /home/nvidia/.ssh/authorized_keys /root/ak && "
+        # seeded twice before it is closed, it still keeps the file as it was first (the person's copy)
+        Fault("ssh-auth", "spark2", "{ [ -e /root/ak ] || cp /home/nvidia/.ssh/authorized_keys /root/ak; } && "
               "sed -i '/lab-controller/d' /home/nvidia/.ssh/authorized_keys", "node.ssh_auth",
-              manual="cp /root/ak /home/nvidia/.ssh/authorized_keys"),
+              manual="cp /root/ak /home/nvidia/.ssh/authorized_keys && rm -f /root/ak"),
         Fault("hf-cache-full", "spark1", "mount -t tmpfs -o size=1m tmpfs /home/nvidia/.cache/huggingface",
               "disk.hf_cache_low", manual="umount /home/nvidia/.cache/huggingface", warning=True),
     ]
