@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -140,6 +141,8 @@ class _FactsBuilder:
         if "netplan-guards" in self.sections:
             f.netplan_guards_pending = self.parsed("netplan-guards", parse.parse_guards, default=[])
         f.firewall = self.parsed("firewall", parse.parse_firewall)
+        # any rule change, also one the summary does not tell (a proof on record depends on it: tasks/proof.py)
+        f.firewall_digest = hashlib.sha256(self.text("firewall").encode()).hexdigest()[:16]
 
     def _fill_network(self) -> None:
         f = self.facts

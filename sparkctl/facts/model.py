@@ -258,6 +258,8 @@ class Facts:
     #: netplan revert guards armed and still waiting (None: could not be read without a sudo password)
     netplan_guards_pending: list[str] | None = field(default_factory=list)
     firewall: str | None = None
+    #: sha256 (16 hex) of the firewall rules as read (every rule, also those `firewall` does not summarise)
+    firewall_digest: str = ""
     raw_errors: list[str] = field(default_factory=list)
     #: the hostfile inside the running container, when a caller read it right after the facts (`cluster status`):
     #: "" when it could not be read, None when not read or no container runs

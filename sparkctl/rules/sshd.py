@@ -27,13 +27,27 @@ def _matches(patterns: str, names: list[str]) -> bool:
                for name in names)
 
 
+#: keywords `sshd -T` prints once per entry (one line each): their values are one list
+LISTS = ("allowusers", "denyusers", "allowgroups", "denygroups")
+
+
+def effective_settings(lines: list[tuple[str, str]]) -> dict[str, str]:
+    """`sshd -T` lines (lower-case keyword, value) as keyword -> value, the list keywords' entries joined."""
+    out: dict[str, str] = {}
+    for key, value in lines:
+        key = key.lower()
+        out[key] = f"{out[key]} {value}" if key in LISTS and key in out else value
+    return out
+
+
 def sshd_problem(key: str, value: str, user: str, groups: list[str], nodes: int) -> str | None:
     """Why this setting keeps the cluster's key logins out, or None."""
     low = value.strip().lower()
     if key == "PubkeyAuthentication" and low == "no":
         return "public-key login is off: the mesh logs in with keys only"
-    if key == "AuthenticationMethods" and low != "any" and "publickey" not in low:
-        return f"AuthenticationMethods {value} leaves no public-key login"
+    if key == "AuthenticationMethods" and low != "any" and "publickey" not in low.split():
+        # each space-separated list is one way in; a key-only login meets only a list that is just `publickey`
+        return f"AuthenticationMethods {value} leaves no login by a key alone"
     if key == "AllowUsers" and not _matches(value, [user]):
         return f"{user} is not among AllowUsers {value}"
     if key == "DenyUsers" and _matches(value, [user]):
@@ -87,10 +101,12 @@ def parse_config_lines(grep_output: str) -> list[ConfigLine]:
 
 
 def blame(effective: dict[str, str], lines: list[ConfigLine]) -> dict[str, ConfigLine | None]:
-    """For each effective keyword (sshd -T's lower-case key -> value), the line that set it: one in a Match block
-    with that value first (sshd applies a matching block over the global value), else the first global one."""
+    """For each effective keyword (sshd -T's lower-case key -> value), the line that set it: one with that value in a
+    Match block first (sshd applies a matching block over the global value), else one with that value, else (a list
+    spread over several lines) the first that sets the keyword; None when no file line does (sshd's default)."""
     out: dict[str, ConfigLine | None] = {}
     for key, value in effective.items():
-        same = [c for c in lines if c.key.lower() == key and " ".join(c.value.split()).lower() == value.lower()]
-        out[key] = next((c for c in same if c.match), same[0] if same else None)
+        setting = [c for c in lines if c.key.lower() == key]
+        same = [c for c in setting if " ".join(c.value.split()).lower() == " ".join(value.split()).lower()]
+        out[key] = next((c for c in same if c.match), same[0] if same else setting[0] if setting else None)
     return out

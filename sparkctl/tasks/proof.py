@@ -40,7 +40,8 @@ def digest(*parts: Any) -> str:
 
 def fabric_state(ctx: ClusterContext, name: str) -> list[Any]:
     """What a node's fabric is now, from its facts: each planned interface (state, carrier, MTU, IPv4 addresses),
-    its routes on them, their forwarding and rp_filter settings, its firewall; None when the node was not read."""
+    its routes on them, their forwarding and rp_filter settings, its firewall's rules. A node lost meanwhile raises
+    (errors.Unreachable): nothing of this run is then kept on record."""
     facts = ctx.nodes[name].facts() if name in ctx.nodes else None
     if facts is None:
         return [name, None]
@@ -53,7 +54,8 @@ def fabric_state(ctx: ClusterContext, name: str) -> list[Any]:
                            [nic.operstate, nic.carrier, nic.mtu, sorted(str(a) for a in nic.ipv4())]])
     conf = {k: v for k, v in facts.ipv4_conf.items()
             if k == "ip_forward" or k.split(".")[0] in (*planned, "all", "default")}
-    return [name, interfaces, sorted(str(r) for r in facts.routes_on(planned)), sorted(conf.items()), facts.firewall]
+    return [name, interfaces, sorted(str(r) for r in facts.routes_on(planned)), sorted(conf.items()), facts.firewall,
+            facts.firewall_digest]
 
 
 def pair_id(node: str, peer: str, target: str) -> str:

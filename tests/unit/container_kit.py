@@ -117,13 +117,15 @@ def probe_line(hostfile_env: dict) -> str:
     return json.dumps({"size": 2, "bytes": 1 << 20, "seconds": 0.01, "ranks": ranks})
 
 
-def ssh_listing(inv, facts, node, pubs, ssh_verdicts: str, more: tuple = ()):
+def ssh_listing(inv, facts, node, pubs, ssh_verdicts: str | None, more: tuple = ()):
+    """What container.ssh's read prints; `ssh_verdicts` None: the read tried no pair (they are on record)."""
     cctx0, _ = cluster(inv, facts)
     want = desired_ssh_files(cctx0, pubs)
+    tried = [] if ssh_verdicts is None else [("ssh", ssh_verdicts)]
     return framed([("sshd", "listening\n"), ("client", pubs[node][0] + "\n"), ("host", pubs[node][1] + "\n"),
                    ("node-authorized_keys", want["authorized_keys"]), ("node-known_hosts", want["known_hosts"]),
                    ("in-authorized_keys", want["authorized_keys"]), ("in-known_hosts", want["known_hosts"]),
-                   *more, ("ssh", ssh_verdicts)])
+                   *more, *tried])
 
 
 PUBS = {"spark1": ("ssh-ed25519 AAA1 c@spark1", "ssh-ed25519 HHH1 h"),

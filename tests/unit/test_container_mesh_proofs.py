@@ -30,7 +30,7 @@ def run(records, *, carried=True, pubs=PUBS, started=None, deny=frozenset(), opt
             cctx, node, id=f"c-{node}", started_at=(started or {}).get(node, "2026-11-28T01:00:00Z"))
     inside = {"spark1": "fail spark2 root@192.168.100.11 Permission denied (publickey)\n" if TO_SPARK2 in deny
               else VERDICTS["spark1"], "spark2": VERDICTS["spark2"]}
-    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, pubs, VERDICTS[n] if carried else "")),
+    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, pubs, VERDICTS[n] if carried else None)),
                  (r"^docker exec", inside[n])] for n in ("spark1", "spark2")}
     cctx, events = cluster(inv, facts, rules)
     cctx.records = records
@@ -82,6 +82,28 @@ def test_a_pair_refused_inside_the_containers_fails_and_leaves_the_record():
     run(records)
     with pytest.raises(TaskFailed, match="container-to-container ssh"):
         run(records, carried=False, started={"spark2": "2026-11-28T03:00:00Z"}, deny={TO_SPARK2})
+    assert set(records[CONTAINER_MESH]) == {TO_SPARK1}
+
+
+def test_a_pair_the_read_found_failing_is_tried_again_though_its_proof_is_on_record():
+    """The record missed what broke it: the read's own try (a pair of a node with another pair off the record)
+    decides that it is tried again, from inside the containers."""
+    records = Records()
+    run(records)
+    inv, facts = pair()
+    cctx, _ = cluster(inv, facts)
+    for node in ("spark1", "spark2"):
+        facts[node].containers["trtllm-multinode"] = running_like_plan(cctx, node, id=f"c-{node}",
+                                                                         started_at="2026-11-28T01:00:00Z")
+    failing = {"spark1": "fail spark2 root@192.168.100.11 Permission denied (publickey)\n",
+               "spark2": VERDICTS["spark2"]}
+    rules = {n: [(r":begin client@@", ssh_listing(inv, facts, n, PUBS, failing[n])),
+                 (r"^docker exec", failing[n])] for n in ("spark1", "spark2")}
+    cctx, _ = cluster(inv, facts, rules)
+    cctx.records = records
+    with pytest.raises(TaskFailed, match="container-to-container ssh"):
+        ContainerSshTask().check(cctx)
+    assert any(c.startswith("docker exec") for c in cctx.nodes["spark1"].transport.commands)
     assert set(records[CONTAINER_MESH]) == {TO_SPARK1}
 
 

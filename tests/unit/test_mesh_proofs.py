@@ -11,7 +11,7 @@ import pytest
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.mesh import host_tries
-from sparkctl.rules.sshd import blame, parse_config_lines
+from sparkctl.rules.sshd import blame, effective_settings, parse_config_lines, sshd_problem
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.proof import PairProofs, pair_id
@@ -61,13 +61,14 @@ def kit_over(states, records, *, fail: set[str] = frozenset(), options: RunOptio
     return kit
 
 
-def with_key(state: dict):
-    """ssh.keys' read: the key there, the files and the login section."""
+def with_key(state: dict, mesh: str | None = None):
+    """ssh.keys' read: the key there, the files and the login section (and the tries' verdicts, `mesh`)."""
     files = ssh_read_output(state)
 
     def answer(script: str) -> str:
         nonce = nonce_of(script)
-        return f"@@sparkctl:{nonce}:begin key@@\n\n@@sparkctl:{nonce}:end key 0@@\n" + files(script)
+        tried = f"@@sparkctl:{nonce}:begin mesh@@\n{mesh}@@sparkctl:{nonce}:end mesh 0@@\n" if mesh else ""
+        return f"@@sparkctl:{nonce}:begin key@@\n\n@@sparkctl:{nonce}:end key 0@@\n" + files(script) + tried
 
     answer.wants_script = True
     return answer
@@ -180,6 +181,25 @@ def test_ssh_keys_carries_the_tries_only_while_a_pair_has_no_proof_and_keeps_a_r
     assert "_try" not in kit.transport("spark1").commands[-1]
 
 
+def test_a_pair_that_failed_in_ssh_keys_read_is_tried_again_though_its_proof_is_on_record():
+    """The record missed what broke it (ssh.keys tried the pair because another pair of its node was off the
+    record): ssh.verify tries it again and that answer decides."""
+    states, records = converged_states(), Records()
+    verify(kit_over(states, records))
+    kit = kit_over(states, records, fail={TO_SPARK2})
+    for node in PEER:
+        peer, address = PEER[node]
+        verdict = f"{'fail' if node == 'spark1' else 'ok'} {peer} {address} Permission denied (publickey).\n"
+        kit.transport(node).respond(r"begin key@@", with_key(states[node], mesh=verdict))
+        kit.transport(node).rules.insert(0, kit.transport(node).rules.pop())
+        SshKeyTask().check(kit.node(node))
+    assert SshMeshTask().check(kit.cluster) == []
+    with pytest.raises(TaskFailed, match="1 node-to-node ssh connection"):
+        SshVerify().check(kit.cluster)
+    assert tried(kit) == {TO_SPARK2}
+    assert set(records[HOST_MESH]) == {TO_SPARK1}
+
+
 def test_sshd_seen_from_each_source_when_a_match_block_could_tell_them_apart():
     """With a Match block the peer prints one `sshd -T` digest per source address: a drop-in for one subnet
     changes the pairs from there only."""
@@ -286,3 +306,16 @@ def test_doctor_takes_a_pair_it_found_broken_off_the_record():
     forget_broken_pairs(SimpleNamespace(probes=probes), records)
     assert set(records[HOST_MESH]) == {TO_SPARK1}
     assert set(records[CONTAINER_MESH]) == {"spark1 spark2 root@192.168.100.11"}
+
+
+def test_sshd_lists_printed_one_entry_a_line_are_judged_whole_and_a_second_factor_keeps_a_key_out():
+    """`sshd -T` prints AllowUsers/AllowGroups one entry per line (OpenSSH servconf.c dump_cfg_strarray)."""
+    effective = effective_settings([("allowusers", "alice"), ("allowusers", "nvidia"), ("pubkeyauthentication", "yes")])
+    assert effective == {"allowusers": "alice nvidia", "pubkeyauthentication": "yes"}
+    assert sshd_problem("AllowUsers", effective["allowusers"], "nvidia", [], 2) is None
+    assert sshd_problem("AllowUsers", "alice", "nvidia", [], 2) == "nvidia is not among AllowUsers alice"
+    assert sshd_problem("AuthenticationMethods", "publickey,password", "nvidia", [], 2) == (
+        "AuthenticationMethods publickey,password leaves no login by a key alone")
+    assert sshd_problem("AuthenticationMethods", "publickey,password publickey", "nvidia", [], 2) is None
+    lines = parse_config_lines("/etc/ssh/sshd_config:3:AllowUsers alice\n/etc/ssh/sshd_config:4:AllowUsers bob\n")
+    assert str(blame({"allowusers": "alice bob"}, lines)["allowusers"]) == "/etc/ssh/sshd_config:3: AllowUsers alice"

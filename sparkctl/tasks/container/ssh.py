@@ -152,10 +152,11 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
         # the read tried the pairs of a node that had no proof on record (from the node, with the container's key):
         # an ok there counts; anything else is tried again from inside the containers, and that answer decides.
         # A peer's sshd may also have come up only while this node was already trying it.
-        carried = {pair_id(v.node, v.peer, v.target) for v in collect(
-            {n: (f["ssh"], "") for n, f in files.items() if "ssh" in f}, {n: t for n, t in tries.items()
-                                                                      if "ssh" in files.get(n, {})})
-            if v.state == "ok"}
+        seen = collect({n: (f["ssh"], "") for n, f in files.items() if "ssh" in f},
+                       {n: t for n, t in tries.items() if "ssh" in files.get(n, {})})
+        # a pair that failed there is tried again whatever the record says: the record missed what broke it
+        taken -= {pair_id(v.node, v.peer, v.target) for v in seen if v.state != "ok"}
+        carried = {pair_id(v.node, v.peer, v.target) for v in seen if v.state == "ok"} - taken
         todo = {node: [t for t in node_tries if pair_id(node, t.peer, t.target) not in taken | carried]
                 for node, node_tries in tries.items()}
         todo = {node: node_tries for node, node_tries in todo.items() if node_tries}

@@ -1,15 +1,18 @@
 """What one node-to-node ssh login depends on, for its proof on record (tasks/proof.py PairProofs).
 
 A pair (node -> peer at an address) is fingerprinted by: the node's cluster key (its public half, and the private
-file's inode, size and mtime), its known_hosts and ~/.ssh/config (content, and inode and mtime: a file rewritten,
-by ssh.mesh's repair or anyone, is proven again), its system ssh client configuration
-(/etc/ssh/ssh_config and ssh_config.d), the exact try (rules/mesh.py: address, port, user, options); the peer's
-authorized_keys (the same), its ssh host key, the modes and owners sshd's StrictModes judges ($HOME, ~/.ssh,
-authorized_keys), its boot, the ssh service's start and last reload (systemd), the digest of its sshd
-configuration files and of `sshd -T` as evaluated for the node's addresses and the cluster user (per source
-address when a `Match` block could tell them apart, else once); and both nodes' fabric as their facts show it
-(tasks/proof.py fabric_state). The ~/.ssh files are ssh.keys' read; the rest is this module's `login` section,
-which rides in the same read (and so, on a rerun, in the facts round trip).
+file's inode, size, mtime, mode and owner), its known_hosts and ~/.ssh/config (content, and inode, mtime, mode and
+owner: a file rewritten, by ssh.mesh's repair or anyone, is proven again; one ssh would refuse is too), its system
+ssh client configuration (/etc/ssh/ssh_config and ssh_config.d), the exact try (rules/mesh.py: address, port, user,
+options); the peer's authorized_keys (the same), its ssh host key, the modes and owners sshd's StrictModes judges
+($HOME, ~/.ssh, authorized_keys), the cluster user's groups, login shell and /etc/nologin, its boot, the ssh
+service's start and last reload (systemd), the digest of its sshd configuration files and of `sshd -T` as evaluated
+for the node's addresses and the cluster user (per source address when a `Match` block could tell them apart, else
+once); and both nodes' fabric as their facts show it (tasks/proof.py fabric_state). Without passwordless sudo `sshd
+-T` cannot be read (it loads the host keys): the readable configuration files' digest and the service's start and
+reload stand in. What a pair cannot see (a PAM rule, a directory service) is caught by `doctor`, which proves every
+pair and takes a broken one off the record. The ~/.ssh files are ssh.keys' read; the rest is this module's `login`
+section, which rides in the same read (and so, on a rerun, in the facts round trip).
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ _LOGIN = r"""_U=USER
 _S=; [ "$(id -u)" = 0 ] || { sudo -n true >/dev/null 2>&1 && _S="sudo -n"; }
 _h() { sha256sum | cut -c1-16; }
 printf 'boot %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
-printf 'key %s\n' "$(stat -c '%i %s %Y' "$HOME"/.ssh/KEY 2>/dev/null)"
+printf 'key %s\n' "$(stat -c '%i %s %Y %a %u' "$HOME"/.ssh/KEY 2>/dev/null)"
 printf 'client %s\n' "$(cat /etc/ssh/ssh_config /etc/ssh/ssh_config.d/*.conf 2>/dev/null | _h)"
 printf 'perms %s\n' "$(stat -c '%a:%u' "$HOME" "$HOME"/.ssh "$HOME"/.ssh/authorized_keys 2>/dev/null | tr '\n' ' ')"
-printf 'written %s\n' "$(cd "$HOME"/.ssh 2>/dev/null && stat -c '%i:%Y' authorized_keys known_hosts config 2>/dev/null \
-  | tr '\n' ' ')"
+printf 'written %s\n' "$(cd "$HOME"/.ssh 2>/dev/null && stat -c '%i:%Y:%a:%u' authorized_keys known_hosts config \
+  2>/dev/null | tr '\n' ' ')"
+printf 'account %s\n' "$(id -Gn 2>/dev/null | tr ' ' ,) $(getent passwd "$(id -un)" | cut -d: -f7) \
+$([ -e /etc/nologin ] && echo nologin)"
 printf 'service %s\n' "$(systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ExecReload ssh.service \
   ssh.socket 2>/dev/null | _h)"
 printf 'files %s\n' "$($_S cat /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf 2>/dev/null | _h)"
@@ -119,7 +124,8 @@ def host_fingerprints(ctx: ClusterContext, inputs: dict[str, dict[str, str | Non
                               [logins[node].get(k) for k in ("key", "client", "written")], fabric[node])
                  for node, found in inputs.items()}
     as_target = {node: digest([found.get(k) for k in ("authorized_keys", "hostkey")],
-                              [logins[node].get(k) for k in ("boot", "perms", "written", "service", "files")],
+                              [logins[node].get(k) for k in ("boot", "perms", "written", "account", "service",
+                                                             "files")],
                               logins[node].get("sshd *"), fabric[node])
                  for node, found in inputs.items()}
     out = {}

@@ -5,7 +5,7 @@ Asked only of the peers that refused a pair (one round trip each, all at once)."
 from __future__ import annotations
 
 from sparkctl.rules.mesh import Verdict
-from sparkctl.rules.sshd import SSHD_KEYS, blame, keyword, parse_config_lines, sshd_problem
+from sparkctl.rules.sshd import SSHD_KEYS, blame, effective_settings, keyword, parse_config_lines, sshd_problem
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.ssh.proofs import source_addresses
 from sparkctl.transport.base import q
@@ -55,14 +55,19 @@ def explain_refusals(ctx: ClusterContext, verdicts: list[Verdict]) -> list[str]:
         lines = parse_config_lines(sections.get("lines", ""))
         facts = ctx.nodes[peer].known_facts()
         groups = list(facts.groups) if facts is not None else []
-        found: dict[str, list[str]] = {}  # what was found -> the source addresses it keeps out
+        by_source: dict[str, list[tuple[str, str]]] = {}
         for raw in sections.get("effective", "").splitlines():
             source, _, setting = raw.partition(" ")
             key, _, value = setting.strip().partition(" ")
-            problem = sshd_problem(keyword(key), value, ctx.inventory.user, groups, len(ctx.inventory.nodes))
-            if problem:
-                line = blame({key.lower(): value}, lines)[key.lower()]
-                found.setdefault(f"{line or keyword(key) + ' ' + value}: {problem}", []).append(source)
+            by_source.setdefault(source, []).append((key, value))
+        found: dict[str, list[str]] = {}  # what was found -> the source addresses it keeps out
+        for source, settings in by_source.items():
+            effective = effective_settings(settings)
+            for key, value in effective.items():
+                problem = sshd_problem(keyword(key), value, ctx.inventory.user, groups, len(ctx.inventory.nodes))
+                if problem:
+                    line = blame({key: value}, lines)[key]
+                    found.setdefault(f"{line or keyword(key) + ' ' + value}: {problem}", []).append(source)
         out += [f"{peer}: {what} (logins from {', '.join(sorted(sources))})" for what, sources in found.items()]
     return out
 

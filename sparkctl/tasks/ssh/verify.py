@@ -41,8 +41,10 @@ class SshVerify(Task[ClusterContext, None]):
         # ssh.keys' round trip tried the pairs of a node that had no proof on record: an ok there counts when
         # nothing changed since; anything else is tried again here, and this answer counts
         handed = {node: text for node in tries if (text := ctx.take_over(MESH_VERDICTS.at(node))) is not None}
-        carried = {pair_id(v.node, v.peer, v.target) for v in collect({n: (t, "") for n, t in handed.items()},
-                                                                    {n: tries[n] for n in handed}) if v.state == "ok"}
+        seen = collect({n: (t, "") for n, t in handed.items()}, {n: tries[n] for n in handed})
+        # a pair that failed there is tried again whatever the record says: the record missed what broke it
+        taken -= {pair_id(v.node, v.peer, v.target) for v in seen if v.state != "ok"}
+        carried = {pair_id(v.node, v.peer, v.target) for v in seen if v.state == "ok"} - taken
         todo = {node: [t for t in node_tries if pair_id(node, t.peer, t.target) not in taken | carried]
                 for node, node_tries in tries.items()}
         todo = {node: node_tries for node, node_tries in todo.items() if node_tries}
