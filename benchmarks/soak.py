@@ -73,6 +73,8 @@ class Round:
     attempts: int = 0
     seconds: float = 0.0
     left: list[str] = field(default_factory=list)
+    #: what the first closing step left, when a second was needed
+    first_left: list[str] = field(default_factory=list)
     evidence: str = ""
 
     @property
@@ -139,11 +141,14 @@ def look(lab, wanted: set[tuple[str, str]], baseline: set, timeout: float = 60) 
         time.sleep(1)
 
 
-def close(lab, closer: str) -> None:
+def close(lab, closer: str) -> list[str]:
+    """Run the closing step; what it said failed or left to a person."""
     if closer == "doctor --fix":
-        doctor(lab, "--fix")
-    else:
-        bootstrap(lab)
+        fix = doctor(lab, "--fix").get("fix", {})
+        said = [f"--fix left {f['id']} on {f['node']}" for f in fix.get("needs_you", [])]
+        return said + ([f"--fix's run exited {fix['exit_status']}"] if fix.get("exit_status") else [])
+    code, events = bootstrap(lab)
+    return [f"bootstrap exit {code}: {line}" for line in failed(events)] if code else []
 
 
 def settled(lab, seeded: set[tuple[str, str]], baseline: set) -> list[str]:
@@ -182,11 +187,13 @@ def run_round(lab, rng: random.Random, seed: int, number: int, catalogue: dict[s
             if done.returncode != 0:
                 result.left.append(f"the person's step for {item.name} failed: {done.stderr.strip()[:200]}")
     for attempt, how in enumerate([closer, "bootstrap" if closer != "bootstrap" else "doctor --fix"], start=1):
-        close(lab, how)
+        said = close(lab, how)
         result.attempts = attempt
         result.left = settled(lab, {seeded_finding(i) for i in items}, baseline)
         if not result.left:
             break
+        if attempt == 1:
+            result.first_left = [*said, *result.left]
     result.seconds = time.monotonic() - started
     result.outcome = "closed" if not result.left and not result.missed else (
         "not found" if result.missed and not result.left else "not closed")
@@ -230,7 +237,8 @@ def main() -> None:
                     print(f"seed {seed} round {number:2d}: {row.outcome:<10} {row.seconds:5.1f} s  "
                           f"{'+'.join(row.faults):<40} {row.closer:<13} attempts {row.attempts}"
                           + (f"  left: {row.left} missed: {row.missed} evidence: {row.evidence}"
-                             if not row.closed else ""), flush=True)
+                             if not row.closed else "")
+                          + (f"  first try left: {row.first_left}" if row.first_left else ""), flush=True)
         finally:
             lab.down()
     print_table(rows, log)
@@ -257,6 +265,9 @@ def print_table(rows: list[Round], log: Path) -> None:
         if not r.closed:
             print(f"  seed {r.seed} round {r.number}: {r.outcome}: {'+'.join(r.faults)}; left {r.left}; "
                   f"missed {r.missed}; evidence {r.evidence}")
+        elif r.first_left:
+            print(f"  seed {r.seed} round {r.number}: closed by a second step ({'+'.join(r.faults)}, first "
+                  f"{r.closer}): the first left {r.first_left}")
     print(f"every round: {log}")
 
 
