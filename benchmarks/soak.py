@@ -51,6 +51,9 @@ TOUCHES = {
     "firmware-differs": "standin", "driver-differs": "standin", "driver-too-old": "standin",
     "nccl-conf": "container", "bashrc": "shell", "sshd-dropin": "ssh",
 }
+#: A seeded finding another fault of the round rightly hides: doctor names the root cause (a link or an address
+#: broken), not the logins across it that it breaks (doctor/checks/ssh.py, `link_broken`).
+HIDDEN_BY = {"ssh.mesh_broken": {"links", "addresses"}, "container.ssh_broken": {"links", "addresses"}}
 #: Read on a node (through its namespace, not the network) when a round does not close.
 EVIDENCE = [
     "ip -br link", "ip -br addr", "ip route", "ss -ltnp", "systemctl is-active ssh NetworkManager systemd-networkd",
@@ -69,6 +72,8 @@ class Round:
     closer: str
     found: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    #: seeded findings another fault of the round hid (HIDDEN_BY): not a miss
+    hidden: list[str] = field(default_factory=list)
     outcome: str = ""
     attempts: int = 0
     seconds: float = 0.0
@@ -179,7 +184,11 @@ def run_round(lab, rng: random.Random, seed: int, number: int, catalogue: dict[s
     report = look(lab, wanted, baseline)
     seen = {(f["id"], f["node"]) for f in report["findings"]}
     result.found = sorted(f"{i} on {n}" for i, n in wanted & seen)
-    result.missed = sorted(f"{i} on {n}" for i, n in wanted - seen)
+    for item in items:
+        if seeded_finding(item) in wanted - seen:
+            others = {TOUCHES[other.name] for other in items if other is not item}
+            hidden = HIDDEN_BY.get(seeded_finding(item)[0], set()) & others
+            (result.hidden if hidden else result.missed).append("{} on {}".format(*seeded_finding(item)))
     # a person's step, once doctor has named it (a warning's too: the person reads the report)
     for item in items:
         if isinstance(item, Fault):
