@@ -54,6 +54,8 @@ TOUCHES = {
 #: A seeded finding another fault of the round rightly hides: doctor names the root cause (a link or an address
 #: broken), not the logins across it that it breaks (doctor/checks/ssh.py, `link_broken`).
 HIDDEN_BY = {"ssh.mesh_broken": {"links", "addresses"}, "container.ssh_broken": {"links", "addresses"}}
+#: Faults that keep the controller out of their node: doctor reads nothing else there until a person lets it in.
+LOCKS_OUT = {"ssh-auth"}
 #: Read on a node (through its namespace, not the network) when a round does not close.
 EVIDENCE = [
     "ip -br link", "ip -br addr", "ip route", "ss -ltnp", "systemctl is-active ssh NetworkManager systemd-networkd",
@@ -187,7 +189,8 @@ def run_round(lab, rng: random.Random, seed: int, number: int, catalogue: dict[s
     for item in items:
         if seeded_finding(item) in wanted - seen:
             others = {TOUCHES[other.name] for other in items if other is not item}
-            hidden = HIDDEN_BY.get(seeded_finding(item)[0], set()) & others
+            locked_out = any(o.name in LOCKS_OUT and o.node == item.node for o in items if o is not item)
+            hidden = (HIDDEN_BY.get(seeded_finding(item)[0], set()) & others) or locked_out
             (result.hidden if hidden else result.missed).append("{} on {}".format(*seeded_finding(item)))
     # a person's step, once doctor has named it (a warning's too: the person reads the report)
     for item in items:
