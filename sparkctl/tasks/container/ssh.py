@@ -208,7 +208,7 @@ def container_key_options(ctx: ClusterContext, name: str) -> str:
 
 def carries_tries(ctx: ClusterContext, name: str) -> bool:
     """Whether `name`'s read tries its container pairs: while one of them has no proof on record."""
-    tries = container_ssh_tries(ctx).get(name, [])
+    tries = container_tries(ctx.plan().fabric, list(ctx.nodes), name)
     record = PairProofs(ctx.records, CONTAINER_MESH, reprove=ctx.options.reprove)
     return bool(tries) and not record.covers(pair_id(name, t.peer, t.target) for t in tries)
 
@@ -270,7 +270,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
 
 
 def mesh_read_timeout(ctx: ClusterContext) -> float:
-    mesh = container_mesh_timeout(container_ssh_tries(ctx))
+    mesh = mesh_timeout(max(0, len(ctx.nodes) - 1))  # each node tries at most every peer
     return SSHD_WAIT_S + max(mpirun_timeout(len(ctx.inventory.nodes)), mesh) + 30
 
 
