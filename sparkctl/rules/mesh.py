@@ -174,14 +174,16 @@ def missing_verdicts(node: str, tries: Sequence[Try], verdicts: Sequence[Verdict
     return [Verdict(node, t.peer, t.target, "unknown", why) for t in tries if (t.peer, t.target) not in seen]
 
 
-#: Pings one node has in flight at once (ICMP has no MaxStartups; this only keeps a big node's burst small).
+#: Pings one node has in flight at once (ICMP has no MaxStartups; this only keeps a big node's burst small). Each
+#: waits 1 s for its reply (`-W 1`): a cabled or switched fabric answers in well under a millisecond, so a second
+#: is only what a dropped jumbo frame or a dead link costs, three times over before it is called dead.
 PING_WAVE = 8
 
 _PING_PRELUDE = r"""_ping() { _i=$1; _p=$2; _a=$3; _s=$4; _n=0
   while :; do _n=$((_n+1))
-    if ping -c 1 -W 2 -M do -s "$_s" -I "$_i" "$_a" >/dev/null 2>&1; then echo "ok $_i $_p $_a"; return; fi
+    if ping -c 1 -W 1 -M do -s "$_s" -I "$_i" "$_a" >/dev/null 2>&1; then echo "ok $_i $_p $_a"; return; fi
     [ "$_n" -lt 2 ] && continue
-    if ping -c 1 -W 2 -I "$_i" "$_a" >/dev/null 2>&1; then echo "mtu $_i $_p $_a"; else echo "dead $_i $_p $_a"; fi
+    if ping -c 1 -W 1 -I "$_i" "$_a" >/dev/null 2>&1; then echo "mtu $_i $_p $_a"; else echo "dead $_i $_p $_a"; fi
     return
   done
 }"""

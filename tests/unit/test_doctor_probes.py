@@ -22,7 +22,7 @@ def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
     assert subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True).returncode == 0
     assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
     # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
-    assert 'ping -c 1 -W 2 -M do -s "$_s" -I "$_i" "$_a"' in script
+    assert 'ping -c 1 -W 1 -M do -s "$_s" -I "$_i" "$_a"' in script
     assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
     assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
