@@ -326,19 +326,12 @@ def container_ssh_tries(ctx: ClusterContext) -> dict[str, list[Try]]:
     return {node: t for node, t in tries.items() if t}
 
 
-def container_ssh_probes(ctx: ClusterContext, tries: dict[str, list[Try]] | None = None) -> dict[str, str]:
-    """Per node, the shell (run in its container) that proves its outgoing pairs."""
-    tries = container_ssh_tries(ctx) if tries is None else tries
-    return {node: mesh_script(t) for node, t in tries.items()}
-
-
 def try_container_ssh(ctx: ClusterContext, tries: dict[str, list[Try]]) -> list[Verdict]:
     """Try these pairs from inside the containers (one round trip per node that has any); their verdicts."""
     if not tries:
         return []
     container = ctx.inventory.container.name
-    scripts = {n: f"docker exec {q(container)} sh -c {q(probe)} 2>&1"
-               for n, probe in container_ssh_probes(ctx, tries).items()}
+    scripts = {n: f"docker exec {q(container)} sh -c {q(mesh_script(t))} 2>&1" for n, t in tries.items()}
     timeout = container_mesh_timeout(tries)
     results = ctx.run_on_all(scripts, timeout=timeout)
     return collect({n: (r.stdout, f"the check timed out after {timeout:g}s" if r.timed_out else "")
