@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkctl.engine.task import Scope
-from sparkctl.facts.script import GUARDS_SCRIPT
+from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
 from tests.lab.conftest import poll, ssh

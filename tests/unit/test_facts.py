@@ -301,7 +301,7 @@ def test_session_ip_is_the_node_side_of_ssh_connection():
 
 def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path):
     """The slow sections run in the background; without mktemp the script runs them in order instead."""
-    from sparkctl.facts.script import CONCURRENT
+    from sparkctl.facts.sections import CONCURRENT
 
     script = render_script("n", container_names=[HOSTILE], image_refs=["nope:1"], hf_cache=str(tmp_path))
     runs = {}
@@ -351,3 +351,40 @@ def test_a_docker_that_could_not_tell_is_not_taken_for_an_absent_container():
         "docker", "[]\n#err Error: no such container trtllm-multinode", 125)
     f = facts_from_output(gone, "n", "x", container_names=["trtllm-multinode"])
     assert f.containers["trtllm-multinode"].status == "absent"
+
+
+def test_a_new_fact_is_one_registry_entry(monkeypatch):
+    """One FactSection is all a new fact needs: the script runs it in its place (in the background when it is
+    concurrent), in the one round trip, and its read gets what it printed; a read that fails costs only itself."""
+    from sparkctl.facts import sections
+
+    reads: dict[str, tuple[str, bool]] = {}
+
+    def remember(_f, got):
+        reads[got.name] = (got.text.strip(), got.ok)
+
+    def broken(_f, got):
+        got.parsed(int, 0)
+
+    added = [sections.FactSection("answer", lambda r: "echo 42", remember),
+             sections.FactSection("slow-answer", lambda r: "sleep 0.2; echo 43; exit 3", remember, concurrent=True),
+             sections.FactSection("nowhere", lambda r: None, remember),
+             sections.FactSection("garbage", lambda r: "echo not-a-number", broken)]
+    monkeypatch.setattr(sections, "FACT_SECTIONS", [*sections.FACT_SECTIONS, *added])
+    transport = SubprocessTransport()
+    f = gather_facts(transport, "local")
+    assert transport.round_trips == 1
+    assert reads == {"answer": ("42", True), "slow-answer": ("43", False)}  # "nowhere" did not run
+    assert f.hostname and [e for e in f.raw_errors if e.startswith("garbage")] == [
+        "garbage: ValueError: invalid literal for int() with base 10: 'not-a-number\\n'"]
+
+
+def test_every_fact_section_has_one_name_and_runs_in_a_full_request():
+    from sparkctl.facts.sections import FACT_SECTIONS, FactsRequest, rendered
+
+    names = [s.name for s in FACT_SECTIONS]
+    assert len(names) == len(set(names))
+    full = FactsRequest(("c",), ("i:1",), "~/hf", ("/var/lib/sparkctl",))
+    # docker-info (a bare `docker ps`) runs only when there is nothing to inspect
+    assert [s.name for s, _ in rendered(full)] == [n for n in names if n != "docker-info"]
+    assert "docker" not in [s.name for s, _ in rendered(FactsRequest())]

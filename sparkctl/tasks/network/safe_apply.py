@@ -12,7 +12,7 @@ import time
 
 from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
-from sparkctl.facts.script import GUARDS_SCRIPT
+from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.rules.networkmanager import is_keyfile, is_uuid
 from sparkctl.tasks.context import NodeContext
