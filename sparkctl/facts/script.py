@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, rendered
+from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactSection, FactsRequest, rendered
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 # Run a command under `timeout` when the node has it, so a hung daemon (docker) cannot eat the round trip.
-_PRELUDE = r"""
-_t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
-_has() { command -v "$1" >/dev/null 2>&1; }
+_HELPERS = r"""_t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
+_has() { command -v "$1" >/dev/null 2>&1; }"""
+_PRELUDE = _HELPERS + r"""
 if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; _SUDO_OK=1
 elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; _SUDO_OK=1
-else _S=""; _SUDO_OK=0; fi
-"""
+else _S=""; _SUDO_OK=0; fi"""
 
 #: How much longer than the facts the side reads may take before they are left out.
 SIDE_GRACE_S = 3.0
@@ -41,10 +40,13 @@ def render_request(nonce: str, request: FactsRequest,
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
     parts = [_PRELUDE.strip(), '_D=$(mktemp -d 2>/dev/null) || _D=""']
     for entry, body in sections:
-        if entry.concurrent:
+        if entry.concurrent and not entry.privileged:
             name = entry.name
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
                          f'echo $? >"$_D/{name}.rc"; }} & _FP="$_FP $!"; fi')
+    privileged = [(entry, body) for entry, body in sections if entry.privileged]
+    if privileged:
+        parts.append(_privileged_job(privileged))
     if side:
         # `timeout` run as the job itself (not through _t), so that its PID is known: stopped, it stops the
         # whole side read (it leads its own process group and passes the signal on)
@@ -59,7 +61,7 @@ def render_request(nonce: str, request: FactsRequest,
     framing = Framing(nonce)
     for entry, body in sections:
         name = entry.name
-        if entry.concurrent:
+        if entry.concurrent or entry.privileged:
             # wait for the facts' own background jobs (not the side reads): they run in parallel anyway
             parts.append(f"{framing.begin(name)}\n"
                          f'if [ -n "$_D" ]; then wait $_FP; cat "$_D/{name}"; _rc=1; read -r _rc <"$_D/{name}.rc"\n'
@@ -82,3 +84,15 @@ def render_request(nonce: str, request: FactsRequest,
                      f'read -r _rc <"$_D/side-{i}.rc"; fi\n'
                      f"{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + '\n[ -n "$_D" ] && rm -rf "$_D"\nexit 0\n'
+
+
+def _privileged_job(sections: list[tuple[FactSection, str]]) -> str:
+    """The privileged sections, each in the background of ONE root shell writing into the script's temp dir
+    (its files stay readable and removable by the user: the dir is theirs). As root already, no sudo; with
+    passwordless sudo, one `sudo -n`; else (or when sudo would not run a shell) as the user, `$_SUDO_OK` 0."""
+    jobs = [f'{{ {{\n{body}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc; }} &' for entry, body in sections]
+    inner = "\n".join([_HELPERS, '_S=""; _SUDO_OK=$2; export LC_ALL=C; cd "$1" || exit 0; : >.privileged', *jobs,
+                       "wait"])
+    return (f'if [ -n "$_D" ]; then {{ if [ -n "$_S" ]; then $_S bash -c {q(inner)} _ "$_D" 1 || '
+            f'[ -e "$_D/.privileged" ] || bash -c {q(inner)} _ "$_D" 0; '
+            f'else bash -c {q(inner)} _ "$_D" "$_SUDO_OK"; fi; }} </dev/null >/dev/null 2>&1 & _FP="$_FP $!"; fi')

@@ -74,6 +74,11 @@ class FactSection:
     #: waits on a daemon or walks a big table: run in the background from the top and printed in its place, so
     #: the round trip costs the slowest of them, not their sum
     concurrent: bool = False
+    #: reads what only root may (0600 files, other users' sockets, the firewall): every such entry runs in ONE
+    #: background shell as root (`sudo -n` once, not once per command: each sudo costs ~10 ms of the node's CPU
+    #: and a line in its auth log), with `$_S` empty and `$_SUDO_OK` 1; without passwordless sudo, as the user
+    #: with `$_SUDO_OK` 0, so its shell must work both ways
+    privileged: bool = False
 
 
 def _always(body: str) -> Callable[[FactsRequest], str]:
@@ -245,7 +250,8 @@ FACT_SECTIONS: list[FactSection] = [
     FactSection("arch", _always("uname -m"), _stripped("arch")),
     FactSection("id", _always("id -un; id -u; id -Gn"), _read_id),
     FactSection("home", _always('printf "%s\\n" "$HOME"'), _read_home),
-    FactSection("sudo", _always("sudo -n true >/dev/null 2>&1"), lambda f, got: setattr(f, "sudo_nopasswd", got.ok)),
+    # the prelude's answer (facts/script.py): root, or `sudo -n` works; asked once
+    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: setattr(f, "sudo_nopasswd", got.ok)),
     FactSection("ip-addr", _always("ip -j -d addr show"), _set("interfaces", parse.parse_ip_addr, {})),
     # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost).
     FactSection("carrier", _always(r"""for f in /sys/class/net/*/carrier; do
@@ -269,7 +275,7 @@ done; fi"""), _set("roce", parse.parse_ibdev2netdev, [])),
     FactSection("lldp", _always(r"""_L=$(command -v lldpcli 2>/dev/null)
 for p in /usr/sbin/lldpcli /usr/local/sbin/lldpcli; do [ -z "$_L" ] && [ -e "$p" ] && _L=$p; done
 if [ -z "$_L" ]; then echo '#absent'; else _t 10 $_S "$_L" show neighbors -f json 2>&1; fi"""),
-                _set("lldp", parse_lldp)),
+                _set("lldp", parse_lldp), privileged=True),
     FactSection("speed", _always(r"""for f in /sys/class/net/*/speed; do
   [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}; v=
   read -r v < "$f" 2>/dev/null
@@ -301,7 +307,7 @@ done"""), _set("ipv4_conf", parse.parse_ipv4_conf, {})),
   elif [ "$_SUDO_OK" = 1 ]; then c=$($_S cat "$f" 2>/dev/null | base64 | tr -d '\n') && c="b64:$c" || c=-
   else c=-; fi
   printf '%s %s %s\n' "$mode" "$c" "$f"
-done"""), _set("netplan_files", parse.parse_netplan, [])),
+done"""), _set("netplan_files", parse.parse_netplan, []), privileged=True),
     # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it
     # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls:
     # each costs ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
@@ -318,17 +324,19 @@ else echo '#absent'; fi"""), _set("nm", parse_nmcli), concurrent=True),
     FactSection("docker-info", _docker_ps, _read_docker_ps, concurrent=True),
     FactSection("docker", _docker_inspect, _read_docker_inspect, concurrent=True),
     FactSection("hf-cache", _hf_cache_script, _read_hf_cache),
-    FactSection("netplan-guards", _guards_script, _set("netplan_guards_pending", parse.parse_guards, [])),
+    FactSection("netplan-guards", _guards_script, _set("netplan_guards_pending", parse.parse_guards, []),
+                privileged=True),
     FactSection("ss", _always("if [ \"$_SUDO_OK\" = 1 ]; then $_S ss -ltnpH 2>/dev/null || ss -ltnH; "
-                              "else ss -ltnpH; fi"), _read_ss, concurrent=True),
+                              "else ss -ltnpH; fi"), _read_ss, privileged=True),
     FactSection("meminfo", _always("cat /proc/meminfo"), _read_meminfo),
     FactSection("time", _always("date +%s.%N"), _set("time", parse.parse_time, 0.0)),
     FactSection("firewall", _always(r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi
 if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
-if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, concurrent=True),
+if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, privileged=True),
 ]
 
 CONCURRENT = frozenset(s.name for s in FACT_SECTIONS if s.concurrent)
+PRIVILEGED = frozenset(s.name for s in FACT_SECTIONS if s.privileged)
 
 
 def rendered(request: FactsRequest) -> list[tuple[FactSection, str]]:

@@ -388,3 +388,28 @@ def test_every_fact_section_has_one_name_and_runs_in_a_full_request():
     # docker-info (a bare `docker ps`) runs only when there is nothing to inspect
     assert [s.name for s, _ in rendered(full)] == [n for n in names if n != "docker-info"]
     assert "docker" not in [s.name for s, _ in rendered(FactsRequest())]
+
+
+@pytest.mark.parametrize("who", ["nopasswd", "password"])
+def test_root_only_sections_are_read_with_one_sudo(users, who):
+    """Every section only root may read runs in ONE root shell: a user with passwordless sudo reads the firewall
+    as root and asks sudo twice per facts read (whether it may, then that shell), not once per command; a user
+    whose sudo wants a password reads what a user may, and sudo is asked once."""
+    from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, counting_sudo
+
+    if not shutil.which("iptables"):
+        pytest.skip("no iptables on this machine to read as root")
+    user = NOPASSWD_USER if who == "nopasswd" else SUDO_USER
+    with counting_sudo() as (path, sudo_calls):
+        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "bash", "-c", render_script("n")],
+                             capture_output=True, text=True, timeout=60).stdout
+        asked = sudo_calls()
+    f = facts_from_output(out, "n", "local")
+    firewall = Framing("n").split(out)["firewall"].output
+    assert f.user == user and f.raw_errors == []
+    if who == "nopasswd":
+        assert f.sudo_nopasswd and asked == ["-n true", "-n bash"], asked
+        assert "-P INPUT" in firewall, firewall
+    else:
+        assert not f.sudo_nopasswd and asked == ["-n true"], asked
+        assert "-P INPUT" not in firewall, firewall

@@ -319,3 +319,26 @@ def test_sshd_lists_printed_one_entry_a_line_are_judged_whole_and_a_second_facto
     assert sshd_problem("AuthenticationMethods", "publickey,password publickey", "nvidia", [], 2) is None
     lines = parse_config_lines("/etc/ssh/sshd_config:3:AllowUsers alice\n/etc/ssh/sshd_config:4:AllowUsers bob\n")
     assert str(blame({"allowusers": "alice bob"}, lines)["allowusers"]) == "/etc/ssh/sshd_config:3: AllowUsers alice"
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="needs sshd")
+@pytest.mark.parametrize("who", ["nopasswd", "password"])
+def test_the_login_section_reads_sshd_as_root_with_one_sudo(users, who):
+    """sshd's files and `sshd -T` are read in ONE root shell: with passwordless sudo exactly as root reads them,
+    one sudo asked; without, as the user (sshd -T then fails: its digest is the failure's), the same one sudo."""
+    from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, counting_sudo
+
+    kit = kit_over(converged_states(), Records())
+    script = login_script(kit.cluster, "spark2", "sparkctl-spark-pair_ed25519")
+    as_root = parse_login(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
+    user = NOPASSWD_USER if who == "nopasswd" else SUDO_USER
+    with counting_sudo() as (path, sudo_calls):
+        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "sh", "-c", script],
+                             capture_output=True, text=True, timeout=60)
+        asked = sudo_calls()
+    login = parse_login(out.stdout)
+    sshd = {k: v for k, v in login.items() if k.startswith("sshd ")}
+    root_sshd = {k: v for k, v in as_root.items() if k.startswith("sshd ")}
+    assert asked == ["-n sh"], asked
+    assert sshd and set(sshd) == set(root_sshd)
+    assert (sshd == root_sshd) is (who == "nopasswd"), (sshd, root_sshd)

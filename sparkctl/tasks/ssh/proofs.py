@@ -30,10 +30,25 @@ HOST_MESH = "ssh-mesh"
 #: the section of ssh.keys' read that holds what login_script prints
 SECTION = "login"
 
-# sshd -T needs root (it loads the host keys): sudo -n where that works, else only the files' digest counts.
-_LOGIN = r"""_U=USER
-_S=; [ "$(id -u)" = 0 ] || { sudo -n true >/dev/null 2>&1 && _S="sudo -n"; }
-_h() { sha256sum | cut -c1-16; }
+# What only root may read: sshd's files (0600 drop-ins) and `sshd -T` (it loads the host keys). ONE shell reads it
+# all, as root where that takes no password (`sudo -n` once, not once per command: each sudo costs ~10 ms of the
+# node's CPU and a line in its auth log), else as the user: then only the readable files' digest counts.
+# $1: the cluster user, $2: sshd's port, then "source/local" address pairs.
+_AS_ROOT = r"""_h() { sha256sum | cut -c1-16; }
+_U=$1; _P=$2; shift 2
+printf 'files %s\n' "$(cat /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf 2>/dev/null | _h)"
+_D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+if grep -qisE '^[[:space:]]*match[[:space:]]' /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf; then
+  for _a in "$@"; do
+    _src=${_a%%/*}; _l=${_a#*/}
+    printf 'sshd %s %s\n' "$_src" "$("$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=$_P" 2>&1 | _h)"
+  done
+else
+  printf 'sshd * %s\n' "$("$_D" -T 2>&1 | _h)"
+fi
+exit 0"""
+
+_LOGIN = r"""_h() { sha256sum | cut -c1-16; }
 printf 'boot %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 printf 'key %s\n' "$(stat -c '%i %s %Y %a %u' "$HOME"/.ssh/KEY 2>/dev/null)"
 printf 'client %s\n' "$(cat /etc/ssh/ssh_config /etc/ssh/ssh_config.d/*.conf 2>/dev/null | _h)"
@@ -44,16 +59,9 @@ printf 'account %s\n' "$(id -Gn 2>/dev/null | tr ' ' ,) $(getent passwd "$(id -u
 $([ -e /etc/nologin ] && echo nologin)"
 printf 'service %s\n' "$(systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ExecReload ssh.service \
   ssh.socket 2>/dev/null | _h)"
-printf 'files %s\n' "$($_S cat /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf 2>/dev/null | _h)"
-_D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-if $_S grep -qisE '^[[:space:]]*match[[:space:]]' /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf; then
-  for _a in SOURCES; do
-    _src=${_a%%/*}; _l=${_a#*/}
-    printf 'sshd %s %s\n' "$_src" "$($_S "$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=PORT" 2>&1 | _h)"
-  done
-else
-  printf 'sshd * %s\n' "$($_S "$_D" -T 2>&1 | _h)"
-fi"""
+_R=AS_ROOT
+if [ "$(id -u)" = 0 ]; then sh -c "$_R" sh USER PORT SOURCES
+else sudo -n sh -c "$_R" sh USER PORT SOURCES 2>/dev/null || sh -c "$_R" sh USER PORT SOURCES; fi"""
 
 
 def _ip(host: object) -> str | None:
@@ -89,8 +97,8 @@ def login_script(ctx: ClusterContext, node: str, key: str) -> str:
     inv = ctx.inventory
     port = int(inv.node(node).port or inv.ssh.port or 22)
     sources = " ".join(q(f"{src}/{local}") for src, local in source_addresses(ctx, node)) or "none/none"
-    return (_LOGIN.replace("KEY", q(key)).replace("SOURCES", sources).replace("USER", q(inv.user))
-            .replace("PORT", str(port)))
+    return (_LOGIN.replace("AS_ROOT", q(_AS_ROOT)).replace("KEY", q(key)).replace("SOURCES", sources)
+            .replace("USER", q(inv.user)).replace("PORT", str(port)))
 
 
 def parse_login(text: str | None) -> dict[str, str]:
