@@ -13,8 +13,12 @@ from sparkctl.transport.framing import Framing
 # Run a command under `timeout` when the node has it, so a hung daemon (docker) cannot eat the round trip.
 _HELPERS = r"""_t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 _has() { command -v "$1" >/dev/null 2>&1; }"""
+# Root or not, and whether `sudo -n` works: with a temp dir, the privileged shell finds out by trying it once
+# (_privileged_job); without one, asked here for the privileged sections run inline.
 _PRELUDE = _HELPERS + r"""
-if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; _SUDO_OK=1
+_D=$(mktemp -d 2>/dev/null) || _D=""
+if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=""; _SUDO_OK=1
+elif [ -n "$_D" ]; then _S="sudo -n"; _SUDO_OK=""
 elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; _SUDO_OK=1
 else _S=""; _SUDO_OK=0; fi"""
 
@@ -38,7 +42,7 @@ def render_request(nonce: str, request: FactsRequest,
     side = list((side_reads or {}).items())
     sections = rendered(request)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
-    parts = [_PRELUDE.strip(), '_D=$(mktemp -d 2>/dev/null) || _D=""']
+    parts = [_PRELUDE.strip()]
     for entry, body in sections:
         if entry.concurrent and not entry.privileged:
             name = entry.name
@@ -88,11 +92,12 @@ def render_request(nonce: str, request: FactsRequest,
 
 def _privileged_job(sections: list[tuple[FactSection, str]]) -> str:
     """The privileged sections, each in the background of ONE root shell writing into the script's temp dir
-    (its files stay readable and removable by the user: the dir is theirs). As root already, no sudo; with
-    passwordless sudo, one `sudo -n`; else (or when sudo would not run a shell) as the user, `$_SUDO_OK` 0."""
+    (its files stay readable and removable by the user: the dir is theirs). As root already, no sudo; else one
+    `sudo -n`, and when that is refused (a password, or no rule for a shell) the same shell as the user with
+    `$_SUDO_OK` 0."""
     jobs = [f'{{ {{\n{body}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc; }} &' for entry, body in sections]
     inner = "\n".join([_HELPERS, '_S=""; _SUDO_OK=$2; export LC_ALL=C; cd "$1" || exit 0; : >.privileged', *jobs,
                        "wait"])
-    return (f'if [ -n "$_D" ]; then {{ if [ -n "$_S" ]; then $_S bash -c {q(inner)} _ "$_D" 1 || '
+    return (f'if [ -n "$_D" ]; then {{ if [ -n "$_S" ]; then $_S bash -c {q(inner)} _ "$_D" 1 2>/dev/null || '
             f'[ -e "$_D/.privileged" ] || bash -c {q(inner)} _ "$_D" 0; '
             f'else bash -c {q(inner)} _ "$_D" "$_SUDO_OK"; fi; }} </dev/null >/dev/null 2>&1 & _FP="$_FP $!"; fi')

@@ -250,8 +250,6 @@ FACT_SECTIONS: list[FactSection] = [
     FactSection("arch", _always("uname -m"), _stripped("arch")),
     FactSection("id", _always("id -un; id -u; id -Gn"), _read_id),
     FactSection("home", _always('printf "%s\\n" "$HOME"'), _read_home),
-    # the prelude's answer (facts/script.py): root, or `sudo -n` works; asked once
-    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: setattr(f, "sudo_nopasswd", got.ok)),
     FactSection("ip-addr", _always("ip -j -d addr show"), _set("interfaces", parse.parse_ip_addr, {})),
     # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost).
     FactSection("carrier", _always(r"""for f in /sys/class/net/*/carrier; do
@@ -328,6 +326,9 @@ else echo '#absent'; fi"""), _set("nm", parse_nmcli), concurrent=True),
                 privileged=True),
     FactSection("ss", _always("if [ \"$_SUDO_OK\" = 1 ]; then $_S ss -ltnpH 2>/dev/null || ss -ltnH; "
                               "else ss -ltnpH; fi"), _read_ss, privileged=True),
+    # root already, or `sudo -n` ran the privileged shell (facts/script.py): sudo asked once, by that shell
+    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: setattr(f, "sudo_nopasswd", got.ok),
+                privileged=True),
     FactSection("meminfo", _always("cat /proc/meminfo"), _read_meminfo),
     FactSection("time", _always("date +%s.%N"), _set("time", parse.parse_time, 0.0)),
     FactSection("firewall", _always(r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi

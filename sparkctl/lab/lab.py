@@ -199,11 +199,12 @@ class Lab:
                       standins: list[Path]) -> None:
         paths = self.paths(record.name)
         for d in (paths.etc_upper, paths.etc_work, paths.home_upper, paths.home_work, paths.run,
-                  paths.tmp, paths.containers, paths.var_lib_sparkctl, paths.bin,
+                  paths.tmp, paths.var_tmp, paths.containers, paths.var_lib_sparkctl, paths.bin,
                   *(paths.var_lib / name for name in self.renderer.own_var_lib)):
             d.mkdir(parents=True, exist_ok=True)
         paths.console.touch()
         paths.tmp.chmod(0o1777)
+        paths.var_tmp.chmod(0o1777)
         (paths.run / "lab").mkdir()
         (paths.run / "lab").chmod(0o1777)
         node.copy_skel(paths.root_home)

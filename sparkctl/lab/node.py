@@ -37,6 +37,9 @@ class NodePaths:
     root_home = property(lambda self: self.base / "root")
     run = property(lambda self: self.base / "run")
     tmp = property(lambda self: self.base / "tmp")
+    # a real Spark has its own /var/tmp, kept across reboots; the machine's, shared by every node, left systemd's
+    # PrivateTmp= units (systemd-hostnamed) failing at boot on some nodes of a 16-node lab ("degraded")
+    var_tmp = property(lambda self: self.base / "var-tmp")
     containers = property(lambda self: self.base / "containers")
     # a real Spark has its own /var/lib; tools keep node state there (the machine's is shared otherwise)
     var_lib_sparkctl = property(lambda self: self.base / "var-lib-sparkctl")
@@ -50,7 +53,8 @@ class NodePaths:
     def upper_for(self, path: str) -> Path | None:
         """The machine path holding a node file written since boot, without the node running."""
         mapping = {"/etc": self.etc_upper, "/home": self.home_upper, "/root": self.root_home,
-                   "/run": self.run, "/tmp": self.tmp, "/var/lib/containers": self.containers,
+                   "/run": self.run, "/tmp": self.tmp, "/var/tmp": self.var_tmp,
+                   "/var/lib/containers": self.containers,
                    "/var/lib/sparkctl": self.var_lib_sparkctl,
                    "/usr/local/bin": self.bin}
         for prefix, host_dir in mapping.items():
@@ -153,6 +157,7 @@ def render_init_script(paths: NodePaths, hostname: str, mounts: list[CgroupMount
         f"mount --bind {d}/root /root",
         f"mount --bind {d}/run /run",
         f"mount --bind {d}/tmp /tmp",
+        f"mount --bind {d}/var-tmp /var/tmp",
         f"mkdir -p /var/lib/containers && mount --bind {d}/containers /var/lib/containers",
         f"mkdir -p /var/lib/sparkctl && mount --bind {d}/var-lib-sparkctl /var/lib/sparkctl",
         f"mount --bind {d}/bin /usr/local/bin",
