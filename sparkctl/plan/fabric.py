@@ -42,18 +42,18 @@ class FabricPlan:
     ports: dict[str, NodePorts]
     addresses: dict[str, dict[str, ipaddress.IPv4Interface]]   # node -> interface -> address
     kept: dict[str, set[str]] = field(default_factory=dict)      # node -> interfaces whose address was kept
+    # node -> its links, worked out once: asked for every pair of nodes (peer_route), each answer walks every node
+    _links: dict[str, list[Link]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def links(self, node: str) -> list[Link]:
-        mine = self.addresses.get(node, {})
-        out = []
-        for iface, addr in mine.items():
-            peers = tuple(
-                (other, oif, oaddr)
-                for other, oaddrs in self.addresses.items() if other != node
-                for oif, oaddr in oaddrs.items() if oaddr.network == addr.network
-            )
-            out.append(Link(node, iface, addr, peers))
-        return out
+        if node not in self._links:
+            mine = self.addresses.get(node, {})
+            self._links[node] = [
+                Link(node, iface, addr, tuple((other, oif, oaddr)
+                                              for other, oaddrs in self.addresses.items() if other != node
+                                              for oif, oaddr in oaddrs.items() if oaddr.network == addr.network))
+                for iface, addr in mine.items()]
+        return list(self._links[node])
 
     def address_facing(self, node: str, peer: str) -> ipaddress.IPv4Address | None:
         """node's first address on a subnet it shares with peer (a ring reaches each neighbour on its own

@@ -9,6 +9,7 @@ type is still a changed key) and otherwise record it, like OpenSSH's StrictHostK
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -33,10 +34,46 @@ def removal_command(known_hosts_path: str, host: str, port: int) -> str:
     return f"ssh-keygen -f {q(known_hosts_path)} -R {q(host_key_name(host, port))}"
 
 
+# known_hosts parsed once per content, not once per node: every line is a key to decode, and a cluster's file holds
+# every node's, so parsing it for each connection grew with the square of the nodes. Keyed by the bytes read, so an
+# edit is never missed (paramiko.HostKeys.load's own rules: blank, comment and unreadable lines skipped).
+_parsed: dict[tuple[str, bytes], list[tuple[str, paramiko.PKey]]] = {}
+_parsed_lock = threading.Lock()
+
+
+def _known_host_keys(known_hosts_path: str) -> list[tuple[str, paramiko.PKey]]:
+    with open(known_hosts_path, "rb") as handle:
+        content = handle.read()
+    state = (known_hosts_path, hashlib.sha256(content).digest())
+    with _parsed_lock:
+        if state not in _parsed:
+            keys: list[tuple[str, paramiko.PKey]] = []
+            for lineno, line in enumerate(content.decode().splitlines(), 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                except paramiko.SSHException:
+                    continue
+                if entry is not None:
+                    keys += [(name, entry.key) for name in entry.hostnames]
+            _parsed.clear()
+            _parsed[state] = keys
+        return _parsed[state]
+
+
 def load_known_hosts(client: paramiko.SSHClient, known_hosts_path: str) -> None:
-    """Give the client the keys of `known_hosts_path` so that paramiko detects a mismatching key."""
-    if os.path.isfile(known_hosts_path):
-        client.load_host_keys(known_hosts_path)
+    """Give the client the keys of `known_hosts_path` so that paramiko detects a mismatching key. A host listed
+    twice with one key type keeps its first key, as paramiko's own loading does (its lookup takes the first)."""
+    if not os.path.isfile(known_hosts_path):
+        return
+    host_keys = client.get_host_keys()
+    given: set[tuple[str, str]] = set()
+    for name, key in _known_host_keys(known_hosts_path):
+        if (name, key.get_name()) not in given:
+            given.add((name, key.get_name()))
+            host_keys.add(name, key.get_name(), key)
 
 
 def append_known_host(known_hosts_path: str, name: str, key: paramiko.PKey) -> None:

@@ -83,6 +83,21 @@ def test_the_connection_sends_small_packets_at_once(ssh, monkeypatch):
     assert ssh.run("echo again").stdout == "again\n"
 
 
+def test_an_idle_connection_s_reader_wakes_once_a_second_and_still_answers_at_once(ssh):
+    """paramiko's reader thread wakes at each timeout of its socket (0.1 s by default, ~1 ms of CPU per connection
+    per second held): once connected, the tick is READER_TICK_S; data still wakes it at once, a close still
+    ends the connection."""
+    from sparkctl.transport.ssh import READER_TICK_S
+
+    ssh.connect()
+    transport = ssh._conn.transport
+    assert READER_TICK_S >= 1 and transport.sock.gettimeout() == READER_TICK_S
+    time.sleep(0.3)  # idle first: the reader is in its socket's wait when the command comes
+    assert ssh.run("echo awake").stdout == "awake\n"
+    ssh.close()
+    assert not transport.is_active()
+
+
 def test_stdin_is_closed_and_input_is_passed(ssh):
     ssh.connect()  # the bound is for the command, not the login
     started = time.monotonic()
