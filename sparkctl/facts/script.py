@@ -96,8 +96,11 @@ def _privileged_job(sections: list[tuple[FactSection, str]]) -> str:
     `sudo -n`, and when that is refused (a password, or no rule for a shell) the same shell as the user with
     `$_SUDO_OK` 0."""
     jobs = [f'{{ {{\n{body}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc; }} &' for entry, body in sections]
-    inner = "\n".join([_HELPERS, '_S=""; _SUDO_OK=$2; export LC_ALL=C; cd "$1" || exit 0; : >.privileged', *jobs,
-                       "wait"])
+    # umask 022: the user reads what root wrote (sudo keeps a stricter umask of theirs: 027 would leave every
+    # section unreadable); set -C: root never writes through a file or link already there (the dir is the user's);
+    # a dir root may not enter (root-squashed NFS) fails the shell before its mark, and the user's runs instead
+    inner = "\n".join([_HELPERS, '_S=""; _SUDO_OK=$2; export LC_ALL=C; umask 022; cd "$1" || exit 1; set -C',
+                       ": >.privileged", *jobs, "wait"])
     return (f'if [ -n "$_D" ]; then {{ if [ -n "$_S" ]; then $_S bash -c {q(inner)} _ "$_D" 1 2>/dev/null || '
             f'[ -e "$_D/.privileged" ] || bash -c {q(inner)} _ "$_D" 0; '
             f'else bash -c {q(inner)} _ "$_D" "$_SUDO_OK"; fi; }} </dev/null >/dev/null 2>&1 & _FP="$_FP $!"; fi')

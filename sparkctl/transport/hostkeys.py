@@ -48,7 +48,9 @@ def _known_host_keys(known_hosts_path: str) -> list[tuple[str, paramiko.PKey]]:
     with _parsed_lock:
         if state not in _parsed:
             keys: list[tuple[str, paramiko.PKey]] = []
-            for lineno, line in enumerate(content.decode().splitlines(), 1):
+            # the lines a text-mode file yields (universal newlines), as paramiko reads them
+            text = content.decode().replace("\r\n", "\n").replace("\r", "\n")
+            for lineno, line in enumerate(text.split("\n"), 1):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
