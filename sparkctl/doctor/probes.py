@@ -41,7 +41,7 @@ from sparkctl.rules.mesh import (
 )
 from sparkctl.rules.serving import has_unit, serving_enabled
 from sparkctl.transport.base import Transport, q
-from sparkctl.transport.framing import Framing, Section
+from sparkctl.transport.framing import Framing, Section, held_output
 
 PROBE_TIMEOUT = 60.0
 NCCL_LINES = 2000
@@ -347,14 +347,15 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
                  nonce: str, want_logs: bool = False) -> str:
     """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
     w = Where(inventory, plan, facts, node, order, want_logs)
-    parts = [_PRELUDE]
+    hold, send = held_output("$_O", 'rm -f "$_O"')
+    parts = [_PRELUDE, '_O=$(mktemp 2>/dev/null) || _O=""', hold]
     inside = ""
     if w.running and plan is not None:
         inner = [_section(nonce, sec.name, body) for sec in CONTAINER_SECTIONS if (body := sec.script(w)) is not None]
         inside = f"docker exec {q(inventory.container.name)} sh -c {q(chr(10).join(inner))} 2>&1"
         # the container's mesh runs alongside the host's (other sshds, other targets): the probe costs the
         # slower of the two, not their sum
-        parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 & fi')
+        parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 3>&- & fi')
     for sec in HOST_SECTIONS:
         body = sec.script(w)
         if body is None:
@@ -364,7 +365,7 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
         parts.append(_section(nonce, sec.name, body))
     if inside:
         parts.append(f'if [ -n "$_C" ]; then wait; cat "$_C"; rm -f "$_C"; else {inside}; fi')
-    return "\n".join(parts) + "\nexit 0\n"
+    return "\n".join([*parts, send]) + "\nexit 0\n"
 
 
 _SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')

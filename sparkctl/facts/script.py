@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactSection, FactsRequest, rendered
 from sparkctl.transport.base import q
-from sparkctl.transport.framing import Framing
+from sparkctl.transport.framing import Framing, held_output
 
 # Run a command under `timeout` when the node has it, so a hung daemon (docker) cannot eat the round trip.
 _HELPERS = r"""_t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
@@ -42,12 +42,13 @@ def render_request(nonce: str, request: FactsRequest,
     side = list((side_reads or {}).items())
     sections = rendered(request)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
-    parts = [_PRELUDE.strip()]
+    hold, send = held_output("${_D:+$_D/.out}", 'rm -rf "$_D"')
+    parts = [_PRELUDE.strip(), hold]
     for entry, body in sections:
         if entry.concurrent and not entry.privileged:
             name = entry.name
             parts.append(f'if [ -n "$_D" ]; then {{ {{\n{body}\n}} >"$_D/{name}" 2>/dev/null; '
-                         f'echo $? >"$_D/{name}.rc"; }} & _FP="$_FP $!"; fi')
+                         f'echo $? >"$_D/{name}.rc"; }} 3>&- & _FP="$_FP $!"; fi')
     privileged = [(entry, body) for entry, body in sections if entry.privileged]
     if privileged:
         parts.append(_privileged_job(privileged))
@@ -56,11 +57,12 @@ def render_request(nonce: str, request: FactsRequest,
         # whole side read (it leads its own process group and passes the signal on)
         parts.append('_TO=""; _has timeout && _TO=timeout')
     for i, (_name, (body, seconds)) in enumerate(side):
-        # nothing of the round trip's own stdin/stdout stays open in it: one left out must not hold the channel.
+        # nothing of the round trip's own stdin/stdout (nor fd 3, its held stdout) stays open in it: one left out
+        # must not hold the channel.
         # side-i.job: the job's shell, side-i.pid: the read (its timeout), side-i.rc: its exit status, once done
         parts.append(f'if [ -n "$_D" ]; then {{ $_TO ${{_TO:+{max(1.0, float(seconds)):g}}} bash -c {q(body)} '
                      f'>"$_D/side-{i}" 2>/dev/null & echo $! >"$_D/side-{i}.pid"; wait $!; '
-                     f'echo $? >"$_D/side-{i}.rc"; }} </dev/null >/dev/null 2>&1 & '
+                     f'echo $? >"$_D/side-{i}.rc"; }} </dev/null >/dev/null 2>&1 3>&- & '
                      f'echo $! >"$_D/side-{i}.job"; _SP="$_SP $!"; fi')
     framing = Framing(nonce)
     for entry, body in sections:
@@ -81,13 +83,13 @@ def render_request(nonce: str, request: FactsRequest,
         # output open, so one left behind never holds the channel.
         parts.append(f'if [ -n "$_SP" ]; then {{ sleep {SIDE_GRACE_S:g}; for _j in "$_D"/side-*.job; do '
                      '_s=${_j%.job}; [ -e "$_s.rc" ] || kill $(cat "$_j") $(cat "$_s.pid" 2>/dev/null) 2>/dev/null; '
-                     'done; } </dev/null >/dev/null 2>&1 & _W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
+                     'done; } </dev/null >/dev/null 2>&1 3>&- & _W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
     for i in range(len(side)):
         parts.append(f"{framing.begin(f'side:{i}')}\n"
                      f'_rc=1; if [ -n "$_D" ] && [ -e "$_D/side-{i}.rc" ]; then cat "$_D/side-{i}"; '
                      f'read -r _rc <"$_D/side-{i}.rc"; fi\n'
                      f"{framing.end(f'side:{i}', '$_rc')}")
-    return "\n".join(parts) + '\n[ -n "$_D" ] && rm -rf "$_D"\nexit 0\n'
+    return "\n".join(parts) + f"\n{send}\nexit 0\n"
 
 
 def _privileged_job(sections: list[tuple[FactSection, str]]) -> str:
@@ -103,4 +105,4 @@ def _privileged_job(sections: list[tuple[FactSection, str]]) -> str:
                        ": >.privileged", *jobs, "wait"])
     return (f'if [ -n "$_D" ]; then {{ if [ -n "$_S" ]; then $_S bash -c {q(inner)} _ "$_D" 1 2>/dev/null || '
             f'[ -e "$_D/.privileged" ] || bash -c {q(inner)} _ "$_D" 0; '
-            f'else bash -c {q(inner)} _ "$_D" "$_SUDO_OK"; fi; }} </dev/null >/dev/null 2>&1 & _FP="$_FP $!"; fi')
+            f'else bash -c {q(inner)} _ "$_D" "$_SUDO_OK"; fi; }} </dev/null >/dev/null 2>&1 3>&- & _FP="$_FP $!"; fi')

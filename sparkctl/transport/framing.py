@@ -79,3 +79,17 @@ def _checked(name: str) -> str:
     if not _NAME.match(name):
         raise ValueError(f"not a section name: {name!r}")
     return name
+
+
+def held_output(file: str, cleanup: str) -> tuple[str, str]:
+    """Shell to open and close a framed script whose output is held in `file` (a shell word; empty: printed as it
+    comes) and sent at the end in one piece. Printed as it comes, every printf and every command's few lines
+    left the node as an SSH packet of its own, at ~0.1 ms of the controller's CPU each (a facts read: 92
+    packets, 15 ms, against 1.5 ms for the same bytes at once). Stopped by the round trip's timeout (TERM to its
+    process group), the script still sends what it printed so far, cut where it stopped. `cleanup` runs last.
+    The round trip's stdout is fd 3 meanwhile: a job started in the background must close it (`3>&-`), or one
+    that outlives the script holds the channel open until it ends."""
+    opening = (f'if [ -n "{file}" ]; then exec 3>&1 >"{file}"\n'
+               f'  trap \'cat "{file}" >&3; {cleanup}; exit 143\' TERM INT HUP; fi')
+    closing = f'if [ -n "{file}" ]; then exec >&3; cat "{file}"; {cleanup}; fi'
+    return opening, closing

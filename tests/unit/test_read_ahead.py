@@ -4,6 +4,7 @@ itself. Run for real on this machine (the facts script and the reads through a l
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -69,6 +70,32 @@ def test_side_reads_without_a_temp_dir_are_not_run_and_arm_no_stopper(tmp_path):
         quick = Framing("n").split(out.stdout)["side:0"]
         assert (quick.rc, quick.output) == expected
     assert not log.exists()
+
+
+def test_nothing_left_behind_holds_the_round_trip_s_output_once_the_facts_are_sent(tmp_path):
+    """The round trip ends when the last holder of its stdout does: once the facts script has exited, no job it
+    started in the background (the side reads' stopper, still sleeping, among them) may hold it."""
+    import fcntl
+
+    from sparkctl.facts.script import render_script
+
+    # a side read that takes a moment: the stopper is surely asleep when it is called off
+    script = render_script("n", hf_cache=str(tmp_path), side_reads={"quick": ("sleep 0.5; echo done", 5.0)})
+    proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = b""
+    while chunk := os.read(proc.stdout.fileno(), 1 << 20):
+        out += chunk
+        if b"end side:0" in out:
+            break
+    proc.wait(timeout=60)
+    for pipe in (proc.stdout, proc.stderr):
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETFL, os.O_NONBLOCK)
+        try:
+            while os.read(pipe.fileno(), 1 << 20):
+                pass  # the rest of what was written; then end of file, not "would block"
+        except BlockingIOError:
+            pytest.fail("a process the facts script left behind still holds its output open")
+    assert Framing("n").split(out.decode())["side:0"].output == "done\n"
 
 
 def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_a_fresh_nonce():
