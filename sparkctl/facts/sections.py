@@ -336,9 +336,6 @@ if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
 if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, privileged=True),
 ]
 
-CONCURRENT = frozenset(s.name for s in FACT_SECTIONS if s.concurrent)
-PRIVILEGED = frozenset(s.name for s in FACT_SECTIONS if s.privileged)
-
 
 def rendered(request: FactsRequest) -> list[tuple[FactSection, str]]:
     """The entries that run for this request, each with its shell, in order."""

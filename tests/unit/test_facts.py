@@ -301,16 +301,17 @@ def test_session_ip_is_the_node_side_of_ssh_connection():
 
 def test_concurrent_sections_print_in_place_and_match_a_sequential_run(tmp_path):
     """The slow sections run in the background; without mktemp the script runs them in order instead."""
-    from sparkctl.facts.sections import CONCURRENT
+    from sparkctl.facts.sections import FACT_SECTIONS
 
+    background = {s.name for s in FACT_SECTIONS if s.concurrent or s.privileged}
     script = render_script("n", container_names=[HOSTILE], image_refs=["nope:1"], hf_cache=str(tmp_path))
     runs = {}
     for mode, prelude in (("concurrent", ""), ("sequential", "mktemp() { return 1; }\n")):
         out = subprocess.run(["sh", "-c", prelude + script], capture_output=True, text=True, timeout=60).stdout
         runs[mode] = Framing("n").split(out)
     names = list(runs["concurrent"])
-    # docker-info runs only when there is nothing to inspect
-    assert names == list(runs["sequential"]) and set(names) >= CONCURRENT - {"docker-info"}
+    # docker-info runs only when there is nothing to inspect, the guards only when guard dirs are given
+    assert names == list(runs["sequential"]) and set(names) >= background - {"docker-info", "netplan-guards"}
     assert names.index("speed") < names.index("ssh-connection") < names.index("docker")
     # this machine's interfaces, sockets and memory move between two runs (other labs): compare what does not
     for name in names:
