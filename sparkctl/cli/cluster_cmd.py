@@ -1,4 +1,7 @@
-"""`sparkctl cluster ...`: plan (offline), status, bootstrap, down."""
+"""`sparkctl cluster ...`: plan (offline), status, bootstrap, down.
+
+Each command loads what it runs in its body: bootstrap and down start connecting to the nodes (and taking the
+cluster lock) as soon as their input is checked, and the rest of sparkctl loads while the nodes answer."""
 
 from __future__ import annotations
 
@@ -6,16 +9,10 @@ import sys
 
 import click
 
-from sparkctl.cli.options import build_request, csv_set, load, run_options, run_view
-from sparkctl.cli.plan_view import plan_data, render_plan_text
+from sparkctl.cli.options import build_request, csv_set, early_opening, load, run_options, run_view
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
-from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
 from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
-from sparkctl.plan import plan_cluster
-from sparkctl.runs.bootstrap import bootstrap, journaled_run
-from sparkctl.runs.playbooks import bootstrap_graph, down_graph
-from sparkctl.runs.status import cluster_status
 from sparkctl.secrets import redacted
 
 
@@ -35,6 +32,10 @@ def plan(file: str, as_json: bool, verbose: int) -> None:
     Interfaces are those pinned in the inventory, else the inventory's fabric.port, else port 1's twins;
     bootstrap itself reads the cabled port from each node.
     """
+    from sparkctl.cli.plan_view import plan_data, render_plan_text
+    from sparkctl.plan import plan_cluster
+    from sparkctl.runs.playbooks import bootstrap_graph
+
     inventory = load(file)
     planned = plan_cluster(inventory)
     if as_json:
@@ -49,8 +50,18 @@ def plan(file: str, as_json: bool, verbose: int) -> None:
 def bootstrap_command(file: str, **params) -> None:
     """Set up the cluster, or repair it: rerunning changes only what drifted (a second run changes nothing)."""
     inventory = load(file)
-    result = bootstrap(inventory, build_request(params), lambda: run_view(params), ask_for_gated_token)
+    request = build_request(params)
+    with early_opening("bootstrap", inventory, request, graph=_bootstrap_graph) as opening:
+        from sparkctl.runs.bootstrap import bootstrap
+
+        result = bootstrap(inventory, request, lambda: run_view(params), ask_for_gated_token, opening)
     sys.exit(int(result.exit_status()))
+
+
+def _bootstrap_graph():
+    from sparkctl.runs.playbooks import bootstrap_graph
+
+    return bootstrap_graph()
 
 
 def stdin_is_terminal() -> bool:
@@ -80,6 +91,9 @@ def ask_for_gated_token(repos: list[str], env: str) -> str | None:
 @verbose_option
 def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int) -> None:
     """Connect, read every node's facts once, and show one row per node (exit 3 if a node is unreachable)."""
+    from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
+    from sparkctl.runs.status import cluster_status
+
     inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)
     nodes = status_nodes(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown)
@@ -105,6 +119,15 @@ def down(file: str, network: bool, **params) -> None:
     """Stop and remove the containers (and with --network, restore the network and keys as they were)."""
     inventory = load(file)
     request = build_request(params)
-    with run_view(params) as view:
-        result = journaled_run("down", inventory, down_graph(network), request, view)
+    with early_opening("down", inventory, request, graph=lambda: _down_graph(network)) as opening:
+        from sparkctl.runs.bootstrap import journaled_run
+
+        with run_view(params) as view:
+            result = journaled_run("down", inventory, _down_graph(network), request, view, opening)
     sys.exit(int(result.exit_status()))
+
+
+def _down_graph(network: bool):
+    from sparkctl.runs.playbooks import down_graph
+
+    return down_graph(network)

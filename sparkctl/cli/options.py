@@ -1,24 +1,32 @@
-"""Options shared by the commands that walk a playbook, and the plumbing from them to views and a run."""
+"""Options shared by the commands that walk a playbook, and the plumbing from them to views and a run.
+
+Light: a command checks its input and starts connecting (`early_opening`) before it loads what runs the tasks;
+the console view (rich) loads with the run."""
 
 from __future__ import annotations
 
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from sparkctl.cli.report import VERBOSE_HELP, note_json, note_verbose
-from sparkctl.cli.views import ConsoleView, JsonView
+from sparkctl.engine.graph import Graph
 from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory, load_inventory
-from sparkctl.runs.session import RunRequest
+from sparkctl.runs.lock import Holder
+from sparkctl.runs.opening import Opening
+from sparkctl.runs.request import RunRequest, check_limit, selected
 from sparkctl.secrets import register_secret
 from sparkctl.userfiles import UnreadableFile, read_limited
+
+if TYPE_CHECKING:
+    from sparkctl.cli.views import ConsoleView, JsonView
 
 #: A password file holds one line.
 PASSWORD_FILE_LIMIT = 4096
@@ -102,8 +110,26 @@ def build_request(params: dict) -> RunRequest:
 
 
 @contextmanager
+def early_opening(command: str, inventory: Inventory, request: RunRequest,
+                  graph: Callable[[], Graph]) -> Iterator[Opening]:
+    """The run's connections, and its cluster lock unless --check, opened in the background (runs/opening.py)
+    once all of the input is checked: --limit, and --only/--skip against `graph()` (which then loads first)."""
+    check_limit(inventory, request.limit)
+    if request.only or request.skip:
+        selected(graph(), request)
+    holder = None if request.options.check else Holder.now(command, request.limit)
+    with Opening(inventory, forks=request.forks, become_password=request.options.become_password,
+                 holder=holder) as opening:
+        yield opening
+
+
+@contextmanager
 def run_view(params: dict) -> Iterator[ConsoleView | JsonView]:
     """The view of one run's events: JSON lines with --json, else the console."""
+    from rich.console import Console
+
+    from sparkctl.cli.views import ConsoleView, JsonView
+
     if params["as_json"]:
         yield JsonView(sys.stdout)
         return

@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from sparkctl.engine import Event, EventBus, Graph, RunResult
 from sparkctl.inventory import Inventory
 from sparkctl.runs.journal import Journal
+from sparkctl.runs.opening import Opening
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
 from sparkctl.secrets import SecretUnreadable, provide_secret, secret_from_env
@@ -20,10 +21,10 @@ TokenPrompt = Callable[[list[str], str], "str | None"]
 
 
 def journaled_run(command: str, inventory: Inventory, graph: Graph, request: RunRequest,
-                  view: Callable[[Event], None]) -> RunResult:
+                  view: Callable[[Event], None], opening: Opening | None = None) -> RunResult:
     """One run of `graph`, its events to `view` and to the run journal."""
     with Journal(command=command, cluster=inventory.cluster.name) as journal:
-        return run_playbook(inventory, graph, request, EventBus([view, journal]), command=command)
+        return run_playbook(inventory, graph, request, EventBus([view, journal]), command=command, opening=opening)
 
 
 def ask_for_gated_token(inventory: Inventory, result: RunResult, ask: TokenPrompt) -> bool:
@@ -51,10 +52,12 @@ def ask_for_gated_token(inventory: Inventory, result: RunResult, ask: TokenPromp
 ViewFactory = Callable[[], AbstractContextManager[Callable[[Event], None]]]
 
 
-def bootstrap(inventory: Inventory, request: RunRequest, view: ViewFactory, ask: TokenPrompt) -> RunResult:
-    """`view()` opens the event sink of one run (a second run gets a fresh one)."""
+def bootstrap(inventory: Inventory, request: RunRequest, view: ViewFactory, ask: TokenPrompt,
+              opening: Opening | None = None) -> RunResult:
+    """`view()` opens the event sink of one run (a second run gets a fresh one); `opening`: the first run's
+    connections and lock, started by the command (runs/opening.py)."""
     with view() as sink:
-        result = journaled_run("bootstrap", inventory, bootstrap_graph(), request, sink)
+        result = journaled_run("bootstrap", inventory, bootstrap_graph(), request, sink, opening)
     if ask_for_gated_token(inventory, result, ask):
         with view() as sink:
             result = journaled_run("bootstrap", inventory, bootstrap_graph(), request, sink)

@@ -177,7 +177,8 @@ class ClusterLock:
         self.transports = transports  # in inventory order
         self.holder = holder
         self.stale: dict[str, Holder | None] = {}
-        self._warn = warn or (lambda node, message: None)
+        #: told when the lease on a node is lost mid-run (may be set once the run's events have somewhere to go)
+        self.warn: Callable[[str, str], None] = warn or (lambda node, message: None)
         self._held: dict[str, HeldCommand] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -258,9 +259,9 @@ class ClusterLock:
                 self._held.pop(node, None)
                 try:
                     self._take(node, self.transports[node])
-                    self._warn(node, "the cluster lock's connection dropped; taken again")
+                    self.warn(node, "the cluster lock's connection dropped; taken again")
                 except SparkctlError as exc:
-                    self._warn(node, f"lost the cluster lock: {exc.message}")
+                    self.warn(node, f"lost the cluster lock: {exc.message}")
 
     def release(self) -> None:
         self._stop.set()

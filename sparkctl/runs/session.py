@@ -3,51 +3,26 @@ a task graph over it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl import __version__
 from sparkctl.engine import Event, Graph, Interruption, LostNodes, Runner, RunResult
 from sparkctl.engine.runner import DEFAULT_FORKS
-from sparkctl.errors import BadInput, Interrupted
+from sparkctl.errors import Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.runs.interrupts import ctrl_c_stops
 from sparkctl.runs.lock import ClusterLock, Holder
-from sparkctl.runs.outputs import unwritable_reason
+from sparkctl.runs.opening import Opened, Opening, check_known_hosts, connect_options, node_address
 from sparkctl.runs.proofs import ProofFile
-from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions, gather_node_facts
+from sparkctl.runs.request import RunRequest, check_limit, selected
+from sparkctl.tasks.context import ClusterContext, NodeContext, gather_node_facts
 from sparkctl.transport.base import Transport
-from sparkctl.transport.connect import ConnectOptions, NodeAddress, connect_all, open_transport
-
-
-@dataclass
-class RunRequest:
-    options: RunOptions = field(default_factory=RunOptions)
-    limit: set[str] | None = None
-    only: set[str] | None = None
-    skip: set[str] | None = None
-    forks: int = DEFAULT_FORKS
-
-    @classmethod
-    def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
-           become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
-           skip: set[str] | None = None, forks: int = DEFAULT_FORKS, reprove: bool = False) -> RunRequest:
-        options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
-                             become_password=become_password, reprove=reprove, forks=forks)
-        return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
-
-
-def check_limit(inventory: Inventory, limit: set[str] | None) -> None:
-    known = {n.name for n in inventory.nodes}
-    unknown = sorted((limit or set()) - known)
-    if unknown:
-        raise BadInput(f"--limit: no node named {', '.join(unknown)} in the inventory",
-                       hint=f"nodes: {', '.join(sorted(known))}")
+from sparkctl.transport.connect import NodeAddress, connect_all, open_transport
+from sparkctl.transport.shell import ShellTransport
 
 
 def run_identity(inventory: Inventory, command: str, request: RunRequest, session: Session) -> dict[str, Any]:
@@ -92,33 +67,31 @@ def after_start(emit: Callable[[Event], None], notes: list[Event]) -> Callable[[
 @contextmanager
 def held_lock(session: Session, command: str, request: RunRequest,
               emit: Callable[[Event], None]) -> Iterator[list[Event]]:
-    """The cluster lock for a run that may change the nodes (not --check). Yields what to say once the run has
-    started: a stale lock taken over."""
+    """The cluster lock for a run that may change the nodes (not --check): taken here, or already by the
+    session's Opening. Yields what to say once the run has started: a stale lock taken over."""
     if request.options.check:
         yield []
         return
     def warn(node: str, message: str) -> None:
         emit(Event("warning", node=node, message=message))
 
-    lock = ClusterLock(session.inventory.cluster.name, session.transports, Holder.now(command, request.limit),
-                       warn=warn, forks=session.forks)
-    with lock:
+    opened = session.opened
+    if opened is None:
+        lock = ClusterLock(session.inventory.cluster.name, session.transports, Holder.now(command, request.limit),
+                           warn=warn, forks=session.forks)
+        lock.acquire()
+    elif opened.lock is None:
+        raise opened.lock_error or RuntimeError("the opening took no cluster lock")
+    else:
+        lock = opened.lock
+        lock.warn = warn
+    try:
         yield [Event("warning", node=node, message=(
             f"took over a stale cluster lock: {gone.describe() if gone else 'a run'} ended without releasing it "
             "(killed, or its connection lost); this run checks everything again"))
             for node, gone in lock.stale.items()]
-
-
-def check_known_hosts(inventory: Inventory) -> None:
-    """A known_hosts file in a folder that does not exist is refused before connecting (ssh makes ~/.ssh, never
-    a folder the inventory names: a typo there would scatter host keys)."""
-    path = os.path.expanduser(inventory.ssh.known_hosts)
-    if os.path.dirname(path) == os.path.expanduser("~/.ssh"):
-        return
-    reason = unwritable_reason(path)
-    if reason:
-        raise BadInput(f"{inventory.where('ssh', 'known_hosts')}: ssh.known_hosts {inventory.ssh.known_hosts}: "
-                       f"{reason}")
+    finally:
+        lock.release()
 
 
 class Session:
@@ -129,7 +102,8 @@ class Session:
     """
 
     def __init__(self, inventory: Inventory, *, limit: set[str] | None = None, forks: int = DEFAULT_FORKS,
-                 become_password: str | None = None, interruption: Interruption | None = None):
+                 become_password: str | None = None, interruption: Interruption | None = None,
+                 opening: Opening | None = None):
         check_limit(inventory, limit)
         check_known_hosts(inventory)
         self.inventory = inventory
@@ -137,9 +111,10 @@ class Session:
         self.forks = forks
         #: a Ctrl-C cuts every connection of the session, those opened later too
         self.interruption = interruption if interruption is not None else Interruption()
-        self._options: ConnectOptions = {
-            "known_hosts_path": inventory.ssh.known_hosts, "use_ssh_config": inventory.ssh.use_ssh_config,
-            "connect_timeout": inventory.ssh.connect_timeout, "become_password": become_password}
+        self._options = connect_options(inventory, become_password)
+        #: connections (and maybe the cluster lock) opened before the session, by the command (runs/opening.py)
+        self._opening = opening
+        self.opened: Opened | None = None
         self.names = [n.name for n in inventory.nodes]
         self.transports: dict[str, Transport] = {}
         self.unreachable: dict[str, str] = {}
@@ -147,8 +122,13 @@ class Session:
         self.unreachable_kinds: dict[str, str] = {}
 
     def __enter__(self) -> Session:
-        addresses = [self.address(name) for name in self.names]
-        transports, unreachable = connect_all(addresses, forks=self.forks, **self._options)
+        if self._opening is not None:
+            self.opened = self._opening.taken()
+            transports: dict[str, ShellTransport] = self.opened.transports
+            unreachable = self.opened.unreachable
+        else:
+            transports, unreachable = connect_all([self.address(name) for name in self.names], forks=self.forks,
+                                                  **self._options)
         self.transports = {n: transports[n] for n in self.names if n in transports}
         self.unreachable = {n: str(unreachable[n]) for n in self.names if n in unreachable}
         for transport in self.transports.values():
@@ -166,9 +146,7 @@ class Session:
         return [n for n in self.names if self.limit is None or n in self.limit]
 
     def address(self, name: str) -> NodeAddress:
-        target = self.inventory.ssh_target(name)
-        return NodeAddress(node=target.name, host=target.host, user=target.user, port=target.port,
-                           identity_file=target.identity_file, local=target.local)
+        return node_address(self.inventory, name)
 
     def open(self, name: str) -> Transport:
         """A NEW connection to the node's management address (proves the path still works); raises Unreachable."""
@@ -207,20 +185,18 @@ class Session:
 
 
 def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: Callable[[Event], None],
-                 command: str = "bootstrap") -> RunResult:
+                 command: str = "bootstrap", opening: Opening | None = None) -> RunResult:
     """Walk `graph` over the inventory's nodes (changing those of --limit), reporting through `emit`. A run that
     may change something holds the cluster lock on the nodes (runs.lock) from before the first task to the
-    end; --check does not need it."""
+    end; --check does not need it. `opening`: the connections (and lock) the command started to open for this
+    run (runs/opening.py)."""
     check_limit(inventory, request.limit)
-    try:
-        graph = graph.select(request.only, request.skip)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
+    graph = selected(graph, request)
     options = request.options
     interruption = Interruption()
     with ctrl_c_stops(interruption), Session(inventory, limit=request.limit, forks=request.forks,
                                              become_password=options.become_password,
-                                             interruption=interruption) as session, \
+                                             interruption=interruption, opening=opening) as session, \
             held_lock(session, command, request, emit) as notes:
         emit = with_endpoint(after_start(emit, notes))
         lost = LostNodes(session.unreachable)

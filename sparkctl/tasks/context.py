@@ -6,11 +6,10 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from sparkctl.engine.events import Event
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.engine.stops import LostNodes
 from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
@@ -18,6 +17,7 @@ from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
+from sparkctl.tasks.options import RunOptions
 from sparkctl.tasks.read_ahead import ReadsAhead, answer
 from sparkctl.transport.base import CommandResult, Transport, q
 from sparkctl.transport.framing import Framing, Section
@@ -57,20 +57,6 @@ class HandOver(Generic[T]):
     def at(self, node: str) -> HandOver[T]:
         """The key of one node's read."""
         return HandOver(f"{self.name}/{node}")
-
-
-@dataclass
-class RunOptions:
-    check: bool = False
-    diff: bool = False
-    verbosity: int = 0
-    #: seconds the node waits for sparkctl's confirmation before it reverts a netplan change by itself
-    netplan_confirm_timeout: float = 60.0
-    become_password: str | None = field(default=None, repr=False)
-    #: run every proof again, none taken from the record (tasks/proof.py)
-    reprove: bool = False
-    #: how many nodes a cluster task reads or works on at once (`--forks`)
-    forks: int = DEFAULT_FORKS
 
 
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,

@@ -24,6 +24,18 @@ def test_version_and_help_import_none_of_the_heavy_libraries(args):
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
 
 
+def test_a_run_command_loads_what_runs_the_tasks_after_it_starts_connecting():
+    """`cluster bootstrap` and `cluster down` start connecting once their input is checked (runs/opening.py);
+    what only runs the tasks (the tasks, the plan's templates, the console) loads while the nodes answer."""
+    later = ("jinja2", "rich", "sparkctl.tasks.context", "sparkctl.runs.playbooks", "sparkctl.runs.session",
+             "sparkctl.plan", "sparkctl.cli.views")
+    probe = ("import sys; import sparkctl.cli.cluster_cmd\n"
+             f"print(sorted(m for m in {later!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
 def test_each_summary_is_the_command_s_own_first_paragraph():
     ctx = click.Context(cli)
     names = cli.list_commands(ctx)

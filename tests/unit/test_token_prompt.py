@@ -92,7 +92,7 @@ def test_bootstrap_runs_again_after_the_prompt(tmp_path, monkeypatch):
     path.write_text(PAIR)
     runs = []
 
-    def fake_run(inventory, graph, request, bus, command="bootstrap"):
+    def fake_run(inventory, graph, request, bus, command="bootstrap", opening=None):
         runs.append(hf_token(inventory))
         return gated_result() if len(runs) == 1 else ok_result()
 
