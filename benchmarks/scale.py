@@ -165,7 +165,7 @@ _CONNECT = ("import sys, time\nfrom sparkctl.inventory import load_inventory\n"
             "from sparkctl.runs.lock import Holder\nfrom sparkctl.runs.opening import Opening\n"
             "inv = load_inventory(sys.argv[1]); t = time.perf_counter()\n"
             "with Opening(inv, forks=32, become_password=None, holder=Holder.now('scale')) as o:\n"
-            "    opened = o.taken()\nprint(time.perf_counter() - t)\nopened.lock.release()\n"
+            "    opened = o.hand_over()\nprint(time.perf_counter() - t)\nopened.lock.release()\n"
             "for c in opened.transports.values(): c.close()\n")
 
 

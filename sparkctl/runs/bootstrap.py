@@ -11,7 +11,8 @@ from sparkctl.inventory import Inventory
 from sparkctl.runs.journal import Journal
 from sparkctl.runs.opening import Opening
 from sparkctl.runs.playbooks import bootstrap_graph
-from sparkctl.runs.session import RunRequest, run_playbook
+from sparkctl.runs.request import RunRequest
+from sparkctl.runs.session import run_playbook
 from sparkctl.secrets import SecretUnreadable, provide_secret, secret_from_env
 from sparkctl.tasks.model.fetch import gated_repos_failed
 

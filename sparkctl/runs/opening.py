@@ -59,8 +59,10 @@ class Opened:
 
 class Opening:
     """Connect to every node, then take the cluster lock on those reached (when `holder` is given), in a thread.
-    `taken()` waits for it and hands over what it opened (the taker closes the connections and releases the lock);
-    leaving the `with` block without taking them closes and releases everything, an exception or Ctrl-C included.
+    `hand_over()` waits for it and hands over what it opened (the taker closes the connections and releases the
+    lock). Leaving the `with` block without handing over closes and releases everything: at once when the thread
+    is done, else (an exception, Ctrl-C, while it still connects) by the thread itself as it finishes, without
+    taking the lock; the command does not wait for it.
 
     Start it only once everything a command can refuse is checked: a refused input must not have connected."""
 
@@ -74,23 +76,32 @@ class Opening:
         self._opened = Opened()
         self._error: BaseException | None = None
         self._handed_over = False
+        self._done = False
+        #: the command went on without it: what the thread opens from now on, it closes itself
+        self._abandoned = threading.Event()
+        self._owner = threading.Lock()  # who closes what was opened: the thread once abandoned, else the taker
         self._thread = threading.Thread(target=self._open, name="sparkctl-opening", daemon=True)
 
     def __enter__(self) -> Opening:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if not self._handed_over:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._handed_over:
+            return
+        if exc_type is None:
             self._thread.join()
-            self._close()
+        with self._owner:
+            self._abandoned.set()
+            if self._done:
+                self._close()
 
     def _open(self) -> None:
         try:
             transports, self._opened.unreachable = connect_all(self._addresses, forks=self._forks, **self._options)
             names = [n.name for n in self.inventory.nodes]
             self._opened.transports = {n: transports[n] for n in names if n in transports}
-            if self._holder is not None:
+            if self._holder is not None and not self._abandoned.is_set():
                 lock = ClusterLock(self.inventory.cluster.name, dict(self._opened.transports), self._holder,
                                    forks=self._forks)
                 try:
@@ -98,11 +109,18 @@ class Opening:
                     self._opened.lock = lock
                 except BaseException as exc:  # noqa: BLE001 - raised where the run takes the lock (runs/session.py)
                     self._opened.lock_error = exc
-        except BaseException as exc:  # noqa: BLE001 - raised in the main thread by taken()
+        except BaseException as exc:  # noqa: BLE001 - raised in the main thread by hand_over()
             self._error = exc
+        finally:
+            with self._owner:
+                self._done = True
+                if self._abandoned.is_set():
+                    self._close()
 
-    def taken(self) -> Opened:
-        """What was opened, once it is (raises what connecting raised); from now on the caller's to close."""
+    def hand_over(self) -> Opened:
+        """What was opened, once it is (raises what connecting raised); from now on the caller's to close. Once."""
+        if self._handed_over or self._abandoned.is_set():
+            raise RuntimeError("an Opening is handed over once, and only while its command still runs")
         self._thread.join()
         if self._error is not None:
             raise self._error
@@ -112,5 +130,6 @@ class Opening:
     def _close(self) -> None:
         if self._opened.lock is not None:
             self._opened.lock.release()
+            self._opened.lock = None
         for transport in self._opened.transports.values():
             transport.close()

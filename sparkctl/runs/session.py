@@ -123,7 +123,11 @@ class Session:
 
     def __enter__(self) -> Session:
         if self._opening is not None:
-            self.opened = self._opening.taken()
+            self.opened = self._opening.hand_over()
+            if self.interruption.requested and self.opened.lock is not None:
+                # released before the connections are cut (a clean release leaves no stale record), and not run
+                self.opened.lock.release()
+                self.opened.lock, self.opened.lock_error = None, Interrupted(self.names[0])
             transports: dict[str, ShellTransport] = self.opened.transports
             unreachable = self.opened.unreachable
         else:

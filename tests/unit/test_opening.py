@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 from sparkctl.cli import options as cli_options
 from sparkctl.cli.main import cli
 from sparkctl.errors import ClusterBusy
+from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.runs import opening as opening_mod
 from sparkctl.runs.lock import ClusterLock, Holder, peek
@@ -68,6 +70,75 @@ def test_an_opening_the_command_never_ran_is_released_and_closed(inventory_file,
         raise KeyboardInterrupt  # Ctrl-C while the rest of sparkctl loads
     assert not holder_file(tmp_path).exists()
     assert peek("here", {"spark1": LocalTransport("spark1")}) == {}
+
+
+class Gate:
+    """Holds the opening's thread at one step until the test lets it go."""
+
+    def __init__(self):
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def hold(self, step):
+        def held(*args, **kwargs):
+            self.reached.set()
+            assert self.go.wait(30)
+            return step(*args, **kwargs)
+        return held
+
+
+def test_ctrl_c_while_connecting_does_not_wait_and_the_thread_takes_no_lock(inventory_file, tmp_path, monkeypatch):
+    inventory = load_inventory(str(inventory_file))
+    gate = Gate()
+    monkeypatch.setattr(opening_mod, "connect_all", gate.hold(opening_mod.connect_all))
+    opening = Opening(inventory, forks=4, become_password=None, holder=Holder.now("bootstrap"))
+    with pytest.raises(KeyboardInterrupt), opening:
+        assert gate.reached.wait(30)
+        raise KeyboardInterrupt
+    assert opening._thread.is_alive()  # the command went on (to its exit) without waiting for the connections
+    gate.go.set()
+    opening._thread.join(30)
+    assert not opening._thread.is_alive()
+    assert not (tmp_path / ".local/state/sparkctl").exists()  # connected after the command left: no lock taken
+    with pytest.raises(RuntimeError, match="handed over once"):
+        opening.hand_over()
+
+
+def test_ctrl_c_while_taking_the_lock_leaves_it_released_by_the_thread(inventory_file, tmp_path, monkeypatch):
+    inventory = load_inventory(str(inventory_file))
+    gate = Gate()
+    monkeypatch.setattr(ClusterLock, "acquire", gate.hold(ClusterLock.acquire))
+    opening = Opening(inventory, forks=4, become_password=None, holder=Holder.now("bootstrap"))
+    with pytest.raises(KeyboardInterrupt), opening:
+        assert gate.reached.wait(30)
+        raise KeyboardInterrupt
+    gate.go.set()
+    opening._thread.join(30)
+    assert not opening._thread.is_alive()
+    assert (tmp_path / ".local/state/sparkctl/here/run.lock").exists()  # it was taken, then
+    assert not holder_file(tmp_path).exists()  # released cleanly: the next run finds no stale holder
+    assert peek("here", {"spark1": LocalTransport("spark1")}) == {}
+
+
+def test_an_opening_is_handed_over_once(inventory_file):
+    inventory = load_inventory(str(inventory_file))
+    with Opening(inventory, forks=4, become_password=None, holder=None) as opening:
+        opened = opening.hand_over()
+        assert set(opened.transports) == {"spark1"} and opened.lock is None
+        with pytest.raises(RuntimeError, match="handed over once"):
+            opening.hand_over()
+
+
+def test_a_busy_cluster_exits_busy_from_the_command_line(inventory_file, tmp_path):
+    other = ClusterLock("here", {"spark1": LocalTransport("spark1")}, Holder.now("cluster down"))
+    other.acquire()
+    try:
+        for command in (["cluster", "bootstrap"], ["cluster", "down"]):
+            result = CliRunner().invoke(cli, [*command, str(inventory_file)])
+            assert result.exit_code == ExitStatus.BUSY, result.output
+            assert "cluster here is busy: cluster down by " in result.output
+            assert json.loads(holder_file(tmp_path).read_text())["run"] == other.holder.run
+    finally:
+        other.release()
 
 
 def test_a_busy_cluster_is_refused_where_the_run_takes_the_lock(inventory_file, tmp_path):
@@ -127,9 +198,7 @@ from sparkctl.runs.opening import Opening
 inventory = load_inventory({str(inventory_file)!r})
 sys.addaudithook(hook)
 with Opening(inventory, forks=4, become_password=None, holder=Holder.now("bootstrap")) as opening:
-    opening.taken()
-    opening._thread.join()
-opened = opening.taken()
+    opened = opening.hand_over()
 opened.lock.release()
 print(imported)
 """

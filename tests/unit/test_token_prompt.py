@@ -10,6 +10,7 @@ from sparkctl.cli.main import cli
 from sparkctl.engine.runner import RunResult, TaskOutcome
 from sparkctl.engine.task import Status
 from sparkctl.runs import bootstrap as runs_bootstrap
+from sparkctl.runs.opening import Opening
 from sparkctl.secrets import forget_secrets, redact_known
 from sparkctl.tasks.model.fetch import _download_failure, gated_repos_failed
 from sparkctl.tasks.model.token import hf_token
@@ -92,8 +93,11 @@ def test_bootstrap_runs_again_after_the_prompt(tmp_path, monkeypatch):
     path.write_text(PAIR)
     runs = []
 
+    openings = []
+
     def fake_run(inventory, graph, request, bus, command="bootstrap", opening=None):
         runs.append(hf_token(inventory))
+        openings.append(opening)
         return gated_result() if len(runs) == 1 else ok_result()
 
     monkeypatch.setattr(runs_bootstrap, "run_playbook", fake_run)
@@ -102,6 +106,8 @@ def test_bootstrap_runs_again_after_the_prompt(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["cluster", "bootstrap", str(path)], input=TOKEN + "\n", env=env)
     assert result.exit_code == 0, result.output
     assert runs == [None, TOKEN]
+    # the command's early connections go to the first run; the second (with the token) opens its own
+    assert isinstance(openings[0], Opening) and openings[1] is None
     assert f"{DRAFT} is gated" in result.output and "running bootstrap again" in result.output
     assert TOKEN not in result.output
 
