@@ -16,14 +16,16 @@ _has() { command -v "$1" >/dev/null 2>&1; }"""
 # Root or not, and whether `sudo -n` works: with a temp dir, the privileged shell finds out by trying it once
 # (_privileged_job); without one, asked here for the privileged sections run inline.
 _PRELUDE = _HELPERS + r"""
+_T0=$SECONDS
 _D=$(mktemp -d 2>/dev/null) || _D=""
 if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=""; _SUDO_OK=1
 elif [ -n "$_D" ]; then _S="sudo -n"; _SUDO_OK=""
 elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; _SUDO_OK=1
 else _S=""; _SUDO_OK=0; fi"""
 
-#: How much longer than the facts the side reads may take before they are left out.
-SIDE_GRACE_S = 3.0
+#: How much longer than the facts the side reads may take before they are left out, at least (whole seconds: bash's
+#: $SECONDS measures the facts); as long again as the facts took when that is longer.
+SIDE_GRACE_S = 3
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
@@ -36,9 +38,9 @@ def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs
 def render_request(nonce: str, request: FactsRequest,
                    side_reads: Mapping[str, tuple[str, float]] | None = None) -> str:
     """`side_reads`: name -> (bash script, seconds): read-only scripts of later tasks, run in the background
-    beside the facts (each bounded by its seconds, and by SIDE_GRACE_S past the facts) and printed as section
-    `side:<i>` (the i-th given; rc 1 and no output when it did not finish); without a private temp dir they are
-    not run at all (a side read only saves time, it is never needed)."""
+    beside the facts (each bounded by its seconds, and by SIDE_GRACE_S past the facts or as long again as they
+    took) and printed as section `side:<i>` (the i-th given; rc 1 and no output when it did not finish); without a
+    private temp dir they are not run at all (a side read only saves time, it is never needed)."""
     side = list((side_reads or {}).items())
     sections = rendered(request)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
@@ -76,12 +78,14 @@ def render_request(nonce: str, request: FactsRequest,
         else:
             parts.append(framing.section(name, body))
     if side:
-        # the side reads get SIDE_GRACE_S more once the facts are read; one still running then is stopped (its
+        # the side reads get SIDE_GRACE_S more once the facts are read, or as long again as the facts took (a node
+        # under load, sixteen lab nodes on two cores, is as slow for both); one still running then is stopped (its
         # job's shell first, so that it leaves no exit status, then the read) and left out: its task reads for
         # itself, so a slow or broken peer never holds the facts up for long. The wait ends the moment the last
         # one does (a poll would add its tick to every no-op); the stopper holds nothing of the round trip's
         # output open, so one left behind never holds the channel.
-        parts.append(f'if [ -n "$_SP" ]; then {{ sleep {SIDE_GRACE_S:g}; for _j in "$_D"/side-*.job; do '
+        parts.append(f'if [ -n "$_SP" ]; then _G=$((SECONDS - _T0)); '
+                     f'[ "$_G" -lt {SIDE_GRACE_S} ] && _G={SIDE_GRACE_S}; {{ sleep $_G; for _j in "$_D"/side-*.job; do '
                      '_s=${_j%.job}; [ -e "$_s.rc" ] || kill $(cat "$_j") $(cat "$_s.pid" 2>/dev/null) 2>/dev/null; '
                      'done; } </dev/null >/dev/null 2>&1 3>&- & _W=$!; wait $_SP 2>/dev/null; kill $_W 2>/dev/null; fi')
     for i in range(len(side)):

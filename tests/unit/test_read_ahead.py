@@ -56,6 +56,20 @@ def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are
     assert subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0
 
 
+@pytest.mark.slow
+def test_facts_slow_to_read_give_the_side_reads_as_long_again(tmp_path):
+    """A node under load is slow for the facts and for the reads beside them alike: facts that took 5 s leave a side
+    read 5 s more, not SIDE_GRACE_S (one taking 9 s in all is kept; with 3 s more it was cut at 8)."""
+    from sparkctl.facts.script import render_script
+
+    assert SIDE_GRACE_S < 4
+    script = render_script("n", hf_cache=str(tmp_path), side_reads={"loaded": ("sleep 9; echo done", 30.0)})
+    slow_facts = 'hostname() { command sleep 5; command hostname "$@"; }\n'
+    out = subprocess.run(["bash", "-c", slow_facts + script], capture_output=True, text=True, timeout=60)
+    loaded = Framing("n").split(out.stdout)["side:0"]
+    assert (loaded.rc, loaded.output) == (0, "done\n")
+
+
 def test_side_reads_without_a_temp_dir_are_not_run_and_arm_no_stopper(tmp_path):
     """The stopper that ends side reads still running SIDE_GRACE_S after the facts is only armed when some ran:
     without a private temp dir there are none, and a bare `wait` would have waited for the stopper itself."""
