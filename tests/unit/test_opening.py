@@ -86,34 +86,31 @@ class Gate:
         return held
 
 
-def test_ctrl_c_while_connecting_does_not_wait_and_the_thread_takes_no_lock(inventory_file, tmp_path, monkeypatch):
-    inventory = load_inventory(str(inventory_file))
+def ctrl_c_while_held(inventory_file, monkeypatch, owner, step: str) -> Opening:
+    """An Opening whose command met Ctrl-C while its thread was at `owner.step`; the thread then finishes."""
     gate = Gate()
-    monkeypatch.setattr(opening_mod, "connect_all", gate.hold(opening_mod.connect_all))
-    opening = Opening(inventory, forks=4, become_password=None, holder=Holder.now("bootstrap"))
+    monkeypatch.setattr(owner, step, gate.hold(getattr(owner, step)))
+    opening = Opening(load_inventory(str(inventory_file)), forks=4, become_password=None,
+                      holder=Holder.now("bootstrap"))
     with pytest.raises(KeyboardInterrupt), opening:
         assert gate.reached.wait(30)
         raise KeyboardInterrupt
-    assert opening._thread.is_alive()  # the command went on (to its exit) without waiting for the connections
+    assert opening._thread.is_alive()  # the command went on (to its exit) without waiting for the thread
     gate.go.set()
     opening._thread.join(30)
     assert not opening._thread.is_alive()
+    return opening
+
+
+def test_ctrl_c_while_connecting_does_not_wait_and_the_thread_takes_no_lock(inventory_file, tmp_path, monkeypatch):
+    opening = ctrl_c_while_held(inventory_file, monkeypatch, opening_mod, "connect_all")
     assert not (tmp_path / ".local/state/sparkctl").exists()  # connected after the command left: no lock taken
     with pytest.raises(RuntimeError, match="handed over once"):
         opening.hand_over()
 
 
 def test_ctrl_c_while_taking_the_lock_leaves_it_released_by_the_thread(inventory_file, tmp_path, monkeypatch):
-    inventory = load_inventory(str(inventory_file))
-    gate = Gate()
-    monkeypatch.setattr(ClusterLock, "acquire", gate.hold(ClusterLock.acquire))
-    opening = Opening(inventory, forks=4, become_password=None, holder=Holder.now("bootstrap"))
-    with pytest.raises(KeyboardInterrupt), opening:
-        assert gate.reached.wait(30)
-        raise KeyboardInterrupt
-    gate.go.set()
-    opening._thread.join(30)
-    assert not opening._thread.is_alive()
+    ctrl_c_while_held(inventory_file, monkeypatch, ClusterLock, "acquire")
     assert (tmp_path / ".local/state/sparkctl/here/run.lock").exists()  # it was taken, then
     assert not holder_file(tmp_path).exists()  # released cleanly: the next run finds no stale holder
     assert peek("here", {"spark1": LocalTransport("spark1")}) == {}
