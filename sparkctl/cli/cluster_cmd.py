@@ -6,6 +6,7 @@ cluster lock) as soon as their input is checked, and the rest of sparkctl loads 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from sparkctl.cli.report import json_option, print_table, report_line, verbose_o
 from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redacted
+
+if TYPE_CHECKING:
+    from sparkctl.engine.graph import Graph
 
 
 @click.group("cluster")
@@ -58,7 +62,7 @@ def bootstrap_command(file: str, **params) -> None:
     sys.exit(int(result.exit_status()))
 
 
-def _bootstrap_graph():
+def _bootstrap_graph() -> Graph:
     from sparkctl.runs.playbooks import bootstrap_graph
 
     return bootstrap_graph()
@@ -127,7 +131,7 @@ def down(file: str, network: bool, **params) -> None:
     sys.exit(int(result.exit_status()))
 
 
-def _down_graph(network: bool):
+def _down_graph(network: bool) -> Graph:
     from sparkctl.runs.playbooks import down_graph
 
     return down_graph(network)
