@@ -79,7 +79,7 @@ def render_request(nonce: str, request: FactsRequest,
             parts.append(framing.section(name, body))
     if side:
         # the side reads get SIDE_GRACE_S more once the facts are read, or as long again as the facts took (a node
-        # under load, sixteen lab nodes on two cores, is as slow for both); one still running then is stopped (its
+        # under load is as slow for both); one still running then is stopped (its
         # job's shell first, so that it leaves no exit status, then the read) and left out: its task reads for
         # itself, so a slow or broken peer never holds the facts up for long. The wait ends the moment the last
         # one does (a poll would add its tick to every no-op); the stopper holds nothing of the round trip's

@@ -1,6 +1,6 @@
 """A run's connections, and its cluster lock, opened in the background as soon as the input is checked, while the
-rest of sparkctl loads: on a no-op rerun the controller spends about 0.15 s importing what only runs the tasks, and
-about as long waiting for the nodes to log it in and answer the lock; the two now overlap.
+rest of sparkctl loads: on a no-op rerun the controller spends about 0.12 s importing what only runs the tasks, and
+about 0.13 s waiting for the nodes to log it in and answer the lock; the two now overlap.
 
 Light by design: it imports the inventory, the transport and the lock only, all of them loaded by the main thread
 before the thread starts, so that the thread never imports while the main thread does (two threads importing
