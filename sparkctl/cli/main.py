@@ -73,7 +73,7 @@ class SparkctlGroup(click.Group):
         rows = []
         for name in names:
             if name in SUMMARIES:
-                rows.append((name, click.utils.make_default_short_help(SUMMARIES[name], limit)))
+                rows.append((name, click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit)))
             elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
                 rows.append((name, command.get_short_help_str(limit)))
         if rows:

@@ -124,6 +124,7 @@ def _valid_parts(data: dict, error_locs: list[Loc]) -> InventoryParts:
         if name in failed:
             return None
         field = Inventory.model_fields[name]
+        assert field.annotation is not None  # every section of Inventory is annotated
         try:
             if name in data:
                 return TypeAdapter(field.annotation).validate_python(data[name])

@@ -44,4 +44,5 @@ def test_each_summary_is_the_command_s_own_first_paragraph():
         command = cli.get_command(ctx, name)
         assert command is not None
         for limit in (40, 65, 200):
-            assert click.utils.make_default_short_help(SUMMARIES[name], limit) == command.get_short_help_str(limit)
+            summary = click.Command(name, help=SUMMARIES[name])
+            assert summary.get_short_help_str(limit) == command.get_short_help_str(limit)

@@ -1,7 +1,8 @@
 """The wheel carries the templates: build it, install it into a fresh venv, render a plan from outside the checkout.
 
-No network: the venv sees the machine's site-packages (the dependencies are installed there) and pip installs
-the wheel alone with --no-deps --no-index. The only test here that builds anything (~20-40 s).
+No network: the venv sees the running interpreter's site-packages (the dependencies are installed there, in the
+test command's own venv) and pip installs the wheel alone with --no-deps --no-index. The only test here that builds
+anything (~20-40 s).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -55,8 +57,12 @@ def test_wheel_contains_the_templates(wheel):
 
 def test_installed_wheel_renders_a_plan_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=tmp_path)
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     python = venv / "bin" / "python"
+    # --system-site-packages would be the base interpreter's, not this venv's: name ours after the venv's own
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path)
+    ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    (Path(site.stdout.strip()) / "zz-test-deps.pth").write_text("".join(f"{path}\n" for path in ours))
     _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "--quiet",
           str(wheel)], cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
