@@ -19,11 +19,11 @@ from typing import Any
 
 import yaml
 
-from sparkctl.engine.events import Event
 from sparkctl.errors import Unreachable
 from sparkctl.facts import Address, Facts, Interface, NetplanFile, RoceDevice, facts_from_output
 from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.plan import plan_cluster
+from sparkctl.taskgraph.events import Event
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
 from sparkctl.transport.framing import MARKER

@@ -12,12 +12,12 @@ import click
 
 from sparkctl.cli.options import build_request, csv_set, early_opening, load, run_options, run_view
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.secrets import redacted
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 
 if TYPE_CHECKING:
-    from sparkctl.engine.graph import Graph
+    from sparkctl.taskgraph.graph import Graph
 
 
 @click.group("cluster")

@@ -14,12 +14,12 @@ from sparkctl.cli.report import json_line, json_option, report_line, verbose_opt
 from sparkctl.cli.views import ConsoleView, JsonView
 from sparkctl.doctor.catalog import FINDINGS, remedies_markdown
 from sparkctl.doctor.findings import CLUSTER, KINDS, Diagnosis, Finding
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.rules.cabling import CablingMap
 from sparkctl.runs.doctor import STDOUT, DoctorRequest, Repair, finding_event, run_doctor
 from sparkctl.secrets import redacted
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 

@@ -12,10 +12,10 @@ from rich.text import Text
 
 from sparkctl.cli.options import load
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.fabric_bench import BenchRequest, fabric_bench
 from sparkctl.secrets import redacted
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 
 _SIZE = r"^\d+[KMG]?$"
 

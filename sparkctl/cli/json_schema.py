@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from sparkctl.engine.events import SCHEMA_VERSION
+from sparkctl.taskgraph.events import SCHEMA_VERSION
 
 Status = Literal["ok", "changed", "failed", "skipped", "unreachable", "interrupted"]
 Severity = Literal["error", "warning", "info"]

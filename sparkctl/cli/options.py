@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkctl.cli.report import VERBOSE_HELP, note_json, note_verbose
-from sparkctl.engine.graph import Graph
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.runs.lock import Holder
 from sparkctl.runs.opening import Opening
 from sparkctl.runs.request import RunRequest, check_limit, selected
 from sparkctl.secrets import register_secret
+from sparkctl.taskgraph.graph import Graph
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.userfiles import UnreadableFile, read_limited
 
 if TYPE_CHECKING:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 
-from sparkctl.engine import Graph
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.container import render_entrypoint
@@ -15,6 +14,7 @@ from sparkctl.plan.serve_unit import serve_unit_spec, vllm_unit_spec
 from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
+from sparkctl.taskgraph import Graph
 
 #: stands for the key in the plan's gateway config (shown masked: the plan never reads or makes a key)
 PLAN_KEY = "0" * 43

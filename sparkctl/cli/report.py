@@ -14,11 +14,11 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 import click
 
-from sparkctl.engine.events import SCHEMA_VERSION
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.runs.outputs import check_writable
 from sparkctl.secrets import RedactingFilter, redacted
+from sparkctl.taskgraph.events import SCHEMA_VERSION
 
 #: ctx.meta key: this command prints JSON (its errors too, as an `error` line)
 JSON_META = "sparkctl.json"

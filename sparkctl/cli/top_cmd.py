@@ -13,9 +13,9 @@ from rich.text import Text
 
 from sparkctl.cli.options import csv_set, load
 from sparkctl.cli.report import VERBOSE_HELP, json_line, note_json, note_verbose, print_table, terminal_width
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 
 DEFAULT_INTERVAL = 2.0
 

@@ -14,10 +14,10 @@ from rich.status import Status as Spinner
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl.engine.events import CONNECT_TASK, Event
-from sparkctl.engine.outcome import CLUSTER_ROW as CLUSTER_ROW_KEY
-from sparkctl.engine.outcome import RECAP_COLUMNS
 from sparkctl.secrets import redacted
+from sparkctl.taskgraph.events import CONNECT_TASK, Event
+from sparkctl.taskgraph.outcome import CLUSTER_ROW as CLUSTER_ROW_KEY
+from sparkctl.taskgraph.outcome import RECAP_COLUMNS
 
 STATUS_STYLES = {
     "ok": "green",

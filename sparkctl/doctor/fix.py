@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sparkctl.doctor.catalog import FINDINGS
 from sparkctl.doctor.findings import Diagnosis, Finding
-from sparkctl.engine import Graph
+from sparkctl.taskgraph import Graph
 
 
 def tasks_for(finding: Finding) -> tuple[str, ...]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import Unreachable
 from sparkctl.facts import ContainerInfo, Facts
 from sparkctl.inventory import Inventory, Node
@@ -40,6 +39,7 @@ from sparkctl.rules.mesh import (
     ping_script,
 )
 from sparkctl.rules.serving import has_unit, serving_enabled
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing, Section, held_output
 

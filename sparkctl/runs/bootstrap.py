@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from sparkctl.engine import Event, EventBus, Graph, RunResult
 from sparkctl.inventory import Inventory
 from sparkctl.runs.journal import Journal
 from sparkctl.runs.opening import Opening
@@ -14,6 +13,7 @@ from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.request import RunRequest
 from sparkctl.runs.session import run_playbook
 from sparkctl.secrets import SecretUnreadable, provide_secret, secret_from_env
+from sparkctl.taskgraph import Event, EventBus, Graph, RunResult
 from sparkctl.tasks.model.fetch import gated_repos_failed
 
 #: Asks a person for the token of the gated repos (the variable name it stands in for); None: nobody to ask,

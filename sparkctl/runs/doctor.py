@@ -15,8 +15,6 @@ from sparkctl.doctor.findings import Diagnosis, Finding
 from sparkctl.doctor.fix import repair_selection
 from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
-from sparkctl.engine import Event, RunResult
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.runs.bench_records import bench_history
@@ -27,6 +25,8 @@ from sparkctl.runs.proofs import ProofFile
 from sparkctl.runs.session import RunRequest, Session, run_playbook
 from sparkctl.runs.status import holder_now
 from sparkctl.secrets import SecretUnreadable, secret_from_env
+from sparkctl.taskgraph import Event, RunResult
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.tasks.container.proofs import CONTAINER_MESH
 from sparkctl.tasks.context import ProofRecords, RunOptions
 from sparkctl.tasks.proof import PairProofs, pair_id

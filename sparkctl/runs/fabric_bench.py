@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -42,6 +41,7 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.runs.bench_records import record_bench
 from sparkctl.runs.nccl_tests_build import build_all_reduce_perf
 from sparkctl.runs.session import Session
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import q
 
 CLIENT_TIMEOUT = 90.0

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sparkctl.engine import Interruption
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.taskgraph import Interruption
 
 AT_ONCE = b"\nsparkctl: interrupted again: stopped at once (no recap; the journal has every event until now)\n"
 

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from sparkctl.engine.events import Event
 from sparkctl.secrets import redacted
+from sparkctl.taskgraph.events import Event
 from sparkctl.userfiles import controller_state_dir
 
 KEEP_RUNS = 50

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.facts import Facts
 from sparkctl.plan.nccl_tests import (
     BUILD_TIMEOUT,
@@ -17,6 +16,7 @@ from sparkctl.plan.nccl_tests import (
     cache_key,
     cached_binary,
 )
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import Transport, q
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparkctl.doctor.catalog import remedies_markdown
-from sparkctl.engine import Graph
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph import Graph
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks import container, model, mpi, network, preflight, serve, ssh, verify
 
 BOOTSTRAP_PHASES = ["preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify"]

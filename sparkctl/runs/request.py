@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparkctl.engine.graph import Graph
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import BadInput
 from sparkctl.inventory import Inventory
+from sparkctl.taskgraph.graph import Graph
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.tasks.options import RunOptions
 
 

@@ -12,9 +12,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sparkctl.engine import Event, RunResult
-from sparkctl.engine.runner import DEFAULT_FORKS
-from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
@@ -27,6 +24,9 @@ from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, Session
+from sparkctl.taskgraph import Event, RunResult
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks, stop_ranks, worker_ranks

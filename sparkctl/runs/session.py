@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from sparkctl import __version__
-from sparkctl.engine import Event, Graph, Interruption, LostNodes, Runner, RunResult
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import Interrupted
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -19,6 +17,8 @@ from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.opening import Opened, Opening, check_known_hosts, connect_options, node_address
 from sparkctl.runs.proofs import ProofFile
 from sparkctl.runs.request import RunRequest, check_limit, selected
+from sparkctl.taskgraph import Event, Graph, Interruption, LostNodes, Runner, RunResult
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.tasks.context import ClusterContext, NodeContext, gather_node_facts
 from sparkctl.transport.base import Transport
 from sparkctl.transport.connect import NodeAddress, connect_all, open_transport

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkctl.engine.runner import DEFAULT_FORKS
 from sparkctl.errors import SparkctlError
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
@@ -15,6 +14,7 @@ from sparkctl.rules.serving import without_mpi
 from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.lock import peek
 from sparkctl.runs.session import Session
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import Transport, q
 
 

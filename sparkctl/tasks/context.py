@@ -9,14 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.stops import LostNodes
-from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.stops import LostNodes
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.options import RunOptions
 from sparkctl.tasks.read_ahead import ReadsAhead, answer
 from sparkctl.transport.base import CommandResult, Transport, q

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.mesh import Try, Verdict, missing_verdicts, parse_verdicts
+from sparkctl.taskgraph.task import TaskFailed
 
 
 def collect(outputs: dict[str, tuple[str, str]], tries: dict[str, list[Try]]) -> list[Verdict]:

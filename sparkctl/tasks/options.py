@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparkctl.engine.runner import DEFAULT_FORKS
+from sparkctl.taskgraph.runner import DEFAULT_FORKS
 
 
 @dataclass

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl.engine.task import Scope
 from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.taskgraph.task import Scope
 from tests.lab.conftest import poll, ssh
 from tests.lab.network_kit import Run, sparkctl
 

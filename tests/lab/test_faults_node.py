@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engine import Event
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import load_inventory
 from sparkctl.lab.node import CGROUP_ROOT
 from sparkctl.plan.paths import state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.session import RunRequest, run_playbook
+from sparkctl.taskgraph import Event
 from tests.lab.conftest import ssh
 from tests.lab.fault_kit import NODE_TASKS, bootstrap_all, bootstrapped_pair, half_written, reset
 

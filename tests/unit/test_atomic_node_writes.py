@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.plan import paths as plan_paths
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.network import safe_apply
 from sparkctl.tasks.network.forwarding import record_script
 from tests.taskkit import inventory, make_kit, spark_facts

@@ -27,7 +27,7 @@ def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, tmp_path):
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
-    from sparkctl.engine import Interruption
+    from sparkctl.taskgraph import Interruption
     from sparkctl.runs.interrupts import ctrl_c_stops
 
     stop = Interruption()

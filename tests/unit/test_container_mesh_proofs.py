@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.container.proofs import CONTAINER_MESH
 from sparkctl.tasks.container.ssh import ContainerSshTask, mesh_read_script
 from sparkctl.tasks.context import RunOptions

@@ -253,8 +253,8 @@ def test_an_output_path_in_a_missing_folder_is_refused_not_created(refusing_inve
 def test_fix_with_a_limit_repairs_only_the_limited_nodes(refusing_inventory, monkeypatch):
     """`doctor --fix --limit spark2`: both looks diagnose spark2 only, and the repair run changes spark2 only (the
     limit reaches the bootstrap tasks it runs, with Ansible's meaning)."""
-    from sparkctl.engine import RunResult
     from sparkctl.runs import doctor
+    from sparkctl.taskgraph import RunResult
 
     looks, runs = [], []
 

@@ -8,7 +8,11 @@ import time
 
 import pytest
 
-from sparkctl.engine import (
+from sparkctl.errors import Interrupted, Unreachable
+from sparkctl.exitcodes import ExitStatus
+from sparkctl.runs.journal import Journal, latest_runs, read_run
+from sparkctl.secrets import MASK, forget_secrets, register_secret
+from sparkctl.taskgraph import (
     CLUSTER_ROW,
     Change,
     Event,
@@ -23,11 +27,7 @@ from sparkctl.engine import (
     TaskFailed,
     UnknownSelection,
 )
-from sparkctl.engine.events import SCHEMA_VERSION
-from sparkctl.errors import Interrupted, Unreachable
-from sparkctl.exitcodes import ExitStatus
-from sparkctl.runs.journal import Journal, latest_runs, read_run
-from sparkctl.secrets import MASK, forget_secrets, register_secret
+from sparkctl.taskgraph.events import SCHEMA_VERSION
 
 NODES = ["spark1", "spark2", "spark3"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from sparkctl.engine import Event
 from sparkctl.runs.journal import Journal, latest_runs, read_run
 from sparkctl.secrets import MASK, forget_secrets, register_secret
+from sparkctl.taskgraph import Event
 
 
 def test_a_journal_is_private_and_created_on_the_first_event(tmp_path):

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.mesh import host_tries
 from sparkctl.rules.sshd import blame, effective_settings, parse_config_lines, sshd_problem
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.proof import PairProofs, pair_id

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.model.copy import (
     ModelCopyTask,
     RepoDir,

@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 
 from sparkctl.cli.views import ConsoleView
-from sparkctl.engine.events import Event
+from sparkctl.taskgraph.events import Event
 from sparkctl.tasks.model import progress as model_progress
 from sparkctl.tasks.model.fetch import ModelFetchTask
 from sparkctl.tasks.model.progress import TransferProgress, human_bytes

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.secrets import forget_secrets, redact_known
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.model.fetch import ModelFetchTask
 from sparkctl.tasks.model.fit import ModelFitTask
 from sparkctl.tasks.model.token import ModelTokenTask

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import Address, Route
 from sparkctl.runs.proofs import ProofFile
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks import proof
 from sparkctl.tasks.mpi.hostfile import HostfileTask
 from sparkctl.tasks.mpi.reads import hostfile_reads

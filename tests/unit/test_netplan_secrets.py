@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.diff import unified_diff
 from sparkctl.rules.netplan import conflicting_stanzas, without_stanzas
 from sparkctl.secrets import MASK
+from sparkctl.taskgraph.diff import unified_diff
 
 NM_FILE = """network:
   version: 2

@@ -18,7 +18,6 @@ import pytest
 
 from sparkctl.doctor.bundle import write_bundle
 from sparkctl.doctor.diagnose import run_checks
-from sparkctl.engine.task import Change, TaskFailed
 from sparkctl.facts import NetplanFile, facts_from_output
 from sparkctl.facts.networkmanager import parse_nmcli, split_terse
 from sparkctl.plan import plan_cluster
@@ -30,6 +29,7 @@ from sparkctl.rules.networkmanager import (
     nm_renders,
     unmanaged_twins,
 )
+from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.network.down import NetworkDown
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.framing import MARKER

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from sparkctl.engine.events import Event
 from sparkctl.facts import gather_facts
 from sparkctl.facts.script import SIDE_GRACE_S
+from sparkctl.taskgraph.events import Event
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.read_ahead import BUDGET_S, PLACEHOLDER, RECORD, ReadsAhead
 from sparkctl.transport.framing import Framing

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
-from sparkctl.engine.task import TaskFailed
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.trtllm_releases import Release
 from sparkctl.plan import gateway as gateway_plan
 from sparkctl.plan.serve import CONFIG_PATH, release_config
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.serve.config import ServeConfigTask, desired_launch, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask
 from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle

@@ -6,9 +6,9 @@ import shlex
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.facts import ContainerInfo
 from sparkctl.inventory import Inventory
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.container import image as image_task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.run import ContainerRunTask

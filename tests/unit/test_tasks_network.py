@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
 from sparkctl.facts import NetplanFile
 from sparkctl.plan import paths as plan_paths
 from sparkctl.rules.netplan import conflicting_stanzas, interfaces_in, without_stanzas
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.network import safe_apply as netplan_apply
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.tasks.network.verify import NetworkVerify

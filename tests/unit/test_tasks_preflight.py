@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.preflight.checks import ClusterPreflight, NodePreflight
 from tests.taskkit import inventory, kit_from_case, make_kit, spark_facts, task_cases

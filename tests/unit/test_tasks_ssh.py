@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.ssh.files import (
     block_markers,

@@ -7,11 +7,11 @@ from click.testing import CliRunner
 
 from sparkctl.cli import cluster_cmd
 from sparkctl.cli.main import cli
-from sparkctl.engine.runner import RunResult, TaskOutcome
-from sparkctl.engine.task import Status
 from sparkctl.runs import bootstrap as runs_bootstrap
 from sparkctl.runs.opening import Opening
 from sparkctl.secrets import forget_secrets, redact_known
+from sparkctl.taskgraph.runner import RunResult, TaskOutcome
+from sparkctl.taskgraph.task import Status
 from sparkctl.tasks.model.fetch import _download_failure, gated_repos_failed
 from sparkctl.tasks.model.token import hf_token
 from sparkctl.transport.base import CommandResult

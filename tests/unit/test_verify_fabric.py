@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.rules.interface_settings import hostfile_mismatches, node_mismatches, subnet_mismatches
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.verify.fabric import FabricVerify, nccl_log_findings, probe_mismatches
 from tests.taskkit import framed
 from tests.unit.container_kit import cluster, node_facts, pair, probe_line, running_like_plan

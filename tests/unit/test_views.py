@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from sparkctl.cli.views import ConsoleView, JsonView
-from sparkctl.engine import Change, Event, EventBus, Graph, Interruption, Runner, Scope, Task, TaskFailed
 from sparkctl.errors import Interrupted, Unreachable
+from sparkctl.taskgraph import Change, Event, EventBus, Graph, Interruption, Runner, Scope, Task, TaskFailed
 
 DIFF = "--- a/etc/netplan/40-cx7.yaml\n+++ b/etc/netplan/40-cx7.yaml\n@@ -1 +1 @@\n-mtu: 1500\n+mtu: 9000\n"
 

@@ -1,6 +1,6 @@
 """Phase container: the trtllm-multinode container on every node, its mounted files and its ssh mesh."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.remove import ContainerRemoveTask
 from sparkctl.tasks.container.retire import ContainerRetireTask

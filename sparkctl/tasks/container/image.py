@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Task, TaskFailed
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext, known_cause
 from sparkctl.transport.base import q
 

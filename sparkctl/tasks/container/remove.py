@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.task import Change, Task
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import NodeContext
 

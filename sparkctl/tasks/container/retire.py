@@ -7,9 +7,9 @@ gateway stay. Idempotent: nothing to remove is ok; one read of the node, on a re
 
 from __future__ import annotations
 
-from sparkctl.engine.task import Change, Task
 from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q

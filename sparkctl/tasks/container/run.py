@@ -6,12 +6,12 @@ import re
 import shlex
 import time
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL, ContainerSpec
 from sparkctl.rules.container import SSHD_NAMES, spec_differences
 from sparkctl.rules.fabric import listening_on_management
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q
 

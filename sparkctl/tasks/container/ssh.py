@@ -10,14 +10,14 @@ import functools
 import posixpath
 from collections.abc import Callable
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
 from sparkctl.rules.mesh import CHEAP_KEX, Try, Verdict, container_tries, fitting_fixes, mesh_script, mesh_timeout
 from sparkctl.rules.serving import without_mpi
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.proofs import CONTAINER_MESH, container_fingerprints
 from sparkctl.tasks.context import ClusterContext, HandOver
 from sparkctl.tasks.mesh import collect, raise_for

@@ -8,11 +8,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.mpi import MPI_PROBE, probe_source
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
 from sparkctl.rules.serving import without_mpi
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.container.ssh import CONTAINER_READ, carries_tries, mesh_read_script, mesh_read_timeout
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line

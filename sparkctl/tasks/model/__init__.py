@@ -1,6 +1,6 @@
 """Phase model: will it fit, the HF token as a 0600 file, the model and draft in every node's HF cache."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.model.copy import ModelCopyTask
 from sparkctl.tasks.model.fetch import ModelFetchTask
 from sparkctl.tasks.model.fit import ModelFitTask

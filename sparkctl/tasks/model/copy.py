@@ -16,11 +16,11 @@ import posixpath
 import time
 from dataclasses import dataclass
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.plan.ssh import peer_route
 from sparkctl.rules.serving import copy_mode, serves
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, repo_path
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text

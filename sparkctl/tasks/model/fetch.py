@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.paths import CONTAINER_HF_HOME
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.rules.serving import serves
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, in_copy_mode_peer, repo_path, snapshot_check_script
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text

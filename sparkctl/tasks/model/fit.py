@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.knowledge.fitcheck import fit_verdict, refusal_hint
 from sparkctl.rules.serving import serves, serving_enabled
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
 
 

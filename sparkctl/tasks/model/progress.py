@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from sparkctl.engine.events import Event
+from sparkctl.taskgraph.events import Event
 from sparkctl.transport.base import Transport, q
 
 PROGRESS_EVERY_S = 5.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.inventory import Inventory
 from sparkctl.rules.serving import serves
 from sparkctl.secrets import SecretUnreadable, secret_from_env
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.model.cache import in_copy_mode_peer, token_path
 from sparkctl.transport.base import q

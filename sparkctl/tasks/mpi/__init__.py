@@ -1,6 +1,6 @@
 """Phase mpi: the Open MPI hostfile in every container, proven by mpirun from the head."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.mpi.hostfile import HostfileTask
 
 TASKS: list[Task] = [HostfileTask()]

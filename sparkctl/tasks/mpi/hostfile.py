@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import re
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.mpi import mpirun_line, mpirun_timeout
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.mesh import failure_causes
 from sparkctl.rules.serving import without_mpi
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS, HOSTFILE_TASK, host_hostfile_path, hostfile_reads
 from sparkctl.tasks.proof import proven, since

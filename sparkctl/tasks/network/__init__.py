@@ -1,6 +1,6 @@
 """Phase network: netplan addresses on the fabric twins, applied safely, proven by jumbo pings; and its undo."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.network.down import NetworkDown
 from sparkctl.tasks.network.forwarding import ForwardingTask
 from sparkctl.tasks.network.netplan import NetplanTask

@@ -6,9 +6,9 @@ import base64
 import json
 import posixpath
 
-from sparkctl.engine.task import Change, Task
 from sparkctl.plan.paths import network_state_dir, sysctl_path
 from sparkctl.rules.networkmanager import is_keyfile
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.network import safe_apply as safe
 from sparkctl.tasks.network.forwarding import ORIGINAL, restore_script

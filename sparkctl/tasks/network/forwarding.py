@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task
 from sparkctl.plan.paths import network_state_dir, sysctl_path
 from sparkctl.plan.ring import conf_key
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q
 

@@ -7,12 +7,12 @@ import ipaddress
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.facts import NetplanFile
 from sparkctl.rules.fabric import interface_drift, management_names, twins_sharing_subnet
 from sparkctl.rules.netplan import NETWORKMANAGER, conflicting_stanzas, renderer_of, without_stanzas
 from sparkctl.rules.networkmanager import competing_profiles, netplan_stanzas_of, unmanaged_twins
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.network import safe_apply as safe
 from sparkctl.transport.base import q

@@ -10,11 +10,11 @@ import json
 import posixpath
 import time
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.errors import Unreachable
 from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.rules.networkmanager import is_keyfile, is_uuid
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import CommandResult, q
 

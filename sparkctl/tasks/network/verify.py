@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from ipaddress import IPv4Interface
 
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.plan import ClusterPlan
 from sparkctl.rules.mesh import link_pings, parse_pings, ping_script
 from sparkctl.rules.twins import twin_faults
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
 
 #: how long the fabric twins may take to be Up with their addresses (a CX-7 link trains for a few seconds)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.cabling import cabling_map
 from sparkctl.rules.clock import MAX_SKEW_S, clock_skew, set_wrong
 from sparkctl.rules.fabric import management_names
 from sparkctl.rules.twins import ABSENT, WRONG_PORT, twin_faults
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext
 
 

@@ -1,7 +1,7 @@
 """Phase serve: the TensorRT-LLM config on every node, the unit on the head that runs the TP mpirun and brings it
 back, the gateway in front of it, a smoke test through the gateway."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.serve.config import ServeConfigTask
 from sparkctl.tasks.serve.gateway import GatewayRemoveTask, ServeGatewayTask
 from sparkctl.tasks.serve.launch import ServeLaunchTask

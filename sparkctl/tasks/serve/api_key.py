@@ -10,10 +10,10 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from sparkctl.engine.task import TaskFailed
 from sparkctl.inventory import Inventory
 from sparkctl.plan.render import BEARER_RE
 from sparkctl.secrets import SecretUnreadable, register_secret, secret_from_env
+from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.userfiles import UnreadableFile, controller_state_dir, read_limited
 
 #: 32 random bytes (256 bits), as URL-safe base64: 43 characters a header and a config string carry unquoted

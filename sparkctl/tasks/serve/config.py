@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.knowledge.trtllm_releases import Release, release_of
 from sparkctl.plan.serve import ReleaseConfig, launch_fingerprint, release_config
 from sparkctl.plan.vllm import VLLM_CONFIG_FILE
 from sparkctl.rules.serving import serves
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.server import ServerHandle
 from sparkctl.transport.base import q

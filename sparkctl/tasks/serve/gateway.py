@@ -14,13 +14,13 @@ import hashlib
 import shlex
 import time
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts.parse import listening_on
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_spec
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.api_key import api_key, key_path

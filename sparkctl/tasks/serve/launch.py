@@ -14,9 +14,6 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts.parse import listening_on
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.nccl import parse_nccl_log
@@ -25,6 +22,9 @@ from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve import endpoint
 from sparkctl.plan.serve_unit import leftover_ranks_script, unit_summary
 from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import port_owner
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_launch

@@ -7,11 +7,11 @@ and `serve bench` need it; the head does not).
 
 from __future__ import annotations
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics, is_degenerate
 from sparkctl.plan.serve import endpoint
 from sparkctl.rules.serving import serving_enabled
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.server import gateway_client

@@ -9,10 +9,10 @@ serve.launch's: it knows whether the world that runs is the planned one.
 
 from __future__ import annotations
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Task
 from sparkctl.plan.serve_unit import ServeUnitSpec, serve_unit_spec, unit_name, unit_path, vllm_unit_spec
 from sparkctl.rules.serving import has_unit, serving_enabled
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.transport.base import q

@@ -1,6 +1,6 @@
 """Phase ssh: a cluster key per node, public keys exchanged, host keys pinned, proven; and its undo."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.ssh.down import SshDown
 from sparkctl.tasks.ssh.keys import SshKeyTask
 from sparkctl.tasks.ssh.mesh import SshMeshTask

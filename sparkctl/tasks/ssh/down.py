@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.engine.task import Change, Task
 from sparkctl.plan.paths import cluster_key_name
+from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.ssh.files import key_marker, remove_config_block
 from sparkctl.tasks.ssh.mesh import kept_mode

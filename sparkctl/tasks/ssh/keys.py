@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.task import Change, Task, TaskFailed
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
+from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.proof import PairProofs, pair_id

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import posixpath
 
-from sparkctl.engine.diff import unified_diff
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.plan.ssh import ssh_config_block
+from sparkctl.taskgraph.diff import unified_diff
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.ssh.files import known_hosts_lines, merge_authorized_keys, merge_config_block, merge_known_hosts
 from sparkctl.tasks.ssh.proofs import SECTION, login_script

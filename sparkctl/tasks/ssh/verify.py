@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.rules.mesh import Try, Verdict, fitting_fixes, host_tries, mesh_script, mesh_timeout
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.mesh import collect, raise_for
 from sparkctl.tasks.proof import PairProofs, pair_id

@@ -1,6 +1,6 @@
 """Phase verify: each container's real settings against its node's real interfaces, and an MPI probe."""
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 from sparkctl.tasks.verify.fabric import FabricVerify
 
 TASKS: list[Task] = [FabricVerify()]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Scope, Task, TaskFailed
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.plan.mpi import mpirun_timeout, probe_shell
@@ -23,6 +21,8 @@ from sparkctl.rules.interface_settings import (
     subnet_mismatches,
 )
 from sparkctl.rules.serving import serves, without_mpi
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks import proof
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.verify.reads import VERIFY_READS, answers, container_reads, node_reads

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkctl.engine.events import Event
-from sparkctl.engine.task import Change, Status
 from sparkctl.exitcodes import ExitStatus
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Status
 
 #: The recap row for cluster-scope tasks; parentheses cannot appear in a host name, so it never clashes.
 CLUSTER_ROW = "(cluster)"

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sparkctl.engine.events import CONNECT_TASK, Event
-from sparkctl.engine.graph import Graph, UnknownSelection, did_you_mean
-from sparkctl.engine.outcome import (
+from sparkctl.errors import Interrupted, SparkctlError, Unreachable
+from sparkctl.taskgraph.events import CONNECT_TASK, Event
+from sparkctl.taskgraph.graph import Graph, UnknownSelection, did_you_mean
+from sparkctl.taskgraph.outcome import (
     CLUSTER_ROW,
     CUT_MESSAGE,
     LEFT_OUT,
@@ -26,9 +27,8 @@ from sparkctl.engine.outcome import (
     TaskOutcome,
     change_dicts,
 )
-from sparkctl.engine.stops import Interruption, LostNodes
-from sparkctl.engine.task import Change, Scope, Status, Task, TaskFailed
-from sparkctl.errors import Interrupted, SparkctlError, Unreachable
+from sparkctl.taskgraph.stops import Interruption, LostNodes
+from sparkctl.taskgraph.task import Change, Scope, Status, Task, TaskFailed
 
 #: How long the recap waits for the interrupt's callbacks (transports cut, the interrupt event said).
 INTERRUPT_NOTICE_S = 5.0
@@ -93,7 +93,7 @@ class Runner:
         #: refresh what the nodes see of each other
         self._on_stage = on_stage
         self._emit_to = emit
-        #: what run_start says beyond the engine's own (the command, the cluster, versions)
+        #: what run_start says beyond the runner's own (the command, the cluster, versions)
         self._start = dict(start or {})
         self._lock = threading.Lock()
         self._outcomes: list[TaskOutcome] = []

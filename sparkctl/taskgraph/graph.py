@@ -6,7 +6,7 @@ import difflib
 import heapq
 from collections.abc import Iterable
 
-from sparkctl.engine.task import Task
+from sparkctl.taskgraph.task import Task
 
 
 class GraphError(ValueError):
