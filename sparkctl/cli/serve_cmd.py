@@ -40,7 +40,7 @@ def presets(as_json: bool, verbose: int) -> None:
              "max_draft_len": p.max_draft_len, "tp_size": p.tp_size, "port": p.port, "weights_gb": p.weights_gb,
              "variants": dict(p.variants)} for p in PRESETS.values()])
         return
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for p in PRESETS.values():
         rows.append((p.name, p.engine, p.model, p.draft or "-", p.decoding, str(p.max_draft_len or "-"),
                      str(p.tp_size), str(p.port), f"{p.weights_gb:g} GB"))

@@ -38,7 +38,7 @@ from sparkctl.rules.mesh import (
     parse_verdicts,
     ping_script,
 )
-from sparkctl.rules.serving import has_unit, serving_enabled
+from sparkctl.rules.serving import has_unit, serving_enabled, without_mpi
 from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing, Section, held_output
@@ -325,19 +325,23 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("completion", _completion, _read_completion),
 ]
 
+def _mpi(w: Where) -> bool:
+    return without_mpi(w.inventory) is None
+
+
 #: Inside the running container (one `docker exec`, beside the node's own): its hostfile, keys and ssh mesh
-#: (TensorRT-LLM's mpirun needs them; vLLM has none: whether its image has Ray where Ray is chosen instead), and the
-#: settings files that override sparkctl's.
+#: (where mpirun starts the ranks; an engine whose ranks meet over their own sockets has none: whether its image
+#: has Ray where Ray is chosen instead), and the settings files that override sparkctl's.
 CONTAINER_SECTIONS: list[ProbeSection] = [
     ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and w.plan.vllm is not None
                  and w.plan.vllm.executor == "ray" else None, lambda p, s: setattr(p, "ray_found", s.ok)),
-    ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and w.plan.vllm is None
-                 else None, lambda p, s: setattr(p, "container_hostfile", s.output if s.ok else "")),
-    ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None
-                 and w.plan.vllm is None else None,
+    ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and _mpi(w) else None,
+                 lambda p, s: setattr(p, "container_hostfile", s.output if s.ok else "")),
+    ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None and _mpi(w)
+                 else None,
                  lambda p, s: setattr(p, "container_authorized_keys", s.output if s.ok else "")),
     ProbeSection("c-ssh", lambda w: _mesh_section(container_tries(w.plan.fabric, w.order, w.node))
-                 if w.plan is not None and w.plan.vllm is None else None, _set("container_ssh", _ssh_results)),
+                 if w.plan is not None and _mpi(w) else None, _set("container_ssh", _ssh_results)),
     ProbeSection("c-settings", lambda w: node_probes.CONTAINER_SETTINGS,
                  _set_system("container_settings", node_probes.parse_settings)),
 ]
@@ -401,7 +405,7 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
         why = probe.error or "no verdict printed"
         probe.ssh += _untried(host_tries(inventory, plan.fabric, order, node), probe.ssh, why)
         info = facts.containers.get(inventory.container.name)
-        if info is not None and info.running and plan.vllm is None:
+        if info is not None and info.running and without_mpi(inventory) is None:
             probe.container_ssh += _untried(container_tries(plan.fabric, order, node), probe.container_ssh, why)
     return probe
 

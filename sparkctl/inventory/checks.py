@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl.engines import ENGINES
 from sparkctl.inventory.presets import PRESETS, Preset, default_preset_name, get_preset
 from sparkctl.inventory.release_check import release_problems
 from sparkctl.inventory.sections import (
@@ -277,9 +278,11 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if serve.model is None and preset is None and default_preset_name(count, engine) is None:
         yield (("serve",), f"no {engine} preset fits {count} node(s): name the model (serve.model)")
         return
-    if engine == "trtllm" and serve.args:
-        yield (("serve", "args"), "are vllm serve flags: TensorRT-LLM's settings go in serve.config (its "
-                                  "extra_llm_api_options keys), or set serve.engine: vllm")
+    if serve.args and not ENGINES[engine].takes_args:
+        taking = [e for e in ENGINES.values() if e.takes_args]
+        yield (("serve", "args"), f"are {' or '.join(e.server for e in taking)} flags: {ENGINES[engine].label}'s "
+                                  f"settings go in serve.config ({ENGINES[engine].config_is}), or set serve.engine: "
+                                  f"{' or '.join(e.name for e in taking)}")
     wrong = list(_config_shape_problems(serve, preset, engine))
     yield from wrong
     if wrong:

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
+from sparkctl.engines import ENGINES, Engine
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
 from sparkctl.inventory.sections import (
-    CONTAINER_DEFAULTS,
     MAX_NODES,
     ClusterSettings,
     ContainerSettings,
@@ -66,7 +66,8 @@ class Inventory(_Section):
     def _engine_defaults(self) -> Inventory:
         """The container's name and image follow the engine where they are not written: resolved in place but not
         marked as set, so dump_inventory still gives back what the user wrote."""
-        for key, value in CONTAINER_DEFAULTS[engine_of(self.serve, len(self.nodes))].items():
+        engine = ENGINES[engine_of(self.serve, len(self.nodes))]
+        for key, value in (("name", engine.container_name), ("image", engine.container_image)):
             if key not in self.container.model_fields_set:
                 self.container.__dict__[key] = value
         return self
@@ -106,6 +107,10 @@ class Inventory(_Section):
 
     def serve_spec(self) -> ServeSpec:
         return resolve_serve(self.serve, len(self.nodes))
+
+    def engine(self) -> Engine:
+        """The engine that serves (serve.engine, else the preset's, else the default)."""
+        return ENGINES[engine_of(self.serve, len(self.nodes))]
 
     def serving_nodes(self) -> list[str]:
         """The nodes the model runs on, in rank order (the head first): serve.nodes, else the first

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from sparkctl.engines import DEFAULT_ENGINE, EngineName
+
 DECODINGS = ("eagle3", "draft-target", "none")
-ENGINES = ("trtllm", "vllm")
 
 # vLLM's `speculative-config.method` of each decoding (vllm/config/speculative.py, SpeculativeMethod)
 VLLM_METHODS = {"eagle3": "eagle3", "draft-target": "draft_model"}
@@ -52,7 +53,7 @@ def thaw(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class Preset:
-    engine: str  # one of ENGINES
+    engine: EngineName
     name: str
     model: str
     draft: str | None
@@ -229,7 +230,7 @@ def get_preset(name: str) -> Preset:
     return dataclasses.replace(preset, name=name, draft=preset.variants[variant], variants={})
 
 
-def default_preset_name(node_count: int, engine: str = "trtllm") -> str | None:
+def default_preset_name(node_count: int, engine: EngineName = DEFAULT_ENGINE) -> str | None:
     """What to serve when the inventory names neither a preset nor a model (None: no preset of that engine
     fits, serve.model must say)."""
     if engine == "vllm":

@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from sparkctl.engines import DEFAULT_ENGINE, ENGINES, EngineName
 from sparkctl.inventory import grammar
 from sparkctl.inventory.presets import get_preset, preset_names
 from sparkctl.knowledge.spark import MANAGEMENT_INTERFACES
@@ -32,13 +33,6 @@ DEFAULT_API_KEY_ENV = "SPARKCTL_API_KEY"
 #: of 2026-10-21; linux/arm64 v8 among its platforms)
 DEFAULT_GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 MAX_NODES = 64
-#: The container of each engine when container.name / container.image are not written. vLLM's is the image of
-#: NVIDIA's two-Spark vLLM playbook line (nvcr.io/nvidia/vllm, 26.05-py3 = vLLM 0.20.1 per NVIDIA's vLLM release
-#: notes, docs.nvidia.com/deeplearning/frameworks/vllm-release-notes).
-CONTAINER_DEFAULTS = {
-    "trtllm": {"name": "trtllm-multinode", "image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"},
-    "vllm": {"name": "vllm-multinode", "image": "nvcr.io/nvidia/vllm:26.05-py3"},
-}
 NODE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
@@ -208,9 +202,9 @@ class ContainerSettings(_Section):
     # env values are strings in the end; `NCCL_IB_GID_INDEX: 3` should not need quotes
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, coerce_numbers_to_str=True)
 
-    # The defaults are TensorRT-LLM's; with serve.engine vllm, CONTAINER_DEFAULTS["vllm"] (Inventory resolves them)
-    name: str = "trtllm-multinode"
-    image: ImageRef = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
+    # The defaults are the default engine's; with another serve.engine, that engine's (Inventory resolves them)
+    name: str = ENGINES[DEFAULT_ENGINE].container_name
+    image: ImageRef = ENGINES[DEFAULT_ENGINE].container_image
     ssh_port: Port = 2233
     hf_cache: NodeDir = "~/.cache/huggingface"
     env: dict[str, EnvValue] = Field(default_factory=dict, max_length=256)
@@ -235,7 +229,7 @@ class VllmSettings(_Section):
 
 
 class ServeSettings(_Section):
-    engine: Literal["trtllm", "vllm"] | None = Field(None, description=(
+    engine: EngineName | None = Field(None, description=(
         "trtllm (TensorRT-LLM, trtllm-serve under mpirun) or vllm (vllm serve on every serving node); default: the "
         "preset's engine, else trtllm"))
     preset: str | None = None

@@ -6,6 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkctl.engines import DEFAULT_ENGINE, EngineName
 from sparkctl.inventory.presets import DECODING_TYPES, VLLM_METHODS, default_preset_name, get_preset, thaw
 from sparkctl.inventory.sections import ServeSettings
 
@@ -33,7 +34,7 @@ class ServeSpec:
     pp_size: int = 1
     #: where the engine answers on the head's loopback (the gateway answers on `port`)
     engine_port: int = 0
-    engine: str = "trtllm"
+    engine: EngineName = DEFAULT_ENGINE
     #: vLLM: extra `vllm serve` flags as written
     args: tuple[str, ...] = ()
 
@@ -48,7 +49,7 @@ def _preset_of(serve: ServeSettings, node_count: int):
     if serve.preset:
         return get_preset(serve.preset)
     if serve.model is None:
-        name = default_preset_name(node_count, serve.engine or "trtllm")
+        name = default_preset_name(node_count, serve.engine or DEFAULT_ENGINE)
         return get_preset(name) if name else None
     return None
 
@@ -114,13 +115,13 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
     )
 
 
-def engine_of(serve: ServeSettings, node_count: int) -> str:
+def engine_of(serve: ServeSettings, node_count: int) -> EngineName:
     """serve.engine, else the preset's (the named one, or the default for the node count when no model is
-    given), else trtllm."""
+    given), else the default engine."""
     if serve.engine:
         return serve.engine
     preset = _preset_of(serve, node_count)
-    return preset.engine if preset else "trtllm"
+    return preset.engine if preset else DEFAULT_ENGINE
 
 
 def _trtllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,

@@ -133,8 +133,8 @@ def ensure_image(rebuild: bool = False, log: Log = print) -> str:
 GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 
 
-#: The vLLM image sparkctl runs by default with serve.engine vllm (sparkctl/inventory/sections.py,
-#: CONTAINER_DEFAULTS; a unit test keeps the two equal): the lab image carries the vllm stand-in too, so a lab
+#: The vLLM image sparkctl runs by default with serve.engine vllm (sparkctl/engines/__init__.py,
+#: ENGINES; a unit test keeps the two equal): the lab image carries the vllm stand-in too, so a lab
 #: inventory that serves with vLLM runs the product's own default image name, as the gateway's.
 VLLM_IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
 

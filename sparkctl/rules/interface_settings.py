@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from sparkctl.engines import DEFAULT_ENGINE, ENGINES, Engine
 from sparkctl.facts import Facts
 from sparkctl.knowledge.nccl import match_ifname, parse_nccl_list
 from sparkctl.rules.fabric import management_names
@@ -165,15 +166,17 @@ def _first_fabric_address(facts: Facts) -> str | None:
     return None
 
 
-def check_vllm_host_ip(node: str, env: dict[str, str], facts: Facts) -> list[Mismatch]:
-    """VLLM_HOST_IP: the address this rank tells the others (vllm/envs.py; unset, vLLM takes the address of the
-    default route's interface: the management network)."""
-    setting, value = "VLLM_HOST_IP", env.get("VLLM_HOST_IP", "")
+def check_host_ip(node: str, env: dict[str, str], facts: Facts, engine: Engine) -> list[Mismatch]:
+    """The engine's host-IP variable (VLLM_HOST_IP): the address this rank tells the others (unset, the engine
+    takes the address of the default route's interface: the management network)."""
+    assert engine.host_ip_env is not None
+    setting = engine.host_ip_env
+    value = env.get(setting, "")
     want = _first_fabric_address(facts)
     fix = f"set {setting}={want or '<an address on an Up twin>'} (rerun bootstrap)"
     if not value:
-        return [Mismatch(node, setting, "(unset)", "vLLM takes the address of the default route's interface (the "
-                         "management network)", fix)]
+        return [Mismatch(node, setting, "(unset)", f"{engine.label} takes the address of the default route's "
+                         "interface (the management network)", fix)]
     held = facts.interfaces_holding(value)
     if not held:
         return [Mismatch(node, setting, value, f"the node does not own {value}: the other ranks cannot reach this "
@@ -195,16 +198,17 @@ def check_one_interface(node: str, env: dict[str, str], facts: Facts, setting: s
     return _interface_problems(node, setting, value, _entries(value), facts)
 
 
-def node_mismatches(node: str, env: dict[str, str], facts: Facts, engine: str = "trtllm") -> list[Mismatch]:
-    """The container's settings against its node; with vLLM its own (VLLM_HOST_IP, Gloo's and TensorPipe's
-    interface) instead of Open MPI's out-of-band channel (no mpirun there)."""
+def node_mismatches(node: str, env: dict[str, str], facts: Facts,
+                    engine: Engine = ENGINES[DEFAULT_ENGINE]) -> list[Mismatch]:
+    """The container's settings against its node: the engine's own (its host IP, its control interfaces), and Open
+    MPI's out-of-band channel only where mpirun starts the ranks."""
     out = check_socket_ifname(node, env, facts) + check_ucx(node, env, facts) + check_ib_hca(node, env, facts)
     out += check_ompi(node, env, facts, "OMPI_MCA_btl_tcp_if_include")
-    if engine == "vllm":
-        out += check_vllm_host_ip(node, env, facts)
-        for setting in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
-            out += check_one_interface(node, env, facts, setting)
-    else:
+    if engine.host_ip_env:
+        out += check_host_ip(node, env, facts, engine)
+    for setting in engine.control_ifname_envs:
+        out += check_one_interface(node, env, facts, setting)
+    if engine.needs_mpi:
         out += check_ompi(node, env, facts, "OMPI_MCA_oob_tcp_if_include")
     return out
 

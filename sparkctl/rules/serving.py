@@ -13,11 +13,13 @@ def serving_enabled(inventory: Inventory) -> bool:
 
 
 def without_mpi(inventory: Inventory) -> str | None:
-    """Why this cluster needs no container sshd, ssh mesh, hostfile or mpirun (None: it does). Only TensorRT-LLM's
-    launch is mpirun's; vLLM's ranks meet over their own sockets (a bare cluster keeps the mesh: it is what
-    `sparkctl nccl-tests` and a hand-run mpirun use)."""
-    if serving_enabled(inventory) and inventory.serve_spec().engine == "vllm":
-        return "vLLM serves (serve.engine: vllm): its ranks meet over their own sockets, not mpirun's"
+    """Why this cluster needs no container sshd, ssh mesh, hostfile or mpirun (None: it does): an engine whose ranks
+    meet over their own sockets serves (a bare cluster keeps the mesh: it is what `sparkctl nccl-tests` and a
+    hand-run mpirun use)."""
+    engine = inventory.engine()
+    if serving_enabled(inventory) and not engine.needs_mpi:
+        return (f"{engine.label} serves (serve.engine: {engine.name}): its ranks meet over their own sockets, "
+                "not mpirun's")
     return None
 
 
@@ -27,9 +29,9 @@ def serves(inventory: Inventory, node: str) -> bool:
 
 
 def has_unit(inventory: Inventory, node: str) -> bool:
-    """Does `node` run a serving unit: the head with TensorRT-LLM (its mpirun reaches the others), every serving
-    node with vLLM (one rank each)."""
-    if inventory.serve_spec().engine == "vllm":
+    """Does `node` run a serving unit: every serving node with an engine of one unit per rank, else the head (its
+    mpirun reaches the others)."""
+    if inventory.engine().unit_per_rank:
         return serves(inventory, node)
     return serving_enabled(inventory) and node == inventory.head.name
 

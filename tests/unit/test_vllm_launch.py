@@ -15,6 +15,7 @@ import yaml
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.probes import parse_probe, probe_script
 from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.engines import ENGINES
 from sparkctl.facts import ContainerInfo
 from sparkctl.inventory import load_inventory
 from sparkctl.inventory.presets import PRESETS
@@ -135,16 +136,16 @@ def test_a_rank_s_env_must_name_its_own_node_s_fabric(tmp_path):
     f = spark_facts("spark2", addresses={t: [f"192.168.10{i}.11/24"] for i, t in enumerate(TWINS)}, mtu=9000,
                     session_ip="10.0.0.12")
     env = dict(plan.nodes["spark2"].container.env)
-    assert node_mismatches("spark2", env, f, "vllm") == []
+    assert node_mismatches("spark2", env, f, ENGINES["vllm"]) == []
     bad = {**env, "VLLM_HOST_IP": "10.0.0.12", "GLOO_SOCKET_IFNAME": "enP7s7"}
-    found = {m.setting: m.has for m in node_mismatches("spark2", bad, f, "vllm")}
+    found = {m.setting: m.has for m in node_mismatches("spark2", bad, f, ENGINES["vllm"])}
     assert "not an Up fabric twin" in found["VLLM_HOST_IP"] and "management" in found["GLOO_SOCKET_IFNAME"]
     stranger = {m.setting: m.has for m in node_mismatches("spark2", {**env, "VLLM_HOST_IP": "192.168.100.10"}, f,
-                                                          "vllm")}
+                                                          ENGINES["vllm"])}
     assert "does not own 192.168.100.10" in stranger["VLLM_HOST_IP"]
     unset = {**env}
     del unset["TP_SOCKET_IFNAME"]
-    assert [m.setting for m in node_mismatches("spark2", unset, f, "vllm")] == ["TP_SOCKET_IFNAME"]
+    assert [m.setting for m in node_mismatches("spark2", unset, f, ENGINES["vllm"])] == ["TP_SOCKET_IFNAME"]
     # Open MPI's out-of-band channel is TensorRT-LLM's (mpirun), not asked of a vLLM container
     assert "OMPI_MCA_oob_tcp_if_include" not in env
 

@@ -22,6 +22,7 @@ from sparkctl.doctor.catalog import (
 from sparkctl.doctor.checks.ssh import UNCHECKED_FIX, blame, unchecked_evidence
 from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.engines import Engine, EngineName
 from sparkctl.facts import ContainerInfo
 from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.rules.container import SSHD_NAMES, spec_differences
@@ -102,7 +103,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
         spec = s.plan.nodes[node].container
         differences = spec_differences(spec, info)
         # env settings that do not fit the node are reported as env.* findings, with the reason
-        explained = {m.setting for m in node_mismatches(node, info.env, f, s.inventory.serve_spec().engine)}
+        explained = {m.setting for m in node_mismatches(node, info.env, f, s.inventory.engine())}
         rest = [d for d in differences if not any(d.startswith(f"env {k}:") for k in explained)]
         if rest or (not differences and info.labels.get(SPEC_LABEL) != spec.spec_hash()):
             out.append(finding(CONTAINER_SPEC_DRIFT, node, f"container {name} differs from the plan",
@@ -111,9 +112,13 @@ def check_containers(s: Snapshot) -> list[Finding]:
     return out
 
 
-def _env_id(m: Mismatch) -> str:
-    if m.setting in ("VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
-        return "vllm.wrong_nic"
+#: each engine's finding for a rank whose own address or control interface (Engine.own_settings) is off the fabric
+_WRONG_ADDRESS: dict[EngineName, str] = {"vllm": "vllm.wrong_nic"}
+
+
+def _env_id(m: Mismatch, engine: Engine) -> str:
+    if m.setting in engine.own_settings():
+        return _WRONG_ADDRESS[engine.name]
     if m.setting == "NCCL_IB_HCA":
         return "nccl.ib_hca_missing" if "does not exist" in m.has or m.names == "(unset)" else \
             "nccl.ib_hca_partial" if "leaves out" in m.has else "env.iface_down"
@@ -147,14 +152,15 @@ def check_env(s: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     if s.inventory.topology == "single":
         return out  # no fabric: NCCL and Open MPI stay on the node
+    engine = s.inventory.engine()
     for node in s.order:
         info = running_container(s, node)
         if info is None:
             continue
-        for m in node_mismatches(node, info.env, s.facts[node], s.inventory.serve_spec().engine):
+        for m in node_mismatches(node, info.env, s.facts[node], engine):
             if _port_explains(s, node, m):
                 continue
-            out.append(finding(FINDINGS[_env_id(m)], node, f"container env {m.setting} does not fit {node}",
+            out.append(finding(FINDINGS[_env_id(m, engine)], node, f"container env {m.setting} does not fit {node}",
                                evidence=f"{m.setting}={m.names}: {m.has}",
                                fix=f"{m.fix}: {s.bootstrap('container')}", phase=PHASE, severity=m.severity))
     return out

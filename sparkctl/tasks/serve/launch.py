@@ -178,15 +178,15 @@ class ServeLaunchTask(Task[ClusterContext, None]):
 
 
 def worker_ranks(inventory: Inventory) -> list[str]:
-    """The serving nodes besides the head that run a unit of their own (vLLM's other ranks); none with
-    TensorRT-LLM (the head's mpirun starts the ranks there)."""
-    if inventory.serve_spec().engine != "vllm":
+    """The serving nodes besides the head that run a unit of their own (one per rank); none when the head's mpirun
+    starts the ranks there."""
+    if not inventory.engine().unit_per_rank:
         return []
     return [n for n in inventory.serving_nodes() if n != inventory.head.name]
 
 
 def server_process(inventory: Inventory) -> str:
-    return "vllm serve" if inventory.serve_spec().engine == "vllm" else "mpirun"
+    return inventory.engine().server
 
 
 def read_states(ctx: ClusterContext, task: str, nodes: list[str]) -> dict[str, ServingState]:

@@ -58,8 +58,8 @@ class ServeUnitTask(Task[NodeContext, str]):
             framing = Framing()
             script = framing.section("unit", f"test -e {q(unit_path(inv.cluster.name))} && echo present; true")
             said = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
-            why = (f"the head is {inv.head.name}" if inv.serve_spec().engine != "vllm"
-                   else "it serves no rank of the model")
+            why = ("it serves no rank of the model" if inv.engine().unit_per_rank
+                   else f"the head is {inv.head.name}")
             return [Change(f"remove the serving unit {unit_name(inv.cluster.name)} ({why})",
                            payload="remove")] if "present" in said.get("unit", "") else []
         spec = node_unit(ctx)

@@ -129,7 +129,7 @@ class FabricVerify(Task[ClusterContext, None]):
     def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
         mpi = without_mpi(inv) is None
-        engine = inv.serve_spec().engine
+        engine = inv.engine()
         order = [n.name for n in inv.nodes if n.name in ctx.nodes]
         # Every change re-reads its node's facts (NodeContext.invalidate): what is cached is the state now.
         facts = {n: ctx.nodes[n].facts() for n in order}

@@ -1,0 +1,74 @@
+"""The inference engines sparkctl serves with, and what each needs of the cluster: one entry per engine.
+
+Shared code asks an engine what it needs (`needs_mpi`, `unit_per_rank`, `host_ip_env`...) and never compares
+engine names: adding an engine is adding an entry here (docs/architecture.md, "Adding an engine"), not a branch in
+every module that serves. What an engine knows of its own releases lives in sparkctl/knowledge (one module each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+#: Every engine's name, as `serve.engine` spells it (the inventory's type: a misspelt name is refused at its line)
+EngineName = Literal["trtllm", "vllm"]
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: EngineName
+    #: the engine as people name it
+    label: str
+    #: the command a serving unit runs on a node, as `ps` shows it
+    server: str
+    #: the container a cluster gets when container.name / container.image are not written
+    container_name: str
+    container_image: str
+    #: True: every serving node runs its own server (one rank each) under its own unit, and the ranks meet over the
+    #: engine's own sockets; False: the head's unit runs mpirun, which starts the other ranks through the
+    #: containers' sshd, mesh and hostfile
+    unit_per_rank: bool
+    #: the variable a rank advertises its own address with (unset, the engine takes the default route's: the
+    #: management network, and the ranks hang after NCCL starts)
+    host_ip_env: str | None = None
+    #: variables naming the one interface of the engine's control traffic (Gloo, TensorPipe)
+    control_ifname_envs: tuple[str, ...] = ()
+    #: what `serve.config` holds for it
+    config_is: str = ""
+    #: `serve.args` are the server's own flags (checked against the image's release); False: the engine takes
+    #: none, its settings are `serve.config`
+    takes_args: bool = True
+
+    @property
+    def needs_mpi(self) -> bool:
+        """The ranks are started by mpirun (the container sshd, the ssh mesh and the hostfile are its)."""
+        return not self.unit_per_rank
+
+    def own_settings(self) -> tuple[str, ...]:
+        """The container variables only this engine reads (checked against the node by verify and doctor)."""
+        return ((self.host_ip_env,) if self.host_ip_env else ()) + self.control_ifname_envs
+
+
+# The images: TensorRT-LLM's is the release line of NVIDIA's two-Spark playbook; vLLM's the image of NVIDIA's
+# two-Spark vLLM playbook line (nvcr.io/nvidia/vllm, 26.05-py3 = vLLM 0.20.1 per NVIDIA's vLLM release notes,
+# docs.nvidia.com/deeplearning/frameworks/vllm-release-notes).
+ENGINES: dict[EngineName, Engine] = {
+    "trtllm": Engine(
+        name="trtllm", label="TensorRT-LLM", server="mpirun",
+        container_name="trtllm-multinode", container_image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
+        unit_per_rank=False, config_is="its extra_llm_api_options keys", takes_args=False),
+    "vllm": Engine(
+        name="vllm", label="vLLM", server="vllm serve",
+        container_name="vllm-multinode", container_image="nvcr.io/nvidia/vllm:26.05-py3",
+        unit_per_rank=True, config_is="its `vllm serve` flags, as in its --config file",
+        # vllm/envs.py: VLLM_HOST_IP; Gloo's and TensorPipe's interface (torch.distributed)
+        host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")),
+}
+assert set(ENGINES) == set(get_args(EngineName)), "every engine name has one entry"
+
+#: serve.engine when neither it nor the preset says
+DEFAULT_ENGINE: EngineName = "trtllm"
+
+
+def engine(name: EngineName) -> Engine:
+    return ENGINES[name]
