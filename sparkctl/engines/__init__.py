@@ -33,6 +33,8 @@ class Engine:
     host_ip_env: str | None = None
     #: variables naming the one interface of the engine's control traffic (Gloo, TensorPipe)
     control_ifname_envs: tuple[str, ...] = ()
+    #: what every container of the engine gets besides the fabric's settings
+    static_env: tuple[tuple[str, str], ...] = ()
     #: what `serve.config` holds for it
     config_is: str = ""
     #: `serve.args` are the server's own flags (checked against the image's release); False: the engine takes
@@ -56,13 +58,17 @@ ENGINES: dict[EngineName, Engine] = {
     "trtllm": Engine(
         name="trtllm", label="TensorRT-LLM", server="mpirun",
         container_name="trtllm-multinode", container_image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
-        unit_per_rank=False, config_is="its extra_llm_api_options keys", takes_args=False),
+        unit_per_rank=False, config_is="its extra_llm_api_options keys", takes_args=False,
+        # NVIDIA's two-Spark TensorRT-LLM playbook (nvidia/trt-llm/README.md): what its mpirun -x passes
+        static_env=(("CPATH", "/usr/local/cuda/include"), ("TRITON_PTXAS_PATH", "/usr/local/cuda/bin/ptxas"))),
     "vllm": Engine(
         name="vllm", label="vLLM", server="vllm serve",
         container_name="vllm-multinode", container_image="nvcr.io/nvidia/vllm:26.05-py3",
         unit_per_rank=True, config_is="its `vllm serve` flags, as in its --config file",
         # vllm/envs.py: VLLM_HOST_IP; Gloo's and TensorPipe's interface (torch.distributed)
-        host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")),
+        host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"),
+        # NVIDIA's two-Spark vLLM playbook (nvidia/vllm/README.md): Ray's memory monitor off
+        static_env=(("RAY_memory_monitor_refresh_ms", "0"),)),
 }
 assert set(ENGINES) == set(get_args(EngineName)), "every engine name has one entry"
 

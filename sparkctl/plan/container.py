@@ -57,62 +57,46 @@ def ring_mpi_interface(fabric: FabricPlan, node: str) -> str | None:
 
 
 def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
-    if inventory.serve_spec().engine == "vllm":
-        return vllm_container_env(inventory, node, fabric)
+    """A container's settings from its node's own Up twins (never one interface name typed on every node), as
+    NVIDIA's two-Spark playbooks set them (nvidia/trt-llm/README.md, nvidia/vllm/README.md). NCCL and UCX take
+    every twin (NCCL_IB_HCA: their RoCE devices). Where mpirun starts the ranks, Open MPI's out-of-band channel
+    and its hostfile; where each node starts its own rank, the address the rank advertises and its control
+    traffic's interface (Gloo, TensorPipe: one interface), both on the node's first twin."""
+    engine = inventory.engine()
     ports = fabric.ports[node]
     env: dict[str, str] = {}
     if ports.interfaces:
         ifaces = ",".join(ports.interfaces)
-        mpi_ifaces = (ring_mpi_interface(fabric, node) if inventory.topology == "ring" else None) or ifaces
+        ring = inventory.topology == "ring" and engine.needs_mpi
+        mpi_ifaces = (ring_mpi_interface(fabric, node) if ring else None) or ifaces
         env.update({
             "UCX_NET_DEVICES": ifaces,
             "NCCL_SOCKET_IFNAME": ifaces,
             "NCCL_IB_HCA": ",".join(d for d in ports.roce_devices if d),
             "OMPI_MCA_btl_tcp_if_include": mpi_ifaces,
-            "OMPI_MCA_oob_tcp_if_include": mpi_ifaces,
         })
+        if engine.needs_mpi:
+            env["OMPI_MCA_oob_tcp_if_include"] = mpi_ifaces
         if not env["NCCL_IB_HCA"]:
             del env["NCCL_IB_HCA"]
-    env.update({
-        "OMPI_MCA_orte_default_hostfile": HOSTFILE_PATH,
-        "OMPI_MCA_rmaps_ppr_n_pernode": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "CPATH": "/usr/local/cuda/include",
-        "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
-        "HF_HOME": CONTAINER_HF_HOME,
-    })
-    env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
-    # sparkctl's own variables last, so no inventory key can override them (the inventory checks refuse
-    # SPARKCTL_* keys too): the container mesh needs its sshd on the fabric only, never on the management LAN
-    env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
-    return env
-
-
-def vllm_container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[str, str]:
-    """A vLLM container's settings from its node's own Up twins, as NVIDIA's two-Spark vLLM playbook sets them
-    (nvidia/vllm/README.md: VLLM_HOST_IP, UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include,
-    GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME, RAY_memory_monitor_refresh_ms=0), from this node's facts rather than one
-    interface name typed on both. NCCL takes every twin (NCCL_IB_HCA: their RoCE devices); Gloo and TensorPipe
-    carry vLLM's control traffic on the twin VLLM_HOST_IP is on (TensorPipe takes one interface)."""
-    ports = fabric.ports[node]
-    env: dict[str, str] = {}
     own = fabric.first_interface(node)
-    if ports.interfaces:
-        ifaces = ",".join(ports.interfaces)
+    if own is not None and engine.host_ip_env:
+        env[engine.host_ip_env] = str(fabric.addresses[node][own].ip)
+        env.update(dict.fromkeys(engine.control_ifname_envs, own))
+    if engine.needs_mpi:
         env.update({
-            "UCX_NET_DEVICES": ifaces,
-            "NCCL_SOCKET_IFNAME": ifaces,
-            "OMPI_MCA_btl_tcp_if_include": ifaces,
-            "NCCL_IB_HCA": ",".join(d for d in ports.roce_devices if d),
+            "OMPI_MCA_orte_default_hostfile": HOSTFILE_PATH,
+            "OMPI_MCA_rmaps_ppr_n_pernode": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         })
-        if not env["NCCL_IB_HCA"]:
-            del env["NCCL_IB_HCA"]
-    if own is not None:
-        env.update({"VLLM_HOST_IP": str(fabric.addresses[node][own].ip), "GLOO_SOCKET_IFNAME": own,
-                    "TP_SOCKET_IFNAME": own})
-    env.update({"RAY_memory_monitor_refresh_ms": "0", "HF_HOME": CONTAINER_HF_HOME})
+    env.update(dict(engine.static_env))
+    env["HF_HOME"] = CONTAINER_HF_HOME
     env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
+    if engine.needs_mpi:
+        # sparkctl's own variables last, so no inventory key can override them (the inventory checks refuse
+        # SPARKCTL_* keys too): the container mesh needs its sshd on the fabric only, never on the management LAN
+        env[SSHD_LISTEN_ENV] = " ".join(str(a.ip) for a in fabric.addresses.get(node, {}).values()) or "127.0.0.1"
     return env
 
 
@@ -169,10 +153,10 @@ def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: 
     home = node_home(inventory, node, facts)
     state = state_dir(inventory, home)
     hf_cache = expand_home(inventory.container.hf_cache, home)
-    if inventory.serve_spec().engine == "vllm":
-        # no sshd and no mesh: vLLM's ranks meet over its own sockets; each `vllm serve` is started by the serving
-        # unit with `docker exec`, so the container only has to stay up. `--init`: what a stopped rank leaves
-        # (vLLM's workers, Ray's processes) is reaped by the container's init, never kept as a zombie by `sleep`
+    if not inventory.engine().needs_mpi:
+        # no sshd and no mesh: the ranks meet over the engine's own sockets; each node's server is started by its
+        # serving unit with `docker exec`, so the container only has to stay up. `--init`: what a stopped rank
+        # leaves (its workers, Ray's processes) is reaped by the container's init, never kept as a zombie by `sleep`
         return ContainerSpec(
             name=inventory.container.name, image=inventory.container.image,
             env=container_env(inventory, node.name, fabric),
