@@ -6,12 +6,10 @@ import shlex
 
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
-from sparkctl.plan.container import render_entrypoint
 from sparkctl.plan.gateway import gateway_spec, offline_listen
+from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
 from sparkctl.plan.serve import launch_fingerprint
-from sparkctl.plan.serve_unit import serve_unit_spec, vllm_unit_spec
-from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
 from sparkctl.taskgraph import Graph
@@ -63,64 +61,28 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out.append("--- container")
         out.append(" \\\n    ".join(_argv_lines(node.container.run_argv())))
     out.append(_section("cluster"))
-    if plan.vllm is not None:
-        out += _vllm_lines(plan.vllm)
-        if serving_enabled(inventory):
-            out += _vllm_unit_lines(inventory, plan.vllm)
-            out += _gateway_lines(inventory)
-        return "\n".join(out) + "\n"
-    out.append(f"--- {ENTRYPOINT_PATH} (every container's command, mounted read-only from the node's state dir: "
-               f"it writes the container's sshd config, port {inventory.container.ssh_port}, fabric addresses only)")
-    out.append(render_entrypoint(inventory).rstrip())
-    out.append("--- /etc/openmpi-hostfile (in every container)")
-    out.append(plan.hostfile.rstrip())
-    out.append("--- TensorRT-LLM config (extra_llm_api_options)")
-    out.append(plan.serve_config.rstrip())
-    out.append("--- launch (head container)")
-    out.append(plan.launch_command)
+    if plan.entrypoint:
+        out.append(f"--- {ENTRYPOINT_PATH} (every container's command, mounted read-only from the node's state dir: "
+                   f"it writes the container's sshd config, port {inventory.container.ssh_port}, fabric addresses "
+                   "only)")
+        out.append(plan.entrypoint.rstrip())
+        out.append("--- /etc/openmpi-hostfile (in every container)")
+        out.append(plan.hostfile.rstrip())
+    out += plan.launch.describe()
     if serving_enabled(inventory):
-        out += _unit_lines(inventory, plan)
+        out += _unit_lines(inventory, plan.launch)
         out += _gateway_lines(inventory)
     return "\n".join(out) + "\n"
 
 
-def _vllm_lines(launch: VllmLaunch) -> list[str]:
-    release = f"vLLM {launch.release}" if launch.release else "the image's vLLM (release not known from its tag)"
-    out = [f"vLLM: {release}, executor {launch.executor} ({launch.why})" + (f"; {launch.note}" if launch.note else ""),
-           "no container sshd, mesh or hostfile: vLLM's ranks meet over their own sockets"]
-    if launch.dropped:
-        out.append(f"left out (the release has no such flag): {', '.join(launch.dropped)}")
-    out.append(f"--- {VLLM_CONFIG_PATH} (vllm serve --config, in every serving container)")
-    out.append(launch.config_text().rstrip())
-    for node, argv in launch.ray.items():
-        out.append(f"--- Ray on {node} (in its container)")
-        out.append(shlex.join(argv))
-    for node, argv in launch.serve.items():
-        out.append(f"--- vllm serve on {node} (in its container)")
-        out.append(shlex.join(argv))
-    return out
-
-
-def _unit_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
-    """The serving unit on the head and the script it runs in the container (the host script is its plumbing)."""
-    head = inventory.head
-    unit = serve_unit_spec(inventory, plan.fabric, state_dir=state_dir(inventory, node_home(inventory, head, None)),
-                           user=head.user or inventory.user, command=plan.launch_command,
-                           fingerprint=launch_fingerprint(plan.serve_config, plan.launch_command))
-    return [f"--- {unit.unit_path} on {head.name} (enabled; `sparkctl serve stop` disables it)",
-            unit.unit_text().rstrip(),
-            f"--- {unit.world_script} (mounted at /sparkctl/serve/world.sh in the container)",
-            unit.world_text().rstrip()]
-
-
-def _vllm_unit_lines(inventory: Inventory, launch: VllmLaunch) -> list[str]:
-    """Every serving node's unit and the script it runs in the container (each node's own rank)."""
+def _unit_lines(inventory: Inventory, launch: Launch) -> list[str]:
+    """Each serving unit and the script it runs in the container (the host script is its plumbing)."""
     fingerprint = launch_fingerprint(launch.config_text(), launch.command_lines())
     out = []
-    for name in inventory.serving_nodes():
+    for name in launch.commands():
         node = inventory.node(name)
-        unit = vllm_unit_spec(inventory, launch, name, state_dir=state_dir(inventory, node_home(inventory, node, None)),
-                              user=node.user or inventory.user, fingerprint=fingerprint)
+        unit = launch.unit(inventory, name, state_dir=state_dir(inventory, node_home(inventory, node, None)),
+                           user=node.user or inventory.user, fingerprint=fingerprint)
         out += [f"--- {unit.unit_path} on {name} (enabled; `sparkctl serve stop` disables it)",
                 unit.unit_text().rstrip(),
                 f"--- {unit.world_script} on {name} (mounted at /sparkctl/serve/world.sh in the container)",
@@ -185,5 +147,5 @@ def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph) -> dict:
                                                               "env": dict(node.container.env),
                                                               "argv": node.container.run_argv()}}
     return {"cluster": inventory.cluster.name, "topology": inventory.topology, "head": inventory.head.name,
-            "phases": phases, "nodes": nodes, "hostfile": plan.hostfile, "serve_config": plan.serve_config,
-            "launch": plan.launch_command}
+            "phases": phases, "nodes": nodes, "hostfile": plan.hostfile, "serve_config": plan.launch.config_text(),
+            "launch": plan.launch.head_command()}

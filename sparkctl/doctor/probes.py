@@ -112,14 +112,12 @@ def _http(container: str, url: str, body: str | None = None, timeout: int = 5) -
     return f"{line} <<'{end}'\n\n{body}\n{end}"
 
 
-def _master_reach(plan: ClusterPlan, inventory: Inventory) -> str:
-    """Whether vLLM's master port answers from this node (a worker's rank connects there over the fabric): `open`,
-    or `closed` with why."""
-    assert plan.vllm is not None
-    head = plan.vllm.serve[inventory.serving_nodes()[0]]
-    address, port = head[head.index("--master-addr") + 1], head[head.index("--master-port") + 1]
+def _reach(where: str) -> str:
+    """Whether `address:port` answers from this node (a worker's rank connects there over the fabric): `open`,
+    or `closed`."""
+    address, _, port = where.rpartition(":")
     target = f"/dev/tcp/{address}/{port}"
-    return (f"echo {q(f'{address}:{port}')}; if timeout 3 bash -c {q(f': <{target}')} 2>/dev/null; "
+    return (f"echo {q(where)}; if timeout 3 bash -c {q(f': <{target}')} 2>/dev/null; "
             "then echo open; else echo closed; fi")
 
 
@@ -235,18 +233,16 @@ def _unit_here(w: Where) -> bool:
     return (w.head and w.serving) or (has_unit(w.inventory, w.node) and not w.head)
 
 
-def _vllm_master(w: Where) -> str | None:
-    plan = w.plan
-    if w.head or not has_unit(w.inventory, w.node) or plan is None or plan.vllm is None:
+def _rendezvous(w: Where) -> str | None:
+    if w.head or not has_unit(w.inventory, w.node) or w.plan is None:
         return None
-    if "--master-addr" not in plan.vllm.serve.get(w.inventory.serving_nodes()[0], []):
-        return None
-    return _master_reach(plan, w.inventory)
+    where = w.plan.launch.rendezvous()
+    return _reach(where) if where else None
 
 
-def _read_vllm_master(p: NodeProbe, s: Section) -> None:
+def _read_rendezvous(p: NodeProbe, s: Section) -> None:
     target, _, verdict = s.output.strip().partition("\n")
-    p.vllm_master = (target.strip(), verdict.strip() == "open")
+    p.rendezvous = (target.strip(), verdict.strip() == "open")
 
 
 def _completion(w: Where) -> str | None:
@@ -307,7 +303,7 @@ HOST_SECTIONS: list[ProbeSection] = [
                  _read_serve_log),
     ProbeSection("nccl", lambda w: f"grep -E 'NCCL|NET/' {q(w.log)} 2>/dev/null | tail -n {NCCL_LINES}",
                  _set("nccl_log", str)),
-    ProbeSection("vllm-master", _vllm_master, _read_vllm_master),
+    ProbeSection("rendezvous", _rendezvous, _read_rendezvous),
     ProbeSection("health", lambda w: "printf '%s\\n' \"$_health\"" if w.head and w.serving else None,
                  _set("health_status", lambda text: int(text.strip()) if text.strip().isdigit() else 0),
                  before=lambda w: "_health=$(" + _http(w.inventory.container.name,
@@ -333,8 +329,8 @@ def _mpi(w: Where) -> bool:
 #: (where mpirun starts the ranks; an engine whose ranks meet over their own sockets has none: whether its image
 #: has Ray where Ray is chosen instead), and the settings files that override sparkctl's.
 CONTAINER_SECTIONS: list[ProbeSection] = [
-    ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and w.plan.vllm is not None
-                 and w.plan.vllm.executor == "ray" else None, lambda p, s: setattr(p, "ray_found", s.ok)),
+    ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and "ray" in w.plan.launch.programs()
+                 else None, lambda p, s: setattr(p, "ray_found", s.ok)),
     ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and _mpi(w) else None,
                  lambda p, s: setattr(p, "container_hostfile", s.output if s.ok else "")),
     ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None and _mpi(w)

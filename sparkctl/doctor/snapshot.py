@@ -81,10 +81,11 @@ class NodeProbe:
     unit: dict[str, str] | None = None
     #: the unit's last runs, from exits.log (plan/serve_unit.py parse_exits)
     unit_exits: str = ""
-    #: vLLM with Ray: whether the container has `ray`; None: not probed
+    #: a launch with Ray (plan/launch.py programs): whether the container has `ray`; None: not probed
     ray_found: bool | None = None
-    #: vLLM's worker: (master address:port, whether it answers from this node); None: not probed
-    vllm_master: tuple[str, bool] | None = None
+    #: a worker whose rank connects to the head's rendezvous (plan/launch.py): (address:port, whether it answers
+    #: from this node); None: not probed
+    rendezvous: tuple[str, bool] | None = None
     #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
     system: SystemProbe = field(default_factory=SystemProbe)
 

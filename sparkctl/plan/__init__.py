@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
-from sparkctl.plan.container import (
-    ContainerSpec,
-    container_spec,
-    render_entrypoint,
-    render_hostfile,
-    serving_hosts,
-)
+from sparkctl.plan.container import ContainerSpec, container_spec, render_entrypoint, render_hostfile
 from sparkctl.plan.fabric import FabricPlan, PlanError, plan_fabric, render_netplan
+from sparkctl.plan.launch import Launch
+from sparkctl.plan.launches import plan_launch
 from sparkctl.plan.ring import forwarding_settings, render_sysctl, ring_routes
-from sparkctl.plan.serve import launch_command, render_serve_config
-from sparkctl.plan.vllm import VllmLaunch, vllm_launch
 
 __all__ = ["ClusterPlan", "FabricPlan", "PlanError", "NodePlan", "plan_cluster"]
 
@@ -39,13 +32,12 @@ class NodePlan:
 class ClusterPlan:
     fabric: FabricPlan
     nodes: dict[str, NodePlan]
+    #: the containers' mesh mpirun needs (a bare cluster keeps it too: `sparkctl nccl-tests`, a hand-run mpirun);
+    #: "" where the engine's ranks meet by themselves
     hostfile: str
     entrypoint: str
-    serve_config: str
-    launch_command: str
-    #: serve.engine vllm: every serving node's command (serve_config is then its --config file, launch_command the
-    #: head's `vllm serve`)
-    vllm: VllmLaunch | None = None
+    #: the engine's launch: its config file and each serving node's line (plan/launch.py)
+    launch: Launch
 
 
 def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
@@ -65,12 +57,7 @@ def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = 
             sysctl=sysctl, sysctl_file=render_sysctl(inventory.cluster.name, node.name, sysctl) if sysctl else None,
             routes=routes or {},
         )
-    if inventory.serve_spec().engine == "vllm":
-        vllm = vllm_launch(inventory, fabric)
-        return ClusterPlan(fabric=fabric, nodes=nodes, hostfile="", entrypoint="", serve_config=vllm.config_text(),
-                           launch_command=shlex.join(vllm.serve[inventory.serving_nodes()[0]]), vllm=vllm)
+    mpi = inventory.engine().needs_mpi
     return ClusterPlan(
-        fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric),
-        entrypoint=render_entrypoint(inventory), serve_config=render_serve_config(inventory),
-        launch_command=launch_command(inventory, serving_hosts(inventory, fabric)),
-    )
+        fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric) if mpi else "",
+        entrypoint=render_entrypoint(inventory) if mpi else "", launch=plan_launch(inventory, fabric))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +59,11 @@ def one_line(value: object) -> str:
     return text
 
 
+def quoted(value: object) -> str:
+    """Any one-line text as one shell word (single-quoted where it needs to be): a pattern, a command line."""
+    return shlex.quote(one_line(value))
+
+
 #: RFC 6750's b64token: what a Bearer credential may hold, and so all a rendered key may hold
 BEARER_RE = re.compile(r"[A-Za-z0-9._~+/-]{16,512}=*\Z")
 
@@ -89,6 +95,7 @@ def template_env() -> jinja2.Environment:
     env.filters["word"] = word
     env.filters["unit_word"] = unit_word
     env.filters["one_line"] = one_line
+    env.filters["quoted"] = quoted
     env.filters["bearer"] = bearer
     env.filters["listen_address"] = listen_address
     return env

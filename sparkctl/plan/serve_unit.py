@@ -1,31 +1,30 @@
-"""PURE: the serving unit on the head, a systemd service that keeps the TP/PP world running (docs/serving.md).
+"""PURE: the serving unit, a systemd service that keeps the TP/PP world running (docs/serving.md).
 
 It starts the world once every serving node's container answers over the fabric (leftover ranks of an earlier
 server killed on every node first), starts it again when it dies or a node comes back, waiting longer after each
 run that did not last, and stays down after `sparkctl serve stop` (disabled) until the next serving bootstrap.
 
-Three files: the unit in /etc/systemd/system; `unit.sh` on the head (the wait before a start, the record after a
+Three files: the unit in /etc/systemd/system; `unit.sh` on the node (the wait before a start, the record after a
 stop), and `world.sh` inside the container (run the server in the foreground, stop it, check the world is ready),
 both in the state dir's run/serve, which the container mounts.
 
-With vLLM every serving node has its own unit of the same name: each runs that node's `vllm serve` (rank 0 with the
-API server, the others `--headless`; or with Ray, `ray start` and on the head `vllm serve` over it). A worker's
-unit waits for no one: its rank retries the master until it answers, and ends (to be started again) when the
-master goes.
+What a unit runs is the engine's launch's (plan/launch.py, UnitRun), in one of two shapes:
+- mpirun: the head's unit alone; its world.sh waits for every serving node's container to answer over the fabric
+  and runs mpirun, which starts the ranks there (serve-world-mpirun.sh.j2);
+- one rank per node: every serving node has its own unit of the same name, each running that node's server (rank
+  0 with the API server); a worker's unit waits for no one: its rank retries the head until it answers, and ends
+  (to be started again) when the head goes (serve-world-rank.sh.j2).
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 
-from sparkctl.inventory import Inventory
-from sparkctl.plan.container import serving_hosts
-from sparkctl.plan.fabric import FabricPlan
-from sparkctl.plan.paths import CONFIG_PATH, CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
+from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
 from sparkctl.plan.render import render
-from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 
 UNIT_DIR = "/etc/systemd/system"
 #: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
@@ -52,29 +51,23 @@ SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRe
                    "ExecMainStartTimestamp")
 
 
-#: vLLM names its processes `VLLM::EngineCore`, `VLLM::Worker_TP0`... (set_process_title, prefix
-#: VLLM_PROCESS_NAME_PREFIX, default VLLM: vllm/utils/system_utils.py at v0.20.1): the ones left in our container
-#: after their `vllm serve` ended are ours
-VLLM_TITLE = "^VLLM::"
-
-
-def leftover_ranks_script(engine: str = "trtllm") -> str:
-    """Kill processes of OUR server that outlived it: TensorRT-LLM's ranks (they name our config file) after
-    their mpirun, vLLM's processes after their `vllm serve`; prints their PIDs."""
-    # `[ ]` matches the space in a rank's command line but not this script's own text
-    if engine == "vllm":
-        found = f"pgrep -f -- {shlex.quote(f'--config[ ]{VLLM_CONFIG_PATH}')}; pgrep -f -- {shlex.quote(VLLM_TITLE)}"
-    else:
-        found = f"pgrep -f -- {shlex.quote(f'--extra_llm_api_options[ ]{CONFIG_PATH}')}"
+def leftovers_script(patterns: tuple[str, ...]) -> str:
+    """Kill the processes of an earlier server that outlived it (they would hold GPU memory), found by `pgrep -f`
+    patterns of their command lines; prints their PIDs."""
+    found = "; ".join(f"pgrep -f -- {shlex.quote(p)}" for p in patterns)
     return (f"for p in $({found}); do "
             "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
 
 
-def is_our_server(cmdline: str) -> bool:
-    """Is this command line (a /proc cmdline, NULs as spaces) the server world.sh runs: mpirun with our config,
-    `vllm serve` with our --config file, or a Ray worker node's `ray start --block`?"""
-    return (("mpirun" in cmdline and CONFIG_PATH in cmdline) or ("vllm" in cmdline and VLLM_CONFIG_PATH in cmdline)
-            or ("ray" in cmdline and " start " in f" {cmdline} " and "--block" in cmdline))
+def own_pattern(program: str, config_path: str) -> str:
+    """A server's command line as `grep -E` and re.search read it: the program, then our config file."""
+    return f"{_literal(program)}.*{_literal(config_path)}"
+
+
+def _literal(text: str) -> str:
+    """`text` matched as itself by POSIX extended regexes and Python's alike (re.escape also escapes `-`, and GNU
+    grep warns of a stray backslash before it)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
 
 
 def unit_name(cluster: str) -> str:
@@ -97,20 +90,31 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class UnitRun:
+    """What one node's serving unit runs in its container: the engine's launch makes it (plan/launch.py)."""
+    command: str                  # the server's line, in the foreground
+    config: str                   # the file it reads, as the container sees it: no start without it
+    world: str                    # the world in words ("TP=2 x PP=1 on spark1, spark2")
+    ours: str                     # the server's command line, a regex (grep -E, re.search)
+    leftovers: str                # kills what an earlier server left, prints their PIDs (leftovers_script)
+    #: True: mpirun, which starts every rank from this unit (the head's); False: this node's rank alone
+    mpirun: bool = False
+    peers: tuple[Peer, ...] = ()  # mpirun: the containers that must answer before it starts
+    rank: int = 0
+    before: str = ""              # started and waited for before the server (vLLM's Ray head node)
+    after: str = ""               # run once the server ended or was stopped (`ray stop`)
+
+
+@dataclass(frozen=True)
 class ServeUnitSpec:
     cluster: str
     user: str            # the login user (docker group): the unit runs what sparkctl would run
     container: str
-    state_dir: str       # on the head
+    state_dir: str       # on the node
     model: str
-    world: str           # "TP=2 x PP=1 on spark1, spark2"
-    peers: tuple[Peer, ...]
-    command: str         # the launch line (vLLM: this node's; a Ray worker's `ray start --block`)
+    run: UnitRun
     fingerprint: str
-    engine: str = "trtllm"
-    node: str = ""       # whose unit (vLLM: every serving node has one)
-    rank: int = 0
-    ray_head: str = ""   # vLLM with Ray, on the head: the `ray start --head` before its `vllm serve`
+    node: str = ""       # whose unit
 
     @property
     def name(self) -> str:
@@ -121,12 +125,8 @@ class ServeUnitSpec:
         return unit_path(self.cluster)
 
     @property
-    def ray_worker(self) -> bool:
-        return self.engine == "vllm" and self.command.startswith("ray ")
-
-    @property
-    def uses_ray(self) -> bool:
-        return bool(self.ray_head) or self.ray_worker
+    def world(self) -> str:
+        return self.run.world
 
     @property
     def serve_dir(self) -> str:
@@ -141,7 +141,7 @@ class ServeUnitSpec:
         return posixpath.join(self.serve_dir, "world.sh")
 
     def files(self) -> dict[str, str]:
-        """path on the head -> content: the two scripts, then the unit that names them."""
+        """path on the node -> content: the two scripts, then the unit that names them."""
         return {self.world_script: self.world_text(), self.host_script: self.host_text(),
                 self.unit_path: self.unit_text()}
 
@@ -156,49 +156,9 @@ class ServeUnitSpec:
                       lasted=LASTED_S)
 
     def world_text(self) -> str:
-        if self.engine == "vllm":
-            return render("serve-world-vllm.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=VLLM_CONFIG_PATH,
-                          pid=PID_PATH, log=LOG_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
-                          leftovers=leftover_ranks_script("vllm"))
-        return render("serve-world.sh.j2", spec=self, dir=CONTAINER_SERVE_DIR, config=CONFIG_PATH, pid=PID_PATH,
-                      log=LOG_PATH, hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
-                      leftovers=leftover_ranks_script())
-
-
-def serve_unit_spec(inventory: Inventory, fabric: FabricPlan, *, state_dir: str, user: str, command: str,
-                    fingerprint: str) -> ServeUnitSpec:
-    """The head's unit: the login user it runs as, the head's state dir, the launch line, and where mpirun
-    reaches the other serving nodes' containers (their hostfile addresses)."""
-    spec = inventory.serve_spec()
-    names = inventory.serving_nodes()
-    addresses = dict(zip(names, serving_hosts(inventory, fabric), strict=True))
-    return ServeUnitSpec(
-        cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
-        model=spec.model, world=f"TP={spec.tp_size} x PP={spec.pp_size} on {', '.join(names)}",
-        peers=tuple(Peer(name, addresses[name]) for name in names if name != inventory.head.name),
-        command=command, fingerprint=fingerprint)
-
-
-def vllm_unit_spec(inventory: Inventory, launch: VllmLaunch, node: str, *, state_dir: str, user: str,
-                   fingerprint: str) -> ServeUnitSpec:
-    """Serving node `node`'s unit with vLLM: its own `vllm serve` (or its Ray node), its own state dir and user."""
-    spec = inventory.serve_spec()
-    names = inventory.serving_nodes()
-    rank = names.index(node)
-    if launch.executor == "ray":
-        ray_line = launch.ray[node]
-        if rank == 0:  # the head's Ray node runs in the background, under its vllm serve
-            command, ray_head = shlex.join(launch.serve[node]), shlex.join([a for a in ray_line if a != "--block"])
-        else:
-            command, ray_head = shlex.join(ray_line), ""
-    else:
-        command, ray_head = shlex.join(launch.serve[node]), ""
-    role = "the API server" if rank == 0 else "headless"
-    return ServeUnitSpec(
-        cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
-        model=spec.model, world=f"vLLM TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} "
-                                f"({role}, {launch.executor})",
-        peers=(), command=command, fingerprint=fingerprint, engine="vllm", node=node, rank=rank, ray_head=ray_head)
+        template = "serve-world-mpirun.sh.j2" if self.run.mpirun else "serve-world-rank.sh.j2"
+        return render(template, spec=self, run=self.run, dir=CONTAINER_SERVE_DIR, pid=PID_PATH, log=LOG_PATH,
+                      hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP)
 
 
 @dataclass(frozen=True)

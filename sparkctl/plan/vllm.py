@@ -15,37 +15,51 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import yaml
 
+from sparkctl.engines import ENGINES
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.vllm_releases import VllmSchema, VllmVersion, judged_note, release_of, schema_for
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
+from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import CONTAINER_STATE, draft_dir
+from sparkctl.plan.serve_unit import UnitRun, leftovers_script, own_pattern
 
 #: The --config file, in the node's run/serve dir (mounted in the container at CONTAINER_STATE)
 VLLM_CONFIG_FILE = "vllm.yaml"
 VLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/{VLLM_CONFIG_FILE}"
+#: vLLM names its processes `VLLM::EngineCore`, `VLLM::Worker_TP0`... (set_process_title, prefix
+#: VLLM_PROCESS_NAME_PREFIX, default VLLM: vllm/utils/system_utils.py at v0.20.1): the ones left in our container
+#: after their `vllm serve` ended are ours
+VLLM_TITLE = "^VLLM::"
+#: a Ray worker node's unit runs `ray start --block`
+RAY_WORKER = r"ray.* start .*--block"
 
 
 class VllmPlanError(ValueError):
     """The inventory asks for a launch the image's release cannot do (the loader refuses it with file:line)."""
 
 
-@dataclass(frozen=True)
-class VllmLaunch:
-    executor: str                       # "mp" | "ray"
+@dataclass(frozen=True, kw_only=True)
+class VllmLaunch(Launch):
+    config_file: ClassVar[str] = VLLM_CONFIG_FILE
+    config_path: ClassVar[str] = VLLM_CONFIG_PATH
+
+    executor: Literal["mp", "ray"]
     why: str                            # why that executor, in words
-    release: VllmVersion | None
     config: dict                        # the --config file's content
     serve: dict[str, list[str]]         # serving node -> its `vllm serve` argv (ray: the head only)
     ray: dict[str, list[str]] = field(default_factory=dict)  # ray: serving node -> `ray start ... --block`
-    dropped: list[str] = field(default_factory=list)          # preset flags the release does not have
-    note: str = ""                                            # the release judged as a known one
 
     def config_text(self) -> str:
         return yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False)
+
+    def commands(self) -> dict[str, list[str]]:
+        """Every serving node's line: its `vllm serve`, or a Ray worker node's `ray start --block`."""
+        return {node: self.serve.get(node) or self.ray[node] for node in dict.fromkeys([*self.serve, *self.ray])}
 
     def command_lines(self) -> str:
         """Every serving node's lines, one per line (`node: ...`, Ray's first): what a launch is started from, so
@@ -54,12 +68,67 @@ class VllmLaunch:
         lines += [f"{node}: {shlex.join(argv)}" for node, argv in self.serve.items()]
         return "\n".join(lines)
 
+    @classmethod
+    def leftovers(cls) -> str:
+        # `[ ]` matches the space in a process's command line but not the script's own text
+        return leftovers_script((f"--config[ ]{cls.config_path}", VLLM_TITLE))
+
+    @classmethod
+    def servers(cls) -> tuple[str, ...]:
+        return own_pattern("vllm", cls.config_path), RAY_WORKER
+
+    def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
+        """`node`'s own `vllm serve` (or its Ray node; the head's Ray node in the background, under its vllm serve)."""
+        spec = inventory.serve_spec()
+        names = inventory.serving_nodes()
+        rank = names.index(node)
+        command, before, ours = self.serve.get(node), "", self.servers()[0]
+        if self.executor == "ray" and command is None:
+            command, ours = self.ray[node], RAY_WORKER
+        elif self.executor == "ray":
+            before = shlex.join([a for a in self.ray[node] if a != "--block"])
+        assert command is not None
+        role = "the API server" if rank == 0 else "headless"
+        return UnitRun(
+            command=shlex.join(command), config=self.config_path, ours=ours,
+            world=f"vLLM TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} ({role}, {self.executor})",
+            leftovers=self.leftovers(),
+            rank=rank, before=before, after="ray stop --force" if self.executor == "ray" else "")
+
+    def describe(self) -> list[str]:
+        release = f"vLLM {self.release}" if self.release else "the image's vLLM (release not known from its tag)"
+        out = [f"vLLM: {release}, executor {self.executor} ({self.why})" + (f"; {self.note}" if self.note else ""),
+               "no container sshd, mesh or hostfile: vLLM's ranks meet over their own sockets"]
+        if self.dropped:
+            out.append(f"left out (the release has no such flag): {', '.join(self.dropped)}")
+        out.append(f"--- {self.config_path} (vllm serve --config, in every serving container)")
+        out.append(self.config_text().rstrip())
+        for node, argv in self.ray.items():
+            out.append(f"--- Ray on {node} (in its container)")
+            out.append(shlex.join(argv))
+        for node, argv in self.serve.items():
+            out.append(f"--- vllm serve on {node} (in its container)")
+            out.append(shlex.join(argv))
+        return out
+
+    def rendezvous(self) -> str | None:
+        head = next(iter(self.serve.values()))
+        if "--master-addr" not in head:
+            return None
+        return f"{head[head.index('--master-addr') + 1]}:{head[head.index('--master-port') + 1]}"
+
+    def programs(self) -> tuple[str, ...]:
+        return ("ray",) if self.executor == "ray" else ()
+
+    def configured(self, inventory: Inventory, labels: dict[str, str]) -> VllmLaunch:
+        return self  # judged by the image's tag: NVIDIA's vLLM images carry no version label sparkctl reads
+
 
 def image_release(inventory: Inventory) -> VllmVersion | None:
     return release_of(inventory.container.image)
 
 
-def choose_executor(inventory: Inventory, schema: VllmSchema | None) -> tuple[str, str]:
+def choose_executor(inventory: Inventory, schema: VllmSchema | None) -> tuple[Literal["mp", "ray"], str]:
     """(executor, why): serve.vllm.executor, or for auto the release's multi-node launcher where it has one."""
     asked = inventory.serve.vllm.executor
     single = inventory.serve_spec().world_size == 1
@@ -119,5 +188,6 @@ def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion |
             ray[node] = (["ray", "start", "--head", "--port", port, *own_node] if rank == 0
                          else ["ray", "start", "--address", f"{master}:{port}", *own_node])
         serve[head] = [*common, "--distributed-executor-backend", "ray", *front, *spec.args]
-    return VllmLaunch(executor, why, release, config, serve, ray, dropped,
-                      judged_note(release, schema) if release and schema else "")
+    return VllmLaunch(engine=ENGINES["vllm"], release=release, dropped=dropped,
+                      note=judged_note(release, schema) if release and schema else "", executor=executor, why=why,
+                      config=config, serve=serve, ray=ray)

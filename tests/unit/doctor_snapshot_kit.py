@@ -95,12 +95,12 @@ def healthy_vllm_snapshot() -> Snapshot:
     probes["spark1"].port_owners[inv.serve_spec().engine_port] = "vllm (pid 77)"
     probes["spark1"].gateway = "running"
     probes["spark1"].gateway_ss = "LISTEN 0 511 10.0.0.11:8000 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8000 0.0.0.0:*\n"
-    probes["spark2"].vllm_master = (f"{ADDRS['spark1'][0]}:{inv.serve.vllm.master_port}", True)
+    probes["spark2"].rendezvous = (f"{ADDRS['spark1'][0]}:{inv.serve.vllm.master_port}", True)
     return Snapshot(inv, facts, {}, probes, plan)
 
 
 def fault_vllm_master_unreachable(s):
-    s.probes["spark2"].vllm_master = (s.probes["spark2"].vllm_master[0], False)
+    s.probes["spark2"].rendezvous = (s.probes["spark2"].rendezvous[0], False)
     s.probes["spark2"].serve_log_tail = ("[W socket.cpp] The client socket has failed to connect to "
                                          "[192.168.100.10]:29501 (errno: 113 - No route to host).")
 

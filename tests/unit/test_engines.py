@@ -19,14 +19,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "sparkctl"
 #: Each engine's own modules: they may name their engine (the lab stands in for each; knowledge holds each
 #: release table).
 ENGINE_MODULES = {"engines/__init__.py", "knowledge/trtllm_releases.py", "knowledge/vllm_releases.py",
-                  "inventory/vllm_check.py", "inventory/release_check.py", "plan/vllm.py", "plan/serve.py",
+                  "inventory/vllm_check.py", "inventory/release_check.py", "plan/trtllm.py", "plan/vllm.py",
                   "doctor/checks/vllm.py"}
 #: Shared modules that still branch on one engine's name, each until its part moves behind the registry: the
-#: launch (plan), the release checks of serve.config and serve.args (inventory) and the metrics reader (top). The
-#: list only shrinks.
-STILL_BRANCHING = {"plan/__init__.py", "plan/serve_unit.py", "inventory/presets.py",
-                   "inventory/serve.py", "inventory/checks.py", "doctor/probes.py", "cli/plan_view.py",
-                   "runs/top.py"}
+#: release checks of serve.config and serve.args and the default preset (inventory) and the metrics reader (top).
+#: The list only shrinks.
+STILL_BRANCHING = {"inventory/presets.py", "inventory/serve.py", "inventory/checks.py", "runs/top.py"}
 BRANCH = re.compile(r"""[=!]= ["'](?:trtllm|vllm)["']|\.vllm is (?:not )?None""")
 
 

@@ -132,7 +132,7 @@ def test_switch_of_four_addresses_by_position():
     mounts = {inside: host for host, inside, _ in plan.nodes["spark4"].container.mounts}
     assert mounts["/root/.cache/huggingface/"] == "/home/admin/.cache/huggingface/"
     assert plan.nodes["spark1"].container.env["NCCL_DEBUG"] == "WARN"  # inventory container.env
-    assert "--tp_size 4" in plan.launch_command
+    assert "--tp_size 4" in plan.launch.head_command()
 
 
 def test_switch_nodes_on_different_ports_each_use_their_own_names():
@@ -329,8 +329,8 @@ def test_a_ring_of_three_serving_tp_2_launches_two_ranks_on_the_first_two_nodes(
     plan = plan_cluster(inv)
     hosts = plan.hostfile.splitlines()
     assert inv.serving_nodes() == ["spark1", "spark2"]
-    assert f"mpirun -np 2 --host {hosts[0]},{hosts[1]} --mca" in plan.launch_command
-    assert "--tp_size 2" in plan.launch_command and "--pp_size" not in plan.launch_command
+    assert f"mpirun -np 2 --host {hosts[0]},{hosts[1]} --mca" in plan.launch.head_command()
+    assert "--tp_size 2" in plan.launch.head_command() and "--pp_size" not in plan.launch.head_command()
 
 
 def test_named_serving_nodes_and_pipeline_parallelism_in_the_launch(tmp_path):
@@ -341,7 +341,7 @@ def test_named_serving_nodes_and_pipeline_parallelism_in_the_launch(tmp_path):
         "serve: {preset: qwen3-235b-eagle3, tp_size: 1, pp_size: 2, nodes: [spark1, spark4]}\n", tmp_path)
     plan = plan_cluster(inv)
     hosts = plan.hostfile.splitlines()
-    assert f"-np 2 --host {hosts[0]},{hosts[3]} " in plan.launch_command
-    assert "--tp_size 1 --pp_size 2 " in plan.launch_command
-    assert "-np" not in plan_cluster(inventory("two-sparks.yaml")).launch_command  # every node serves
+    assert f"-np 2 --host {hosts[0]},{hosts[3]} " in plan.launch.head_command()
+    assert "--tp_size 1 --pp_size 2 " in plan.launch.head_command()
+    assert "-np" not in plan_cluster(inventory("two-sparks.yaml")).launch.head_command()  # every node serves
     assert ring.serve_spec().world_size == 2

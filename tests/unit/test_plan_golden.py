@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from sparkctl.plan import plan_cluster
-from sparkctl.plan.serve import launch_argv
+from sparkctl.plan.trtllm import launch_argv
 from tests.taskkit import REPO, inventory
 
 GOLDEN = REPO / "tests" / "fixtures" / "golden" / "two-sparks"
@@ -133,8 +133,8 @@ def rendered() -> dict[str, str]:
     plan = plan_cluster(inventory("two-sparks.yaml"))
     result = CliRunner().invoke(cli, ["cluster", "plan", str(INVENTORY)])
     assert result.exit_code == 0, result.output
-    out = {"plan.txt": result.stdout, "hostfile": plan.hostfile, "extra-llm-api-config.yml": plan.serve_config,
-           "launch.txt": plan.launch_command + "\n", "entrypoint.sh": plan.entrypoint}
+    out = {"plan.txt": result.stdout, "hostfile": plan.hostfile, "extra-llm-api-config.yml": plan.launch.config_text(),
+           "launch.txt": plan.launch.head_command() + "\n", "entrypoint.sh": plan.entrypoint}
     for name, node in plan.nodes.items():
         out[f"container.{name}.json"] = json.dumps(node.container.run_argv(), indent=1) + "\n"
         out[f"netplan.{name}.yaml"] = node.netplan
@@ -302,7 +302,7 @@ def all_differences() -> list[str]:
     first = {n: plan.fabric.ports[n].interfaces[0] for n in nodes}
     assert first == {n: OFFICIAL_IFACES.split(",")[0] for n in nodes}
     out += hostfile_problems(plan.hostfile, ours, nodes, first)
-    out += dict_differences("config: ", flatten(OFFICIAL_CONFIG), flatten(yaml.safe_load(plan.serve_config)))
+    out += dict_differences("config: ", flatten(OFFICIAL_CONFIG), flatten(yaml.safe_load(plan.launch.config_text())))
     official_launch = shlex.split(OFFICIAL_LAUNCH.replace("$MODEL", OFFICIAL_MODEL))
     out += launch_differences(official_launch, launch_argv(inv))
     out += entrypoint_differences(plan.entrypoint)

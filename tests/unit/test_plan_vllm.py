@@ -9,7 +9,7 @@ import pytest
 
 from sparkctl.knowledge.vllm_releases import VllmVersion
 from sparkctl.plan import plan_cluster
-from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmPlanError, vllm_launch
+from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch, VllmPlanError, vllm_launch
 from tests.taskkit import REPO, inventory_from_yaml, spark_facts
 
 EXAMPLE = (REPO / "inventories" / "two-sparks-vllm.yaml").read_text()
@@ -43,8 +43,8 @@ def test_each_container_has_its_own_nodes_settings_as_the_playbook_names_them(tm
 
 def test_on_a_release_with_nnodes_every_node_runs_its_own_vllm_serve(tmp_path):
     plan = plan_cluster(inventory_from_yaml(EXAMPLE, tmp_path), facts())
-    launch = plan.vllm
-    assert launch is not None and launch.executor == "mp" and not launch.ray
+    launch = plan.launch
+    assert isinstance(launch, VllmLaunch) and launch.executor == "mp" and not launch.ray
     head, peer = launch.serve["spark1"], launch.serve["spark2"]
     common = ["vllm", "serve", "meta-llama/Llama-3.3-70B-Instruct", "--config", VLLM_CONFIG_PATH,
               "--tensor-parallel-size", "2", "--nnodes", "2"]
@@ -53,11 +53,11 @@ def test_on_a_release_with_nnodes_every_node_runs_its_own_vllm_serve(tmp_path):
                                               "--served-model-name meta-llama/Llama-3.3-70B-Instruct "
                                               "--host 127.0.0.1 --port 18000")
     assert shlex.join(peer[len(common):]) == "--node-rank 1 --master-addr 192.168.100.10 --master-port 29501 --headless"
-    assert plan.launch_command == shlex.join(head)
+    assert plan.launch.head_command() == shlex.join(head)
     assert launch.config == {"max-model-len": 2048, "speculative-config": {
         "method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2,
         "model": "/root/.cache/huggingface/sparkctl-models/yuhuili--EAGLE3-LLaMA3.3-Instruct-70B"}}
-    assert plan.serve_config == launch.config_text() and plan.hostfile == "" and plan.entrypoint == ""
+    assert plan.launch.config_text() == launch.config_text() and plan.hostfile == "" and plan.entrypoint == ""
 
 
 def test_a_release_without_nnodes_meets_over_ray_one_node_each(tmp_path):

@@ -14,7 +14,7 @@ from sparkctl.inventory.sections import DEFAULT_GATEWAY_IMAGE
 from sparkctl.lab.image import GATEWAY_IMAGE
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, ListenUnknown, gateway_spec, listen_addresses
 from sparkctl.plan.render import UnsafeValue
-from sparkctl.plan.serve import launch_argv
+from sparkctl.plan.trtllm import launch_argv
 from sparkctl.secrets import MASK, forget_secrets, redact_known
 from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.serve import api_key as keys

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from sparkctl.knowledge.serve_failures import likely_cause
-from sparkctl.knowledge.trtllm_releases import Release
+from sparkctl.knowledge.trtllm_releases import VERSION_LABEL
 from sparkctl.plan import gateway as gateway_plan
-from sparkctl.plan.serve import CONFIG_PATH, release_config
+from sparkctl.plan import plan_cluster
+from sparkctl.plan.trtllm import TRTLLM_CONFIG_PATH
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.serve.config import ServeConfigTask, desired_launch, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask
@@ -96,12 +97,13 @@ def test_config_is_written_with_a_diff_and_then_ok(tmp_path):
 def test_an_override_the_release_rejects_is_refused_before_launch(tmp_path):
     # The tag says 1.3.0rc12, which has the key; a running image whose label says a late 1.3 does not.
     kit = kit_for(tmp_path, extra="config: {disable_flashinfer_sampling: true}")
-    rc = release_config(kit.cluster.inventory, Release.parse("1.3.0rc27"))
+    inv = kit.cluster.inventory
+    launch = plan_cluster(inv).launch.configured(inv, {VERSION_LABEL: "1.3.0rc27"})
     with pytest.raises(TaskFailed) as failure:
-        refuse_rejected(rc)
+        refuse_rejected(launch)
     assert "TensorRT-LLM 1.3.0rc27 would reject: serve.config.disable_flashinfer_sampling: Extra inputs are not " \
         "permitted" in failure.value.message
-    assert "judged as 1.3.0rc26" in rc.note
+    assert "judged as 1.3.0rc26" in launch.note
     assert kit.transport("spark1").puts == []
 
 
@@ -118,7 +120,7 @@ exec "$@"
 @pytest.fixture
 def mpirun():
     """A live process whose command line is our server's mpirun's (what serve.launch recognises by its PID)."""
-    proc = subprocess.Popen(["sh", "-c", "sleep 60", "mpirun", "--extra_llm_api_options", CONFIG_PATH])
+    proc = subprocess.Popen(["sh", "-c", "sleep 60", "mpirun", "--extra_llm_api_options", TRTLLM_CONFIG_PATH])
     yield proc.pid
     proc.kill()
     proc.wait()

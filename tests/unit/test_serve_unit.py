@@ -18,7 +18,6 @@ from sparkctl.plan.serve_unit import (
     WORLD_WAIT_S,
     failing_early,
     parse_exits,
-    serve_unit_spec,
 )
 from sparkctl.tasks.serve.unit import ServeUnitRemoveTask, ServeUnitTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
@@ -34,8 +33,7 @@ serve: {preset: qwen3-235b-eagle3}
 def unit_for(tmp_path, state_dir: str = "/home/nvidia/.local/state/sparkctl/duo", user: str = "nvidia"):
     inv = inventory_from_yaml(PAIR, tmp_path)
     plan = plan_cluster(inv)
-    return serve_unit_spec(inv, plan.fabric, state_dir=state_dir, user=user, command=plan.launch_command,
-                           fingerprint="f00dfeedf00dfeed")
+    return plan.launch.unit(inv, inv.head.name, state_dir=state_dir, user=user, fingerprint="f00dfeedf00dfeed")
 
 
 def test_the_unit_runs_the_world_as_the_login_user_and_never_gives_up(tmp_path):
@@ -54,7 +52,7 @@ def test_the_unit_runs_the_world_as_the_login_user_and_never_gives_up(tmp_path):
     # the other serving node, at its hostfile address; the launch line as planned
     assert "waiting for spark2's container to answer over the fabric (192.168.100.11)" in world
     assert "-o ServerAliveCountMax=2 192.168.100.11 " in world and "spark1's container" not in world
-    assert spec.command + " < /dev/null &" in world
+    assert spec.run.command + " < /dev/null &" in world
 
 
 def test_a_percent_is_a_specifier_in_a_unit_and_a_space_is_refused(tmp_path):

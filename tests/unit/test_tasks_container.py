@@ -469,6 +469,7 @@ def test_with_vllm_serve_config_writes_the_config_file_every_vllm_serve_reads():
         (change,) = ServeConfigTask().check(ctx)
         path, text = change.carried()
         assert path == "/home/nvidia/.local/state/sparkctl/pair/run/serve/vllm.yaml"
-        assert text == ctx.plan().serve_config and "method: eagle3" in text and "sparkctl-models/yuhuili" in text
+        assert text == ctx.plan().launch.config_text()
+        assert "method: eagle3" in text and "sparkctl-models/yuhuili" in text
         ServeConfigTask().apply(ctx, [change])
         assert ctx.transport.files[path] == text

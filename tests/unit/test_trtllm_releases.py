@@ -10,7 +10,7 @@ import yaml
 
 from sparkctl.inventory.presets import get_preset, preset_names
 from sparkctl.knowledge.trtllm_releases import DATA_PATH, Release, known_releases, release_of, schema_for
-from sparkctl.plan.serve import launch_argv, release_config
+from sparkctl.plan.trtllm import launch_argv, release_config
 from tests.taskkit import REPO, inventory_from_yaml
 
 R = Release.parse

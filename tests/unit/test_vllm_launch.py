@@ -21,12 +21,12 @@ from sparkctl.inventory import load_inventory
 from sparkctl.inventory.presets import PRESETS
 from sparkctl.knowledge.vllm_releases import image_tags, known_releases, schema_for
 from sparkctl.plan import plan_cluster
-from sparkctl.plan.serve_unit import is_our_server, leftover_ranks_script, vllm_unit_spec
-from sparkctl.plan.vllm import VLLM_CONFIG_PATH
+from sparkctl.plan.launches import is_our_server
+from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
 from sparkctl.rules.interface_settings import node_mismatches
 from sparkctl.rules.serving import has_unit
 from sparkctl.transport.framing import Framing
-from tests.taskkit import spark_facts
+from tests.taskkit import inventory, spark_facts
 from tests.unit.doctor_snapshot_kit import healthy_vllm_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_every_example_and_preset_renders_a_launch_the_release_accepts(example, 
     inv = as_vllm(example, preset, release, tmp_path)
     schema = schema_for(next(v for v in known_releases() if str(v) == release))
     plan = plan_cluster(inv, facts([n.name for n in inv.nodes]))
-    launch = plan.vllm
+    launch = plan.launch
     assert launch is not None and str(launch.release) == release
     assert schema.check_config(launch.config, {}) == []
     nodes = inv.serving_nodes()
@@ -80,13 +80,13 @@ def test_every_example_and_preset_renders_a_launch_the_release_accepts(example, 
 def pair(tmp_path, release: str = "0.20.1", executor: str = "auto"):
     inv = as_vllm("two-sparks.yaml", "llama-3.3-70b-vllm", release, tmp_path, executor)
     plan = plan_cluster(inv, facts(["spark1", "spark2"]))
-    assert plan.vllm is not None
+    assert isinstance(plan.launch, VllmLaunch)
     return inv, plan
 
 
 def spec_of(inv, plan, node: str):
-    return vllm_unit_spec(inv, plan.vllm, node, state_dir="/home/nvidia/.local/state/sparkctl/spark-pair",
-                          user="nvidia", fingerprint="f00dfeedf00dfeed")
+    return plan.launch.unit(inv, node, state_dir="/home/nvidia/.local/state/sparkctl/spark-pair", user="nvidia",
+                            fingerprint="f00dfeedf00dfeed")
 
 
 def test_every_serving_node_has_its_own_unit_running_its_own_rank(tmp_path):
@@ -97,38 +97,40 @@ def test_every_serving_node_has_its_own_unit_running_its_own_rank(tmp_path):
     assert "ExecStart=docker exec vllm-multinode bash /sparkctl/serve/world.sh run" in worker.unit_text()
     for spec, rank in ((head, 0), (worker, 1)):
         world = spec.world_text()
-        assert f"setsid {shlex.join(plan.vllm.serve[spec.node])} < /dev/null &" in world
-        assert f"--node-rank {rank}" in spec.command and ("--headless" in spec.command) == (rank == 1)
+        assert f"setsid {shlex.join(plan.launch.serve[spec.node])} < /dev/null &" in world
+        assert f"--node-rank {rank}" in spec.run.command and ("--headless" in spec.run.command) == (rank == 1)
         assert "ray" not in world and "openmpi-hostfile" not in world and "mpirun" not in world
         # its stop reaches the process group (vLLM's engine core and workers), then what outlived it
         assert 'kill -TERM -- "-$pid"' in world and "leftovers >/dev/null" in world
         assert subprocess.run(["bash", "-n"], input=world, capture_output=True, text=True).returncode == 0
     # the worker waits for no one: its rank retries the master itself
-    assert worker.peers == () and "ssh " not in worker.world_text()
+    assert worker.run.peers == () and "ssh " not in worker.world_text()
 
 
 def test_with_ray_the_head_starts_its_ray_node_under_vllm_serve_and_a_worker_is_its_ray_node(tmp_path):
     inv, plan = pair(tmp_path, release="0.10.2")
     head, worker = spec_of(inv, plan, "spark1"), spec_of(inv, plan, "spark2")
-    assert head.ray_head.startswith("ray start --head --port 6379") and "--block" not in head.ray_head
-    assert "--distributed-executor-backend ray" in head.command
-    assert worker.command.startswith("ray start --address 192.168.100.10:6379") and worker.command.endswith("--block")
+    assert head.run.before.startswith("ray start --head --port 6379") and "--block" not in head.run.before
+    assert "--distributed-executor-backend ray" in head.run.command
+    assert worker.run.command.startswith("ray start --address 192.168.100.10:6379")
+    assert worker.run.command.endswith("--block")
     for spec in (head, worker):
         world = spec.world_text()
         assert world.count("ray stop --force") >= 2
         assert subprocess.run(["bash", "-n"], input=world, capture_output=True, text=True).returncode == 0
-    assert f"if ! {head.ray_head} < /dev/null; then" in head.world_text()
-    assert is_our_server(worker.command) and not is_our_server("ray status")
+    assert f"if ! {head.run.before} < /dev/null; then" in head.world_text()
+    assert is_our_server(worker.run.command) and not is_our_server("ray status")
 
 
-def test_what_counts_as_our_server_and_what_is_left_over():
+def test_what_counts_as_our_server_and_what_is_left_over(tmp_path):
     assert is_our_server(f"python3 /usr/local/bin/vllm serve m --config {VLLM_CONFIG_PATH} --headless")
     assert not is_our_server("python3 /usr/local/bin/vllm serve m --config /tmp/other.yaml")
     assert is_our_server("mpirun -np 2 trtllm-llmapi-launch trtllm-serve --extra_llm_api_options "
                          "/sparkctl/serve/extra-llm-api-config.yml")
-    script = leftover_ranks_script("vllm")
+    _inv, plan = pair(tmp_path)
+    script = plan.launch.leftovers()
     assert f"--config[ ]{VLLM_CONFIG_PATH}" in script and "'^VLLM::'" in script
-    assert "extra_llm_api_options" in leftover_ranks_script()
+    assert "extra_llm_api_options" in plan_cluster(inventory("two-sparks.yaml")).launch.leftovers()
 
 
 def test_a_rank_s_env_must_name_its_own_node_s_fabric(tmp_path):
@@ -164,12 +166,12 @@ def test_two_healthy_sparks_serving_with_vllm_have_no_findings():
 def test_doctor_finds_vllm_s_own_failures_each_with_its_evidence():
     s = healthy_vllm_snapshot()
     # a worker whose rank cannot reach the master while the head serves
-    s.probes["spark2"].vllm_master = ("192.168.100.10:29501", False)
+    s.probes["spark2"].rendezvous = ("192.168.100.10:29501", False)
     s.probes["spark2"].serve_log_tail = ("[W socket.cpp] The client socket has failed to connect to "
                                          "[192.168.100.10]:29501 (errno: 113 - No route to host).")
     found = next(f for f in run_checks(s).findings if f.id == "vllm.master_unreachable")
     assert found.node == "spark2" and "192.168.100.10:29501" in found.evidence and "socket.cpp" in found.evidence
-    s.probes["spark2"].vllm_master = ("192.168.100.10:29501", True)
+    s.probes["spark2"].rendezvous = ("192.168.100.10:29501", True)
     # the release refused a flag
     s.probes["spark2"].serve_log_tail = "usage: vllm serve [options] [model_tag]\nvllm serve: error: unrecognized " \
                                         "arguments: --swap-space 4"
@@ -193,9 +195,9 @@ def test_doctor_finds_ray_missing_and_probes_only_what_vllm_has(tmp_path):
     worker = probe_script(inv_mp, plan_mp, f, "spark2", ["spark1", "spark2"], nonce="n0nce")
     assert "/dev/tcp/192.168.100.10/29501" in worker and "command -v ray" not in worker
     # the section's own output, as the node prints it: where, then open or closed
-    section = Framing("n0nce").section("vllm-master", "printf '192.168.100.10:29501\\nclosed\\n'")
+    section = Framing("n0nce").section("rendezvous", "printf '192.168.100.10:29501\\nclosed\\n'")
     output = subprocess.run(["sh", "-c", section], capture_output=True, text=True).stdout
-    assert parse_probe(output, "n0nce").vllm_master == ("192.168.100.10:29501", False)
+    assert parse_probe(output, "n0nce").rendezvous == ("192.168.100.10:29501", False)
 
 
 def test_cluster_plan_shows_every_node_s_unit_and_world_and_the_gateway():

@@ -16,6 +16,7 @@ from sparkctl.doctor.checks.container import running_container
 from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.serve_failures import VLLM_CAUSES
+from sparkctl.plan.vllm import VllmLaunch
 from sparkctl.rules.serving import serves
 
 PHASE = "serve"
@@ -23,7 +24,7 @@ TAIL = 10
 
 
 def _vllm(s: Snapshot) -> bool:
-    return s.plan is not None and s.plan.vllm is not None
+    return s.plan is not None and isinstance(s.plan.launch, VllmLaunch)
 
 
 def _log_says(s: Snapshot, node: str, cause: str) -> list[str]:
@@ -73,7 +74,7 @@ def check_master(s: Snapshot) -> list[Finding]:
     head_serves = head in s.facts and s.probe(head).health_status == 200
     out = []
     for node in s.order:
-        reach = s.probe(node).vllm_master
+        reach = s.probe(node).rendezvous
         if reach is None or reach[1]:
             continue
         lines = _log_says(s, node, "master unreachable")

@@ -1,4 +1,4 @@
-"""serve.config: the TensorRT-LLM config (extra_llm_api_options) for the image's release, on every node.
+"""serve.config: the engine's config file for the image's release, on every serving node.
 
 Every rank reads the file at start, so each node gets it, in the mounted state dir (/sparkctl/serve inside
 the container). Keys the release does not have are never written; an override the release would reject is
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.knowledge.trtllm_releases import Release, release_of
-from sparkctl.plan.serve import ReleaseConfig, launch_fingerprint, release_config
-from sparkctl.plan.vllm import VLLM_CONFIG_FILE
+from sparkctl.plan.launch import Launch
+from sparkctl.plan.serve import launch_fingerprint
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
@@ -20,37 +19,30 @@ from sparkctl.tasks.serve.server import ServerHandle
 from sparkctl.transport.base import q
 
 
-def image_release(ctx: NodeContext) -> Release | None:
-    """The release of the image the node's container runs (its version label), else of the inventory's tag."""
+def node_launch(ctx: NodeContext) -> Launch:
+    """The launch for the release of the image the node's container runs (its version label), else of the
+    inventory's tag."""
     inv = ctx.inventory
     info = ctx.facts().containers.get(inv.container.name)
     labels = info.labels if info is not None and info.exists else {}
-    return release_of(inv.container.image, labels)
+    return ctx.plan().launch.configured(inv, labels)
 
 
-def desired_config(ctx: NodeContext) -> ReleaseConfig:
-    return release_config(ctx.inventory, image_release(ctx))
-
-
-def refuse_rejected(rc: ReleaseConfig) -> None:
-    if rc.refused:
+def refuse_rejected(launch: Launch) -> None:
+    if launch.refused:
         raise TaskFailed(
-            f"serve.config has {len(rc.refused)} key(s) TensorRT-LLM {rc.release} would reject: "
-            + "; ".join(rc.refused) + (f" ({rc.note})" if rc.note else ""),
+            f"serve.config has {len(launch.refused)} key(s) {launch.engine.label} {launch.release} would reject: "
+            + "; ".join(launch.refused) + (f" ({launch.note})" if launch.note else ""),
             hint="fix or remove them in serve.config in the inventory (the args model forbids unknown keys at every "
                  "depth, so the server would fail at start)")
 
 
 def desired_launch(head: NodeContext) -> tuple[str, str, str]:
-    """(config text, launch command, fingerprint) the head should be serving with. With vLLM the command is every
-    serving node's line, one per line (`node: ...`): a worker's changed line restarts the world too."""
-    vllm = head.plan().vllm
-    if vllm is not None:
-        text, command = vllm.config_text(), vllm.command_lines()
-        return text, command, launch_fingerprint(text, command)
-    rc = desired_config(head)
-    refuse_rejected(rc)
-    text, command = rc.text(), head.plan().launch_command
+    """(config text, launch command, fingerprint) the head should be serving with. The command is every unit's
+    line (`node: ...` where each serving node runs its own): a worker's changed line restarts the world too."""
+    launch = node_launch(head)
+    refuse_rejected(launch)
+    text, command = launch.config_text(), launch.command_lines()
     return text, command, launch_fingerprint(text, command)
 
 
@@ -79,27 +71,19 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
                        diff=unified_diff(path, current, want), payload=(path, want))]
 
     def _desired(self, ctx: NodeContext) -> tuple[str, str]:
-        """(path on the node, content): TensorRT-LLM's extra_llm_api_options, or vLLM's --config file."""
+        """(path on the node, content) of the engine's config file."""
         handle = ServerHandle.of(ctx)
-        vllm = ctx.plan().vllm
-        if vllm is not None:
-            if vllm.release is None:
-                ctx.warn(f"cannot tell the vLLM release of {ctx.inventory.container.image}: flags not checked "
-                         "against it", task=self.name)
-            if vllm.dropped:
-                ctx.log(f"left out of the --config file, vLLM {vllm.release} does not have: "
-                        f"{', '.join(vllm.dropped)}")
-            return posixpath.join(handle.dir, VLLM_CONFIG_FILE), vllm.config_text()
-        rc = desired_config(ctx)
-        refuse_rejected(rc)
-        if rc.release is None:
-            ctx.warn(f"cannot tell the TensorRT-LLM release of {ctx.inventory.container.image}: config keys not "
-                     "checked against it", task=self.name)
-        if rc.note:
-            ctx.log(rc.note)
-        if rc.dropped:
-            ctx.log(f"left out of the config, TensorRT-LLM {rc.release} does not have: {', '.join(rc.dropped)}")
-        return handle.config_path, rc.text()
+        launch = node_launch(ctx)
+        refuse_rejected(launch)
+        label = launch.engine.label
+        if launch.release is None:
+            ctx.warn(f"cannot tell the {label} release of {ctx.inventory.container.image}: its config not checked "
+                     "against it", task=self.name)
+        if launch.note:
+            ctx.log(launch.note)
+        if launch.dropped:
+            ctx.log(f"left out of the config, {label} {launch.release} does not have: {', '.join(launch.dropped)}")
+        return posixpath.join(handle.dir, launch.config_file), launch.config_text()
 
     def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str]]]) -> None:
         handle = ServerHandle.of(ctx)

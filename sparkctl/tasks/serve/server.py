@@ -16,14 +16,8 @@ from typing import Any
 
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
-from sparkctl.plan.serve_unit import (
-    EXITS_LOG,
-    STOP_WAIT_S,
-    is_our_server,
-    parse_show,
-    show_command,
-    unit_name,
-)
+from sparkctl.plan.launches import is_our_server
+from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.gateway import head_gateway
@@ -86,7 +80,6 @@ class ServerHandle:
         self.dir = serve_dir(state_dir)
         self.log_path = posixpath.join(self.dir, "serve.log")
         self.record_path = posixpath.join(self.dir, "launch.json")
-        self.config_path = posixpath.join(self.dir, "extra-llm-api-config.yml")
         self.pid_path = posixpath.join(self.dir, "serve.pid")
         self.exits_path = posixpath.join(self.dir, EXITS_LOG)
 

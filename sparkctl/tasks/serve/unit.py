@@ -1,5 +1,5 @@
-"""serve.unit: the serving unit (sparkctl/plan/serve_unit.py) written and enabled on the head (with vLLM on every
-serving node, each its own rank); on every other node no unit of this cluster (the head moved, a node left out).
+"""serve.unit: the serving unit (sparkctl/plan/serve_unit.py) written and enabled on the head (on every serving
+node where each runs its own rank); on every other node no unit of this cluster (the head moved, a node left out).
 serve.unit_remove: `cluster down`'s, on every node.
 
 Idempotent: the unit file and its two scripts have the planned content and the unit is enabled; a file that
@@ -9,7 +9,7 @@ serve.launch's: it knows whether the world that runs is the planned one.
 
 from __future__ import annotations
 
-from sparkctl.plan.serve_unit import ServeUnitSpec, serve_unit_spec, unit_name, unit_path, vllm_unit_spec
+from sparkctl.plan.serve_unit import ServeUnitSpec, unit_name, unit_path
 from sparkctl.rules.serving import has_unit, serving_enabled
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Task
@@ -22,13 +22,9 @@ from sparkctl.transport.framing import Framing
 def node_unit(ctx: NodeContext) -> ServeUnitSpec:
     """The unit serving node `ctx` should have, from its facts (login user, home) and the planned launch."""
     inv = ctx.inventory
-    _text, command, fingerprint = desired_launch(ctx)
-    user = ctx.facts().user or ctx.node.user or inv.user
-    vllm = ctx.plan().vllm
-    if vllm is not None:
-        return vllm_unit_spec(inv, vllm, ctx.name, state_dir=ctx.state_dir(), user=user, fingerprint=fingerprint)
-    return serve_unit_spec(inv, ctx.plan().fabric, state_dir=ctx.state_dir(), user=user, command=command,
-                           fingerprint=fingerprint)
+    _text, _command, fingerprint = desired_launch(ctx)
+    return ctx.plan().launch.unit(inv, ctx.name, state_dir=ctx.state_dir(),
+                                  user=ctx.facts().user or ctx.node.user or inv.user, fingerprint=fingerprint)
 
 
 def _remove_script(cluster: str) -> str:
