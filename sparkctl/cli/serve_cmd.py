@@ -193,7 +193,8 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,
                             on_level=lambda s: click.echo(f"  concurrency {s.concurrency}: {s.requests} requests in "
-                                                          f"{s.seconds:.1f}s", err=True))
+                                                          f"{s.seconds:.1f}s", err=True),
+                            metrics=inventory.engine().metrics)
     document = {"endpoint": url, "model": inventory.serve_spec().model, "max_tokens": max_tokens,
                 "levels": [s.as_dict() for s in results]}
     try:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from sparkctl.knowledge import metric_names
+from sparkctl.knowledge.metric_names import PrometheusNames
+
 #: Every engine's name, as `serve.engine` spells it (the inventory's type: a misspelt name is refused at its line)
 EngineName = Literal["trtllm", "vllm"]
 
@@ -37,6 +40,10 @@ class Engine:
     static_env: tuple[tuple[str, str], ...] = ()
     #: what `serve.config` holds for it
     config_is: str = ""
+    #: serve.config holds the server's flags by name (`max-model-len`; `_` read as `-`), not a config document
+    config_flags: bool = False
+    #: the names of its Prometheus `/metrics`; None: TensorRT-LLM's iteration stats (a JSON list, drained on read)
+    metrics: PrometheusNames | None = None
     #: `serve.args` are the server's own flags (checked against the image's release); False: the engine takes
     #: none, its settings are `serve.config`
     takes_args: bool = True
@@ -64,11 +71,11 @@ ENGINES: dict[EngineName, Engine] = {
     "vllm": Engine(
         name="vllm", label="vLLM", server="vllm serve",
         container_name="vllm-multinode", container_image="nvcr.io/nvidia/vllm:26.05-py3",
-        unit_per_rank=True, config_is="its `vllm serve` flags, as in its --config file",
+        unit_per_rank=True, config_is="its `vllm serve` flags, as in its --config file", config_flags=True,
         # vllm/envs.py: VLLM_HOST_IP; Gloo's and TensorPipe's interface (torch.distributed)
         host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"),
         # NVIDIA's two-Spark vLLM playbook (nvidia/vllm/README.md): Ray's memory monitor off
-        static_env=(("RAY_memory_monitor_refresh_ms", "0"),)),
+        static_env=(("RAY_memory_monitor_refresh_ms", "0"),), metrics=metric_names.VLLM),
 }
 assert set(ENGINES) == set(get_args(EngineName)), "every engine name has one entry"
 

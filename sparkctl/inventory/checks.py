@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sparkctl.engines import ENGINES
+from sparkctl.engines import ENGINES, EngineName
 from sparkctl.inventory.presets import PRESETS, Preset, default_preset_name, get_preset
 from sparkctl.inventory.release_check import release_problems
 from sparkctl.inventory.sections import (
@@ -29,7 +29,7 @@ from sparkctl.inventory.sections import (
     resolve_topology,
     subnet_count,
 )
-from sparkctl.inventory.serve import engine_of, engine_port, resolve_serve, serve_port, vllm_flag_key
+from sparkctl.inventory.serve import SPECULATIVE_FLAGS, engine_of, engine_port, flag_key, resolve_serve, serve_port
 from sparkctl.inventory.vllm_check import vllm_release_problems
 from sparkctl.knowledge.vllm_releases import json_flags
 from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
@@ -307,7 +307,7 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     if spec.decoding != "none" and spec.draft is None:
         yield (("serve", "decoding"),
                f"{spec.decoding} needs a draft model (set serve.draft, or decoding: none)")
-    spoken = [k for k in serve.config if engine == "vllm" and vllm_flag_key(k) == "speculative-config"]
+    spoken = [k for k in serve.config if ENGINES[engine].config_flags and flag_key(k) in SPECULATIVE_FLAGS]
     if spoken and spec.decoding == "none":
         yield (("serve", "config", spoken[0]), "set while decoding is none (set serve.decoding: eagle3 and "
                                                "serve.draft, or remove it)")
@@ -316,20 +316,23 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
                                    "draft-target)")
     image = parts.container.image if parts.container is not None else None
     if image is not None:
-        if engine == "vllm":
-            yield from vllm_release_problems(serve, image, count, dict(parts.container.env if parts.container else {}))
-        else:
-            yield from release_problems(serve, image, count)
+        env = dict(parts.container.env if parts.container else {})
+        yield from _RELEASE_PROBLEMS[engine](serve, image, count, env)
 
 
-def _config_shape_problems(serve: ServeSettings, preset: Preset | None, engine: str) -> Iterator[Problem]:
+def _config_shape_problems(serve: ServeSettings, preset: Preset | None, engine: EngineName) -> Iterator[Problem]:
     """serve.config's sections that must be mappings (what resolving the preset's config merges into)."""
-    if engine == "vllm":
-        for key, value in serve.config.items():
-            if vllm_flag_key(key) in json_flags() and not isinstance(value, dict):
-                yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. speculative-config: "
-                                                 "{num_speculative_tokens: 3})")
-        return
+    yield from _CONFIG_SHAPES[engine](serve, preset)
+
+
+def _vllm_config_shapes(serve: ServeSettings, preset: Preset | None) -> Iterator[Problem]:
+    for key, value in serve.config.items():
+        if flag_key(key) in json_flags() and not isinstance(value, dict):
+            yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. speculative-config: "
+                                             "{num_speculative_tokens: 3})")
+
+
+def _trtllm_config_shapes(serve: ServeSettings, preset: Preset | None) -> Iterator[Problem]:
     shapes = {key for key, value in (preset.config_dict() if preset else {}).items() if isinstance(value, dict)}
     for key, value in serve.config.items():
         if (key in shapes or key in MAPPING_SECTIONS) and not isinstance(value, dict):
@@ -389,3 +392,9 @@ def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
         what = "the serve port" if engine == port else "an ssh port"
         yield (loc, f"the engine's port {engine} is {what} too: the gateway and the engine each need their own "
                     "(set serve.engine_port to a free one)")
+
+
+_CONFIG_SHAPES: dict[EngineName, Callable[[ServeSettings, Preset | None], Iterator[Problem]]] = {
+    "trtllm": _trtllm_config_shapes, "vllm": _vllm_config_shapes}
+_RELEASE_PROBLEMS: dict[EngineName, Callable[[ServeSettings, str, int, dict[str, str]], list[Problem]]] = {
+    "trtllm": release_problems, "vllm": vllm_release_problems}

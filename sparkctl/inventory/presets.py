@@ -230,9 +230,16 @@ def get_preset(name: str) -> Preset:
     return dataclasses.replace(preset, name=name, draft=preset.variants[variant], variants={})
 
 
+#: each engine's preset when the inventory names neither a preset nor a model: (on two or more nodes, on one)
+_DEFAULTS: dict[EngineName, tuple[Preset, Preset | None]] = {
+    "trtllm": (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3),
+    "vllm": (_LLAMA_33_70B_VLLM_EAGLE3, None),
+}
+
+
 def default_preset_name(node_count: int, engine: EngineName = DEFAULT_ENGINE) -> str | None:
     """What to serve when the inventory names neither a preset nor a model (None: no preset of that engine
     fits, serve.model must say)."""
-    if engine == "vllm":
-        return _LLAMA_33_70B_VLLM_EAGLE3.name if node_count >= 2 else None
-    return _QWEN3_235B_EAGLE3.name if node_count >= 2 else _GPT_OSS_120B_EAGLE3.name
+    several, one = _DEFAULTS[engine]
+    preset = several if node_count >= 2 else one
+    return preset.name if preset else None

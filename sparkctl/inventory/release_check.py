@@ -42,8 +42,9 @@ def without_paths(config: dict, dotted: list[str]) -> dict:
     return out
 
 
-def release_problems(serve, image: str | None, node_count: int) -> list[Problem]:
-    """(location, message) for each key of serve.config the image's release would refuse."""
+def release_problems(serve, image: str | None, node_count: int, env: dict[str, str] | None = None) -> list[Problem]:
+    """(location, message) for each key of serve.config the image's release would refuse (`env`: container.env,
+    which TensorRT-LLM's checks do not need)."""
     release = release_of(image)
     if release is None:
         return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,10 +89,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
             same = preset is not None and preset.decoding == decoding
             max_draft_len = preset.max_draft_len if same else DEFAULT_MAX_DRAFT_LEN[decoding]
 
-    if engine == "vllm":
-        config = _vllm_config(preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
-    else:
-        config = _trtllm_config(preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
+    config = _CONFIGS[engine](preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
 
     own_model = preset is not None and model == preset.model
     return ServeSpec(
@@ -137,16 +135,15 @@ def _trtllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, ma
     return config
 
 
-def vllm_flag_key(key: str) -> str:
-    """A `vllm serve` flag's name as its --config YAML key, dashed (vLLM reads `max_model_len` and
-    `max-model-len` alike)."""
+def flag_key(key: str) -> str:
+    """A server flag's name as a key of serve.config, dashed (`max_model_len` and `max-model-len` alike, as vLLM
+    reads its --config file)."""
     return key.replace("_", "-")
 
 
 def _vllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,
                  ) -> dict[str, Any]:
-    config = deep_merge({vllm_flag_key(k): v for k, v in base.items()},
-                       {vllm_flag_key(k): v for k, v in over.items()})
+    config = deep_merge({flag_key(k): v for k, v in base.items()}, {flag_key(k): v for k, v in over.items()})
     if decoding == "none":
         config.pop("speculative-config", None)
     else:
@@ -155,6 +152,13 @@ def _vllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_
             speculative["method"] = VLLM_METHODS[decoding]
             speculative["num_speculative_tokens"] = max_draft_len
     return config
+
+
+#: serve.config keys (flag_key) that only mean something with a draft: set while decoding is none, they are refused
+SPECULATIVE_FLAGS = ("speculative-config",)
+#: how each engine's config is resolved: the preset's, serve.config over it, then the decoding
+_CONFIGS: dict[EngineName, Callable[[dict[str, Any], dict[str, Any], str, int | None], dict[str, Any]]] = {
+    "trtllm": _trtllm_config, "vllm": _vllm_config}
 
 
 def _decoding_of(decoding_type: Any) -> str | None:

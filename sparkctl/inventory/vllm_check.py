@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 
 from sparkctl.inventory.sections import ServeSettings
-from sparkctl.inventory.serve import resolve_serve, vllm_flag_key
+from sparkctl.inventory.serve import flag_key, resolve_serve
 from sparkctl.knowledge.vllm_releases import judged_note, release_of, schema_for
 
 Problem = tuple[tuple, str]
@@ -45,7 +45,7 @@ def vllm_release_problems(serve: ServeSettings, image: str, node_count: int,
     schema = schema_for(version)
     note = judged_note(version, schema)
     spec = resolve_serve(serve, node_count)
-    written = {vllm_flag_key(k) for k in serve.config}
+    written = {flag_key(k) for k in serve.config}
     config = {k: v for k, v in spec.config.items() if k in written}
     out: list[Problem] = []
     for problem in [*schema.check_args(list(serve.args), OWNED_FLAGS), *schema.check_config(config, OWNED_FLAGS)]:
@@ -72,4 +72,4 @@ def vllm_release_problems(serve: ServeSettings, image: str, node_count: int,
 
 def _as_written(config: dict, dashed: str) -> str:
     """The key as the inventory spells it (underscores or dashes), for its file:line."""
-    return next((k for k in config if vllm_flag_key(k) == dashed), dashed)
+    return next((k for k in config if flag_key(k) == dashed), dashed)

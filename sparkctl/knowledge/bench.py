@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from sparkctl.knowledge.metric_names import PrometheusNames
 from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 
@@ -73,7 +74,8 @@ def level_stats(concurrency: int, results: Sequence[Completion | None], seconds:
 
 
 def run_level(client: ServeClient, concurrency: int, requests: int, max_tokens: int,
-              prompts: Sequence[str] = PROMPTS) -> LevelStats:
+              prompts: Sequence[str] = PROMPTS, metrics: PrometheusNames | None = None) -> LevelStats:
+    """`metrics`: the engine's Prometheus names (None: TensorRT-LLM's iteration stats)."""
     def one(i: int) -> Completion | None:
         try:
             return client.stream_chat(prompts[i % len(prompts)], max_tokens=max_tokens)
@@ -82,25 +84,26 @@ def run_level(client: ServeClient, concurrency: int, requests: int, max_tokens: 
 
     before = None
     with contextlib.suppress(EndpointError):
-        # TensorRT-LLM's iterations are drained by this read, so the level's acceptance is its own; vLLM's
+        # TensorRT-LLM's iterations are drained by this read, so the level's acceptance is its own; Prometheus
         # counters are read before and after it
-        before = metrics_reading(client.metrics_text())
+        before = metrics_reading(client.metrics_text(), metrics)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = list(pool.map(one, range(requests)))
     seconds = time.monotonic() - started
     try:
-        server_acceptance = acceptance_since(before, metrics_reading(client.metrics_text()))
+        server_acceptance = acceptance_since(before, metrics_reading(client.metrics_text(), metrics))
     except EndpointError:
         server_acceptance = None
     return level_stats(concurrency, results, seconds, server_acceptance)
 
 
 def run_bench(client: ServeClient, concurrencies: Sequence[int], requests: int, max_tokens: int,
-              on_level: Callable[[LevelStats], None] | None = None) -> list[LevelStats]:
+              on_level: Callable[[LevelStats], None] | None = None,
+              metrics: PrometheusNames | None = None) -> list[LevelStats]:
     out = []
     for concurrency in concurrencies:
-        stats = run_level(client, concurrency, max(requests, concurrency), max_tokens)
+        stats = run_level(client, concurrency, max(requests, concurrency), max_tokens, metrics=metrics)
         out.append(stats)
         if on_level:
             on_level(stats)

@@ -1,11 +1,9 @@
 """PURE readings of the engines' `/metrics` (for `sparkctl top`): requests running and waiting, tokens per second,
 KV-cache use, the time-to-first-token median and speculative decoding's acceptance, between two readings.
 
-vLLM: Prometheus text: the token counters, the TTFT histogram, draft and accepted token counters.
-
-The names are vLLM's own (sparkctl/knowledge/vllm_releases.json, read from vllm/v1/metrics/loggers.py per release);
-a counter is exposed with `_total` appended. KV-cache use was `vllm:gpu_cache_usage_perc` before 0.17 and is
-`vllm:kv_cache_usage_perc` from it. The text is parsed with the official Prometheus client's parser.
+Prometheus text (vLLM): the token counters, the TTFT histogram, draft and accepted token counters, by the names
+the engine gives them (knowledge/metric_names.py; a counter is exposed with `_total` appended). The text is parsed
+with the official Prometheus client's parser.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkctl.knowledge.metric_names import PrometheusNames
 from sparkctl.knowledge.serve_client import acceptance_from_metrics
 
 #: TensorRT-LLM (trtllm-serve with enable_iter_perf_stats): a JSON list of the iterations since the last read
@@ -23,8 +22,6 @@ from sparkctl.knowledge.serve_client import acceptance_from_metrics
 #: inflightBatchingStats.{numCtxTokens, numGenRequests, avgNumDecodedTokensPerIter},
 #: specDecodingStats.{numDraftTokens, numAcceptedTokens}. No time to first token there.
 
-KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-TTFT = "vllm:time_to_first_token_seconds"
 
 
 @dataclass(frozen=True)
@@ -40,25 +37,27 @@ class ServeSample:
     drafts: float | None = None               # speculative steps (vllm:spec_decode_num_drafts)
 
 
-def parse_vllm_metrics(text: str) -> ServeSample:
+def parse_prometheus(text: str, names: PrometheusNames) -> ServeSample:
     """The figures of one `/metrics` reading, summed over the engines' label sets."""
     sums: dict[str, float] = {}
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if family.name == TTFT and sample.name == f"{TTFT}_bucket":
+            if family.name == names.ttft and sample.name == f"{names.ttft}_bucket":
                 bound = float(sample.labels["le"])
                 buckets[bound] = buckets.get(bound, 0.0) + sample.value
             elif sample.name in (family.name, f"{family.name}_total"):
                 sums[family.name] = sums.get(family.name, 0.0) + sample.value
-    kv = next((sums[name] for name in KV_CACHE if name in sums), None)
+    kv = next((sums[name] for name in names.kv_cache if name in sums), None)
+
+    def of(name: str | None) -> float | None:
+        return sums.get(name) if name else None
+
     return ServeSample(
-        running=sums.get("vllm:num_requests_running"), waiting=sums.get("vllm:num_requests_waiting"),
-        prompt_tokens=sums.get("vllm:prompt_tokens"), generation_tokens=sums.get("vllm:generation_tokens"),
-        kv_cache_fraction=kv, ttft_buckets=tuple(sorted(buckets.items())),
-        draft_tokens=sums.get("vllm:spec_decode_num_draft_tokens"),
-        accepted_tokens=sums.get("vllm:spec_decode_num_accepted_tokens"),
-        drafts=sums.get("vllm:spec_decode_num_drafts"))
+        running=of(names.running), waiting=of(names.waiting), prompt_tokens=of(names.prompt_tokens),
+        generation_tokens=of(names.generation_tokens), kv_cache_fraction=kv,
+        ttft_buckets=tuple(sorted(buckets.items())), draft_tokens=of(names.draft_tokens),
+        accepted_tokens=of(names.accepted_tokens), drafts=of(names.drafts))
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ class ServingFigures:
     acceptance: float | None      # accepted / drafted tokens
 
 
-def vllm_figures(before: ServeSample, now: ServeSample, seconds: float) -> ServingFigures:
+def prometheus_figures(before: ServeSample, now: ServeSample, seconds: float) -> ServingFigures:
     rates = serve_rates(before, now, seconds)
     return ServingFigures(now.running, now.waiting, rates.prompt_tps, rates.generation_tps, rates.ttft_p50_s,
                           now.kv_cache_fraction, rates.acceptance)
@@ -159,18 +158,16 @@ def acceptance_length(before: ServeSample | None, now: ServeSample) -> float | N
     return round(1 + accepted / drafts, 2) if drafts > 0 else None
 
 
-def metrics_reading(text: str) -> list[dict] | ServeSample:
-    """One /metrics answer of either engine: TensorRT-LLM's JSON list of iterations, or vLLM's Prometheus text
-    (parsed)."""
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            value = None
-        if isinstance(value, list):
-            return [v for v in value if isinstance(v, dict)]
-    return parse_vllm_metrics(text)
+def metrics_reading(text: str, names: PrometheusNames | None) -> list[dict] | ServeSample:
+    """One /metrics answer: TensorRT-LLM's JSON list of iterations (`names` None), or Prometheus text by the
+    engine's names (parsed)."""
+    if names is not None:
+        return parse_prometheus(text, names)
+    try:
+        value = json.loads(text) if text.strip() else []
+    except ValueError:
+        value = []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def acceptance_since(before: list[dict] | ServeSample | None, now: list[dict] | ServeSample) -> float | None:

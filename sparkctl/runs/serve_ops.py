@@ -97,7 +97,7 @@ def serve_status(inventory: Inventory) -> ServeStatus:
             client = head_client(transport, inventory, timeout=10)
             health, why = client.health_detail()
             out.rows.append(("health", _health_text(health, why) + f" (asked on {inventory.head.name})"))
-            _endpoint_rows(out, client, health)
+            _endpoint_rows(out, client, health, inventory)
             handle = server_handle(inventory, transport)
             record = handle.read_record()
             pid = handle.read_pid()
@@ -110,7 +110,7 @@ def serve_status(inventory: Inventory) -> ServeStatus:
         health, record, alive, unit = reach, None, False, {}
         out.rows.append(("head", f"not reachable over ssh: {exc.message}"))
         out.rows.append(("health", _health_text(reach, reach_why) + " (asked from here)"))
-        _endpoint_rows(out, direct, reach)
+        _endpoint_rows(out, direct, reach, inventory)
     out.rows.append(("from here", "reachable" if reach == 200 else
                      f"not reachable ({reach or reach_why}); `serve chat` goes through the head, `serve bench` "
                      "needs a route"))
@@ -148,14 +148,15 @@ def _systemd_time(text: str) -> float | None:
     return float(text[1:]) if text.startswith("@") and text[1:].isdigit() else None
 
 
-def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int) -> None:
+def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int, inventory: Inventory) -> None:
     try:
         out.rows.append(("models", ", ".join(client.models()) or "-"))
     except EndpointError:
         out.rows.append(("models", "-"))
     out.rows.append(("version", client.version() or "-"))
     try:
-        acceptance = acceptance_since(None, metrics_reading(client.metrics_text())) if health == 200 else None
+        reading = metrics_reading(client.metrics_text(), inventory.engine().metrics) if health == 200 else None
+        acceptance = acceptance_since(None, reading) if reading is not None else None
     except EndpointError:
         acceptance = None
     out.rows.append(("acceptance length",

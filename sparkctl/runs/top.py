@@ -34,9 +34,9 @@ from sparkctl.knowledge.node_metrics import (
 from sparkctl.knowledge.serve_metrics import (
     ServeSample,
     ServingFigures,
-    parse_vllm_metrics,
+    parse_prometheus,
+    prometheus_figures,
     trtllm_figures,
-    vllm_figures,
 )
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import node_home, state_dir
@@ -117,7 +117,7 @@ class Top:
         self.inventory, self.session, self.nodes, self.interval = inventory, session, nodes, interval
         self.agents: dict[str, tuple[HeldCommand, Framing]] = {}
         plan = plan_cluster(inventory, facts)
-        self.engine = inventory.serve_spec().engine if serving_enabled(inventory) else None
+        self.engine = inventory.engine() if serving_enabled(inventory) else None
         self.twins: dict[str, tuple[Twin, ...]] = {}
         self.management: dict[str, tuple[str, ...]] = {}
         self.logs: dict[str, str] = {}
@@ -277,10 +277,10 @@ class Top:
             return None
         now, before = readings[head], self.last.get(head)
         figures: ServingFigures | None = None
-        if now.metrics is not None and self.engine == "vllm":
-            sample = parse_vllm_metrics(now.metrics)
+        if now.metrics is not None and self.engine.metrics is not None:
+            sample = parse_prometheus(now.metrics, self.engine.metrics)
             if self.serve_before is not None:
-                figures = vllm_figures(self.serve_before[1], sample, now.at - self.serve_before[0])
+                figures = prometheus_figures(self.serve_before[1], sample, now.at - self.serve_before[0])
             self.serve_before = (now.at, sample)
         elif now.metrics is not None:
             try:
@@ -289,7 +289,7 @@ class Top:
                 stats = []
             if before is not None:
                 figures = trtllm_figures(stats if isinstance(stats, list) else [], now.at - before.at)
-        out: dict = {"engine": self.engine, "metrics_status": now.metrics_status}
+        out: dict = {"engine": self.engine.name, "metrics_status": now.metrics_status}
         if figures is not None:
             out.update(asdict(figures))
         return out

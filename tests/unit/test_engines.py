@@ -21,10 +21,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "sparkctl"
 ENGINE_MODULES = {"engines/__init__.py", "knowledge/trtllm_releases.py", "knowledge/vllm_releases.py",
                   "inventory/vllm_check.py", "inventory/release_check.py", "plan/trtllm.py", "plan/vllm.py",
                   "doctor/checks/vllm.py"}
-#: Shared modules that still branch on one engine's name, each until its part moves behind the registry: the
-#: release checks of serve.config and serve.args and the default preset (inventory) and the metrics reader (top).
-#: The list only shrinks.
-STILL_BRANCHING = {"inventory/presets.py", "inventory/serve.py", "inventory/checks.py", "runs/top.py"}
 BRANCH = re.compile(r"""[=!]= ["'](?:trtllm|vllm)["']|\.vllm is (?:not )?None""")
 
 
@@ -60,5 +56,4 @@ def test_no_shared_module_compares_engine_names():
             continue
         if BRANCH.search(path.read_text()):
             branching.add(rel)
-    assert branching <= STILL_BRANCHING, f"ask the engine (sparkctl/engines) instead: {branching - STILL_BRANCHING}"
-    assert branching >= STILL_BRANCHING, f"moved behind the registry, take off the list: {STILL_BRANCHING - branching}"
+    assert not branching, f"ask the engine (sparkctl/engines, plan/launch.py) instead of naming one: {branching}"

@@ -13,7 +13,8 @@ import urllib.request
 
 import pytest
 
-from sparkctl.knowledge.serve_metrics import parse_vllm_metrics
+from sparkctl.knowledge import metric_names
+from sparkctl.knowledge.serve_metrics import parse_prometheus
 from sparkctl.knowledge.vllm_releases import DATA_PATH
 from sparkctl.lab.standins import standin_path
 from tests.lab.conftest import poll
@@ -96,7 +97,7 @@ def test_two_nodes_meet_serve_and_the_master_notices_a_worker_gone(model):
         assert len(reply["choices"][0]["message"]["content"].split()) == 5
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5).read().decode()
         assert 'vllm:generation_tokens_total{engine="0",model_name="m"} 5.0' in metrics
-        assert parse_vllm_metrics(metrics).generation_tokens == 5.0  # as sparkctl top reads a real one
+        assert parse_prometheus(metrics, metric_names.VLLM).generation_tokens == 5.0  # as sparkctl top reads a real one
         worker.kill()
         worker.wait()
         with pytest.raises(OSError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sparkctl.knowledge.serve_metrics import ServeSample, median_between, parse_vllm_metrics, serve_rates
+from sparkctl.knowledge import metric_names
+from sparkctl.knowledge.serve_metrics import ServeSample, median_between, parse_prometheus, serve_rates
 from sparkctl.knowledge.vllm_releases import VllmVersion, schema_for
 
 
@@ -39,8 +40,8 @@ def test_the_names_read_are_vllms_own_in_every_release_that_has_them():
 
 
 def test_one_reading_and_the_rates_between_two():
-    before = parse_vllm_metrics(exposition(100, 1000, [0.05, 0.3], 300, 150))
-    now = parse_vllm_metrics(exposition(300, 1500, [0.05, 0.3, 0.2, 0.4, 0.7, 0.9], 600, 390))
+    before = parse_prometheus(exposition(100, 1000, [0.05, 0.3], 300, 150), metric_names.VLLM)
+    now = parse_prometheus(exposition(300, 1500, [0.05, 0.3, 0.2, 0.4, 0.7, 0.9], 600, 390), metric_names.VLLM)
     assert (now.running, now.waiting, now.kv_cache_fraction) == (2.0, 1.0, 0.25)
     assert now.prompt_tokens == 300 and now.generation_tokens == 1500
     rates = serve_rates(before, now, 2.0)
@@ -51,7 +52,7 @@ def test_one_reading_and_the_rates_between_two():
 
 
 def test_before_017_the_kv_cache_has_its_old_name_and_nothing_new_has_no_median():
-    old = parse_vllm_metrics(exposition(1, 1, [], 0, 0, kv_name="vllm:gpu_cache_usage_perc"))
+    old = parse_prometheus(exposition(1, 1, [], 0, 0, kv_name="vllm:gpu_cache_usage_perc"), metric_names.VLLM)
     assert old.kv_cache_fraction == 0.25
     assert serve_rates(old, old, 2.0).ttft_p50_s is None and serve_rates(old, old, 2.0).acceptance is None
     assert serve_rates(ServeSample(), old, 2.0).prompt_tps is None

@@ -228,17 +228,18 @@ def test_the_agent_reads_the_metrics_with_the_key_it_was_given_first_and_nothing
 def test_the_acceptance_length_is_each_engine_s_own():
     """serve status and serve bench: TensorRT-LLM's over the iterations a read drained; vLLM's between two readings
     of its counters, 1 + accepted tokens / speculative steps as vLLM's own log says it (spec_decode/metrics.py)."""
+    from sparkctl.knowledge import metric_names
     from sparkctl.knowledge.serve_metrics import ServeSample, acceptance_since, metrics_reading
 
     trt = metrics_reading('[{"specDecodingStats": {"acceptanceLength": 2.5}}, '
-                          '{"specDecodingStats": {"acceptanceLength": 3.5}}]')
+                          '{"specDecodingStats": {"acceptanceLength": 3.5}}]', None)
     assert isinstance(trt, list) and acceptance_since(None, trt) == 3.0
     # as prometheus_client writes a counter (its TYPE line names the sample, `_total` included)
     text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
             "vllm:spec_decode_num_drafts_total{engine=\"0\"} 40.0\n"
             "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
             "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\"} 70.0\n")
-    now = metrics_reading(text)
+    now = metrics_reading(text, metric_names.VLLM)
     assert isinstance(now, ServeSample) and now.drafts == 40.0
     assert acceptance_since(None, now) == 2.75  # since the engine started
     assert acceptance_since(ServeSample(drafts=20.0, accepted_tokens=30.0), now) == 3.0  # 1 + 40 / 20

@@ -1,0 +1,28 @@
+"""The names an engine's Prometheus `/metrics` gives the figures sparkctl reads (no parsing here: the engine
+registry names its engine's set without loading the parser)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusNames:
+    running: str
+    waiting: str
+    prompt_tokens: str            # counters: exposed with `_total` appended
+    generation_tokens: str
+    kv_cache: tuple[str, ...]     # 0-1, the first one exposed wins (a release renamed it)
+    ttft: str                     # histogram, seconds
+    draft_tokens: str | None = None
+    accepted_tokens: str | None = None
+    drafts: str | None = None     # speculative steps
+
+
+#: vLLM's (sparkctl/knowledge/vllm_releases.json, read from vllm/v1/metrics/loggers.py per release): KV-cache use
+#: was `vllm:gpu_cache_usage_perc` before 0.17 and is `vllm:kv_cache_usage_perc` from it
+VLLM = PrometheusNames(
+    running="vllm:num_requests_running", waiting="vllm:num_requests_waiting", prompt_tokens="vllm:prompt_tokens",
+    generation_tokens="vllm:generation_tokens", kv_cache=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ttft="vllm:time_to_first_token_seconds", draft_tokens="vllm:spec_decode_num_draft_tokens",
+    accepted_tokens="vllm:spec_decode_num_accepted_tokens", drafts="vllm:spec_decode_num_drafts")
