@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from sparkctl.engines import EngineName
 from sparkctl.taskgraph.events import SCHEMA_VERSION
 
 Status = Literal["ok", "changed", "failed", "skipped", "unreachable", "interrupted"]
@@ -272,13 +273,17 @@ class ServeStop(ReportBase):
 
 class ServeBench(ReportBase):
     report: Literal["serve bench"]
+    time: str = Field(description="when the bench ran (UTC, ISO 8601)")
     endpoint: str
     model: str
+    engine: EngineName
     max_tokens: int
     levels: list[dict[str, Any]] = Field(description="per concurrency: requests, failed, seconds, completion_tokens, "
                                                      "decode_tps_per_request, aggregate_tps, ttft_p50, ttft_p95 "
                                                      "(seconds), acceptance_length")
-    output: str = Field(description="the file the same results were written to ('-': stdout)")
+    output: str | None = Field(description="the file -o wrote the same results to ('-': stdout); null: none asked")
+    recorded: str = Field(description="the record kept with the cluster's others "
+                                      "($XDG_STATE_HOME/sparkctl/serve-bench/<cluster>/<UTC time>.json)")
 
 
 class Presets(ReportBase):
@@ -357,7 +362,7 @@ class TopNode(BaseModel):
 class TopServing(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    engine: Literal["trtllm", "vllm"]
+    engine: EngineName
     metrics_status: int = Field(description="the HTTP status of /metrics through the gateway; 0: no answer")
     running: float | None = None
     waiting: float | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 
 import click
 
@@ -166,17 +167,19 @@ def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
 @click.option("--requests", type=click.IntRange(1, 100000), default=16, show_default=True,
               help="Requests per level (at least the concurrency).")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default="serve-bench.json", show_default=True,
-              help="Where to write the results as JSON ('-': stdout, the table then goes to stderr).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the results as JSON here ('-': stdout, the table then goes to stderr). They are always "
+                   "recorded with the cluster's other records ($XDG_STATE_HOME/sparkctl/serve-bench/<cluster>/).")
 @json_option
 @verbose_option
-def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str, as_json: bool,
+def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str | None, as_json: bool,
           verbose: int) -> None:
     """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency.
 
     Exit 0 when every request answered, 1 when one failed. With --json: one `report` line (docs/events.md).
     """
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
+    from sparkctl.runs.bench_records import record_bench
     from sparkctl.runs.outputs import check_writable
     from sparkctl.runs.serve_ops import endpoint_client
 
@@ -186,7 +189,7 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
         levels = parse_concurrency(concurrency)
     except ValueError as exc:
         raise BadInput(f"--concurrency: {exc}") from exc
-    if output != STDOUT:
+    if output is not None and output != STDOUT:
         check_writable(output, "--output")
     inventory = load(file, warn=not as_json)
     with endpoint_client(inventory, timeout=600, direct_only=True) as client:
@@ -195,23 +198,30 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
                             on_level=lambda s: click.echo(f"  concurrency {s.concurrency}: {s.requests} requests in "
                                                           f"{s.seconds:.1f}s", err=True),
                             metrics=inventory.engine().metrics)
-    document = {"endpoint": url, "model": inventory.serve_spec().model, "max_tokens": max_tokens,
+    document = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "endpoint": url,
+                "model": inventory.serve_spec().model, "engine": inventory.engine().name, "max_tokens": max_tokens,
                 "levels": [s.as_dict() for s in results]}
     try:
-        with output_file(output, "--output") as handle:
-            handle.write(json.dumps(document, indent=1) + "\n")
-    except BrokenPipeError:
-        raise
+        recorded = record_bench(inventory.cluster.name, document, kind="serve-bench")
     except OSError as exc:
-        raise SparkctlError(f"cannot write {output}: {exc.strerror}") from exc
+        raise SparkctlError(f"cannot record the results: {exc}") from exc
+    if output is not None:
+        try:
+            with output_file(output, "--output") as handle:
+                handle.write(json.dumps(document, indent=1) + "\n")
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise SparkctlError(f"cannot write {output}: {exc.strerror}") from exc
     exit_status = ExitStatus.TASK_FAILED if any(s.failed for s in results) else ExitStatus.SUCCESS
     if as_json:
-        report_line("serve bench", exit_status, **document, output=output)
+        report_line("serve bench", exit_status, **document, output=output, recorded=str(recorded))
         sys.exit(int(exit_status))
     print_table(None, BENCH_HEADERS, [
         (str(s.concurrency), str(s.requests), str(s.failed), _f(s.decode_tps_per_request), _f(s.aggregate_tps),
          _f(s.ttft_p50, 1000), _f(s.ttft_p95, 1000), _f(s.acceptance_length)) for s in results], err=output == STDOUT)
-    if output != STDOUT:
+    click.echo(f"recorded: {recorded}", err=True)
+    if output is not None and output != STDOUT:
         click.echo(f"written: {output}", err=True)
     sys.exit(int(exit_status))
 

@@ -297,6 +297,20 @@ def test_serve_bench_json_is_one_report_line_and_the_file_holds_the_same(tmp_pat
     assert result.exit_code == 2 and "both want stdout" in result.stderr
 
 
+def test_serve_bench_records_with_the_cluster_s_records_and_writes_a_file_only_where_asked(tmp_path, served,
+                                                                                            monkeypatch):
+    where = tmp_path / "cwd"
+    where.mkdir()
+    monkeypatch.chdir(where)
+    code, lines = run_json(tmp_path, "serve", "bench", served, "--concurrency", "1", "--requests", "1",
+                           "--max-tokens", "4")
+    assert code == 0 and lines[-1]["output"] is None and list(where.iterdir()) == []
+    recorded = Path(lines[-1]["recorded"])
+    assert recorded.parent == tmp_path / "state" / "sparkctl" / "serve-bench" / "lab"
+    kept = json.loads(recorded.read_text())
+    assert kept["levels"] == lines[-1]["levels"] and kept["engine"] == "trtllm" and kept["time"]
+
+
 BENCH_RESULT = {
     "cluster": "lab", "time": "2026-11-26T19:00:00Z", "topology": "pair", "nodes": ["spark1", "spark2"],
     "unreachable": {}, "nccl": None, "recorded": None,
