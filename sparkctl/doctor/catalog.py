@@ -199,6 +199,17 @@ VLLM_RAY_MISSING = _person("vllm.ray_missing", "error", "serve", "Ray is vLLM's 
 VLLM_MASTER_UNREACHABLE = _person("vllm.master_unreachable", "error", "serve", "a vLLM worker cannot reach the "
                                   "master port on the head over the fabric", "site", "a link or a firewall between "
                                   "the nodes drops it: sparkctl writes no firewall rules")
+SGLANG_WRONG_ADDRESS = _by("sglang.wrong_address", "error", "container", "an SGLang rank's own address or Gloo's "
+                           "interface (SGLANG_HOST_IP, GLOO_SOCKET_IFNAME) is not its node's Up fabric twin",
+                           *CONTAINER)
+SGLANG_RANKS_ONE_NODE = _by("sglang.ranks_one_node", "error", "container", "two SGLang ranks advertise one "
+                            "address (the same SGLANG_HOST_IP)", "container", "serve")
+SGLANG_DIST_UNREACHABLE = _person("sglang.dist_unreachable", "error", "serve", "an SGLang worker cannot reach the "
+                                  "head's --dist-init-addr over the fabric", "site", "a link or a firewall between "
+                                  "the nodes drops it: sparkctl writes no firewall rules")
+SGLANG_FLAG_REFUSED = _person("sglang.flag_refused", "error", "serve", "the image's SGLang release refuses a flag of "
+                              "the launch", "inventory", "the flag is the inventory's (serve.args, serve.config): "
+                              "fix it there")
 VLLM_FLAG_REFUSED = _person("vllm.flag_refused", "error", "serve", "the image's vLLM release refuses a flag of the "
                             "launch", "inventory", "the flag is the inventory's (serve.args, serve.config): fix it "
                             "there")

@@ -14,6 +14,7 @@ from sparkctl.doctor.checks import mpi as checks_mpi
 from sparkctl.doctor.checks import networkmanager as checks_nm
 from sparkctl.doctor.checks import node as checks_node
 from sparkctl.doctor.checks import overrides as checks_overrides
+from sparkctl.doctor.checks import ranks as checks_ranks
 from sparkctl.doctor.checks import roce as checks_roce
 from sparkctl.doctor.checks import serve as checks_serve
 from sparkctl.doctor.checks import ssh as checks_ssh
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_nm.CHECKS, *checks_ssh.CHECKS,
     *checks_container.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS, *checks_system.CHECKS,
-    *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_vllm.CHECKS,
+    *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_ranks.CHECKS, *checks_vllm.CHECKS,
 ]
 
 

@@ -14,7 +14,7 @@ from sparkctl.knowledge import metric_names
 from sparkctl.knowledge.metric_names import PrometheusNames
 
 #: Every engine's name, as `serve.engine` spells it (the inventory's type: a misspelt name is refused at its line)
-EngineName = Literal["trtllm", "vllm"]
+EngineName = Literal["trtllm", "vllm", "sglang"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,8 @@ class Engine:
     control_ifname_envs: tuple[str, ...] = ()
     #: what every container of the engine gets besides the fabric's settings
     static_env: tuple[tuple[str, str], ...] = ()
+    #: `docker run` arguments of its own, before the inventory's container.docker_args
+    docker_args: tuple[str, ...] = ()
     #: what `serve.config` holds for it
     config_is: str = ""
     #: serve.config holds the server's flags by name (`max-model-len`; `_` read as `-`), not a config document
@@ -76,6 +78,17 @@ ENGINES: dict[EngineName, Engine] = {
         host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"),
         # NVIDIA's two-Spark vLLM playbook (nvidia/vllm/README.md): Ray's memory monitor off
         static_env=(("RAY_memory_monitor_refresh_ms", "0"),), metrics=metric_names.VLLM),
+    "sglang": Engine(
+        name="sglang", label="SGLang", server="sglang.launch_server",
+        container_name="sglang-multinode", container_image="nvcr.io/nvidia/sglang:26.02-py3",
+        unit_per_rank=True, config_is="its server's flags (`mem-fraction-static: 0.8`), on its command line",
+        config_flags=True,
+        # python/sglang/srt/server_args.py and utils: the rank's own address for the cross-node message queue
+        # (SGLANG_HOST_IP, else HOST_IP, else the default route's interface); Gloo's interface (torch.distributed)
+        host_ip_env="SGLANG_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME",),
+        # RDMA needs /dev/infiniband, unlimited memlock (every container has both) and the right to lock memory:
+        # without them NCCL falls back to sockets, about 2.5x slower, and says so only in its INFO lines
+        docker_args=("--cap-add", "IPC_LOCK"), metrics=metric_names.SGLANG),
 }
 assert set(ENGINES) == set(get_args(EngineName)), "every engine name has one entry"
 

@@ -30,6 +30,7 @@ from sparkctl.inventory.sections import (
     subnet_count,
 )
 from sparkctl.inventory.serve import SPECULATIVE_FLAGS, engine_of, engine_port, flag_key, resolve_serve, serve_port
+from sparkctl.inventory.sglang_check import sglang_release_problems
 from sparkctl.inventory.vllm_check import vllm_release_problems
 from sparkctl.knowledge.vllm_releases import json_flags
 from sparkctl.secrets import credential_service, is_secret_name, looks_like_credential
@@ -317,12 +318,12 @@ def _serve_problems(parts: InventoryParts) -> Iterator[Problem]:
     image = parts.container.image if parts.container is not None else None
     if image is not None:
         env = dict(parts.container.env if parts.container else {})
-        yield from _RELEASE_PROBLEMS[engine](serve, image, count, env)
+        yield from RELEASE_CHECKS[engine](serve, image, count, env)
 
 
 def _config_shape_problems(serve: ServeSettings, preset: Preset | None, engine: EngineName) -> Iterator[Problem]:
     """serve.config's sections that must be mappings (what resolving the preset's config merges into)."""
-    yield from _CONFIG_SHAPES[engine](serve, preset)
+    yield from CONFIG_SHAPES[engine](serve, preset)
 
 
 def _vllm_config_shapes(serve: ServeSettings, preset: Preset | None) -> Iterator[Problem]:
@@ -330,6 +331,14 @@ def _vllm_config_shapes(serve: ServeSettings, preset: Preset | None) -> Iterator
         if flag_key(key) in json_flags() and not isinstance(value, dict):
             yield (("serve", "config", key), f"must be a mapping of {key}'s own keys (e.g. speculative-config: "
                                              "{num_speculative_tokens: 3})")
+
+
+def _flag_values(serve: ServeSettings, preset: Preset | None) -> Iterator[Problem]:
+    """A flag's value on a command line: a number, a string, true/false (an on/off flag) or a list."""
+    for key, value in serve.config.items():
+        if isinstance(value, dict):
+            yield (("serve", "config", key), "must be a flag's value (a number, a string, true/false or a list), "
+                                             "not a mapping")
 
 
 def _trtllm_config_shapes(serve: ServeSettings, preset: Preset | None) -> Iterator[Problem]:
@@ -394,7 +403,7 @@ def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
                     "(set serve.engine_port to a free one)")
 
 
-_CONFIG_SHAPES: dict[EngineName, Callable[[ServeSettings, Preset | None], Iterator[Problem]]] = {
-    "trtllm": _trtllm_config_shapes, "vllm": _vllm_config_shapes}
-_RELEASE_PROBLEMS: dict[EngineName, Callable[[ServeSettings, str, int, dict[str, str]], list[Problem]]] = {
-    "trtllm": release_problems, "vllm": vllm_release_problems}
+CONFIG_SHAPES: dict[EngineName, Callable[[ServeSettings, Preset | None], Iterator[Problem]]] = {
+    "trtllm": _trtllm_config_shapes, "vllm": _vllm_config_shapes, "sglang": _flag_values}
+RELEASE_CHECKS: dict[EngineName, Callable[[ServeSettings, str, int, dict[str, str]], list[Problem]]] = {
+    "trtllm": release_problems, "vllm": vllm_release_problems, "sglang": sglang_release_problems}

@@ -21,6 +21,8 @@ DECODINGS = ("eagle3", "draft-target", "none")
 
 # vLLM's `speculative-config.method` of each decoding (vllm/config/speculative.py, SpeculativeMethod)
 VLLM_METHODS = {"eagle3": "eagle3", "draft-target": "draft_model"}
+# SGLang's --speculative-algorithm of each decoding (python/sglang/srt/speculative/spec_info.py, SpeculativeAlgorithm)
+SGLANG_ALGORITHMS = {"eagle3": "EAGLE3", "draft-target": "STANDALONE"}
 
 # The TensorRT-LLM `decoding_type` spellings of each decoding, best first; the plan writes the first one the
 # image's release lists (sparkctl/knowledge/trtllm_releases.json): 1.1/1.2 resolve `DraftTarget` through a name
@@ -201,9 +203,53 @@ _LLAMA_33_70B_VLLM_EAGLE3 = Preset(
             "speculative-config": {"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}},
 )
 
+#: NVIDIA's SGLang playbook (NVIDIA/dgx-spark-playbooks nvidia/sglang/README.md at
+#: a0d99066db7ef7cbb1d223d7289e4f8b61bb084d): its model support matrix and the server line of its step 5
+SGLANG_PLAYBOOK = "NVIDIA/dgx-spark-playbooks nvidia/sglang/README.md (a0d99066)"
+
+_GPT_OSS_120B_SGLANG = Preset(
+    engine="sglang",
+    name="gpt-oss-120b-sglang",
+    model="openai/gpt-oss-120b",
+    draft=None,
+    decoding="none",
+    max_draft_len=None,
+    tp_size=2,
+    port=8000,
+    weights_gb=61,
+    draft_gb=0,
+    description="Two Sparks on SGLang: gpt-oss-120b (MXFP4), TP=2",
+    source=f"{SGLANG_PLAYBOOK}: GPT-OSS-120B MXFP4 in its model support matrix, --mem-fraction-static 0.75 as its "
+           "step 5 starts the server; across two Sparks with SGLang's multi-node flags (--tp-size 2 --nnodes 2 "
+           "--node-rank --dist-init-addr, docs.sglang.io references/multi_node_deployment/multi_node) where the "
+           "playbook scales --tp on one machine",
+    config={"mem-fraction-static": 0.75},
+)
+
+_LLAMA_33_70B_SGLANG_EAGLE3 = Preset(
+    engine="sglang",
+    name="llama-3.3-70b-sglang-eagle3",
+    model="meta-llama/Llama-3.3-70B-Instruct",
+    draft="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+    decoding="eagle3",
+    max_draft_len=3,
+    tp_size=2,
+    port=8000,
+    weights_gb=142,
+    draft_gb=2,
+    description="Two Sparks on SGLang: Llama-3.3-70B-Instruct (BF16) + the EAGLE-3 draft of its authors, TP=2",
+    source="SGLang's speculative decoding guide (docs/advanced_features/speculative_decoding, EAGLE-3: "
+           "--speculative-algorithm EAGLE3 with --speculative-num-steps, --speculative-eagle-topk and "
+           "--speculative-num-draft-tokens) with the Llama-3.3-70B draft the EAGLE authors publish "
+           "(github.com/SafeAILab/EAGLE, README: yuhuili/EAGLE3-LLaMA3.3-Instruct-70B); 3 steps of topk 1 as the "
+           "vLLM preset's 3 speculative tokens; the context length of llama-3.3-70b-vllm; "
+           f"--mem-fraction-static 0.75 as {SGLANG_PLAYBOOK} step 5",
+    config={"context-length": 2048, "mem-fraction-static": 0.75, "speculative-eagle-topk": 1},
+)
+
 PRESETS: dict[str, Preset] = {
     p.name: p for p in (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3, _LLAMA_33_70B_DRAFT_TARGET, _LLAMA_33_70B_VLLM,
-                        _LLAMA_33_70B_VLLM_EAGLE3)
+                        _LLAMA_33_70B_VLLM_EAGLE3, _GPT_OSS_120B_SGLANG, _LLAMA_33_70B_SGLANG_EAGLE3)
 }
 
 
@@ -231,15 +277,16 @@ def get_preset(name: str) -> Preset:
 
 
 #: each engine's preset when the inventory names neither a preset nor a model: (on two or more nodes, on one)
-_DEFAULTS: dict[EngineName, tuple[Preset, Preset | None]] = {
+DEFAULT_PRESETS: dict[EngineName, tuple[Preset, Preset | None]] = {
     "trtllm": (_QWEN3_235B_EAGLE3, _GPT_OSS_120B_EAGLE3),
     "vllm": (_LLAMA_33_70B_VLLM_EAGLE3, None),
+    "sglang": (_LLAMA_33_70B_SGLANG_EAGLE3, None),
 }
 
 
 def default_preset_name(node_count: int, engine: EngineName = DEFAULT_ENGINE) -> str | None:
     """What to serve when the inventory names neither a preset nor a model (None: no preset of that engine
     fits, serve.model must say)."""
-    several, one = _DEFAULTS[engine]
+    several, one = DEFAULT_PRESETS[engine]
     preset = several if node_count >= 2 else one
     return preset.name if preset else None

@@ -228,10 +228,15 @@ class VllmSettings(_Section):
     ray_port: Port = Field(6379, description="the Ray head's port on the fabric (ray)")
 
 
+class SglangSettings(_Section):
+    dist_port: Port = Field(25000, description=(
+        "the head's port the ranks meet on over the fabric (--dist-init-addr <head's fabric address>:<port>)"))
+
+
 class ServeSettings(_Section):
     engine: EngineName | None = Field(None, description=(
-        "trtllm (TensorRT-LLM, trtllm-serve under mpirun) or vllm (vllm serve on every serving node); default: the "
-        "preset's engine, else trtllm"))
+        "trtllm (TensorRT-LLM, trtllm-serve under mpirun), vllm (vllm serve on every serving node) or sglang "
+        "(sglang.launch_server on every serving node); default: the preset's engine, else trtllm"))
     preset: str | None = None
     model: RepoId | None = None
     draft: RepoId | None = None
@@ -270,9 +275,10 @@ class ServeSettings(_Section):
         "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
         "(docs/gateway.md)"))
     args: list[Argument] = Field(default_factory=list, max_length=256, description=(
-        "vLLM: extra `vllm serve` flags, checked against the image's release (TensorRT-LLM's settings go in "
-        "serve.config)"))
+        "vLLM and SGLang: extra flags of the server, checked against the image's release (TensorRT-LLM's settings "
+        "go in serve.config)"))
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    sglang: SglangSettings = Field(default_factory=SglangSettings)
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl.engines import DEFAULT_ENGINE, EngineName
-from sparkctl.inventory.presets import DECODING_TYPES, VLLM_METHODS, default_preset_name, get_preset, thaw
+from sparkctl.inventory.presets import (
+    DECODING_TYPES,
+    SGLANG_ALGORITHMS,
+    VLLM_METHODS,
+    default_preset_name,
+    get_preset,
+    thaw,
+)
 from sparkctl.inventory.sections import ServeSettings
 
 DEFAULT_MAX_DRAFT_LEN = {"eagle3": 3, "draft-target": 4}
@@ -89,7 +96,8 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
             same = preset is not None and preset.decoding == decoding
             max_draft_len = preset.max_draft_len if same else DEFAULT_MAX_DRAFT_LEN[decoding]
 
-    config = _CONFIGS[engine](preset.config_dict() if preset else {}, thaw(serve.config), decoding, max_draft_len)
+    base = preset.config_dict() if preset else {}
+    config = CONFIG_RESOLVERS[engine](base, thaw(serve.config), decoding, max_draft_len)
 
     own_model = preset is not None and model == preset.model
     return ServeSpec(
@@ -154,11 +162,31 @@ def _vllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_
     return config
 
 
+def _sglang_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,
+                   ) -> dict[str, Any]:
+    """SGLang's flags: the speculative ones follow the decoding. EAGLE-3 drafts max_draft_len steps of one token each
+    (topk 1), so it verifies max_draft_len + 1 tokens (SGLang's docs, "EAGLE Decoding": num_draft_tokens is at most
+    num_steps x topk + 1); a draft-target pair is SGLang's STANDALONE algorithm."""
+    config = deep_merge({flag_key(k): v for k, v in base.items()}, {flag_key(k): v for k, v in over.items()})
+    if decoding == "none":
+        for key in SGLANG_SPECULATIVE:
+            config.pop(key, None)
+        return config
+    config["speculative-algorithm"] = SGLANG_ALGORITHMS[decoding]
+    config["speculative-num-steps"] = max_draft_len
+    config.setdefault("speculative-eagle-topk", 1)
+    config.setdefault("speculative-num-draft-tokens", (max_draft_len or 0) * config["speculative-eagle-topk"] + 1)
+    return config
+
+
+#: SGLang's speculative flags (--speculative-draft-model-path is the plan's: where the draft lives on the node)
+SGLANG_SPECULATIVE = ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk",
+                      "speculative-num-draft-tokens", "speculative-draft-model-path")
 #: serve.config keys (flag_key) that only mean something with a draft: set while decoding is none, they are refused
-SPECULATIVE_FLAGS = ("speculative-config",)
+SPECULATIVE_FLAGS = ("speculative-config", *SGLANG_SPECULATIVE)
 #: how each engine's config is resolved: the preset's, serve.config over it, then the decoding
-_CONFIGS: dict[EngineName, Callable[[dict[str, Any], dict[str, Any], str, int | None], dict[str, Any]]] = {
-    "trtllm": _trtllm_config, "vllm": _vllm_config}
+CONFIG_RESOLVERS: dict[EngineName, Callable[[dict[str, Any], dict[str, Any], str, int | None], dict[str, Any]]] = {
+    "trtllm": _trtllm_config, "vllm": _vllm_config, "sglang": _sglang_config}
 
 
 def _decoding_of(decoding_type: Any) -> str | None:

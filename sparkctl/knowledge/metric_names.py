@@ -17,6 +17,7 @@ class PrometheusNames:
     draft_tokens: str | None = None
     accepted_tokens: str | None = None
     drafts: str | None = None     # speculative steps
+    accept_length: str | None = None  # a gauge of the mean acceptance length, where no counters say it
 
 
 #: vLLM's (sparkctl/knowledge/vllm_releases.json, read from vllm/v1/metrics/loggers.py per release): KV-cache use
@@ -26,3 +27,11 @@ VLLM = PrometheusNames(
     generation_tokens="vllm:generation_tokens", kv_cache=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     ttft="vllm:time_to_first_token_seconds", draft_tokens="vllm:spec_decode_num_draft_tokens",
     accepted_tokens="vllm:spec_decode_num_accepted_tokens", drafts="vllm:spec_decode_num_drafts")
+
+#: SGLang's, with --enable-metrics (python/sglang/srt/metrics/collector.py: SchedulerMetricsCollector's gauges,
+#: TokenizerMetricsCollector's counters and time-to-first-token histogram); the KV cache's use is `token_usage`,
+#: speculative decoding's mean acceptance length the gauge `spec_accept_length`
+SGLANG = PrometheusNames(
+    running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs", prompt_tokens="sglang:prompt_tokens",
+    generation_tokens="sglang:generation_tokens", kv_cache=("sglang:token_usage",),
+    ttft="sglang:time_to_first_token_seconds", accept_length="sglang:spec_accept_length")

@@ -18,7 +18,7 @@ class Cause:
 #: vLLM's and torch's own messages (vllm at v0.20.1: vllm/v1/executor/ray_executor.py, ray_utils.py; argparse's
 #: wording for `vllm serve`; torch/csrc/distributed/c10d/socket.cpp for the store client's retry warning)
 VLLM_CAUSES = (
-    Cause("vLLM flag refused", re.compile(r"vllm(?: serve)?: error: (?:unrecognized arguments|argument .*invalid "
+    Cause("flag refused", re.compile(r"vllm(?: serve)?: error: (?:unrecognized arguments|argument .*invalid "
                                           r"choice|ambiguous option|argument .*invalid)"),
           "the image's vLLM release refuses a flag or value of the launch: fix serve.args/serve.config in the "
           "inventory (`sparkctl inventory validate` checks them against the release the image tag names)"),
@@ -28,13 +28,27 @@ VLLM_CAUSES = (
     Cause("Ray missing", re.compile(r"Failed to import Ray|No module named 'ray'"),
           "serve.vllm.executor is ray and the image has no Ray: use an image with Ray (NVIDIA's vLLM images have "
           "it), or serve.vllm.executor: mp (vLLM 0.11.1 and later)"),
-    Cause("master unreachable", re.compile(r"The client socket has failed to connect to"),
+    Cause("rendezvous unreachable", re.compile(r"The client socket has failed to connect to"),
           "this rank cannot reach the master port on the head over the fabric: check the link between them and "
+          "any firewall on the head (`sparkctl doctor`)"),
+)
+
+#: SGLang's own (python/sglang/launch_server.py parses with plain argparse, so its prog is launch_server.py) and
+#: torch's store client, which --dist-init-addr's rendezvous is (torch/csrc/distributed/c10d/socket.cpp)
+SGLANG_CAUSES = (
+    Cause("flag refused", re.compile(r"launch_server(?:\.py)?: error: (?:unrecognized arguments|argument .*invalid "
+                                     r"choice|ambiguous option|argument .*invalid|argument .*expected|"
+                                     r"the following arguments are required)"),
+          "the image's SGLang release refuses a flag or value of the launch: fix serve.args/serve.config in the "
+          "inventory (`sparkctl inventory validate` checks them against the release the image tag names)"),
+    Cause("rendezvous unreachable", re.compile(r"The client socket has failed to connect to"),
+          "this rank cannot reach --dist-init-addr on the head over the fabric: check the link between them and "
           "any firewall on the head (`sparkctl doctor`)"),
 )
 
 CAUSES = (
     *VLLM_CAUSES,
+    *SGLANG_CAUSES,
     Cause("unknown config key", re.compile(r"Extra inputs are not permitted|union_tag_invalid|validation error"),
           "the TensorRT-LLM config has a key (or value) this release rejects: {detail}; fix serve.config in the "
           "inventory"),

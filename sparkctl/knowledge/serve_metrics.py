@@ -35,6 +35,7 @@ class ServeSample:
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     drafts: float | None = None               # speculative steps (vllm:spec_decode_num_drafts)
+    accept_length: float | None = None        # the engine's own mean acceptance length (a gauge: SGLang's)
 
 
 def parse_prometheus(text: str, names: PrometheusNames) -> ServeSample:
@@ -57,7 +58,7 @@ def parse_prometheus(text: str, names: PrometheusNames) -> ServeSample:
         running=of(names.running), waiting=of(names.waiting), prompt_tokens=of(names.prompt_tokens),
         generation_tokens=of(names.generation_tokens), kv_cache_fraction=kv,
         ttft_buckets=tuple(sorted(buckets.items())), draft_tokens=of(names.draft_tokens),
-        accepted_tokens=of(names.accepted_tokens), drafts=of(names.drafts))
+        accepted_tokens=of(names.accepted_tokens), drafts=of(names.drafts), accept_length=of(names.accept_length))
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,12 @@ def trtllm_figures(stats: list[dict], seconds: float) -> ServingFigures:
 
 
 def acceptance_length(before: ServeSample | None, now: ServeSample) -> float | None:
-    """vLLM's mean acceptance length between two readings (since the engine started when `before` is None), as its
-    own log computes it: 1 + accepted tokens / speculative steps, the bonus token included
-    (vllm/v1/spec_decode/metrics.py at v0.20.1). None without speculative steps."""
+    """The mean acceptance length between two readings (since the engine started when `before` is None): from
+    counters as vLLM's own log computes it, 1 + accepted tokens / speculative steps, the bonus token included
+    (vllm/v1/spec_decode/metrics.py at v0.20.1); where the engine keeps only a gauge of it (SGLang), the gauge.
+    None without speculative steps."""
+    if now.drafts is None and now.accept_length is not None:
+        return round(now.accept_length, 2) if now.accept_length > 0 else None  # the engine's own, as it says it
     drafts = (now.drafts or 0.0) - ((before.drafts or 0.0) if before else 0.0)
     accepted = (now.accepted_tokens or 0.0) - ((before.accepted_tokens or 0.0) if before else 0.0)
     return round(1 + accepted / drafts, 2) if drafts > 0 else None

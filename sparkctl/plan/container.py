@@ -162,7 +162,7 @@ def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: 
             env=container_env(inventory, node.name, fabric),
             mounts=[(hf_cache.rstrip("/") + "/", CONTAINER_HF_HOME + "/", ""),
                     (posixpath.join(state, "run"), CONTAINER_STATE, "")],
-            docker_args=["--init", *(inventory.container.docker_args or [])],
+            docker_args=["--init", *inventory.engine().docker_args, *(inventory.container.docker_args or [])],
             command=["sleep", "infinity"],
             labels={CLUSTER_LABEL: inventory.cluster.name})
     return ContainerSpec(
@@ -175,7 +175,7 @@ def container_spec(inventory: Inventory, node: Node, fabric: FabricPlan, facts: 
             (posixpath.join(state, "entrypoint.sh"), ENTRYPOINT_PATH, "ro"),
             (posixpath.join(state, "run"), CONTAINER_STATE, ""),
         ],
-        docker_args=list(inventory.container.docker_args or []),
+        docker_args=[*inventory.engine().docker_args, *(inventory.container.docker_args or [])],
         command=["bash", ENTRYPOINT_PATH],
         labels={CLUSTER_LABEL: inventory.cluster.name},
         # sshd reads the entrypoint only at start: a new entrypoint means a new container

@@ -20,9 +20,10 @@ from sparkctl.plan.serve_unit import ServeUnitSpec, UnitRun
 
 @dataclass(frozen=True, kw_only=True)
 class Launch(ABC):
-    #: its name in the node's run/serve dir, and where the container reads it (CONTAINER_STATE/serve)
-    config_file: ClassVar[str]
-    config_path: ClassVar[str]
+    #: its name in the node's run/serve dir, and where the container reads it (CONTAINER_STATE/serve); None: the
+    #: engine reads no config file, its command lines are its whole setup
+    config_file: ClassVar[str | None]
+    config_path: ClassVar[str | None]
 
     engine: Engine
     #: the release the launch was planned for (shown as the engine numbers it); None: not known from the image

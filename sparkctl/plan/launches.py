@@ -9,17 +9,19 @@ from sparkctl.engines import EngineName
 from sparkctl.inventory import Inventory
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.launch import Launch
+from sparkctl.plan.sglang import SglangLaunch, sglang_launch
 from sparkctl.plan.trtllm import TrtllmLaunch, trtllm_launch
 from sparkctl.plan.vllm import VllmLaunch, vllm_launch
 
-LAUNCHES: dict[EngineName, type[Launch]] = {"trtllm": TrtllmLaunch, "vllm": VllmLaunch}
-_PLANNERS: dict[EngineName, Callable[[Inventory, FabricPlan], Launch]] = {"trtllm": trtllm_launch, "vllm": vllm_launch}
+LAUNCHES: dict[EngineName, type[Launch]] = {"trtllm": TrtllmLaunch, "vllm": VllmLaunch, "sglang": SglangLaunch}
+PLANNERS: dict[EngineName, Callable[[Inventory, FabricPlan], Launch]] = {
+    "trtllm": trtllm_launch, "vllm": vllm_launch, "sglang": sglang_launch}
 #: the command line of a server any serving unit of sparkctl's runs (an engine switch leaves the last one's)
 _SERVERS = re.compile("|".join(p for launch in LAUNCHES.values() for p in launch.servers()))
 
 
 def plan_launch(inventory: Inventory, fabric: FabricPlan) -> Launch:
-    return _PLANNERS[inventory.engine().name](inventory, fabric)
+    return PLANNERS[inventory.engine().name](inventory, fabric)
 
 
 def launch_type(inventory: Inventory) -> type[Launch]:

@@ -75,10 +75,11 @@ UNIT_RUNNING = {"LoadState": "loaded", "ActiveState": "active", "SubState": "run
 VLLM_CONTAINER = "vllm-multinode"
 
 
-def healthy_vllm_snapshot() -> Snapshot:
-    """Two Sparks serving with vLLM (inventories/two-sparks-vllm.yaml: mp, one rank each), healthy, as doctor sees
-    them: no container ssh mesh or hostfile (vLLM has none), a unit on each, the worker reaching the master."""
-    inv = inventory("two-sparks-vllm.yaml")
+def healthy_vllm_snapshot(example: str = "two-sparks-vllm.yaml") -> Snapshot:
+    """Two Sparks serving with vLLM (inventories/two-sparks-vllm.yaml: mp, one rank each) or another engine of one
+    rank per node (two-sparks-sglang.yaml), healthy, as doctor sees them: no container ssh mesh or hostfile, a unit
+    on each, the worker reaching the head's rendezvous."""
+    inv = inventory(example)
     facts, plan = bootstrapped(inv)
     probes = {}
     for name in NODES:
@@ -95,8 +96,23 @@ def healthy_vllm_snapshot() -> Snapshot:
     probes["spark1"].port_owners[inv.serve_spec().engine_port] = "vllm (pid 77)"
     probes["spark1"].gateway = "running"
     probes["spark1"].gateway_ss = "LISTEN 0 511 10.0.0.11:8000 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8000 0.0.0.0:*\n"
-    probes["spark2"].rendezvous = (f"{ADDRS['spark1'][0]}:{inv.serve.vllm.master_port}", True)
+    probes["spark2"].rendezvous = (plan.launch.rendezvous() or "", True)
     return Snapshot(inv, facts, {}, probes, plan)
+
+
+def healthy_sglang_snapshot() -> Snapshot:
+    return healthy_vllm_snapshot("two-sparks-sglang.yaml")
+
+
+def fault_sglang_dist_unreachable(s):
+    s.probes["spark2"].rendezvous = (s.probes["spark2"].rendezvous[0], False)
+    s.probes["spark2"].serve_log_tail = ("[W socket.cpp] The client socket has failed to connect to "
+                                         "[192.168.100.10]:25000 (errno: 113 - No route to host).")
+
+
+def fault_sglang_flag_refused(s):
+    s.probes["spark2"].serve_log_tail = ("usage: launch_server.py [-h] --model-path MODEL_PATH ...\n"
+                                         "launch_server.py: error: unrecognized arguments: --tp_size 2")
 
 
 def fault_vllm_master_unreachable(s):

@@ -252,6 +252,10 @@ FAULTS = {
 VLLM_FAULTS = {"vllm.master_unreachable": base.fault_vllm_master_unreachable,
                "vllm.flag_refused": base.fault_vllm_flag_refused, "vllm.ray_missing": base.fault_vllm_ray_missing}
 FAULTS.update(VLLM_FAULTS)
+#: found on two Sparks serving with SGLang
+SGLANG_FAULTS = {"sglang.dist_unreachable": base.fault_sglang_dist_unreachable,
+                 "sglang.flag_refused": base.fault_sglang_flag_refused}
+FAULTS.update(SGLANG_FAULTS)
 #: produced by their own tests below: a plan that cannot be made, nodes on different ports, a crashing check
 OWN_TESTS = {"fabric.no_plan", "fabric.ports_differ", "doctor.check_failed"}
 PERSON = sorted(i for i, r in FINDINGS.items() if not r.repairable)
@@ -262,7 +266,8 @@ def test_every_persons_finding_is_produced_here():
 
 
 def diagnosed(finding_id: str) -> Diagnosis:
-    s = base.healthy_vllm_snapshot() if finding_id in VLLM_FAULTS else base.healthy_snapshot()
+    s = (base.healthy_vllm_snapshot() if finding_id in VLLM_FAULTS else base.healthy_sglang_snapshot()
+         if finding_id in SGLANG_FAULTS else base.healthy_snapshot())
     FAULTS[finding_id](s)
     return base.diagnose(s)
 

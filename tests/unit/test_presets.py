@@ -29,8 +29,11 @@ def test_table():
         "llama-3.3-70b-vllm": ("vllm", "meta-llama/Llama-3.3-70B-Instruct", None, "none", None, 2, 8000),
         "llama-3.3-70b-vllm-eagle3": ("vllm", "meta-llama/Llama-3.3-70B-Instruct",
                                       "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", "eagle3", 3, 2, 8000),
+        "gpt-oss-120b-sglang": ("sglang", "openai/gpt-oss-120b", None, "none", None, 2, 8000),
+        "llama-3.3-70b-sglang-eagle3": ("sglang", "meta-llama/Llama-3.3-70B-Instruct",
+                                        "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", "eagle3", 3, 2, 8000),
     }
-    assert [PRESETS[n].weights_gb for n in PRESETS] == [125, 61, 40, 142, 142]
+    assert [PRESETS[n].weights_gb for n in PRESETS] == [125, 61, 40, 142, 142, 61, 142]
 
 
 # NVIDIA/dgx-spark-playbooks at 0e4cfe880b119e5173d31ddff0d3d2350811ffa9, nvidia/vllm/README.md, Run on two Sparks,

@@ -115,9 +115,10 @@ def test_removed_sampler_type_is_dropped_for_torch_sampler_and_refused_otherwise
 def _inventory(tmp_path, path, preset, release):
     data = yaml.safe_load(path.read_text())
     serve = data.setdefault("serve", {})
-    if serve.get("engine") == "vllm":  # its config holds vllm serve flags
+    if serve.get("engine") in ("vllm", "sglang"):  # its config holds the server's flags
         serve.pop("config", None)
-    for key in ("preset", "model", "draft", "decoding", "max_draft_len", "tp_size", "engine", "vllm", "args"):
+    for key in ("preset", "model", "draft", "decoding", "max_draft_len", "tp_size", "engine", "vllm", "sglang",
+                "args"):
         serve.pop(key, None)
     serve["preset"] = preset
     serve["tp_size"] = min(len(data["nodes"]), 2 if preset.startswith("qwen3") else 1)

@@ -154,12 +154,12 @@ def test_engine_and_preset_must_agree_and_args_are_vllms(inv_file):
         "inv.yaml:8: serve.engine: trtllm, but preset llama-3.3-70b-vllm runs on vllm (remove serve.engine, or "
         "choose a trtllm preset: qwen3-235b-eagle3, gpt-oss-120b-eagle3, llama-3.3-70b-draft-target)"]
     assert problems_of(inv_file(PAIR + "serve:\n  args: [--enforce-eager]\n")) == [
-        "inv.yaml:8: serve.args: are vllm serve flags: TensorRT-LLM's settings go in serve.config (its "
-        "extra_llm_api_options keys), or set serve.engine: vllm"]
+        "inv.yaml:8: serve.args: are vllm serve or sglang.launch_server flags: TensorRT-LLM's settings go in "
+        "serve.config (its extra_llm_api_options keys), or set serve.engine: vllm or sglang"]
     single = "user: nvidia\nnodes: [{name: spark1, host: h1}]\nserve:\n  engine: vllm\n"
     assert problems_of(inv_file(single)) == ["inv.yaml:3: serve: no vllm preset fits 1 node(s): name the model "
                                           "(serve.model)"]
-    assert problems_of(inv_file(PAIR + "serve:\n  engine: sglang\n"))[0].startswith("inv.yaml:8: serve.engine: ")
+    assert problems_of(inv_file(PAIR + "serve:\n  engine: tgi\n"))[0].startswith("inv.yaml:8: serve.engine: ")
 
 
 def test_a_vllm_variable_the_release_no_longer_reads_is_reported(inv_file):

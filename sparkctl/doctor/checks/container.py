@@ -113,7 +113,7 @@ def check_containers(s: Snapshot) -> list[Finding]:
 
 
 #: each engine's finding for a rank whose own address or control interface (Engine.own_settings) is off the fabric
-_WRONG_ADDRESS: dict[EngineName, str] = {"vllm": "vllm.wrong_nic"}
+_WRONG_ADDRESS: dict[EngineName, str] = {"vllm": "vllm.wrong_nic", "sglang": "sglang.wrong_address"}
 
 
 def _env_id(m: Mismatch, engine: Engine) -> str:

@@ -63,18 +63,23 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
     def check(self, ctx: NodeContext) -> list[Change[tuple[str, str]]]:
         if not serves(ctx.inventory, ctx.name):
             return []
-        path, want = self._desired(ctx)
+        desired = self._desired(ctx)
+        if desired is None:
+            return []
+        path, want = desired
         current = ctx.read_file(self.name, path)
         if current == want:
             return []
         return [Change(f"{'update' if current is not None else 'create'} {path}",
                        diff=unified_diff(path, current, want), payload=(path, want))]
 
-    def _desired(self, ctx: NodeContext) -> tuple[str, str]:
-        """(path on the node, content) of the engine's config file."""
+    def _desired(self, ctx: NodeContext) -> tuple[str, str] | None:
+        """(path on the node, content) of the engine's config file; None: the engine reads none."""
         handle = ServerHandle.of(ctx)
         launch = node_launch(ctx)
         refuse_rejected(launch)
+        if launch.config_file is None:
+            return None
         label = launch.engine.label
         if launch.release is None:
             ctx.warn(f"cannot tell the {label} release of {ctx.inventory.container.image}: its config not checked "
