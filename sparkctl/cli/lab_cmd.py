@@ -56,8 +56,8 @@ def lab_group() -> None:
                    "(01-network-manager-all.yaml), or systemd-networkd.")
 @click.option("--install-deps", is_flag=True, help="apt-get install the packages the lab needs first.")
 @click.option("--serve", "serve_preset", metavar="PRESET",
-              help="Also serve this preset (e.g. qwen3-235b-eagle3, llama-3.3-70b-vllm) through the lab's "
-                   "TensorRT-LLM or vLLM stand-in.")
+              help="Also serve this preset (e.g. qwen3-235b-eagle3, llama-3.3-70b-vllm, "
+                   "llama-3.3-70b-sglang-eagle3) through the lab's stand-in for its engine.")
 def up_command(nodes: int, topology: str, port: int, ring_order: str | None, directory: str, sudo_password: bool,
                renderer: str, install_deps: bool, serve_preset: str | None) -> None:
     """Bring a lab up and write DIR/inventory.yaml for `sparkctl cluster bootstrap`."""

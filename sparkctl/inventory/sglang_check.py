@@ -76,12 +76,13 @@ def sglang_release_problems(serve: ServeSettings, image: str, node_count: int,
         return out  # the server would stop at its parser: what it checks after that cannot be said yet
     spec = resolve_serve(serve, node_count)
     written = [key for key in serve.config if flag_key(key) in SGLANG_SPECULATIVE]
-    speculative = {f"--{k}": v for k, v in spec.config.items() if k in SGLANG_SPECULATIVE}
-    if spec.decoding != "none" and spec.draft:
-        speculative["--speculative-draft-model-path"] = spec.draft
-    if speculative:
+    if spec.decoding != "none" or written:
+        # the checks read other settings too (page size, attention backend): every flag of the launch
+        flags = {f"--{k}": v for k, v in spec.config.items()}
+        if spec.draft:
+            flags["--speculative-draft-model-path"] = spec.draft
         where = ("config", written[0]) if written else ("decoding",)
-        out += [said(where, p.message, p.hint) for p in schema.speculative_problems(speculative)]
+        out += [said(where, p.message, p.hint) for p in schema.speculative_problems(flags)]
     world = {"--tensor-parallel-size": spec.tp_size, "--pipeline-parallel-size": spec.pp_size,
              "--nnodes": len(serve.nodes or []) or min(spec.world_size, node_count)}
     out += [said(("tp_size",), p.message, p.hint) for p in schema.multi_node_problems(world)]

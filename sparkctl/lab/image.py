@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lab.standins import IMAGE_STANDINS, fixture_repos_dir, standin_path
+from sparkctl.lab.standins import IMAGE_STANDINS, fixture_repos_dir, image_lib_dir, standin_path
 
 TRTLLM_VERSION = "1.3.0rc12"
 IMAGE_STORE = "/var/lib/sparkctl-lab/image-store"
@@ -42,9 +42,14 @@ ENTRYPOINT_IN_IMAGE = "/usr/local/bin/sparkctl-lab-entrypoint"
 # product code), so the stand-in and sparkctl judge a config with one file.
 RELEASES_IN_IMAGE = "/opt/sparkctl-lab/trtllm_releases.json"
 RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "trtllm_releases.json"
-#: the same for vLLM, read by the vllm stand-in
+#: the same for vLLM, read by the vllm stand-in, and for SGLang, read by the sglang one
 VLLM_RELEASES_IN_IMAGE = "/opt/sparkctl-lab/vllm_releases.json"
 VLLM_RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "vllm_releases.json"
+SGLANG_RELEASES_IN_IMAGE = "/opt/sparkctl-lab/sglang_releases.json"
+SGLANG_RELEASES_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "sglang_releases.json"
+#: The stand-ins that are Python modules (`python3 -m sglang.launch_server`), on Debian python3's path through a .pth
+PYTHON_LIB_IN_IMAGE = "/opt/sparkctl-lab/python"
+PTH_IN_IMAGE = "/usr/lib/python3/dist-packages/sparkctl-lab.pth"
 FIXTURE_REPOS_IN_IMAGE = "/opt/sparkctl-lab/fixture-repos"
 
 IMAGE_PACKAGES = [
@@ -137,11 +142,14 @@ GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 #: ENGINES; a unit test keeps the two equal): the lab image carries the vllm stand-in too, so a lab
 #: inventory that serves with vLLM runs the product's own default image name, as the gateway's.
 VLLM_IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
+#: the same for SGLang (serve.engine sglang): the image carries the sglang stand-in
+SGLANG_IMAGE = "nvcr.io/nvidia/sglang:26.02-py3"
 
 
 def _tag_gateway(ref: str) -> None:
-    """The names the product's own defaults use, given to the lab image (the gateway's, vLLM's)."""
-    _run(["podman", *podman_store_args(), "tag", ref, GATEWAY_IMAGE, VLLM_IMAGE], "podman tag", timeout=120)
+    """The names the product's own defaults use, given to the lab image (the gateway's, vLLM's, SGLang's)."""
+    _run(["podman", *podman_store_args(), "tag", ref, GATEWAY_IMAGE, VLLM_IMAGE, SGLANG_IMAGE], "podman tag",
+         timeout=120)
 
 
 def image_ref(recipe: str | None = None) -> str:
@@ -178,7 +186,8 @@ IMAGE_CUDA_VERSION = "13.0.2"
 def image_env() -> dict[str, str]:
     return {"CUDA_VERSION": IMAGE_CUDA_VERSION, "HF_HOME": "/root/.cache/huggingface",
             "SPARKCTL_LAB_FIXTURE_REPOS": FIXTURE_REPOS_IN_IMAGE, "SPARKCTL_LAB_TRTLLM_VERSION": TRTLLM_VERSION,
-            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE, "SPARKCTL_LAB_VLLM_RELEASES": VLLM_RELEASES_IN_IMAGE}
+            "SPARKCTL_LAB_TRTLLM_RELEASES": RELEASES_IN_IMAGE, "SPARKCTL_LAB_VLLM_RELEASES": VLLM_RELEASES_IN_IMAGE,
+            "SPARKCTL_LAB_SGLANG_RELEASES": SGLANG_RELEASES_IN_IMAGE}
 
 
 def recipe_hash() -> str:
@@ -279,8 +288,12 @@ def _os_codename() -> str:
 def _baked_files() -> list[tuple[str, Path]]:
     """(path inside the image, path on the machine) for every file the build copies in."""
     files = [(ENTRYPOINT_IN_IMAGE, standin_path("sparkctl-lab-entrypoint")), (RELEASES_IN_IMAGE, RELEASES_FILE),
-             (VLLM_RELEASES_IN_IMAGE, VLLM_RELEASES_FILE)]
+             (VLLM_RELEASES_IN_IMAGE, VLLM_RELEASES_FILE), (SGLANG_RELEASES_IN_IMAGE, SGLANG_RELEASES_FILE),
+             (PTH_IN_IMAGE, standin_path("sparkctl-lab.pth"))]
     files += [(f"/usr/local/bin/{name}", standin_path(name)) for name in IMAGE_STANDINS]
+    lib = image_lib_dir()
+    files += [(f"{PYTHON_LIB_IN_IMAGE}/{p.relative_to(lib)}", p) for p in sorted(lib.rglob("*.py"))
+              if "__pycache__" not in p.parts]
     repos = fixture_repos_dir()
     files += [
         (f"{FIXTURE_REPOS_IN_IMAGE}/{p.relative_to(repos)}", p)

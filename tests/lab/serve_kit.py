@@ -135,3 +135,8 @@ VLLM_SEEDS = {
     "vllm.wrong_nic": ("ring3", "the worker's management address"),
     "vllm.ranks_one_node": ("pair", "the head's fabric address"),
 }
+#: the same for SGLang's ranks (SGLANG_HOST_IP), seeded by tests/lab/test_bootstrap_sglang.py
+SGLANG_SEEDS = {
+    "sglang.wrong_address": ("ring3", "the worker's management address"),
+    "sglang.ranks_one_node": ("pair", "the head's fabric address"),
+}

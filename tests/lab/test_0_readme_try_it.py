@@ -28,8 +28,9 @@ def try_it_lines() -> list[str]:
 
 
 def try_it_line(engine: str = "trtllm") -> str:
-    """The README's line for ENGINE: the vLLM one serves a vLLM preset."""
-    (line,) = [x for x in try_it_lines() if ("vllm" in x) == (engine == "vllm")]
+    """The README's line for ENGINE: the vLLM one serves a vLLM preset, the SGLang one an SGLang preset."""
+    others = {"vllm", "sglang"} - {engine}
+    (line,) = [x for x in try_it_lines() if not any(o in x for o in others) and (engine == "trtllm" or engine in x)]
     return line
 
 
@@ -72,12 +73,27 @@ def test_the_readme_vllm_line_works_from_a_fresh_directory(fresh_dir):
     the product uses by default, which `lab up` gives it (removed first here; the build itself from no image at all
     is the line above's)."""
     cwd, env = fresh_dir
-    assert len(try_it_lines()) == 2
+    assert len(try_it_lines()) == 3
     line = try_it_line("vllm")
     assert "--serve llama-3.3-70b-vllm" in line and "cluster bootstrap .sparkctl-lab/inventory.yaml" in line
     subprocess.run(["podman", *image.podman_store_args(), "rmi", image.VLLM_IMAGE], capture_output=True, timeout=120)
     run = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "vllm-multinode" in run.stdout + run.stderr
+    chat = subprocess.run(["bash", "-c", CHAT], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0 and chat.stdout.strip(), chat.stdout + chat.stderr
+
+
+def test_the_readme_sglang_line_works_from_a_fresh_directory(fresh_dir):
+    """The SGLang line, as written, in a fresh directory with no state, from no SGLang image: the lab image under the
+    name the product uses by default, which `lab up` gives it."""
+    cwd, env = fresh_dir
+    line = try_it_line("sglang")
+    assert "--serve llama-3.3-70b-sglang-eagle3" in line and "cluster bootstrap .sparkctl-lab/inventory.yaml" in line
+    subprocess.run(["podman", *image.podman_store_args(), "rmi", image.SGLANG_IMAGE], capture_output=True,
+                   timeout=120)
+    run = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert "sglang-multinode" in run.stdout + run.stderr
     chat = subprocess.run(["bash", "-c", CHAT], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert chat.returncode == 0 and chat.stdout.strip(), chat.stdout + chat.stderr

@@ -10,7 +10,6 @@ port) and is also named nvcr.io/nvidia/vllm:26.05-py3, the product's default vLL
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -23,54 +22,25 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.cli.json_schema import validate_line
-from sparkctl.lab.image import image_ref
-from sparkctl.plan.serve_unit import parse_show, show_command
+from tests.lab import ranks_kit
 from tests.lab.doctor_kit import doctor, errors, replace_container
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
+from tests.lab.ranks_kit import engine_inventory, fabric_address, run, trtllm_inventory, unit_state, with_env
 from tests.lab.serve_kit import VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
 
 VLLM_CONTAINER = "vllm-multinode"
 SERVE = {"preset": "llama-3.3-70b-vllm", "fit_check": "warn", "ready_timeout": 300}
-TRTLLM_SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
 SKIPPED = {"container.ssh", "mpi.hostfile"}
 
 
 def vllm_inventory(lab, path) -> str:
-    """The lab's inventory serving with vLLM: the engine's default container and image, NCCL's INFO lines on."""
-    document = yaml.safe_load(lab.inventory_path.read_text())
-    document["serve"] = dict(SERVE)
-    document["container"] = {"env": {"NCCL_DEBUG": "INFO"}}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return str(path)
-
-
-def trtllm_inventory(lab, path) -> str:
-    document = yaml.safe_load(lab.inventory_path.read_text())
-    document["serve"] = dict(TRTLLM_SERVE)
-    document["container"] = {"image": image_ref(), "env": {"NCCL_DEBUG": "INFO"}}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return str(path)
-
-
-def run(inventory: str, env: dict[str, str], *args: str) -> list[dict]:
-    code, events, output = sparkctl([*args, inventory, "--json"], env)
-    assert code == 0, output[-3000:]
-    return events
+    return engine_inventory(lab, path, SERVE)
 
 
 def container_env(lab, node: str, container: str = VLLM_CONTAINER) -> dict[str, str]:
-    pairs = json.loads(sh(lab, node, f"docker inspect --format '{{{{json .Config.Env}}}}' {container}"))
-    return dict(p.split("=", 1) for p in pairs)
-
-
-def fabric_address(lab, node: str, iface: str) -> str:
-    return sh(lab, node, f"ip -4 -o addr show dev {iface}").split()[3].split("/")[0]
-
-
-def unit_state(lab, node: str, cluster: str) -> dict[str, str]:
-    return parse_show(sh(lab, node, show_command(cluster)))
+    return ranks_kit.container_env(lab, node, container)
 
 
 @pytest.fixture(scope="module", params=["pair", "ring3"])
@@ -129,7 +99,7 @@ def test_a_worker_whose_vllm_host_ip_was_changed_is_found_by_doctor_and_repaired
     document = yaml.safe_load(lab.inventory_path.read_text())
     wrong = (document["nodes"][1]["host"] if finding == "vllm.wrong_nic"
              else container_env(lab, "spark1")["VLLM_HOST_IP"])
-    replace_container(lab, "spark2", lambda spec: _with_env(spec, VLLM_HOST_IP=wrong), inventory=inventory,
+    replace_container(lab, "spark2", lambda spec: with_env(spec, VLLM_HOST_IP=wrong), inventory=inventory,
                       serves=False, container=VLLM_CONTAINER)
     report = doctor(lab, inventory=inventory, env=env)
     assert (finding, "spark2") in errors(report), report["findings"]
@@ -257,9 +227,3 @@ def test_ray_as_the_executor_starts_a_ray_node_per_serving_node_and_serves(serve
 
 def _serve_log(served) -> str:
     return f"/home/nvidia/.local/state/sparkctl/{served['cluster']}/run/serve/serve.log"
-
-
-def _with_env(spec, **values):
-    from dataclasses import replace
-
-    return replace(spec, env={**spec.env, **values})

@@ -21,7 +21,7 @@ from tests.lab.doctor_kit import Seed, bootstrap, changed, doctor, failed, probl
 from tests.lab.nm_kit import NM_SEEDS
 from tests.lab.seeds_kit import seeds
 from tests.lab.serve_kit import SEEDS as SERVE_SEEDS
-from tests.lab.serve_kit import VLLM_SEEDS
+from tests.lab.serve_kit import SGLANG_SEEDS, VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
 
@@ -94,12 +94,14 @@ ELSEWHERE = {
     "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",
     # vLLM's ranks, on a pair and a ring of three serving with vLLM: tests/lab/test_bootstrap_vllm.py (VLLM_SEEDS)
     "vllm.wrong_nic": "vllm", "vllm.ranks_one_node": "vllm",
+    # SGLang's ranks, the same way: tests/lab/test_bootstrap_sglang.py (SGLANG_SEEDS)
+    "sglang.wrong_address": "sglang", "sglang.ranks_one_node": "sglang",
 }
 
 
 #: What ELSEWHERE may name: the lab modules that seed repairable findings.
 LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager",
-               "vllm": "test_bootstrap_vllm"}
+               "vllm": "test_bootstrap_vllm", "sglang": "test_bootstrap_sglang"}
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
@@ -114,6 +116,7 @@ def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():
     assert {s.finding for s in NM_SEEDS} >= {i for i, w in ELSEWHERE.items()
                                                                  if w == "networkmanager"}
     assert set(VLLM_SEEDS) == {i for i, w in ELSEWHERE.items() if w == "vllm"}
+    assert set(SGLANG_SEEDS) == {i for i, w in ELSEWHERE.items() if w == "sglang"}
 
 
 #: Seeds whose repair another seed carries through doctor --fix, seeded on the bootstrap path only: both twins set

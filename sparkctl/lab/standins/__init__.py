@@ -4,7 +4,8 @@
 socket of its daemon (dockerd, run as docker.service), ibdev2netdev, ibv_devinfo, show_gids, nvidia-smi, udevadm);
 `image-bin/` is baked into the lab image's /usr/local/bin
 (entrypoint, trtllm-llmapi-launch, trtllm-serve, vllm, ray, hf, all_reduce_perf). Copy them with mode 0755: a wheel need
-not keep the executable bit.
+not keep the executable bit. `image-lib/` holds the stand-ins that are Python modules (`python3 -m
+sglang.launch_server`), baked into the image on its python3's path (sparkctl-lab.pth).
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ def image_bin_dir() -> Path:
     return STANDINS_DIR / "image-bin"
 
 
+def image_lib_dir() -> Path:
+    return STANDINS_DIR / "image-lib"
+
+
 def standin_path(name: str) -> Path:
     """The script file of stand-in `name` (e.g. "docker", "trtllm-serve", "sparkctl-lab-entrypoint")."""
-    for directory in (node_bin_dir(), image_bin_dir()):
+    for directory in (node_bin_dir(), image_bin_dir(), STANDINS_DIR):
         path = directory / name
         if path.is_file():
             return path
