@@ -22,7 +22,7 @@ from sparkctl.transport.framing import Framing
 
 CLIENT_KEY = CONTAINER_CLIENT_KEY
 HOST_KEY = CONTAINER_HOST_KEY
-#: what TensorRT-LLM's mpirun world left in the state dir, which a vLLM cluster has no use for (the container mesh's
+#: what TensorRT-LLM's mpirun world left in the state dir, which a vLLM or SGLang cluster has no use for (the mesh's
 #: keys, the entrypoint that starts its sshd, the MPI probe and the hostfile's copy): removed when it switches
 MPI_LEFTOVERS = ("container-ssh", "entrypoint.sh", f"run/{MPI_PROBE}", "run/openmpi-hostfile")
 
@@ -46,8 +46,8 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
               "takes what container.ssh checks; on a rerun it is read ahead with the node's facts and counts only if "
               "its script is the same and nothing changed since: a no-op container phase needs no round trip)")
     changes = ("writes entrypoint.sh and the probe (atomic), creates run/ and container-ssh/, generates the keys "
-               "with ssh-keygen on the node (private keys never leave it); when vLLM serves, only run/ and the HF "
-               "cache (no sshd, mesh or MPI probe in its container), and what TensorRT-LLM's world left there "
+               "with ssh-keygen on the node (private keys never leave it); when vLLM or SGLang serves, only run/ and "
+               "the HF cache (no sshd, mesh or MPI probe in its container), and what TensorRT-LLM's world left there "
                "(container-ssh/, entrypoint.sh, the probe, the hostfile's copy) is removed")
 
     def _files(self, ctx: NodeContext) -> dict[str, str]:
@@ -110,8 +110,8 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
                                       payload=StateStep("file", path, content)))
         left = [w.partition(":")[2] for w in sorted(have) if w.startswith("left:")]
         if left:
-            changes.append(Change(f"remove what TensorRT-LLM's mpirun left in {base} (vLLM's containers run no sshd "
-                                  f"or mpirun): {', '.join(left)}", payload=StateStep("retire")))
+            changes.append(Change(f"remove what TensorRT-LLM's mpirun left in {base} ({ctx.inventory.engine().label}'s "
+                                  f"containers run no sshd or mpirun): {', '.join(left)}", payload=StateStep("retire")))
         if "run" not in have or (mesh and "keydir" not in have):
             changes.append(Change(f"create {base}/run" + (f" and {base}/container-ssh (mode 700)" if mesh else ""),
                                   payload=StateStep("dirs")))

@@ -57,7 +57,8 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
               "the nearest known one), checked at every depth; an override the release would reject fails here, "
               "naming the key's path and the release; on a rerun the file is read ahead with the node's facts. "
               "With vLLM: <state>/run/serve/vllm.yaml, the --config file of every node's vllm serve (the preset's "
-              "flags under serve.config, the draft's path in speculative-config, only flags the release has)")
+              "flags under serve.config, the draft's path in speculative-config, only flags the release has). "
+              "With SGLang: no file (its flags are on each node's command line, checked when the inventory loads)")
     changes = "writes the config file (atomic); `--diff` shows what changes"
 
     def check(self, ctx: NodeContext) -> list[Change[tuple[str, str]]]:

@@ -1,5 +1,6 @@
 """serve.launch: the serving unit started on the head (it runs mpirun in the head container), until /health
-answers 200. With vLLM every serving node's unit (one rank each) is started, the workers' before the head's.
+answers 200. With an engine of one rank per node (vLLM, SGLang) every serving node's unit is started, the workers'
+before the head's.
 
 /health is asked on the head itself (inside its container, over the SSH connection already open): the
 inventory host may be an ssh_config alias or behind a jump host or a firewall the controller cannot pass.
@@ -46,8 +47,8 @@ class ServeLaunchTask(Task[ClusterContext, None]):
     phase = "serve"
     scope = Scope.CLUSTER
     needs = ("serve.config", "serve.unit", "model.fetch", "model.copy", "mpi.hostfile")
-    description = ("start the serving unit on the head (mpirun in the head container; vLLM: every serving node's, "
-                   "the workers' first) and wait for /health")
+    description = ("start the serving unit on the head (mpirun in the head container; vLLM and SGLang: every "
+                   "serving node's, the workers' first) and wait for /health")
     checks = ("the head's serving unit is active and the mpirun it runs (serve.pid: its PID in the container) "
               "lives, started from the planned config and launch line (<state>/run/serve/launch.json), and "
               "/health answers 200 on the head (asked inside its container, over the SSH connection: the "
@@ -230,8 +231,8 @@ def stop_ranks(ctx: ClusterContext, nodes: list[str], *, disable: bool = False) 
 
 
 def kill_leftover_ranks(ctx: ClusterContext) -> list[str]:
-    """Ranks of our server that outlived their mpirun (or vllm serve), on any node (they would hold GPU memory),
-    killed.
+    """Ranks of our server that outlived their mpirun (or a node's own server), on any node (they would hold GPU
+    memory), killed.
 
     `ctx`: a ClusterContext (the task's, or `sparkctl serve stop`'s); returns `node: pid` per rank."""
     container = ctx.inventory.container.name

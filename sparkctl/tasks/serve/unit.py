@@ -37,11 +37,12 @@ class ServeUnitTask(Task[NodeContext, str]):
     name = "serve.unit"
     phase = "serve"
     needs = ("serve.config",)
-    description = "write and enable the systemd unit that keeps the model served (on the head; vLLM: every rank's node)"
+    description = ("write and enable the systemd unit that keeps the model served (on the head; vLLM and SGLang: every "
+                   "rank's node)")
     checks = ("on the head: /etc/systemd/system/sparkctl-serve-<cluster>.service, <state>/run/serve/unit.sh and "
               "world.sh have the planned content (the launch line, the other serving nodes' hostfile addresses) "
-              "and the unit is enabled (`sparkctl serve stop` disables it); with vLLM the same on every serving "
-              "node, each world.sh running that node's own vllm serve (or Ray node); on every other node: no such "
+              "and the unit is enabled (`sparkctl serve stop` disables it); with vLLM or SGLang the same on every "
+              "serving node, each world.sh running that node's own server (or Ray node); on every other node: no such "
               "unit; one read of the node, on a rerun read ahead with its facts")
     changes = ("writes what differs (the scripts as the login user, the unit as root), `systemctl daemon-reload`, "
                "`systemctl enable` (serve.launch starts it); elsewhere `systemctl disable --now` and removes it")

@@ -182,8 +182,8 @@ class FabricVerify(Task[ClusterContext, None]):
         return self._conclude(ctx, mismatches)
 
     def _without_mpi(self, ctx: ClusterContext, order: list[str], mismatches: list[Mismatch]) -> list[Change[None]]:
-        """vLLM: no hostfile, container sshd or MPI probe (its ranks meet over their own sockets); each serving
-        node's serve log says what NCCL used there."""
+        """An engine whose ranks meet over their own sockets (vLLM, SGLang): no hostfile, container sshd or MPI
+        probe; each serving node's serve log says what NCCL used there (RDMA, or a socket fallback)."""
         framing = Framing()
         scripts = {node: node_reads(ctx.nodes[node], framing, exposure=False) + "\ntrue"
                    for node in order if serves(ctx.inventory, node)}
