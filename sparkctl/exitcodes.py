@@ -15,7 +15,3 @@ class ExitStatus(IntEnum):
     INTERRUPTED = 130
     #: the reader of stdout went away (`sparkctl ... | head -1`): 128 + SIGPIPE, what a shell reports for it
     BROKEN_PIPE = 141
-
-    # doctor reuses 0/1: healthy / errors found
-    HEALTHY = 0
-    FINDINGS = 1

@@ -150,7 +150,8 @@ def doctor_command(file: str | None, list_ids: bool, as_json: bool, fix: bool, b
     finally:
         repair_view.close()
     diagnosis = outcome.diagnosis
-    exit_status = ExitStatus.HEALTHY if diagnosis.healthy else ExitStatus.FINDINGS
+    # doctor's 1 is a task's: something is wrong that a run (or a person) must change
+    exit_status = ExitStatus.SUCCESS if diagnosis.healthy else ExitStatus.TASK_FAILED
     if as_json:
         _finding_lines(diagnosis, "after-fix" if outcome.repair is not None else None)
         extra: dict = {}

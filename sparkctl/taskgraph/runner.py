@@ -28,7 +28,7 @@ from sparkctl.taskgraph.outcome import (
     change_dicts,
 )
 from sparkctl.taskgraph.stops import Interruption, LostNodes
-from sparkctl.taskgraph.task import Change, Scope, Status, Task, TaskFailed
+from sparkctl.taskgraph.task import Change, Scope, Status, Task
 
 #: How long the recap waits for the interrupt's callbacks (transports cut, the interrupt event said).
 INTERRUPT_NOTICE_S = 5.0
@@ -312,15 +312,13 @@ class Runner:
                 self._converge(task, ctx, outcome)
         except Unreachable as lost:
             self._attribute(lost, task, node, outcome)
-        except (TaskFailed, SparkctlError) as failure:
+        except SparkctlError as failure:
             if awaited:
                 # what it found wrong is what the awaited need is about to change
                 self._pending(outcome, awaited, failure.message)
             else:
                 outcome.status = Status.FAILED
-                outcome.message, outcome.hint = failure.message, failure.hint
-                if isinstance(failure, TaskFailed):
-                    outcome.details = failure.details
+                outcome.message, outcome.hint, outcome.details = failure.message, failure.hint, failure.details
         except Interrupted:
             outcome.status = Status.INTERRUPTED
             outcome.message = CUT_MESSAGE

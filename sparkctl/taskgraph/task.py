@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Generic, TypeVar
 
+from sparkctl.errors import SparkctlError
+
 #: What a task's check and apply work on: one node's context, or the cluster's (sparkctl/tasks/context.py)
 C = TypeVar("C")
 #: What a change carries from check to apply (each task its own kind)
@@ -46,14 +48,8 @@ class Change(Generic[P]):
         return self.payload
 
 
-class TaskFailed(Exception):
+class TaskFailed(SparkctlError):
     """Raised by check or apply: the task failed on this node (or cluster) with a one-line reason."""
-
-    def __init__(self, message: str, hint: str | None = None, details: list[str] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.details = details or []
 
 
 class Task(Generic[C, P]):
