@@ -60,7 +60,8 @@ CAUSES = (
     Cause("port in use", re.compile(r"address already in use|error while attempting to bind", re.I),
           "another process holds the serve port on the head: stop it or set serve.port"),
     Cause("missing model files", re.compile(
-        r"does not appear to have the files|couldn't find them in the cached files|Incorrect path_or_model_id|"
+        r"does not appear to have (?:the files|a file named)|couldn't find them in the cached files|"
+        r"Incorrect path_or_model_id|Cannot find any model weights|"
         r"No such file or directory: '.*(config\.json|safetensors)"),
           "the model or draft is not complete in the HF cache on every node: rerun bootstrap (model.fetch)"),
     Cause("gated model", re.compile(r"GatedRepoError|Cannot access gated repo"),
