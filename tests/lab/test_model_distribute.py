@@ -83,3 +83,23 @@ def test_a_second_run_changes_nothing_and_a_damaged_peer_copy_is_repaired(lab_pa
     assert copy["status"] == "changed" and "(2 files," in copy["changes"][0]["summary"]
     assert snapshot_digest(lab_pair, "spark2", draft) == snapshot_digest(lab_pair, "spark1", draft)
     assert hf_downloads(lab_pair, "spark2") == []
+
+
+def test_from_a_shared_blob_store_the_peer_gets_files_never_links_to_nothing(lab_pair, copied, env):
+    """The image's huggingface_hub (1.32 and later) keeps the weights once per cache, in the shared blob store;
+    the repo's folder holds links into it. With the worker's copy removed, the next bootstrap gives it every file
+    of the head's snapshot, resolving to the head's bytes (a folder copied alone would hold links to nothing), and
+    the run after it changes nothing."""
+    assert sh(lab_pair, "spark1", f"cat {HF}/hub/blobs/.huggingface-shared-blobs").strip() == "1"
+    head_links = sh(lab_pair, "spark1", f"find {MODEL_CACHE}/blobs -type l -lname '../../blobs/*'").split()
+    assert head_links, "the head's weights are links into the shared store"
+    sh(lab_pair, "spark2", f"rm -rf {MODEL_CACHE}")
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0, output[-3000:]
+    assert ("model.copy", None) in changed(events)
+    where = SNAPSHOTS["model"]
+    assert snapshot_digest(lab_pair, "spark2", where) == snapshot_digest(lab_pair, "spark1", where)
+    assert sh(lab_pair, "spark2", f"find -L {where}/ -type l").strip() == ""  # nothing leads nowhere
+    assert sh(lab_pair, "spark2", f"find {MODEL_CACHE}/blobs -type l").strip() == ""  # real files there
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)

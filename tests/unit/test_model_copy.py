@@ -56,8 +56,8 @@ def hub_repo(root: Path, files: dict[str, bytes], rev: str = REV, stale: dict[st
 def manifest_of(root: Path, hub: bool = True) -> dict:
     out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(root), hub)])],
                          capture_output=True, text=True, check=True).stdout
-    ref, entries = parse_manifests(out)["org/m"]
-    return snapshot_entries(hub, ref, entries)
+    held = parse_manifests(out)["org/m"]
+    return snapshot_entries(hub, held.ref, held.entries)
 
 
 def test_manifest_of_a_real_hub_repo_is_the_current_snapshot_only(tmp_path):
@@ -122,7 +122,67 @@ def test_copy_script_sends_exactly_the_listed_files_with_tar_over_ssh(tmp_path):
 def manifest_of_raw(root: Path) -> dict:
     out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(root), True)])],
                          capture_output=True, text=True, check=True).stdout
-    return parse_manifests(out)["org/m"][1]
+    return parse_manifests(out)["org/m"].entries
+
+
+def shared_store_repo(hub: Path, files: dict[str, bytes], rev: str = REV) -> Path:
+    """A repo as huggingface_hub 1.32 and later writes it (utils/_shared_blobs.py): the weights once per cache at
+    hub/blobs/<hash[:2]>/<hash> (the store marked), the repo's blobs/<etag> a relative link to it."""
+    import hashlib
+
+    root = hub_repo(hub / "models--org--m", {n: d for n, d in files.items() if not n.endswith(".safetensors")}, rev)
+    (hub / "blobs").mkdir(parents=True, exist_ok=True)
+    (hub / "blobs" / ".huggingface-shared-blobs").write_text("1\n")
+    for name, data in files.items():
+        if not name.endswith(".safetensors"):
+            continue
+        xet = hashlib.sha256(b"xet" + data).hexdigest()
+        payload = hub / "blobs" / xet[:2] / xet
+        payload.parent.mkdir(parents=True, exist_ok=True)
+        payload.write_bytes(data)
+        etag = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / etag).symlink_to(f"../../blobs/{xet[:2]}/{xet}")
+        (root / "snapshots" / rev / name).symlink_to(f"../../blobs/{etag}")
+    return root
+
+
+def test_a_shared_store_repo_is_judged_by_what_its_links_lead_to_and_copied_as_files(tmp_path):
+    """huggingface_hub 1.32's layout: copying the repo's folder alone would ship links to nothing. The head's
+    links out of the folder are files to the peer; a peer that holds those links leading nowhere lacks them; the
+    copy sends them as files (tar -h here) and the peer then holds the head's snapshot, every file resolving."""
+    weights = b"w" * 70_000
+    source = shared_store_repo(tmp_path / "head" / "hub", {"config.json": b"{}", "model.safetensors": weights})
+    out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(source), True)])],
+                         capture_output=True, text=True, check=True).stdout
+    held = parse_manifests(out)["org/m"]
+    wanted = snapshot_entries(True, held.ref, held.entries)
+    (blob,) = held.outside
+    assert wanted[blob] == ("F", 70_000, "") and blob.startswith("blobs/")
+    # the folder copied alone (what the peers' tools shipped): the same links, leading nowhere there
+    dest = tmp_path / "peer" / "hub" / "models--org--m"
+    dest.parent.mkdir(parents=True)
+    subprocess.run(["cp", "-a", str(source), str(dest.parent)], check=True)
+    assert not (dest / "snapshots" / REV / "model.safetensors").exists()
+    assert missing_on_peer(wanted, manifest_of_raw(dest)) == [blob]
+    env = fake_ssh(tmp_path / "bin")
+    result = subprocess.run(["bash", "-c", copy_script(str(source), str(dest), "192.168.100.11", dereference=True)],
+                            input=blob + "\0", capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (dest / blob).is_file() and not (dest / blob).is_symlink()
+    assert (dest / "snapshots" / REV / "model.safetensors").read_bytes() == weights
+    assert missing_on_peer(wanted, manifest_of_raw(dest)) == []
+
+
+def test_a_head_whose_store_lost_a_file_is_refused_not_copied(tmp_path):
+    source = shared_store_repo(tmp_path / "hub", {"config.json": b"{}", "model.safetensors": b"w" * 10})
+    for payload in (tmp_path / "hub" / "blobs").glob("*/*"):
+        payload.unlink()
+    out = subprocess.run(["bash", "-c", manifest_script([RepoDir("org/m", str(source), True)])],
+                         capture_output=True, text=True, check=True).stdout
+    held = parse_manifests(out)["org/m"]
+    assert held.outside == frozenset()  # nothing resolves: the link stays a link, to nothing
+    wanted = snapshot_entries(True, held.ref, held.entries)
+    assert any(e[0] == "L" and e[1].startswith("../../blobs/") for e in wanted.values())
 
 
 def test_copy_script_quotes_hostile_paths():

@@ -57,6 +57,9 @@ def snapshot_check_script(ctx: NodeContext, repos: list[tuple[str, str | None]])
             f'for w in $(grep -o "[^\\"]*\\.safetensors" "$s"/model.safetensors.index.json | sort -u); do '
             f'[ -e "$s/$w" ] || ok=; done; '
             f'if [ -n "$ok" ]; then echo complete {q(repo)}; else echo missing {q(repo)} shards; fi; '
-            f'elif ls "$s"/*.safetensors >/dev/null 2>&1; then echo complete {q(repo)}; '
+            f'elif ls "$s"/*.safetensors >/dev/null 2>&1; then ok=1; '
+            # a link that leads nowhere (a repo folder copied without the cache's shared blob store) is no weight
+            f'for w in "$s"/*.safetensors; do [ -e "$w" ] || ok=; done; '
+            f'if [ -n "$ok" ]; then echo complete {q(repo)}; else echo missing {q(repo)} links to nothing; fi; '
             f'else echo missing {q(repo)} no weights; fi')
     return "\n".join(lines)

@@ -8,6 +8,11 @@ set up (`ssh <peer fabric ip>` picks it from ~/.ssh/config). The controller neve
 by their hash), content (md5) for files under 64 KiB (refs/main, configs, download metadata), the target of
 every symlink. A peer that already holds the same snapshot is ok; an interrupted copy resumes with what is
 missing (rsync --partial also resumes inside a file).
+
+A link that leaves the repo's folder is judged by what it resolves to: huggingface_hub 1.32 and later keep a
+Xet-backed file once per cache (`hub/blobs/<hash[:2]>/<hash>`, utils/_shared_blobs.py) and make the repo's
+`blobs/<etag>` a relative link to it, so the folder alone holds links to nothing elsewhere. The peer gets such a
+file as a real file (`rsync --copy-links`, `tar -h`), and a peer's link that leads nowhere is a file it lacks.
 """
 
 from __future__ import annotations
@@ -54,36 +59,58 @@ def manifest_script(dirs: list[RepoDir]) -> str:
             f"if cd {q(d.path)} 2>/dev/null; then "
             + ("printf 'V\\t%s\\n' \"$(cat refs/main 2>/dev/null)\"; " if d.hub else "")
             + f"find . ! -type d {skip} \\( -type l -printf 'L\\t%P\\t%l\\n' -o -type f -printf 'F\\t%P\\t%s\\n' \\); "
-            f"find . -type f -size -{SMALL_FILE_BYTES // 1024 + 1}k {skip} -exec md5sum {{}} + | "
-            "sed 's/^/M\\t/'; cd /; fi")
+            # what every link resolves to (a file: its size; a link to nothing stays a link), and the md5 of
+            # every small file, reached through a link or not
+            f"find -L . -type l -prune -o ! -type d {skip} -type f -printf 'R\\t%P\\t%s\\n' 2>/dev/null; "
+            f"find -L . -type l -prune -o -type f -size -{SMALL_FILE_BYTES // 1024 + 1}k {skip} -exec md5sum {{}} + "
+            "2>/dev/null | sed 's/^/M\\t/'; cd /; fi")
     return "\n".join(lines)
 
 
-def parse_manifests(stdout: str) -> dict[str, tuple[str | None, dict[str, tuple]]]:
-    """repo -> (ref, {path: ("F", size, md5 or "") | ("L", target)})."""
-    out: dict[str, tuple[str | None, dict[str, tuple]]] = {}
+@dataclass(frozen=True)
+class Manifest:
+    """One repo as a node holds it: the ref (hub layout), path -> ("F", size, md5 or "") | ("L", target), and the
+    paths that are links leaving the repo's folder, entered as the file they resolve to."""
+
+    ref: str | None
+    entries: dict[str, tuple]
+    outside: frozenset[str] = frozenset()
+
+
+def parse_manifests(stdout: str) -> dict[str, Manifest]:
+    out: dict[str, Manifest] = {}
     repo: str | None = None
     ref: str | None = None
     entries: dict[str, tuple] = {}
+    resolved: dict[str, int] = {}
     md5s: dict[str, str] = {}
 
     def close() -> None:
-        if repo is not None:
-            for path, digest in md5s.items():
-                if path in entries and entries[path][0] == "F":
-                    entries[path] = ("F", entries[path][1], digest)
-            out[repo] = (ref, entries)
+        if repo is None:
+            return
+        outside = set()
+        for path, entry in list(entries.items()):
+            if entry[0] == "L" and _leaves(path, entry[1]) and path in resolved:
+                entries[path] = ("F", resolved[path], "")  # a link to nothing stays a link: a file lacking
+                outside.add(path)
+        for path, digest in md5s.items():
+            if path in entries and entries[path][0] == "F":
+                entries[path] = ("F", entries[path][1], digest)
+        out[repo] = Manifest(ref, entries, frozenset(outside))
 
     for line in stdout.splitlines():
         kind, _, rest = line.partition("\t")
         if kind == REPO_MARK:
             close()
-            repo, ref, entries, md5s = rest, None, {}, {}
+            repo, ref, entries, resolved, md5s = rest, None, {}, {}, {}
         elif kind == "V":
             ref = rest.strip() or None
-        elif kind == "F":
+        elif kind in ("F", "R"):
             path, _, size = rest.rpartition("\t")
-            entries[path] = ("F", int(size) if size.isdigit() else -1, "")
+            if kind == "F":
+                entries[path] = ("F", int(size) if size.isdigit() else -1, "")
+            elif size.isdigit():
+                resolved[path] = int(size)
         elif kind == "L":
             path, _, target = rest.partition("\t")
             entries[path] = ("L", target)
@@ -92,6 +119,12 @@ def parse_manifests(stdout: str) -> dict[str, tuple[str | None, dict[str, tuple]
             md5s[path.removeprefix("./")] = digest
     close()
     return out
+
+
+def _leaves(path: str, target: str) -> bool:
+    """Does a link at `path` (relative to the repo's folder) point out of that folder?"""
+    return posixpath.isabs(target) or posixpath.normpath(posixpath.join(posixpath.dirname(path), target)) \
+        .startswith("../")
 
 
 def snapshot_entries(hub: bool, ref: str | None, entries: dict[str, tuple]) -> dict[str, tuple]:
@@ -118,18 +151,21 @@ def missing_on_peer(head: dict[str, tuple], peer: dict[str, tuple]) -> list[str]
     return sorted(paths, key=lambda p: (p == "refs/main", head[p][0] == "L", p))
 
 
-def copy_script(source: str, dest: str, target: str, extra_options: str = "") -> str:
-    """Run on the head, the NUL-separated file list on stdin. Prints `via rsync` or `via tar` first."""
+def copy_script(source: str, dest: str, target: str, extra_options: str = "", *, dereference: bool = False) -> str:
+    """Run on the head, the NUL-separated file list on stdin. Prints `via rsync` or `via tar` first.
+    `dereference`: the listed paths are links, sent as the files they lead to."""
     ssh = f"ssh {SSH_OPTIONS} {extra_options}".strip()
     remote_tar = f"tar -C {q(dest)} -xf -"
+    rsync_links, tar_links = ("--copy-links ", "-h ") if dereference else ("", "")
     return "\n".join([
         "set -o pipefail",
         f'e="{ssh}"',
         f"$e {q(target)} {q('mkdir -p ' + q(dest))} </dev/null || exit 3",
         f"if command -v rsync >/dev/null 2>&1 && $e {q(target)} 'command -v rsync' </dev/null >/dev/null 2>&1; "
         "then echo via rsync; "
-        f'rsync -a --partial --from0 --files-from=- -e "$e" {q(source + "/")} {q(target + ":" + dest + "/")}; '
-        f"else echo via tar; tar -C {q(source)} --null -T - -cf - | $e {q(target)} {q(remote_tar)}; fi",
+        f'rsync -a {rsync_links}--partial --from0 --files-from=- -e "$e" {q(source + "/")} '
+        f'{q(target + ":" + dest + "/")}; '
+        f"else echo via tar; tar -C {q(source)} {tar_links}--null -T - -cf - | $e {q(target)} {q(remote_tar)}; fi",
     ])
 
 
@@ -160,6 +196,7 @@ class CopyStep:
     paths: list[str]
     size: int
     total: int
+    outside: frozenset[str] = frozenset()  # of paths: links on the head out of the repo, sent as their files
 
 
 class ModelCopyTask(Task[ClusterContext, CopyStep]):
@@ -169,9 +206,13 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
     needs = ("model.fetch",)
     description = "serve.distribute: copy: send the head's model and draft to the peers over the fabric"
     checks = ("each peer's model snapshot (hub cache, current revision) and draft dir hold every file of the "
-              "head's, same size (same md5 under 64 KiB, same symlink targets); nothing to do in download mode")
+              "head's, same size (same md5 under 64 KiB, same symlink targets; a link out of the repo's folder, "
+              "into huggingface_hub 1.32's shared blob store, as the file it leads to, and a peer's link that "
+              "leads nowhere as a file it lacks); the head's own snapshot has no link to nothing; nothing to do "
+              "in download mode")
     changes = ("run on the head: `rsync -a --partial` (both ends have rsync) or `tar | ssh <peer fabric ip> "
-               "tar -x` with the cluster key, only the missing files; logs bytes, seconds and MB/s")
+               "tar -x` with the cluster key, only the missing files, the shared store's as real files "
+               "(`--copy-links`, `tar -h`); logs bytes, seconds and MB/s")
 
     def check(self, ctx: ClusterContext) -> list[Change[CopyStep]]:
         inv = ctx.inventory
@@ -187,23 +228,30 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
             manifests[name] = parse_manifests(result.stdout)
         changes = []
         for index, source in enumerate(dirs[head]):
-            ref, entries = manifests[head].get(source.repo, (None, {}))
-            wanted = snapshot_entries(source.hub, ref, entries)
+            held = manifests[head].get(source.repo, Manifest(None, {}))
+            wanted = snapshot_entries(source.hub, held.ref, held.entries)
             if not wanted and not ctx.options.check:
                 raise TaskFailed(f"{head} has no snapshot of {source.repo} to copy",
                                  hint="model.fetch downloads it on the head: run it (do not --skip it)")
+            nowhere = sorted(p for p, e in wanted.items() if e[0] == "L" and _leaves(p, e[1]))
+            if nowhere:
+                raise TaskFailed(f"{head}'s snapshot of {source.repo} has {len(nowhere)} link(s) to nothing "
+                                 f"outside its folder (e.g. {nowhere[0]} -> {wanted[nowhere[0]][1]})",
+                                 hint="the cache's shared blob store lost those files: remove the repo's folder "
+                                      "on the head and rerun (model.fetch downloads it again)")
             for peer in ctx.nodes:
                 if peer == head or not serves(inv, peer):
                     continue
                 dest = dirs[peer][index]
-                peer_entries = manifests[peer].get(dest.repo, (None, {}))[1]
+                peer_entries = manifests[peer].get(dest.repo, Manifest(None, {})).entries
                 paths = missing_on_peer(wanted, peer_entries)
                 if wanted and not paths:
                     continue
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
                 changes.append(Change(f"copy {source.repo} from {head} to {peer} over the fabric ({what})",
-                                      payload=CopyStep(peer, source, dest.path, paths, size, _total(wanted)),
+                                      payload=CopyStep(peer, source, dest.path, paths, size, _total(wanted),
+                                                       held.outside & frozenset(paths)),
                                       node=peer))
         return changes
 
@@ -215,16 +263,22 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
             peer, source, dest, paths, size, total = (step.peer, step.source, step.dest, step.paths, step.size,
                                                        step.total)
             target, extra = peer_route(ctx.inventory, ctx.plan().fabric, head, peer)
-            script = copy_script(source.path, dest, target, extra)
             measure = directory_size_reader(ctx.nodes[peer].transport, dest)
             started = time.monotonic()
+            # the files links lead to first (blobs), then the rest as they are (the snapshot's links, refs/main)
+            batches = [(True, [p for p in paths if p in step.outside]), (False, [p for p in paths
+                                                                               if p not in step.outside])]
             with TransferProgress(ctx.emit, task=self.name, node=peer, what=f"{source.repo} from {head}",
                                   measure=measure, total=total):
-                result = head_ctx.transport.run(script, timeout=DOWNLOAD_TIMEOUT,
-                                                input="".join(p + "\0" for p in paths))
+                for dereference, batch in batches:
+                    if not batch:
+                        continue
+                    result = head_ctx.transport.run(copy_script(source.path, dest, target, extra,
+                                                                dereference=dereference),
+                                                    timeout=DOWNLOAD_TIMEOUT, input="".join(p + "\0" for p in batch))
+                    if not result.ok:
+                        raise copy_failure(peer, source.repo, result)
             seconds = time.monotonic() - started
-            if not result.ok:
-                raise copy_failure(peer, source.repo, result)
             via = "rsync" if "via rsync" in result.stdout else "tar over ssh"
             ctx.emit(Event("log", task=self.name, node=peer, message=(
                 f"copied {source.repo} from {head} to {peer} ({target}, {via}): {len(paths)} files, "

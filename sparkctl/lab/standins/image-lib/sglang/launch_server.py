@@ -70,7 +70,7 @@ GPUS_PER_NODE = 1       # a DGX Spark's GB10
 MAX_TOTAL_TOKENS = 131072  # the KV cache "allocated"
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)  # SGLang's default
 LIB_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HELD = []  # connections kept open for the life of the world (the queue's readers)
+HELD: list = []  # connections kept open for the life of the world (the queue's readers)
 
 
 # --- the release ------------------------------------------------------------------------------------------------------
