@@ -10,7 +10,8 @@ import yaml
 
 from sparkctl.lab.image import image_ref
 from sparkctl.plan.serve_unit import parse_show, show_command
-from tests.lab.lab_kit import sh, sparkctl
+from tests.lab.doctor_kit import doctor, errors, replace_container
+from tests.lab.lab_kit import changed, sh, sparkctl
 
 TRTLLM_SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
 
@@ -50,3 +51,24 @@ def unit_state(lab, node: str, cluster: str) -> dict[str, str]:
 
 def with_env(spec, **values):
     return replace(spec, env={**spec.env, **values})
+
+
+def seed_a_worker_s_address(served, finding: str, *, container: str, setting: str, wrong_nic: str) -> None:
+    """The worker's `setting` (its rank's advertised address) changed by hand: to its management address for the
+    finding `wrong_nic` (a rank on the wrong NIC), else to the head's own (two ranks with one address). Doctor names
+    it on the worker with the address in its evidence; bootstrap recreates the container and restarts the world;
+    the next run changes nothing and doctor is clean."""
+    lab, env, inventory = served["lab"], served["env"], served["inventory"]
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    wrong = document["nodes"][1]["host"] if finding == wrong_nic else container_env(lab, "spark1", container)[setting]
+    replace_container(lab, "spark2", lambda spec: with_env(spec, **{setting: wrong}), inventory=inventory,
+                      serves=False, container=container)
+    report = doctor(lab, inventory=inventory, env=env)
+    assert (finding, "spark2") in errors(report), report["findings"]
+    found = next(f for f in report["findings"] if f["id"] == finding)
+    assert wrong in found["evidence"], found
+    events = run(inventory, env, "cluster", "bootstrap")
+    assert {("container.run", "spark2"), ("serve.launch", None)} <= changed(events), changed(events)
+    assert container_env(lab, "spark2", container)[setting] != wrong
+    assert changed(run(inventory, env, "cluster", "bootstrap")) == set()
+    assert not errors(doctor(lab, inventory=inventory, env=env))

@@ -20,9 +20,15 @@ import pytest
 import yaml
 
 from tests.lab import ranks_kit
-from tests.lab.doctor_kit import doctor, errors, replace_container
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
-from tests.lab.ranks_kit import engine_inventory, fabric_address, run, trtllm_inventory, unit_state, with_env
+from tests.lab.ranks_kit import (
+    engine_inventory,
+    fabric_address,
+    run,
+    seed_a_worker_s_address,
+    trtllm_inventory,
+    unit_state,
+)
 from tests.lab.serve_kit import SGLANG_SEEDS
 
 pytestmark = pytest.mark.lab
@@ -86,24 +92,11 @@ def test_a_worker_whose_sglang_host_ip_was_changed_is_found_by_doctor_and_repair
     """On the ring: the worker's management address (its scheduler advertises the management network); on the
     pair: the head's fabric address (the ranks advertise one address). Doctor names it with its evidence; bootstrap
     recreates the container and restarts the world; the next run changes nothing."""
-    lab, env, inventory = served["lab"], served["env"], served["inventory"]
     where, _what = SGLANG_SEEDS[finding]
-    if lab.state.topology != ("pair" if where == "pair" else "ring"):
+    if served["lab"].state.topology != ("pair" if where == "pair" else "ring"):
         pytest.skip(f"seeded on the {where}")
-    document = yaml.safe_load(lab.inventory_path.read_text())
-    wrong = (document["nodes"][1]["host"] if finding == "sglang.wrong_address"
-             else container_env(lab, "spark1")["SGLANG_HOST_IP"])
-    replace_container(lab, "spark2", lambda spec: with_env(spec, SGLANG_HOST_IP=wrong), inventory=inventory,
-                      serves=False, container=SGLANG_CONTAINER)
-    report = doctor(lab, inventory=inventory, env=env)
-    assert (finding, "spark2") in errors(report), report["findings"]
-    found = next(f for f in report["findings"] if f["id"] == finding)
-    assert wrong in found["evidence"], found
-    events = run(inventory, env, "cluster", "bootstrap")
-    assert {("container.run", "spark2"), ("serve.launch", None)} <= changed(events), changed(events)
-    assert container_env(lab, "spark2")["SGLANG_HOST_IP"] != wrong
-    assert changed(run(inventory, env, "cluster", "bootstrap")) == set()
-    assert not errors(doctor(lab, inventory=inventory, env=env))
+    seed_a_worker_s_address(served, finding, container=SGLANG_CONTAINER, setting="SGLANG_HOST_IP",
+                            wrong_nic="sglang.wrong_address")
 
 
 def test_top_reads_sglang_s_own_figures_during_a_bench(served, tmp_path):

@@ -23,9 +23,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.cli.json_schema import validate_line
 from tests.lab import ranks_kit
-from tests.lab.doctor_kit import doctor, errors, replace_container
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
-from tests.lab.ranks_kit import engine_inventory, fabric_address, run, trtllm_inventory, unit_state, with_env
+from tests.lab.ranks_kit import (
+    engine_inventory,
+    fabric_address,
+    run,
+    seed_a_worker_s_address,
+    trtllm_inventory,
+    unit_state,
+)
 from tests.lab.serve_kit import VLLM_SEEDS
 
 pytestmark = pytest.mark.lab
@@ -92,24 +98,11 @@ def test_a_worker_whose_vllm_host_ip_was_changed_is_found_by_doctor_and_repaired
     """On the ring: the worker's management address (a rank on the wrong NIC); on the pair: the head's fabric
     address (the ranks look like one node). Doctor names it with its evidence; bootstrap recreates the container
     and restarts the world; the next run changes nothing."""
-    lab, env, inventory = served["lab"], served["env"], served["inventory"]
     where, _what = VLLM_SEEDS[finding]
-    if lab.state.topology != ("pair" if where == "pair" else "ring"):
+    if served["lab"].state.topology != ("pair" if where == "pair" else "ring"):
         pytest.skip(f"seeded on the {where}")
-    document = yaml.safe_load(lab.inventory_path.read_text())
-    wrong = (document["nodes"][1]["host"] if finding == "vllm.wrong_nic"
-             else container_env(lab, "spark1")["VLLM_HOST_IP"])
-    replace_container(lab, "spark2", lambda spec: with_env(spec, VLLM_HOST_IP=wrong), inventory=inventory,
-                      serves=False, container=VLLM_CONTAINER)
-    report = doctor(lab, inventory=inventory, env=env)
-    assert (finding, "spark2") in errors(report), report["findings"]
-    found = next(f for f in report["findings"] if f["id"] == finding)
-    assert wrong in found["evidence"], found
-    events = run(inventory, env, "cluster", "bootstrap")
-    assert {("container.run", "spark2"), ("serve.launch", None)} <= changed(events), changed(events)
-    assert container_env(lab, "spark2")["VLLM_HOST_IP"] != wrong
-    assert changed(run(inventory, env, "cluster", "bootstrap")) == set()
-    assert not errors(doctor(lab, inventory=inventory, env=env))
+    seed_a_worker_s_address(served, finding, container=VLLM_CONTAINER, setting="VLLM_HOST_IP",
+                            wrong_nic="vllm.wrong_nic")
 
 
 def test_switching_the_engine_to_trtllm_and_back_converges_each_time(served, tmp_path):
