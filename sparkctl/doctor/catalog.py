@@ -8,18 +8,18 @@ Adding a finding id means adding its object here (docs/architecture.md, "Adding 
 
 from __future__ import annotations
 
-from sparkctl.doctor.findings import KINDS, FindingType
+from sparkctl.doctor.findings import KINDS, FindingType, Phase, Severity
 
 NETWORK = ("network.netplan", "network.verify")
 SSH = ("ssh.keys", "ssh.mesh", "ssh.verify")
 CONTAINER = ("container", "mpi")
 
 
-def _by(finding_id: str, severity: str, phase: str, about: str, *tasks: str) -> FindingType:
+def _by(finding_id: str, severity: Severity, phase: Phase, about: str, *tasks: str) -> FindingType:
     return FindingType(finding_id, severity, phase, about, tasks=tasks)
 
 
-def _person(finding_id: str, severity: str, phase: str, about: str, kind: str, why: str) -> FindingType:
+def _person(finding_id: str, severity: Severity, phase: Phase, about: str, kind: str, why: str) -> FindingType:
     return FindingType(finding_id, severity, phase, about, person=why, kind=kind)
 
 

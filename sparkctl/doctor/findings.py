@@ -4,13 +4,16 @@ FindingType (doctor/catalog.py holds one per id: what it means, how grave, its p
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal, get_args
 
 from sparkctl.rules.cabling import CablingMap
 
-SEVERITIES = ("error", "warning", "info")
+Severity = Literal["error", "warning", "info"]
+Phase = Literal["node", "preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 #: Findings about the whole cluster carry this node name.
 CLUSTER = "(cluster)"
-PHASE_ORDER = ("node", "preflight", "network", "ssh", "container", "mpi", "model", "serve", "verify")
+PHASE_ORDER: tuple[Phase, ...] = get_args(Phase)
 
 #: What a person deals with when sparkctl cannot: kind -> how the table and the findings name it.
 KINDS: dict[str, str] = {
@@ -37,8 +40,8 @@ class FindingType:
     cannot, and so what a person does), with `kind` (a key of KINDS). `finding()` makes a finding of it."""
 
     id: str
-    severity: str
-    phase: str
+    severity: Severity
+    phase: Phase
     about: str
     tasks: tuple[str, ...] = ()
     person: str = ""
@@ -83,12 +86,12 @@ class Finding:
     """
 
     id: str
-    severity: str
+    severity: Severity
     node: str
     summary: str
     evidence: str = ""
     fix: str = ""
-    phase: str = "node"
+    phase: Phase = "node"
     details: tuple[str, ...] = field(default=(), compare=False)
     #: what made it (doctor/catalog.py); None only for one made by hand (tests)
     type: FindingType | None = field(default=None, compare=False, repr=False)
@@ -118,7 +121,7 @@ class Finding:
 
 
 def finding(kind: FindingType, node: str, summary: str, evidence: str = "", fix: str = "", *,
-            severity: str | None = None, phase: str | None = None,
+            severity: Severity | None = None, phase: Phase | None = None,
             details: tuple[str, ...] | list[str] = ()) -> Finding:
     """A finding of this type on `node`: its severity and phase unless the check says otherwise, and the type's own
     fix line unless the check has a more exact one."""

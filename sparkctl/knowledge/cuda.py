@@ -14,6 +14,7 @@ NCCL: NCCL's documentation, "Environment Variables": variables set in the enviro
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 #: CUDA major -> the oldest driver branch that runs it (minor version compatibility).
 MIN_DRIVER_BRANCH = {11: 450, 12: 525, 13: 580}
@@ -34,7 +35,7 @@ def cuda_major_minor(version: str) -> tuple[int, int] | None:
     return (n[0], n[1] if len(n) > 1 else 0) if n else None
 
 
-def driver_problem(driver: str, driver_cuda: str, image_cuda: str) -> tuple[str, str] | None:
+def driver_problem(driver: str, driver_cuda: str, image_cuda: str) -> tuple[Literal["error", "warning"], str] | None:
     """(severity, why) when a node's driver cannot (error) or can only partly (warning) run the image's CUDA."""
     image = cuda_major_minor(image_cuda)
     branch = _numbers(driver)[:1]

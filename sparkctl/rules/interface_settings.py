@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Literal
 
 from sparkctl.engines import DEFAULT_ENGINE, ENGINES, Engine
 from sparkctl.facts import Facts
@@ -25,7 +26,7 @@ class Mismatch:
     names: str
     has: str
     fix: str
-    severity: str = "error"   # "error" | "warning"
+    severity: Literal["error", "warning"] = "error"
 
     def line(self) -> str:
         return f"{self.node}: {self.setting}={self.names}: {self.has} (fix: {self.fix})"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shlex
 
 from sparkctl.doctor.catalog import FABRIC_BANDWIDTH_REGRESSION
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.bench_history import REGRESSION_FRACTION, regressions
 
-PHASE = "verify"
+PHASE: Phase = "verify"
 
 
 def check_bandwidth_regression(s: Snapshot) -> list[Finding]:

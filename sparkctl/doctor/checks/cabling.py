@@ -4,11 +4,11 @@ read (its ports' far ends are then inferred from carrier, or seen from the other
 from __future__ import annotations
 
 from sparkctl.doctor.catalog import FABRIC_CABLE_WRONG, FABRIC_LLDP_UNAVAILABLE
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.rules.cabling import CablingMap, cabling_map
 
-PHASE = "preflight"
+PHASE: Phase = "preflight"
 LLDPD_INSTALL = "sudo apt-get install lldpd && sudo systemctl enable --now lldpd"
 
 

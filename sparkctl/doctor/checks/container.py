@@ -20,7 +20,7 @@ from sparkctl.doctor.catalog import (
     PORT_TAKEN,
 )
 from sparkctl.doctor.checks.ssh import UNCHECKED_FIX, blame, unchecked_evidence
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.engines import Engine, EngineName
 from sparkctl.facts import ContainerInfo
@@ -28,7 +28,7 @@ from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.rules.container import SSHD_NAMES, spec_differences
 from sparkctl.rules.interface_settings import Mismatch, node_mismatches
 
-PHASE = "container"
+PHASE: Phase = "container"
 
 
 

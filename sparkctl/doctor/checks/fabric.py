@@ -22,14 +22,14 @@ from sparkctl.doctor.catalog import (
     NETPLAN_CONFLICT,
     NETPLAN_DRIFT,
 )
-from sparkctl.doctor.findings import CLUSTER, Finding, finding
+from sparkctl.doctor.findings import CLUSTER, Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.spark import PORT_SPEED_MBPS
 from sparkctl.rules.fabric import InterfaceDrift, interface_drift, twins_sharing_subnet
 from sparkctl.rules.netplan import conflicting_stanzas
 from sparkctl.rules.twins import ABSENT, NO_CARRIER, SET_DOWN, WRONG_PORT, TwinFault, twin_faults
 
-PHASE = "network"
+PHASE: Phase = "network"
 
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from sparkctl.doctor.catalog import MPI_HOSTFILE_MISMATCH
 from sparkctl.doctor.checks.container import running_container
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.interface_settings import hostfile_mismatches
 
-PHASE = "mpi"
+PHASE: Phase = "mpi"
 
 
 def check_hostfiles(s: Snapshot) -> list[Finding]:

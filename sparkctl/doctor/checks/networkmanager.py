@@ -6,12 +6,12 @@ from __future__ import annotations
 import shlex
 
 from sparkctl.doctor.catalog import NM_COMPETING_PROFILE, NM_NOT_RUNNING, NM_TWIN_UNMANAGED, NM_UNREAD
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.rules.fabric import management_names
 from sparkctl.rules.networkmanager import competing_profiles, nm_renders, unmanaged_twins
 
-PHASE = "network"
+PHASE: Phase = "network"
 
 
 def _planned_twins(s: Snapshot, node: str) -> list[str]:

@@ -26,7 +26,7 @@ from sparkctl.doctor.catalog import (
     NODE_UNREACHABLE,
     NODE_USER_MISMATCH,
 )
-from sparkctl.doctor.findings import CLUSTER, Finding, finding
+from sparkctl.doctor.findings import CLUSTER, Finding, Severity, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
 from sparkctl.knowledge.fitcheck import needed_per_node_gb
@@ -225,7 +225,8 @@ def check_hf_cache_disk(s: Snapshot) -> list[Finding]:
         if f.hf_cache_free_bytes < floor:
             # an error once a download is under way (or the server needs it); before that, a heads-up
             started = any(m.state == "incomplete" for m in missing) or s.probe(s.inventory.head.name).serve_log_exists
-            severity = "error" if missing and started and f.hf_cache_free_bytes < need_gb * 1e9 else "warning"
+            severity: Severity = ("error" if missing and started and f.hf_cache_free_bytes < need_gb * 1e9
+                                  else "warning")
             out.append(finding(DISK_HF_CACHE_LOW, node, "little disk space left in the HF cache",
                                evidence=f"{_gb(f.hf_cache_free_bytes)} free in {f.hf_cache}, want at least "
                                         f"{_gb(floor)}" + (f" ({len(missing)} checkpoint(s) still to download)"

@@ -5,7 +5,7 @@ files, and sshd drop-ins (/etc/ssh/sshd_config.d) that break the node-to-node ss
 from __future__ import annotations
 
 from sparkctl.doctor.catalog import ENV_FILE_SETTING, ENV_HOST_SETTING, ENV_IMAGE_SETTING, SSH_SSHD_DROPIN
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Severity, finding
 from sparkctl.doctor.node_probes import OVERRIDE_PREFIXES, Setting
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.cuda import off_the_fabric
@@ -18,7 +18,7 @@ def _planned_env(s: Snapshot, node: str) -> dict[str, str]:
     return dict(s.plan.nodes[node].container.env)
 
 
-def _judge(name: str, value: str, planned: dict[str, str]) -> tuple[str, str] | None:
+def _judge(name: str, value: str, planned: dict[str, str]) -> tuple[Severity, str] | None:
     """(severity, why) of a setting found outside sparkctl's own, or None when it changes nothing."""
     if planned.get(name) == value:
         return None

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from sparkctl.doctor.catalog import FINDINGS
 from sparkctl.doctor.checks.container import running_container
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.engines import Engine, EngineName
 from sparkctl.knowledge.serve_failures import SGLANG_CAUSES, VLLM_CAUSES, Cause
 from sparkctl.rules.serving import serves, serving_enabled
 
-PHASE = "serve"
+PHASE: Phase = "serve"
 
 _CAUSES: dict[EngineName, tuple[Cause, ...]] = {"vllm": VLLM_CAUSES, "sglang": SGLANG_CAUSES}
 _SAME_ADDRESS: dict[EngineName, str] = {"vllm": "vllm.ranks_one_node", "sglang": "sglang.ranks_one_node"}

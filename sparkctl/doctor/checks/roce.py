@@ -5,11 +5,11 @@ to sockets."""
 from __future__ import annotations
 
 from sparkctl.doctor.catalog import ROCE_GID_MISSING, ROCE_PORT_INACTIVE
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.spark import SPARK_ROCE
 
-PHASE = "network"
+PHASE: Phase = "network"
 
 
 def check_roce(s: Snapshot) -> list[Finding]:

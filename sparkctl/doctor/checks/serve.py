@@ -20,7 +20,7 @@ from sparkctl.doctor.catalog import (
     SERVE_UNIT_LOOPING,
     SERVE_UNIT_MISSING,
 )
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Severity, finding
 from sparkctl.doctor.snapshot import NodeProbe, Snapshot
 from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
@@ -162,7 +162,7 @@ def check_gateway(s: Snapshot) -> list[Finding]:
     except ListenUnknown:
         return []
     port = int(s.inventory.serve_spec().port)
-    severity = "error" if serving_expected(s) else "info"
+    severity: Severity = "error" if serving_expected(s) else "info"
     if probe.gateway != "running":
         state = "absent" if probe.gateway == "absent" else probe.gateway
         return [finding(SERVE_GATEWAY_DOWN, head, f"the gateway in front of the engine is {state}",

@@ -11,11 +11,11 @@ from sparkctl.doctor.catalog import (
     NODE_KERNEL_MISMATCH,
     ROCE_FIRMWARE_MISMATCH,
 )
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.cuda import driver_problem
 
-PHASE = "container"
+PHASE: Phase = "container"
 
 
 def _image_cuda(s: Snapshot, node: str) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from sparkctl.doctor.catalog import VLLM_RANKS_ONE_NODE, VLLM_RAY_MISSING
 from sparkctl.doctor.checks.ranks import check_same_address, log_says
-from sparkctl.doctor.findings import Finding, finding
+from sparkctl.doctor.findings import Finding, Phase, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.plan.vllm import VllmLaunch
 from sparkctl.rules.serving import serves
 
-PHASE = "serve"
+PHASE: Phase = "serve"
 
 
 def _vllm(s: Snapshot) -> bool:
