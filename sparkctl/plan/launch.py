@@ -1,9 +1,9 @@
 """PURE: a serving cluster's launch, whatever the engine: ClusterPlan.launch.
 
-Each engine's planner (plan/trtllm.py, plan/vllm.py; plan/launches.py holds one entry per engine) makes a Launch
-for the image's release: the config file every serving container reads, the line each serving node's unit runs,
-what the release left out of the preset, and how the plan is shown. Tasks, doctor and `cluster plan` use this
-interface and never one engine's fields.
+Each engine's planner (plan/trtllm.py, plan/vllm.py, plan/sglang.py; plan/launches.py holds one entry per engine)
+makes a Launch for the image's release: the config file every serving container reads (or none), the line each
+serving node's unit runs, what the release left out of the preset, and how the plan is shown. Tasks, doctor and
+`cluster plan` use this interface and never one engine's fields.
 """
 
 from __future__ import annotations
