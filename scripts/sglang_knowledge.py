@@ -13,15 +13,23 @@ by its path in the repository (python/sglang/...) with its sha256.
 - server_flags: ServerArgs.add_cli_args (python/sglang/srt/server_args.py), its parser.add_argument calls in order:
   option strings, kind (the type= callable or the action), choices (list literals and module constants followed
   through imports), default (ServerArgs.<field> read from the dataclass), nargs, required; the ServerArgs field each
-  lands in (from_cli_args' renames, e.g. tensor_parallel_size -> tp_size).
+  lands in (from_cli_args' renames, e.g. tensor_parallel_size -> tp_size). From 0.5.18 most flags are derived from
+  the record's `A[T, "help" | Arg(...)]` fields by add_cli_args_from_dataclass (arg_groups/arg_utils.py): those are
+  read as the add_argument calls it makes (bool -> store_true, Literal -> choices, List -> nargs "+", a field with no
+  default -> required), in the record's field order; from 0.5.20 the fields live in arg_groups/fields/, one class per
+  namespace, assembled by collect_input_fields in POSITIONAL_FIELD_ORDER.
 - parser: how prepare_server_args builds its argparse.ArgumentParser (prog, allow_abbrev) and reads `--config`.
 - speculative: the algorithms the release accepts (--speculative-algorithm choices, or SpeculativeAlgorithm's members
   when the name is a free string upper-cased and looked up), the aliases it rewrites (NEXTN -> EAGLE), and the checks
   of ServerArgs._handle_speculative_decoding flattened to data: each assert/raise with the if-tests that lead to it,
   and each if-test that may raise TypeError (a None ordered against a number), as expression trees over ServerArgs
-  fields, assignments made earlier in the method substituted in.
+  fields, assignments made earlier in the method substituted in. From 0.5.18 the handler is
+  arg_groups/speculative_hook.py's handle_speculative_decoding: the record is read as `cfg = resolving_view(...)`,
+  written with `declare_resolution(server_args, hook, field=value)`, and the per-algorithm functions it reaches
+  (directly, or through SpeculativeAlgorithm.handle_server_args' `self.is_eagle()` dispatch) are read in place.
 - multi_node: the flags (--nnodes, --node-rank, --dist-init-addr, --tp-size, --pp-size) and the checks of ServerArgs'
-  methods whose test names nnodes, node_rank or dist_init_addr.
+  methods (and, from 0.5.18, of arg_groups/ functions that read the record) whose test names nnodes, node_rank or
+  dist_init_addr.
 - entry_points: `python3 -m sglang.launch_server`; `sglang serve` where the release installs the `sglang` script
   with a serve subcommand, and the model-path spellings its dispatcher looks for.
 - env: the Envs registry of python/sglang/srt/environ.py and names read directly in ENV_FILES; metrics: the `sglang:`
@@ -46,6 +54,9 @@ from typing import Any
 SERVER_ARGS = "sglang/srt/server_args.py"
 ENVIRON = "sglang/srt/environ.py"
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
+ARG_GROUPS = "sglang/srt/arg_groups"  # 0.5.18 and later: the record's fields and its resolution hooks
+CHOICES = f"{ARG_GROUPS}/choices.py"
+SPECULATIVE_HOOK = f"{ARG_GROUPS}/speculative_hook.py"
 ENV_FILES = (ENVIRON, SERVER_ARGS, "sglang/srt/utils/common.py", "sglang/srt/utils/network.py",
              "sglang/srt/utils/__init__.py", "sglang/srt/entrypoints/engine.py",
              "sglang/srt/entrypoints/http_server.py")
@@ -119,6 +130,17 @@ class Source:
             text = self.text(path)
             self.trees[path] = ast.parse(text) if text is not None else None
         return self.trees[path]
+
+    def modules(self, package: str) -> list[str]:
+        """The .py files directly in a package directory of the release, by path."""
+        if self.ref:
+            run = subprocess.run(["git", "-C", str(self.root), "ls-tree", "--name-only",
+                                  f"{self.ref}:python/{package}/"], capture_output=True, text=True)
+            names = run.stdout.split() if run.returncode == 0 else []
+        else:
+            folder = self.root / package
+            names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+        return sorted(f"{package}/{name}" for name in names if name.endswith(".py"))
 
     def module_path(self, dotted: str) -> str | None:
         """sglang.srt.utils -> sglang/srt/utils.py or sglang/srt/utils/__init__.py, whichever the release has."""
@@ -244,11 +266,159 @@ class Values:
                     target = st.targets[0] if isinstance(st, ast.Assign) else getattr(st, "target", None)
                     if target is not None and ast.unparse(target) == node.attr and st.value is not None:
                         return self.value(st.value, {}, where)
-        if isinstance(node, ast.Call) and _last(node.func) in ("list", "sorted") and len(node.args) == 1:
+        if isinstance(node, ast.Call) and _last(node.func) in ("list", "sorted", "set") and len(node.args) == 1:
             return list(self.value(node.args[0], env, path))
         if isinstance(node, ast.Call) and _last(node.func) == "keys" and isinstance(node.func, ast.Attribute):
             return list(self.value(node.func.value, env, path))
         raise Unresolved(ast.unparse(node))
+
+
+class AnnotatedFields:
+    """The add_argument calls add_cli_args_from_dataclass makes (SGLang 0.5.18 and later,
+    python/sglang/srt/arg_groups/arg_utils.py) for the record's `A[T, "help" | Arg(...)]` fields, in the record's
+    field order, each with the module that declares it. 0.5.18 declares them in ServerArgs itself; from 0.5.20 they
+    live in arg_groups/fields/, one class per namespace, assembled by collect_input_fields in POSITIONAL_FIELD_ORDER
+    with ServerArgs' own after them. Fields with neither a help string nor an Arg, and `Arg(no_cli=True)`, get no
+    flag, as there."""
+
+    def __init__(self, source: Source, server_args: ast.ClassDef):
+        self.source, self.values = source, Values(source, SERVER_ARGS)
+        self.calls: list[tuple[str, ast.Call]] = []
+        self.defaults: dict[str, tuple[str, ast.AST]] = {}
+        self.names: set[str] = set()
+        for path, st in self.declared(server_args):
+            name = st.target.id  # type: ignore[attr-defined]
+            self.names.add(name)
+            default = self.default_of(st.value)
+            if default is not None:
+                self.defaults[name] = (path, default)
+            call = self.call(path, name, st.annotation, default)
+            if call is not None:
+                self.calls.append((path, call))
+
+    def declared(self, server_args: ast.ClassDef) -> list[tuple[str, ast.AnnAssign]]:
+        own = [(SERVER_ARGS, st) for st in server_args.body if isinstance(st, ast.AnnAssign)
+               and isinstance(st.target, ast.Name)]
+        collect = next((n.value for n in (self.source.tree(SERVER_ARGS) or ast.Module(body=[], type_ignores=[])).body
+                        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                        and _last(n.value.func) == "collect_input_fields"), None)
+        if collect is None:
+            return own
+        listed = collect.args[0]
+        if isinstance(listed, ast.Name):
+            listed = self.values.lookup(SERVER_ARGS, listed.id)[1]
+        fields: dict[str, tuple[str, ast.AnnAssign]] = {}
+        for name in listed.elts if isinstance(listed, (ast.List, ast.Tuple)) else []:
+            path, cls = self.values.lookup(SERVER_ARGS, ast.unparse(name))
+            fields.update({st.target.id: (path, st) for st in cls.body if isinstance(st, ast.AnnAssign)
+                           and isinstance(st.target, ast.Name)})
+        where, _ = self.values.lookup(SERVER_ARGS, _last(collect.func))
+        order = ast.literal_eval(self.values.lookup(where, "POSITIONAL_FIELD_ORDER")[1])
+        ordered = [n for n in order if n in fields] + [n for n in fields if n not in set(order)]
+        return [fields[n] for n in ordered] + own
+
+    @staticmethod
+    def default_of(node: ast.AST | None) -> ast.AST | None:
+        """`= x`, `= field(default=x)`, `= field(default_factory=list)` as the value argparse is given."""
+        if not (isinstance(node, ast.Call) and _last(node.func) == "field"):
+            return node
+        kw = {k.arg: k.value for k in node.keywords}
+        if "default" in kw:
+            return kw["default"]
+        factory = kw.get("default_factory")
+        if isinstance(factory, ast.Name) and factory.id in ("list", "dict"):
+            return ast.List(elts=[]) if factory.id == "list" else ast.Dict(keys=[], values=[])
+        return node
+
+    def call(self, path: str, name: str, annotation: ast.AST, default: ast.AST | None) -> ast.Call | None:
+        if not (isinstance(annotation, ast.Subscript) and _last(annotation.value) in ("A", "Annotated")):
+            return None
+        parts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        meta: dict[str, ast.AST] | None = None
+        for part in parts[1:]:
+            if isinstance(part, ast.Call) and _last(part.func) == "Arg":
+                meta = {k.arg: k.value for k in part.keywords if k.arg}
+                break
+            if isinstance(part, (ast.JoinedStr, ast.BinOp)) or isinstance(part, ast.Constant) \
+                    and isinstance(part.value, str):
+                meta = {"help": part}
+                break
+        if meta is None or _value_or_text(meta.get("no_cli", ast.Constant(False))) is True:
+            return None
+        cli = meta["cli_name"].value if isinstance(meta.get("cli_name"), ast.Constant) else \
+            "--" + name.replace("_", "-")
+        names = [cli, *(ast.literal_eval(meta["aliases"]) if "aliases" in meta else [])]
+        kw: dict[str, ast.AST] = {"help": meta.get("help", ast.Constant(""))}
+        if cli.lstrip("-").replace("-", "_") != name:
+            kw["dest"] = ast.Constant(name)
+        with_default = {"default": default} if default is not None else {}
+        with_const = {"const": meta["const"]} if "const" in meta else {}
+        if "action" in meta:
+            extra = meta.get("action_kwargs")
+            kw.update(action=meta["action"], **with_default)
+            if isinstance(extra, ast.Dict):
+                kw.update({k.value: v for k, v in zip(extra.keys, extra.values, strict=True)
+                           if isinstance(k, ast.Constant)})
+            return self.made(names, kw)
+        inner = self.unwrapped(path, parts[0])
+        if isinstance(inner, ast.Subscript) and _last(inner.value) == "Literal":
+            literals = inner.slice.elts if isinstance(inner.slice, ast.Tuple) else [inner.slice]
+            first = type(literals[0].value).__name__ if literals and isinstance(literals[0], ast.Constant) else "str"
+            kw.update(type=meta.get("type_parser", ast.Name(self.type_name(first))),
+                      choices=meta.get("choices", ast.List(elts=literals)), **with_default, **with_const)
+            return self.made(names, kw)
+        if isinstance(inner, ast.Subscript) and _last(inner.value) in ("List", "list") and "type_parser" not in meta:
+            kw.update(type=ast.Name(self.type_name(ast.unparse(inner.slice))),
+                      nargs=meta.get("nargs", ast.Constant("+")),
+                      **({"choices": meta["choices"]} if "choices" in meta else {}), **with_default, **with_const)
+            return self.made(names, kw)
+        if ast.unparse(inner) == "bool":
+            kw.update(action=ast.Constant("store_true"), **with_default)
+            return self.made(names, kw)
+        kw["type"] = meta.get("type_parser", ast.Name(self.type_name(ast.unparse(inner))))
+        kw.update({k: meta[k] for k in ("choices", "nargs") if k in meta}, **with_default, **with_const)
+        required = _value_or_text(meta["required"]) if "required" in meta else None
+        if required is True or required is None and default is None:
+            kw["required"] = ast.Constant(True)
+        return self.made(names, kw)
+
+    def unwrapped(self, path: str, node: ast.AST) -> ast.AST:
+        """T of `Optional[T]`, `T | None`, `Union[T, None]`, through the module's type aliases."""
+        for _ in range(6):
+            if isinstance(node, ast.Name) and node.id not in ("str", "int", "float", "bool"):
+                try:
+                    path, found = self.values.lookup(path, node.id)
+                except Unresolved:
+                    return node
+                if not isinstance(found, (ast.Subscript, ast.BinOp, ast.Name)):
+                    return node
+                node = found
+            elif isinstance(node, ast.Subscript) and _last(node.value) == "Optional":
+                node = node.slice
+            elif isinstance(node, ast.Subscript) and _last(node.value) == "Union":
+                kept = [e for e in getattr(node.slice, "elts", [node.slice]) if ast.unparse(e) != "None"]
+                if len(kept) != 1:
+                    return node
+                node = kept[0]
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+                kept = [e for e in (node.left, node.right) if ast.unparse(e) != "None"]
+                if len(kept) != 1:
+                    return node
+                node = kept[0]
+            else:
+                return node
+        return node
+
+    @staticmethod
+    def type_name(text: str) -> str:
+        """arg_utils._infer_type_func: str, int and float are themselves; anything else reads as str."""
+        return text if text in ("str", "int", "float") else "str"
+
+    @staticmethod
+    def made(names: list[str], kw: dict[str, ast.AST]) -> ast.Call:
+        return ast.Call(func=ast.Attribute(value=ast.Name("parser"), attr="add_argument"),
+                        args=[ast.Constant(n) for n in names], keywords=[ast.keyword(arg=k, value=v)
+                                                                         for k, v in kw.items()])
 
 
 class Flags:
@@ -257,8 +427,12 @@ class Flags:
     def __init__(self, source: Source, server_args: ast.ClassDef):
         self.source, self.cls = source, server_args
         self.values = Values(source, SERVER_ARGS)
-        self.defaults = {st.target.id: st.value for st in server_args.body
-                         if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)}
+        annotated = AnnotatedFields(source, server_args)
+        #: field -> (the module it is declared in, its default as written)
+        self.defaults = {st.target.id: (SERVER_ARGS, st.value) for st in server_args.body
+                         if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None}
+        self.defaults.update(annotated.defaults)
+        self.fields = {*self.defaults, *annotated.names}
         self.renames = self.field_renames()
         self.extendable = self.extended_lists()
         self.flags: dict[str, dict[str, Any]] = {}
@@ -270,8 +444,12 @@ class Flags:
                     env[st.targets[0].id] = self.values.value(st.value, env)
                 except Unresolved:
                     env.pop(st.targets[0].id, None)
-            for call in (n for n in ast.walk(st) if isinstance(n, ast.Call) and _last(n.func) == "add_argument"):
-                self.add(call, env)
+            for call in (n for n in ast.walk(st) if isinstance(n, ast.Call)):
+                if _last(call.func) == "add_argument":
+                    self.add(call, env)
+                elif _last(call.func) == "add_cli_args_from_dataclass":
+                    for path, derived in annotated.calls:
+                        self.add(derived, {}, path)
 
     def field_renames(self) -> dict[str, str]:
         """from_cli_args' `args.tp_size = args.tensor_parallel_size`: dest -> the ServerArgs field it fills."""
@@ -281,13 +459,16 @@ class Flags:
                 and ast.unparse(st.value).startswith("args.") and ast.unparse(st.targets[0]).startswith("args.")}
 
     def extended_lists(self) -> set[str]:
-        """The module's choice lists that `add_*_choices` functions let other code extend (plugins)."""
-        tree = self.source.tree(SERVER_ARGS)
-        return {ast.unparse(c.func.value) for fn in tree.body if isinstance(fn, ast.FunctionDef)
-                for c in ast.walk(fn) if isinstance(c, ast.Call) and _last(c.func) == "extend"
-                and isinstance(c.func, ast.Attribute)} if tree else set()
+        """The choice lists that `add_*_choices` functions let other code extend (plugins), in server_args.py and,
+        from 0.5.20, arg_groups/choices.py."""
+        return {ast.unparse(c.func.value) for path in (SERVER_ARGS, CHOICES) for fn in
+                (self.source.tree(path) or ast.Module(body=[], type_ignores=[])).body
+                if isinstance(fn, ast.FunctionDef) for c in ast.walk(fn) if isinstance(c, ast.Call)
+                and _last(c.func) == "extend" and isinstance(c.func, ast.Attribute)}
 
-    def add(self, call: ast.Call, env: dict[str, Any]) -> None:
+    def add(self, call: ast.Call, env: dict[str, Any], path: str = SERVER_ARGS) -> None:
+        """One add_argument call; its names are read in `path`, the module that wrote it."""
+        values = Values(self.source, path)
         names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         kw = {k.arg: k.value for k in call.keywords if k.arg}
         key = next((n for n in names if n.startswith("--")), names[0])
@@ -296,59 +477,69 @@ class Flags:
         if len(names) > 1:
             entry["aliases"] = [n for n in names if n != key]
         field = self.renames.get(dest, dest)
-        entry.update({"field": field} if field in self.defaults else {})
-        entry.update(self.action(kw))
+        entry.update({"field": field} if field in self.fields else {})
+        entry.update(self.action(kw, path))
         if "nargs" in kw and "nargs" not in entry:
             entry["nargs"] = _value_or_text(kw["nargs"])
         if entry.get("nargs") in ("*", "+") or isinstance(entry.get("nargs"), int) and entry["kind"] != "flag":
             entry["item"], entry["kind"] = entry["kind"], "list"
         if "choices" in kw:
             try:
-                entry["choices"] = list(self.values.value(kw["choices"], env))
+                entry["choices"] = list(values.value(kw["choices"], env))
             except Unresolved:
                 entry["choices_from"] = ast.unparse(kw["choices"])
             if set(re.findall(r"[A-Z_]{3,}", ast.unparse(kw["choices"]))) & self.extendable:
                 entry["choices_extendable"] = True
-        entry.update(self.default(kw, entry))
+        entry.update(self.default(kw, entry, path))
         if "required" in kw and _value_or_text(kw["required"]) is True:
             entry["required"] = True
         self.flags[key] = entry
 
-    def action(self, kw: dict[str, ast.AST]) -> dict[str, Any]:
-        """kind from action= (store_true, BooleanOptionalAction, the module's own Action classes) or type=."""
+    def action(self, kw: dict[str, ast.AST], path: str) -> dict[str, Any]:
+        """kind from action= (store_true, BooleanOptionalAction, the package's own Action classes) or type=."""
         action = kw.get("action")
         if action is None:
             text = ast.unparse(kw["type"]) if "type" in kw else "str"
             out: dict[str, Any] = {"kind": TYPES.get(text, "str"), "type": _last(kw["type"]) if "type" in kw
                                    else "str"}
-            out.update(self.type_facts(text))
+            out.update(self.type_facts(text, path))
             return out
         text = _value_or_text(action)
         if text in ("store_true", "store_false"):
             return {"kind": "flag", **({"action": text} if text == "store_false" else {})}
         if isinstance(text, str) and text.endswith("BooleanOptionalAction"):
             return {"kind": "bool"}
-        cls = _class(self.source.tree(SERVER_ARGS), str(text))
-        if cls is None:
+        try:
+            _, cls = Values(self.source, path).lookup(path, str(text))
+        except Unresolved:
+            cls = None
+        if not isinstance(cls, ast.ClassDef):
             return {"kind": "str", "action": str(text)}
         init, call = _method(cls, "__init__"), _method(cls, "__call__")
         nargs = next((_value_or_text(d) for a, d in zip(init.args.args[-len(init.args.defaults):],
                                                          init.args.defaults, strict=True) if a.arg == "nargs"),
                      None) if init and init.args.defaults else None
+        nargs = _value_or_text(kw["nargs"]) if "nargs" in kw else nargs
         raises = [r for r in ast.walk(call) if isinstance(r, ast.Raise)] if call else []
         if nargs == 0 and raises and ast.unparse(raises[0].exc).endswith("(self.help)"):
             return {"kind": "refused", "action": cls.name, "error": _last(raises[0].exc),
                     "message": _message(kw.get("help"))}
+        # 0.5.18's DeprecatedAction: `if self.error_message is not None: parser.error(self.error_message)`
+        errors = [c for c in ast.walk(call) if isinstance(c, ast.Call) and _last(c.func) == "error"
+                  and c.args and ast.unparse(c.args[0]).startswith("self.")] if call else []
+        said = ast.unparse(errors[0].args[0]).split(".", 1)[1] if errors else None
+        if nargs == 0 and said in kw:
+            return {"kind": "refused", "action": cls.name, "error": "parser.error", "message": _message(kw[said])}
         if nargs == 0:
             return {"kind": "flag", "action": cls.name}
         out = {"kind": TYPES.get(ast.unparse(kw["type"]), "str") if "type" in kw else "str", "action": cls.name}
         return out | ({"nargs": nargs} if nargs is not None else {})
 
-    def type_facts(self, name: str) -> dict[str, Any]:
+    def type_facts(self, name: str, path: str) -> dict[str, Any]:
         """A type= function of the package: the ArgumentTypeError message it gives for a bad value (its only one,
         raised from an except), and the suffix pattern of human_readable_int."""
         try:
-            path, fn = Values(self.source, SERVER_ARGS).lookup(SERVER_ARGS, name)
+            _, fn = Values(self.source, path).lookup(path, name)
         except Unresolved:
             return {}
         if not isinstance(fn, ast.FunctionDef):
@@ -363,20 +554,24 @@ class Flags:
                     and c.args and isinstance(c.args[0], ast.Constant)]
         return out | ({"pattern": patterns[0]} if patterns else {})
 
-    def default(self, kw: dict[str, ast.AST], entry: dict[str, Any]) -> dict[str, Any]:
+    def default(self, kw: dict[str, ast.AST], entry: dict[str, Any], path: str) -> dict[str, Any]:
         """The value argparse stores when the flag is absent: default=, else the action's (False for store_true),
-        else None. `ServerArgs.x` reads the dataclass default; a default that is not a constant is left out."""
+        else None. `ServerArgs.x` (and 0.5.20's `_declared_default("x")`) reads the record's default; a default that
+        is not a constant is left out."""
         node = kw.get("default")
         if node is None:
             return {"default": False} if entry["kind"] == "flag" and entry.get("action") != "store_false" else \
                 {"default": True} if entry.get("action") == "store_false" else {"default": None}
         text = ast.unparse(node)
-        if text.startswith("ServerArgs."):
-            node = self.defaults.get(text.split(".", 1)[1])
-            if node is None:
+        named = text.split(".", 1)[1] if text.startswith("ServerArgs.") else node.args[0].value \
+            if isinstance(node, ast.Call) and _last(node.func) == "_declared_default" and node.args \
+            and isinstance(node.args[0], ast.Constant) else None
+        if named is not None:
+            if named not in self.defaults:
                 return {}
+            path, node = self.defaults[named]
         try:
-            value = Values(self.source, SERVER_ARGS).value(node, {})
+            value = Values(self.source, path).value(node, {})
         except Unresolved:
             return {"default_from": text}
         return {"default": value} if _jsonable(value) else {"default_from": text}
@@ -429,18 +624,24 @@ class Checks:
     and its if-tests that can raise TypeError, all over the fields as the user set them (assignments made earlier in
     the method substituted in as ["set", i], the i-th of `assignments`: ["cond", test, new, old] when made under an
     `if`). A `normalised` field is read as the
-    method leaves it: its own rewrites (speculative_algorithm: upper-cased, aliases) are applied before the checks."""
+    method leaves it: its own rewrites (speculative_algorithm: upper-cased, aliases) are applied before the checks.
+    Given the release's `source`, a call that hands the record to another function of the package is read in place
+    (0.5.18's hooks split a handler into per-algorithm functions), and `algo.handle_server_args(server_args)` as
+    SpeculativeAlgorithm's dispatch: each branch's `self.is_x()` as a test of the algorithm's name."""
 
     def __init__(self, path: str, fn: ast.FunctionDef, normalised: frozenset[str] = frozenset(),
-                 assignments: list[dict[str, Any]] | None = None):
-        self.path, self.fn, self.normalised = path, fn, normalised
+                 assignments: list[dict[str, Any]] | None = None, source: Source | None = None):
+        self.path, self.fn, self.normalised, self.source = path, fn, normalised, source
+        self.records = _record_names(fn)
+        self.reading: list[tuple[str, str]] = [(path, fn.name)]
+        self.locals: dict[str, Any] = {}  # a local name -> what it holds, e.g. 0.5.18's `algo`
         self.assignments = [] if assignments is None else assignments  # each once; expressions name them ["set", i]
         self.state: dict[str, Any] = {}
         self.steps: list[dict[str, Any]] = []
         self.block(fn.body, [])
 
     def where(self, node: ast.AST) -> str:
-        return _at(self.path, node, f"ServerArgs.{self.fn.name}")
+        return _at(self.path, node, f"ServerArgs.{self.fn.name}" if self.path == SERVER_ARGS else self.fn.name)
 
     def block(self, body: list[ast.stmt], when: list[Any]) -> None:
         when = list(when)
@@ -463,6 +664,12 @@ class Checks:
                                    "message": _message(st.exc)})
             elif isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 self.assign(st, when)
+            elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) \
+                    and _last(st.value.func) == "declare_resolution":
+                self.declared(st, st.value, when)
+            elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and self.source is not None \
+                    and any(isinstance(a, ast.Name) and a.id in self.records for a in st.value.args):
+                self.inline(st.value, when)
             elif isinstance(st, (ast.With, ast.Try)):
                 self.block(st.body, when)
 
@@ -478,7 +685,9 @@ class Checks:
         for target in targets:
             names = target.elts if isinstance(target, ast.Tuple) else [target]
             for name in names:
-                field = _self_field(name)
+                field = _record_field(name, self.records)
+                if isinstance(name, ast.Name):
+                    self.local(name.id, value if isinstance(st, ast.Assign) and name is target else None, when)
                 if field is None or field in self.normalised:
                     continue
                 if isinstance(st, ast.AugAssign) or isinstance(target, ast.Tuple) or value is None:
@@ -489,13 +698,108 @@ class Checks:
                                          "value": ["cond", ["and", *when], new, self.current(field)] if when else new})
                 self.state[field] = ["set", len(self.assignments) - 1]
 
+    def local(self, name: str, value: ast.AST | None, when: list[Any]) -> None:
+        """A local name holds what it was given when that reads as data (0.5.18's `algo = None`, then
+        `algo = SpeculativeAlgorithm.from_string(...)` under an `if`); anything else leaves it opaque."""
+        new = self.expr(value) if value is not None else None
+        if new is None or _opaque(new):
+            self.locals.pop(name, None)
+            return
+        self.locals[name] = ["cond", ["and", *when], new, self.locals.get(name, ["opaque", name])] if when else new
+
+    def inline(self, call: ast.Call, when: list[Any]) -> None:
+        assert self.source is not None
+        if _last(call.func) == "handle_server_args":
+            enum = _class(self.source.tree(SPEC_INFO), "SpeculativeAlgorithm")
+            method = _method(enum, "handle_server_args") if enum else None
+            if enum is not None and method is not None:
+                self.dispatch(enum, method, method.body, when)
+            return
+        if isinstance(call.func, ast.Name):
+            self.enter(self.path, self.fn, call.func.id, when)
+
+    def enter(self, path: str, caller: ast.FunctionDef, name: str, when: list[Any]) -> None:
+        """Read the function `name` (as `caller`, in `path`, sees it) in place when the handler's own module has it
+        (not the resolution machinery it calls), once per chain of calls."""
+        assert self.source is not None
+        found = _resolve_in(self.source, path, caller, name)
+        if found is None or found[0] != self.reading[0][0] or (found[0], name) in self.reading \
+                or len(self.reading) > 6:
+            return
+        saved = self.path, self.fn, self.records, self.locals
+        self.path, self.fn = found
+        self.records, self.locals = self.records | _record_names(self.fn), {}
+        self.reading.append((self.path, name))
+        try:
+            self.block(self.fn.body, when)
+        finally:
+            self.reading.pop()
+            self.path, self.fn, self.records, self.locals = saved
+
+    def dispatch(self, enum: ast.ClassDef, method: ast.FunctionDef, body: list[ast.stmt], when: list[Any]) -> None:
+        for st in body:
+            if isinstance(st, ast.If):
+                test = self.algorithm_test(enum, st.test)
+                self.dispatch(enum, method, st.body, [*when, test])
+                self.dispatch(enum, method, st.orelse, [*when, ["not", test]])
+            elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Name):
+                self.enter(SPEC_INFO, method, st.value.func.id, when)
+
+    def algorithm_test(self, enum: ast.ClassDef, node: ast.AST) -> Any:
+        """`self.is_eagle()` of SpeculativeAlgorithm as a test of the algorithm's (normalised) name."""
+        name = self.current("speculative_algorithm")
+        if isinstance(node, ast.BoolOp):
+            return ["and" if isinstance(node.op, ast.And) else "or",
+                    *(self.algorithm_test(enum, v) for v in node.values)]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return ["not", self.algorithm_test(enum, node.operand)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == \
+                "self":
+            method = _method(enum, node.func.attr)
+            returned = next((st.value for st in method.body if isinstance(st, ast.Return)), None) if method else None
+            if returned is not None:
+                return self.algorithm_test(enum, returned)
+        if isinstance(node, ast.Compare) and ast.unparse(node.left) == "self" and len(node.ops) == 1:
+            members = [e.attr for e in getattr(node.comparators[0], "elts", [node.comparators[0]])
+                       if isinstance(e, ast.Attribute)]
+            op = {ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in"}.get(type(node.ops[0]))
+            if op in ("==", "!=") and len(members) == 1:
+                return ["cmp", op, name, ["const", members[0]]]
+            if op in ("in", "not in") and members:
+                return ["cmp", op, name, ["tuple", *(["const", m] for m in members)]]
+        return ["opaque", ast.unparse(node)]
+
+    def declared(self, st: ast.stmt, call: ast.Call, when: list[Any]) -> None:
+        """0.5.18's hooks write a field as `declare_resolution(server_args, "hook", field=value)`; what the record's
+        view reads afterwards is that value."""
+        for kw in call.keywords:
+            if kw.arg is None or kw.arg in self.normalised:
+                continue
+            new = self.expr(kw.value)
+            self.assignments.append({"at": self.where(st), "field": kw.arg,
+                                     "value": ["cond", ["and", *when], new, self.current(kw.arg)] if when else new})
+            self.state[kw.arg] = ["set", len(self.assignments) - 1]
+
     def current(self, field: str) -> Any:
         return self.state.get(field, ["field", field])
 
     def expr(self, node: ast.AST) -> Any:
-        field = _self_field(node)
+        field = _record_field(node, self.records)
         if field is not None:
             return self.current(field)
+        if isinstance(node, ast.Name) and node.id in self.locals:
+            return self.locals[node.id]
+        if isinstance(node, ast.Call) and _last(node.func) == "isinstance" and len(node.args) == 2 \
+                and _last(node.args[1]) == "CustomSpecAlgo" and self.source is not None:
+            enum = _class(self.source.tree(SPEC_INFO), "SpeculativeAlgorithm")  # a built-in name is not a plugin's
+            members = [ast.unparse(st.targets[0]) for st in enum.body if isinstance(st, ast.Assign)] if enum else []
+            return ["cmp", "not in", self.current("speculative_algorithm"), ["tuple", *(["const", m] for m in members)]]
+        if isinstance(node, ast.Call) and _last(node.func) == "from_string" and len(node.args) == 1:
+            return self.expr(node.args[0])  # SpeculativeAlgorithm.from_string(name): None only for None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) \
+                and _last(node.value.func) in ("resolving_view", "resolved_view") \
+                and any(isinstance(a, ast.Name) and a.id in self.records for a in node.value.args):
+            return self.current(node.attr)
         if isinstance(node, ast.Constant) and _jsonable(node.value):
             return ["const", node.value]
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -521,8 +825,39 @@ class Checks:
         return ["opaque", ast.unparse(node)]
 
 
-def _self_field(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+def _opaque(tree: Any) -> bool:
+    return isinstance(tree, list) and bool(tree) and (tree[0] == "opaque" or any(_opaque(t) for t in tree[1:]))
+
+
+def _record_names(fn: ast.FunctionDef) -> set[str]:
+    """The names a method or hook reads the record's fields through: `self`; a hook's `server_args` parameter; and
+    (0.5.18 and later) `cfg = resolving_view(server_args)`."""
+    names = {"self", *(a.arg for a in fn.args.args if a.arg == "server_args"
+                       or a.annotation is not None and "ServerArgs" in ast.unparse(a.annotation))}
+    names |= {t.id for st in ast.walk(fn) if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
+              and _last(st.value.func) in ("resolving_view", "resolved_view") for t in st.targets
+              if isinstance(t, ast.Name)}
+    return names
+
+
+def _resolve_in(source: Source, path: str, fn: ast.FunctionDef, name: str) -> tuple[str, ast.FunctionDef] | None:
+    """The function a name means inside `fn`: imported in its body, or the module's own or imported."""
+    for st in ast.walk(fn):
+        if isinstance(st, ast.ImportFrom) and st.module and not st.level \
+                and any((a.asname or a.name) == name for a in st.names):
+            other = source.module_path(st.module)
+            real = next(a.name for a in st.names if (a.asname or a.name) == name)
+            found = _function(source.tree(other), real) if other else None
+            return (other, found) if other and found else None
+    try:
+        where, found = Values(source, path).lookup(path, name)
+    except Unresolved:
+        return None
+    return (where, found) if isinstance(found, ast.FunctionDef) else None
+
+
+def _record_field(node: ast.AST, records: set[str]) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in records:
         return node.attr
     return None
 
@@ -561,14 +896,21 @@ def alias_functions(tree: ast.Module) -> dict[str, dict[str, str]]:
 
 
 def speculative(source: Source, server_args: ast.ClassDef, flags: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    tree = source.tree(SERVER_ARGS)
+    """--speculative-algorithm's names and aliases, and the checks of the handler: ServerArgs'
+    _handle_speculative_decoding, or from 0.5.18 arg_groups/speculative_hook.py's handle_speculative_decoding."""
+    path, tree = SERVER_ARGS, source.tree(SERVER_ARGS)
     handler = _method(server_args, SPECULATIVE_HANDLER)
+    if handler is None:
+        path, tree = SPECULATIVE_HOOK, source.tree(SPECULATIVE_HOOK)
+        handler = _function(tree, SPECULATIVE_HANDLER.lstrip("_"))
+    if handler is None or tree is None:
+        raise SystemExit(f"neither ServerArgs.{SPECULATIVE_HANDLER} nor python/{SPECULATIVE_HOOK}: "
+                         f"{SPECULATIVE_HANDLER.lstrip('_')} was found")
     aliases = alias_functions(tree)
-    checks = Checks(SERVER_ARGS, handler, frozenset({"speculative_algorithm"})) if handler else None
+    checks = Checks(path, handler, frozenset({"speculative_algorithm"}), source=source)
     flag = flags.get("--speculative-algorithm", {})
-    out: dict[str, Any] = {"flag": "--speculative-algorithm", "evidence": _at(SERVER_ARGS, handler,
-                                                                                f"ServerArgs.{SPECULATIVE_HANDLER}")}
-    upper = bool(handler) and any(isinstance(n, ast.Call) and _last(n.func) == "upper"
+    out: dict[str, Any] = {"flag": "--speculative-algorithm", "evidence": checks.where(handler)}
+    upper = any(isinstance(n, ast.Call) and _last(n.func) == "upper"
                                   and "speculative_algorithm" in ast.unparse(n) for n in ast.walk(handler))
     if "choices" in flag:
         out.update(algorithms=flag["choices"], names="choices", case_sensitive=True)
@@ -587,9 +929,9 @@ def speculative(source: Source, server_args: ast.ClassDef, flags: dict[str, dict
         if handler and any(isinstance(n, ast.Call) and _last(n.func) == fn_name for n in ast.walk(handler)):
             alias_table.update(table)
             fn = _function(tree, fn_name)
-            out["alias_conditional"] = _at(SERVER_ARGS, fn, f"{fn_name}: other rewrites depend on the draft "
+            out["alias_conditional"] = _at(path, fn, f"{fn_name}: other rewrites depend on the draft "
                                                                       "model's config (not read here)")
-    for st in ast.walk(handler) if handler else []:  # if self.speculative_algorithm == "NEXTN": ... = "EAGLE"
+    for st in ast.walk(handler):  # if self.speculative_algorithm == "NEXTN": ... = "EAGLE"
         if isinstance(st, ast.If) and isinstance(st.test, ast.Compare) \
                 and ast.unparse(st.test.left) == "self.speculative_algorithm" and isinstance(st.test.ops[0], ast.Eq):
             for inner in st.body:
@@ -597,8 +939,8 @@ def speculative(source: Source, server_args: ast.ClassDef, flags: dict[str, dict
                         and isinstance(inner.value, ast.Constant):
                     alias_table[st.test.comparators[0].value] = inner.value.value
     out["aliases"] = alias_table
-    assignments = checks.assignments if checks else []
-    steps = [s for s in (checks.steps if checks else [])
+    assignments = checks.assignments
+    steps = [s for s in checks.steps
              if s["kind"] != "test" or _fields_of(s["test"], assignments) & _spec_fields(flags)]
     used = _used_assignments(steps, assignments)
     renumber = {old: new for new, old in enumerate(used)}
@@ -612,13 +954,18 @@ def _spec_fields(flags: dict[str, dict[str, Any]]) -> set[str]:
 
 
 def multi_node(source: Source, server_args: ast.ClassDef, flags: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The multi-node flags (by their canonical option string) and every check of a ServerArgs method that names
-    nnodes, node_rank or dist_init_addr, each method read on its own."""
+    """The multi-node flags (by their canonical option string) and every check that names nnodes, node_rank or
+    dist_init_addr, in a ServerArgs method or (0.5.18 and later) in a function of arg_groups/ that reads the record,
+    each function read on its own."""
     canonical = {name: key for key, spec in flags.items() for name in [key, *spec.get("aliases", [])]}
     checks: list[dict[str, Any]] = []
     assignments: list[dict[str, Any]] = []
-    for fn in (n for n in server_args.body if isinstance(n, ast.FunctionDef)):
-        for step in Checks(SERVER_ARGS, fn, assignments=assignments).steps:
+    functions = [(SERVER_ARGS, n) for n in server_args.body if isinstance(n, ast.FunctionDef)]
+    for path in source.modules(ARG_GROUPS):
+        functions += [(path, n) for n in (source.tree(path) or ast.Module(body=[], type_ignores=[])).body
+                      if isinstance(n, ast.FunctionDef) and _record_names(n) - {"self"}]
+    for path, fn in functions:
+        for step in Checks(path, fn, assignments=assignments).steps:
             named = _fields_of([step.get("test"), *step["when"]], assignments)
             if named & MULTI_NODE_FIELDS and step["kind"] != "test":
                 checks.append(step)

@@ -329,8 +329,9 @@ class SglangSchema:
             flag = options[name]
             spec = self.flags[flag]
             out.extend(self._config_problem(where, token, flag, name, eq))
-            if flag in owned:
-                out.append(Problem(where, f"{flag} is sparkctl's to set", f"use {owned[flag]}"))
+            field = next((owned[n] for n in (flag, *spec.get("aliases", [])) if n in owned), None)
+            if field is not None:  # owned by any of its names: 0.5.18 made --tp-size the flag, the long one its alias
+                out.append(Problem(where, f"{flag} is sparkctl's to set", f"use {field}"))
             i, problems = self._consume(where, argv, i, flag, spec, inline if eq else None, prog)
             out.extend(problems)
         return out
@@ -378,8 +379,10 @@ class SglangSchema:
                 return i + 1, [Problem(where, f"{prog}: error: unrecognized arguments: {argv[i]}",
                                        f"{flag} is on/off and takes no value: write {flag} alone")]
             if kind == "refused":
-                return i, [Problem(where, f"{spec.get('error', 'ValueError')}: {spec.get('message', '')}",
-                                   f"SGLang {self.version} refuses {flag}")]
+                error = spec.get("error", "ValueError")
+                said = f"{prog}: error: {spec.get('message', '')}" if error == "parser.error" else \
+                    f"{error}: {spec.get('message', '')}"
+                return i, [Problem(where, said, f"SGLang {self.version} refuses {flag}")]
             return i, []
         if explicit is not None:
             values = [explicit]

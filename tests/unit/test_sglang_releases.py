@@ -22,7 +22,7 @@ from sparkctl.knowledge.sglang_releases import (
 )
 
 V = SglangVersion.parse
-RELEASES = ("0.5.3.post3", "0.5.5.post2", "0.5.8", "0.5.12")
+RELEASES = ("0.5.3.post3", "0.5.5.post2", "0.5.8", "0.5.12", "0.5.18", "0.5.20", "0.5.23")
 
 
 def schema(version: str) -> SglangSchema:
@@ -88,13 +88,17 @@ def test_images_map_to_releases_and_version_tags_parse():
 
 @pytest.mark.parametrize(("flag", "present"), [
     # read from each release's python/sglang/srt/server_args.py (ServerArgs.add_cli_args)
-    ("--speculative-draft-window-size", {"0.5.12"}),
+    ("--speculative-draft-window-size", {"0.5.12", "0.5.18", "0.5.20", "0.5.23"}),
+    # a plain flag to 0.5.12; 0.5.18 refuses it by name (DeprecatedAction with an error_message); gone from 0.5.20
+    ("--enable-expert-distribution-metrics", {"0.5.3.post3", "0.5.5.post2", "0.5.8", "0.5.12", "0.5.18"}),
+    # declared as an A[...] field in arg_groups/fields/parallel.py from 0.5.20
+    ("--gated-launch-port", {"0.5.20", "0.5.23"}),
     ("--enable-beta-spec", {"0.5.3.post3"}),
     ("--tensor-parallel-size", set(RELEASES)),
     ("--enable-metrics", set(RELEASES)),
 ])
 def test_which_release_has_which_flag(flag, present):
-    assert {v for v in RELEASES if flag in schema(v).flags} == present
+    assert {v for v in RELEASES if flag in schema(v).option_strings()} == present
 
 
 def test_underscores_are_not_rewritten_and_the_error_is_argparses():
@@ -209,7 +213,7 @@ def test_env_metrics_and_entry_points():
         assert {"sglang:num_running_reqs", "sglang:gen_throughput", "sglang:prompt_tokens_total",
                 "sglang:generation_tokens_total", "sglang:spec_accept_length"} <= set(s.metric_names())
         assert s.entry_points["launch_server"]["command"] == "python3 -m sglang.launch_server"
-    assert [("serve" in schema(v).entry_points) for v in RELEASES] == [False, True, True, True]
+    assert [("serve" in schema(v).entry_points) for v in RELEASES] == [False, True, True, True, True, True, True]
     assert schema("0.5.5.post2").entry_points["serve"]["model_path_spellings"] == ["--model-path", "--model-path="]
     assert schema("0.5.5.post2").prog("serve") == "sglang" and schema("0.5.12").prog("serve") == "sglang serve"
 

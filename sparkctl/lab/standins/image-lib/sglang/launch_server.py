@@ -8,7 +8,8 @@ python3, python3-yaml for --config); nothing of sparkctl's (the lab is an island
   image, read from SGLang's source): option strings as written (`--tp_size` is unknown), a unique prefix taken
   (allow_abbrev), on/off flags store_true, typed values, choices, nargs, aliases, the release's prog; `--config FILE`
   (YAML, two tokens) merged first as SGLang's ConfigArgumentMerger does. Its refusals are argparse's own: usage,
-  `launch_server.py: error: ...`, exit 2. A flag the release refuses outright (DeprecatedAction) raises its ValueError.
+  `launch_server.py: error: ...`, exit 2. A flag the release refuses outright (DeprecatedAction) raises its ValueError
+  (to 0.5.12) or is refused by the parser with the release's message (0.5.18 on).
 - ServerArgs' start-up checks as the release records them, evaluated over the flags (what depends on the model, the
   GPU or the environment is not judged): topk or draft tokens without num-steps (AssertionError), num-steps without
   topk (TypeError), an algorithm the release does not know; (tp x pp) not divisible by --nnodes (AssertionError); and,
@@ -127,6 +128,13 @@ class Refused(argparse.Action):
         raise Fatal(self.const)
 
 
+class RefusedByParser(Refused):
+    """0.5.18's DeprecatedAction given an error_message: `parser.error(message)`, argparse's usage and exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(self.const)
+
+
 class Deprecated(argparse.Action):
     """SGLang's DeprecatedAction of the releases that only warn: an on/off flag that says it is going."""
 
@@ -177,6 +185,8 @@ def argument(spec):
         return {"action": Deprecated} if spec.get("action") == "DeprecatedAction" else {"action": "store_true"}
     if kind == "bool":
         return {"action": argparse.BooleanOptionalAction}
+    if kind == "refused" and spec.get("error") == "parser.error":
+        return {"action": RefusedByParser, "const": spec.get("message", "")}
     if kind == "refused":
         return {"action": Refused, "const": f"{spec.get('error', 'ValueError')}: {spec.get('message', '')}"}
     name = spec.get("item", "str") if kind == "list" else spec.get("type") or kind
