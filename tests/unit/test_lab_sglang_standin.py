@@ -144,6 +144,15 @@ def sparkctl_says(version: str, *argv: str) -> str:
     ("0.5.12", ("--tp_size", "2"), "sglang serve: error: unrecognized arguments: --tp_size 2"),  # its parser's prog
     ("0.5.12", ("--context-length", "32q"), "sglang serve: error: argument --context-length: invalid "
                                             "human_readable_int value: '32q'"),
+
+    # 0.5.18 refuses a retired flag by parser.error with its own message
+    ("0.5.18", ("--enable-expert-distribution-metrics",),
+     "sglang serve: error: --enable-expert-distribution-metrics is no longer supported. Use "
+     "--expert-balancedness-report-mode with one of: off, server_log, prometheus, both."),
+    # flags derived from the record's fields (0.5.20's arg_groups/fields/): --tp-size first, its alias after
+    ("0.5.23", ("--tp-size", "two"), "sglang serve: error: argument --tp-size/--tensor-parallel-size: invalid int "
+                                     "value: 'two'"),
+    ("0.5.23", ("--tp_size", "2"), "sglang serve: error: unrecognized arguments: --tp_size 2"),
 ])
 def test_the_parser_refuses_as_the_releases_argparse_and_as_sparkctl_says(cache, version, argv, expected):
     done = launch(cache, "--model-path", MODEL, *argv, version=version)
@@ -180,6 +189,12 @@ def test_abbreviations_and_the_whole_sparkctl_line_get_past_the_parser(cache):
     ("0.5.8", ("--tp-size", "3", "--nnodes", "2"), "AssertionError: tp_size must be divisible by number of nodes"),
     ("0.5.8", ("--dp-size", "2", "--tp-size", "2", "--nnodes", "2"),
      "AssertionError: multi-node data parallel is not supported unless dp attention!"),
+
+    # 0.5.18 on: the checks live in arg_groups/ hooks (the eagle family's, reached through the algorithm's dispatch)
+    ("0.5.23", ("--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "4"), "AssertionError"),
+    ("0.5.18", ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"),
+     "TypeError: '>' not supported between instances of 'NoneType' and 'int'"),
+    ("0.5.23", ("--tp-size", "3", "--nnodes", "2"), "AssertionError: tp_size must be divisible by number of nodes"),
 ])
 def test_the_start_up_checks_stop_it_in_the_releases_words(cache, version, argv, expected):
     done = launch(cache, "--model-path", MODEL, *argv, version=version)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import re
 
 import pytest
 
@@ -227,3 +228,43 @@ def test_a_release_not_in_the_data_is_judged_by_the_nearest_earlier_one():
     earliest = V("0.4.10")
     assert earliest is not None and schema_for(earliest).version == V("0.5.3.post3")
     assert judged_note(V("0.5.8") or earliest, schema("0.5.8")) == ""
+
+
+def test_releases_from_0_5_18_read_from_the_record_s_fields_and_hooks():
+    """0.5.18 derives most flags from ServerArgs' annotated fields and moves the start-up checks into
+    arg_groups/ hooks; 0.5.20 moves the fields into arg_groups/fields/."""
+    for version in ("0.5.18", "0.5.20", "0.5.23"):
+        s = schema(version)
+        # the field's own name is the flag; the long spelling sparkctl writes is its alias
+        assert s.canonical("--tensor-parallel-size") == "--tp-size" == s.canonical("--tp")
+        assert s.flags["--tp-size"]["field"] == "tp_size" and s.flags["--tp-size"]["default"] == 1
+        owned = s.check_flags(["--tensor-parallel-size", "2"], {"--tensor-parallel-size": "serve.tp_size"})
+        assert [(p.message, p.hint) for p in owned] == [("--tp-size is sparkctl's to set", "use serve.tp_size")]
+        assert s.flags["--model-path"]["required"] is True
+        # DSPARK is a built-in algorithm from 0.5.18 (0.5.12 does not know it)
+        assert "DSPARK" in s.speculative["algorithms"]
+        assert not any("Unknown speculative algorithm" in p.message
+                       for p in s.speculative_problems({"--speculative-algorithm": "dspark"}))
+        (stop,) = s.speculative_problems({"--speculative-algorithm": "EAGLE3", "--speculative-eagle-topk": "4"})
+        assert re.fullmatch(rf"SGLang {version} stops at start: AssertionError \(assert (server_args|cfg)\."
+                            r"speculative_eagle_topk is None and \1\.speculative_num_draft_tokens is None\)",
+                            stop.message), stop.message
+        assert stop.hint.startswith("python/sglang/srt/arg_groups/speculative_hook.py:") and "_handle_eagle_family" \
+            in stop.hint
+        (world,) = s.multi_node_problems({"--tensor-parallel-size": "3", "--nnodes": "2"})
+        assert world.message == f"SGLang {version} stops at start: AssertionError: tp_size must be divisible by " \
+                                "number of nodes"
+        assert s.multi_node_problems({"--tensor-parallel-size": "2", "--nnodes": "2", "--node-rank": "1"}) == []
+    assert said("0.5.12", "--speculative-algorithm", "x") == [] and schema("0.5.12").speculative_problems(
+        {"--speculative-algorithm": "dspark"})[0].message.startswith("ValueError: Unknown speculative algorithm")
+    # a retired flag 0.5.18 refuses by parser.error, in argparse's words; gone (unrecognized) from 0.5.20
+    assert said("0.5.18", "--enable-expert-distribution-metrics") == [
+        ("sglang serve: error: --enable-expert-distribution-metrics is no longer supported. Use "
+         "--expert-balancedness-report-mode with one of: off, server_log, prometheus, both.",
+         "SGLang 0.5.18 refuses --enable-expert-distribution-metrics")]
+    (gone,) = said("0.5.23", "--enable-expert-distribution-metrics")
+    assert gone[0] == "sglang serve: error: unrecognized arguments: --enable-expert-distribution-metrics"
+    # the latest data judges a newer release, and says so
+    later = V("0.5.30")
+    assert later is not None and judged_note(later, schema_for(later)) == (
+        "SGLang 0.5.30 is not in sparkctl's data: judged as 0.5.23")
