@@ -133,6 +133,10 @@ def engine_of(serve: ServeSettings, node_count: int) -> EngineName:
 def _trtllm_config(base: dict[str, Any], over: dict[str, Any], decoding: str, max_draft_len: int | None,
                    ) -> dict[str, Any]:
     config = deep_merge(base, over)
+    # trtllm-serve's /metrics records iterations only with it (tensorrt_llm/llmapi/llm_args.py, every known
+    # release); top, serve status and serve bench read them. Written false by the user, it stays false; a release
+    # without the key has it dropped by the release check (plan/trtllm.py: release_config).
+    config.setdefault("enable_iter_perf_stats", True)
     if decoding == "none":
         config.pop("speculative_config", None)
     else:

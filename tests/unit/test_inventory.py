@@ -405,6 +405,10 @@ def test_serve_overrides_follow_into_the_config(inv_file):
     plain = load_inventory(inv_file(PAIR + "serve: {decoding: none, tp_size: 1}\n")).serve_spec()
     assert (plain.draft, plain.max_draft_len, plain.tp_size) == (None, None, 1)
     assert "speculative_config" not in plain.config
+    # the iteration stats top reads are on unless the user says otherwise
+    assert plain.config["enable_iter_perf_stats"] is True
+    off = load_inventory(inv_file(PAIR + "serve: {config: {enable_iter_perf_stats: false}}\n")).serve_spec()
+    assert off.config["enable_iter_perf_stats"] is False
 
 
 def test_explicit_model_without_preset(inv_file):
@@ -412,7 +416,8 @@ def test_explicit_model_without_preset(inv_file):
     spec = inv.serve_spec()
     assert (spec.preset, spec.tp_size, spec.port, spec.max_draft_len) == (None, 2, 8355, 4)
     assert spec.weights_gb is None
-    assert spec.config == {"speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4}}
+    assert spec.config == {"speculative_config": {"decoding_type": "DraftTarget", "max_draft_len": 4},
+                           "enable_iter_perf_stats": True}  # sparkctl's: top reads the iteration stats
 
 
 def test_per_node_ssh_overrides_and_lines():

@@ -102,6 +102,8 @@ DELIBERATE_IMPROVEMENTS = {
     # TensorRT-LLM config
     "config: speculative_config.speculative_model_dir changed": "the draft is kept in the mounted HF cache "
                                                                 "instead of /opt (lost with the container)",
+    "config: enable_iter_perf_stats added": "trtllm-serve's /metrics records iterations only with it: top, serve "
+                                            "status and serve bench read them (a user's own false is kept)",
     # launch line
     "launch: --host changed": "127.0.0.1, not 0.0.0.0: the engine answers only the gateway on the head, which "
                               "checks the API key and listens where serve.listen says (docs/gateway.md)",
