@@ -66,7 +66,7 @@ class Setting:
         return f"{self.path}:{self.line}: {self.name}={self.value}"
 
 
-@dataclass
+@dataclass(slots=True)
 class SystemProbe:
     kernel: str = ""
     driver: str = ""

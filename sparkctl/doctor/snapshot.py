@@ -48,7 +48,7 @@ class ModelCache:
     detail: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeProbe:
     """What the active probes of one node returned (one round trip). Empty fields: not probed."""
 

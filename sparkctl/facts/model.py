@@ -211,7 +211,7 @@ class ContainerInfo:
     restart_policy: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Facts:
     node: str
     hostname: str = ""
