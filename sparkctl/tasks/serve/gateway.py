@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
+from typing import Literal
 
 from sparkctl.facts.parse import listening_on
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
@@ -40,7 +41,11 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
 
 
-class ServeGatewayTask(Task[ClusterContext, str]):
+#: what one change of the gateway asks apply to do: mypy holds every Change's payload and apply's tests to these
+GatewayAction = Literal["key", "config", "create", "start", "reload"]
+
+
+class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     name = "serve.gateway"
     phase = "serve"
     scope = Scope.CLUSTER
@@ -53,14 +58,14 @@ class ServeGatewayTask(Task[ClusterContext, str]):
     changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
                "600, content on stdin), reloads NGINX in place (`nginx -s reload`) or runs the container again")
 
-    def check(self, ctx: ClusterContext) -> list[Change[str]]:
+    def check(self, ctx: ClusterContext) -> list[Change[GatewayAction]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []
         head = ctx.head()
         spec = head_gateway(head)
         key = api_key(inv)
-        changes = []
+        changes: list[Change[GatewayAction]] = []
         if key is None and spec.authenticated:
             changes.append(Change(f"make the endpoint's API key (kept 0600 in {key_path(inv.cluster.name)})",
                                   node=head.name, payload="key"))
@@ -105,11 +110,11 @@ class ServeGatewayTask(Task[ClusterContext, str]):
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             "true"])
 
-    def apply(self, ctx: ClusterContext, changes: list[Change[str]]) -> None:
+    def apply(self, ctx: ClusterContext, changes: list[Change[GatewayAction]]) -> None:
         head = ctx.head()
         spec = head_gateway(head)
         key = api_key(ctx.inventory, create=True)
-        actions = {c.payload for c in changes}
+        actions: set[GatewayAction | None] = {c.payload for c in changes}
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
         head.transport.put(spec.config_path, spec.config(key), mode=0o600)
         try:
