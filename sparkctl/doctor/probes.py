@@ -13,7 +13,7 @@ import posixpath
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparkctl.doctor import node_probes
 from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
@@ -187,7 +187,9 @@ class ProbeSection:
 
     name: str
     script: Callable[[Where], str | None]
-    read: Callable[[NodeProbe, Section], None]
+    #: what the section's output sets: the probe with those fields replaced (mypy checks every name and type), or None
+    #: when the read set them on the probe itself
+    read: Callable[[NodeProbe, Section], NodeProbe | None]
     #: shell run before the section, outside its subshell (what a later section reads: /health's status)
     before: Callable[[Where], str] | None = None
 
@@ -260,14 +262,6 @@ def _read_completion(p: NodeProbe, s: Section) -> None:
         p.completion, p.completion_error = _completion_text(status.strip(), body)
 
 
-def _set(field_name: str, parse: Callable[[str], object]) -> Callable[[NodeProbe, Section], None]:
-    return lambda p, s: setattr(p, field_name, parse(s.output))
-
-
-def _set_system(field_name: str, parse: Callable[[str], object]) -> Callable[[NodeProbe, Section], None]:
-    return lambda p, s: setattr(p.system, field_name, parse(s.output))
-
-
 def _read_versions(p: NodeProbe, s: Section) -> None:
     versions = node_probes.parse_versions(s.output)
     p.system.kernel, p.system.driver, p.system.cuda = (versions.get(k, "") for k in ("kernel", "driver", "cuda"))
@@ -278,46 +272,47 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("ports", _ports, _read_ports),
     ProbeSection("versions", lambda w: node_probes.VERSIONS, _read_versions),
     ProbeSection("host-settings", lambda w: node_probes.HOST_SETTINGS,
-                 _set_system("host_settings", node_probes.parse_settings)),
+                 lambda p, s: replace(p, system=replace(p.system, host_settings=node_probes.parse_settings(s.output)))),
     ProbeSection("sshd-dropins", lambda w: node_probes.SSHD_DROPINS,
-                 _set_system("sshd_dropins", node_probes.parse_sshd_dropins)),
+                 lambda p, s: replace(p, system=replace(p.system,
+                                                        sshd_dropins=node_probes.parse_sshd_dropins(s.output)))),
     ProbeSection("ibv", lambda w: node_probes.IBV_DEVINFO if w.inventory.topology != "single" else None,
-                 _set_system("hcas", node_probes.parse_ibv_devinfo)),
+                 lambda p, s: replace(p, system=replace(p.system, hcas=node_probes.parse_ibv_devinfo(s.output)))),
     ProbeSection("gids", lambda w: node_probes.GIDS if w.inventory.topology != "single" else None,
-                 _set_system("gids", node_probes.parse_gids)),
+                 lambda p, s: replace(p, system=replace(p.system, gids=node_probes.parse_gids(s.output)))),
     ProbeSection("ping", _pings, _read_pings),
     ProbeSection("ssh", lambda w: _mesh_section(host_tries(w.inventory, w.plan.fabric, w.order, w.node))
-                 if w.meshed and w.plan is not None else None, _set("ssh", _ssh_results)),
+                 if w.meshed and w.plan is not None else None, lambda p, s: replace(p, ssh=_ssh_results(s.output))),
     ProbeSection("exposure", lambda w: exposure_script(management_addresses(w.facts),
                                                        int(w.inventory.container.ssh_port)) if w.running else None,
-                 _set("exposed", exposed)),
+                 lambda p, s: replace(p, exposed=exposed(s.output))),
     ProbeSection("c-logs", lambda w: f"docker logs --tail {LOG_LINES} {q(w.inventory.container.name)} 2>&1"
                  if w.container is not None and w.container.exists and (
                      not w.container.running or w.container.status == "restarting" or w.want_logs) else None,
-                 _set("container_logs", str.strip)),
+                 lambda p, s: replace(p, container_logs=s.output.strip())),
     ProbeSection("hf-token", lambda w: f'[ -s {q(w.hf + "/token")} ] && echo yes || echo no',
-                 _set("hf_token_file", lambda text: {"yes": True, "no": False}.get(text.strip()))),
+                 lambda p, s: replace(p, hf_token_file={"yes": True, "no": False}.get(s.output.strip()))),
     ProbeSection("models", lambda w: _model_lines(w.hf, model_repos(w.inventory) if w.serving else []),
                  _read_models),
     ProbeSection("serve-log", lambda w: f"[ -f {q(w.log)} ] || exit 3; tail -n {LOG_LINES} {q(w.log)}",
                  _read_serve_log),
     ProbeSection("nccl", lambda w: f"grep -E 'NCCL|NET/' {q(w.log)} 2>/dev/null | tail -n {NCCL_LINES}",
-                 _set("nccl_log", str)),
+                 lambda p, s: replace(p, nccl_log=s.output)),
     ProbeSection("rendezvous", _rendezvous, _read_rendezvous),
     ProbeSection("health", lambda w: "printf '%s\\n' \"$_health\"" if w.head and w.serving else None,
-                 _set("health_status", lambda text: int(text.strip()) if text.strip().isdigit() else 0),
+                 lambda p, s: replace(p, health_status=int(s.output.strip()) if s.output.strip().isdigit() else 0),
                  before=lambda w: "_health=$(" + _http(w.inventory.container.name,
                                                       f"http://127.0.0.1:{serve_port(w.inventory)}/health")
                  + " | head -n 1)"),
     ProbeSection("gateway", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
                  "|| echo absent" if w.head and w.serving else None,
-                 _set("gateway", lambda text: (text.strip().splitlines() or ["absent"])[-1].strip())),
+                 lambda p, s: replace(p, gateway=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
     ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{int(w.inventory.serve_spec().port)}'"
-                 if w.head and w.serving else None, _set("gateway_ss", str)),
+                 if w.head and w.serving else None, lambda p, s: replace(p, gateway_ss=s.output)),
     ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name) if _unit_here(w) else None,
-                 _set("unit", parse_show)),
+                 lambda p, s: replace(p, unit=parse_show(s.output))),
     ProbeSection("unit-exits", lambda w: f"tail -n 20 {q(posixpath.join(posixpath.dirname(w.log), EXITS_LOG))}"
-                 if _unit_here(w) else None, _set("unit_exits", str)),
+                 if _unit_here(w) else None, lambda p, s: replace(p, unit_exits=s.output)),
     ProbeSection("completion", _completion, _read_completion),
 ]
 
@@ -330,16 +325,18 @@ def _mpi(w: Where) -> bool:
 #: has Ray where Ray is chosen instead), and the settings files that override sparkctl's.
 CONTAINER_SECTIONS: list[ProbeSection] = [
     ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and "ray" in w.plan.launch.programs()
-                 else None, lambda p, s: setattr(p, "ray_found", s.ok)),
+                 else None, lambda p, s: replace(p, ray_found=s.ok)),
     ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and _mpi(w) else None,
-                 lambda p, s: setattr(p, "container_hostfile", s.output if s.ok else "")),
+                 lambda p, s: replace(p, container_hostfile=s.output if s.ok else "")),
     ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None and _mpi(w)
                  else None,
-                 lambda p, s: setattr(p, "container_authorized_keys", s.output if s.ok else "")),
+                 lambda p, s: replace(p, container_authorized_keys=s.output if s.ok else "")),
     ProbeSection("c-ssh", lambda w: _mesh_section(container_tries(w.plan.fabric, w.order, w.node))
-                 if w.plan is not None and _mpi(w) else None, _set("container_ssh", _ssh_results)),
+                 if w.plan is not None and _mpi(w) else None,
+                 lambda p, s: replace(p, container_ssh=_ssh_results(s.output))),
     ProbeSection("c-settings", lambda w: node_probes.CONTAINER_SETTINGS,
-                 _set_system("container_settings", node_probes.parse_settings)),
+                 lambda p, s: replace(p, system=replace(p.system,
+                                                        container_settings=node_probes.parse_settings(s.output)))),
 ]
 
 
@@ -377,7 +374,7 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
     probe = NodeProbe()
     for sec in (*HOST_SECTIONS, *CONTAINER_SECTIONS):
         if sec.name in sections:
-            sec.read(probe, sections[sec.name])
+            probe = sec.read(probe, sections[sec.name]) or probe
     return probe
 
 

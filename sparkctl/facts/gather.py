@@ -54,7 +54,7 @@ def read_facts(sections: Mapping[str, Section], node: str, request: FactsRequest
     """Every entry the request ran reads its own section, in order (an entry may use what an earlier one set)."""
     facts = Facts(node=node, hf_cache=request.hf_cache)
     for entry, _script in rendered(request):
-        entry.read(facts, Got(facts, entry.name, sections.get(entry.name), request))
+        facts = entry.read(facts, Got(facts, entry.name, sections.get(entry.name), request)) or facts
     facts.management_interfaces = _management_interfaces(facts, reach_addrs)
     return facts
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sparkctl.facts import parse
@@ -70,7 +70,9 @@ class Got:
 class FactSection:
     name: str
     script: Callable[[FactsRequest], str | None]
-    read: Callable[[Facts, Got], None]
+    #: what the section's output sets: the facts with those fields replaced (`replace(f, hostname=...)`: mypy checks
+    #: every name and type), or None when the read set them on `f` itself
+    read: Callable[[Facts, Got], Facts | None]
     #: waits on a daemon or walks a big table: run in the background from the top and printed in its place, so
     #: the round trip costs the slowest of them, not their sum
     concurrent: bool = False
@@ -233,24 +235,22 @@ def _guards_script(request: FactsRequest) -> str | None:
     return f"if [ \"$_SUDO_OK\" = 1 ]; then $_S sh -c {q(GUARDS_SCRIPT)} sh {dirs}; else echo '#unreadable'; fi"
 
 
-def _set(field: str, parser: Callable[[str], object], default: object = None) -> Callable[[Facts, Got], None]:
-    """A read that sets one Facts field from its parsed section (the default when the section is empty)."""
-    return lambda f, got: setattr(f, field, got.parsed(parser, default))
-
-
-def _stripped(field: str) -> Callable[[Facts, Got], None]:
-    return lambda f, got: setattr(f, field, got.text.strip())
+def _guards_pending(got: Got) -> list[str] | None:
+    none: list[str] | None = []  # an empty section: no guard pending; None: unreadable
+    return got.parsed(parse.parse_guards, none)
 
 
 FACT_SECTIONS: list[FactSection] = [
-    FactSection("hostname", _always("hostname 2>/dev/null || cat /proc/sys/kernel/hostname"), _stripped("hostname")),
+    FactSection("hostname", _always("hostname 2>/dev/null || cat /proc/sys/kernel/hostname"),
+                lambda f, got: replace(f, hostname=got.text.strip())),
     FactSection("os-release", _always("cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release"),
                 _read_os_release),
     FactSection("dgx-release", _always("cat /etc/dgx-release 2>/dev/null"), _read_dgx_release),
-    FactSection("arch", _always("uname -m"), _stripped("arch")),
+    FactSection("arch", _always("uname -m"), lambda f, got: replace(f, arch=got.text.strip())),
     FactSection("id", _always("id -un; id -u; id -Gn"), _read_id),
     FactSection("home", _always('printf "%s\\n" "$HOME"'), _read_home),
-    FactSection("ip-addr", _always("ip -j -d addr show"), _set("interfaces", parse.parse_ip_addr, {})),
+    FactSection("ip-addr", _always("ip -j -d addr show"),
+                lambda f, got: replace(f, interfaces=got.parsed(parse.parse_ip_addr, {}))),
     # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost).
     FactSection("carrier", _always(r"""for f in /sys/class/net/*/carrier; do
   [ -e "$f" ] || continue; n=${f%/carrier}; n=${n##*/}; c=
@@ -267,13 +267,13 @@ else for d in /sys/class/infiniband/*; do
     st=Down; o=; read -r o < /sys/class/net/"$nd"/operstate 2>/dev/null; [ "$o" = up ] && st=Up
     printf '%s port %s ==> %s (%s)\n' "$dev" "$port" "$nd" "$st"
   done
-done; fi"""), _set("roce", parse.parse_ibdev2netdev, [])),
+done; fi"""), lambda f, got: replace(f, roce=got.parsed(parse.parse_ibdev2netdev, []))),
     # lldpcli is setuid _lldpd, mode 4750 _lldpd:adm on Debian/Ubuntu (and /usr/sbin is not in a user's PATH over
     # ssh): found by path, asked with sudo -n when that works. Only read: sparkctl never starts lldpd itself.
     FactSection("lldp", _always(r"""_L=$(command -v lldpcli 2>/dev/null)
 for p in /usr/sbin/lldpcli /usr/local/sbin/lldpcli; do [ -z "$_L" ] && [ -e "$p" ] && _L=$p; done
 if [ -z "$_L" ]; then echo '#absent'; else _t 10 $_S "$_L" show neighbors -f json 2>&1; fi"""),
-                _set("lldp", parse_lldp), privileged=True),
+                lambda f, got: replace(f, lldp=got.parsed(parse_lldp, None)), privileged=True),
     FactSection("speed", _always(r"""for f in /sys/class/net/*/speed; do
   [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}; v=
   read -r v < "$f" 2>/dev/null
@@ -285,18 +285,18 @@ if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
   printf 'ethtool %s %s\n' "$nd" "$sp"
 done; fi"""), _read_speed, concurrent=True),
     FactSection("ssh-connection", _always(r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
-                _set("session_ip", parse.parse_ssh_connection)),
+                lambda f, got: replace(f, session_ip=got.parsed(parse.parse_ssh_connection, None))),
     FactSection("routes", _always("ip -4 -o route show table main 2>/dev/null"),
-                _set("routes", parse.parse_routes, [])),
+                lambda f, got: replace(f, routes=got.parsed(parse.parse_routes, []))),
     # sparkctl's own sysctl.d files (a relaying ring node's forwarding): name and base64 content
     FactSection("sparkctl-sysctl", _always(r"""for f in /etc/sysctl.d/*-sparkctl-*.conf; do
   [ -f "$f" ] || continue; printf '%s ' "$f"; base64 < "$f" | tr -d '\n'; echo
-done"""), _set("sysctl_files", parse.parse_named_files, {})),
+done"""), lambda f, got: replace(f, sysctl_files=got.parsed(parse.parse_named_files, {}))),
     # forwarding and reverse-path filtering: a ring relays between neighbours (`read`: no fork per file)
     FactSection("ipv4-conf", _always(r"""for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding \
          /proc/sys/net/ipv4/conf/*/rp_filter; do
   [ -e "$f" ] || continue; v=; read -r v < "$f" 2>/dev/null; printf '%s %s\n' "${f#/proc/sys/net/ipv4/}" "$v"
-done"""), _set("ipv4_conf", parse.parse_ipv4_conf, {})),
+done"""), lambda f, got: replace(f, ipv4_conf=got.parsed(parse.parse_ipv4_conf, {}))),
     # Netplan files are 0600 root: read with sudo -n when needed; base64 keeps any content intact.
     FactSection("netplan", _always(r"""for f in /etc/netplan/*.yaml; do
   [ -e "$f" ] || continue
@@ -305,7 +305,7 @@ done"""), _set("ipv4_conf", parse.parse_ipv4_conf, {})),
   elif [ "$_SUDO_OK" = 1 ]; then c=$($_S cat "$f" 2>/dev/null | base64 | tr -d '\n') && c="b64:$c" || c=-
   else c=-; fi
   printf '%s %s %s\n' "$mode" "$c" "$f"
-done"""), _set("netplan_files", parse.parse_netplan, []), privileged=True),
+done"""), lambda f, got: replace(f, netplan_files=got.parsed(parse.parse_netplan, [])), privileged=True),
     # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it
     # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls:
     # each costs ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
@@ -317,20 +317,21 @@ done"""), _set("netplan_files", parse.parse_netplan, []), privileged=True),
   echo '#settings'; _u=$(printf '%s\n' "$_c" | cut -d: -f1 | grep -E '^[0-9a-fA-F-]{36}$')
   if [ -n "$_u" ]; then _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address \
     connection show $_u 2>&1; fi )
-else echo '#absent'; fi"""), _set("nm", parse_nmcli), concurrent=True),
+else echo '#absent'; fi"""), lambda f, got: replace(f, nm=got.parsed(parse_nmcli, None)), concurrent=True),
     FactSection("docker-cli", _always("command -v docker"), _read_docker_cli),
     FactSection("docker-info", _docker_ps, _read_docker_ps, concurrent=True),
     FactSection("docker", _docker_inspect, _read_docker_inspect, concurrent=True),
     FactSection("hf-cache", _hf_cache_script, _read_hf_cache),
-    FactSection("netplan-guards", _guards_script, _set("netplan_guards_pending", parse.parse_guards, []),
+    FactSection("netplan-guards", _guards_script,
+                lambda f, got: replace(f, netplan_guards_pending=_guards_pending(got)),
                 privileged=True),
     FactSection("ss", _always("if [ \"$_SUDO_OK\" = 1 ]; then $_S ss -ltnpH 2>/dev/null || ss -ltnH; "
                               "else ss -ltnpH; fi"), _read_ss, privileged=True),
     # root already, or `sudo -n` ran the privileged shell (facts/script.py): sudo asked once, by that shell
-    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: setattr(f, "sudo_nopasswd", got.ok),
+    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: replace(f, sudo_nopasswd=got.ok),
                 privileged=True),
     FactSection("meminfo", _always("cat /proc/meminfo"), _read_meminfo),
-    FactSection("time", _always("date +%s.%N"), _set("time", parse.parse_time, 0.0)),
+    FactSection("time", _always("date +%s.%N"), lambda f, got: replace(f, time=got.parsed(parse.parse_time, 0.0))),
     FactSection("firewall", _always(r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi
 if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
 if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, privileged=True),
