@@ -1,11 +1,15 @@
-"""scripts/sglang_knowledge.py against excerpts of two SGLang releases (tests/fixtures/sglang-source, the PyPI
+"""scripts/sglang_knowledge.py against excerpts of three SGLang releases (tests/fixtures/sglang-source, the PyPI
 distributions and line ranges cited in its README; line numbers kept as the release's): read as unpacked
 distributions (VERSION=PATH) and by ref from a git checkout (VERSION=PATH@REF); and the committed
-sparkctl/knowledge/sglang_releases.json held to what the generator finds in the excerpts."""
+sparkctl/knowledge/sglang_releases.json held to what the generator finds in the excerpts. 0.5.3.post3 and 0.5.12
+register their flags in ServerArgs.add_cli_args; 0.5.23 derives them from annotated fields (arg_groups/fields/) and
+resolves in arg_groups/ hooks."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
 import shlex
 import shutil
@@ -19,11 +23,16 @@ from tests.taskkit import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "sglang-source"
 SCRIPT = REPO / "scripts" / "sglang_knowledge.py"
-RELEASES = ("0.5.3.post3", "0.5.12")
+RELEASES = ("0.5.3.post3", "0.5.12", "0.5.23")
+OLD_LAYOUT = ("0.5.3.post3", "0.5.12")  # flags added one by one in ServerArgs.add_cli_args
+FIELDS_LAYOUT = "0.5.23"  # flags derived from arg_groups/fields/, hooks in arg_groups/
 DIST_SHA256 = {"0.5.3.post3": "a6a78aac22e282147e60657e46b045ddec6b57451a6d96ea021324005d991c58",
-               "0.5.12": "d3fc7ecb61ad3e533ebe1ae9b4109fbb62ecbf2d17453b62770c8a7ec49d539a"}
+               "0.5.12": "d3fc7ecb61ad3e533ebe1ae9b4109fbb62ecbf2d17453b62770c8a7ec49d539a",
+               "0.5.23": "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"}
 IMAGE = "lmsysorg/sglang:spark"
 ALGORITHMS_0_5_3 = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+NEW = FIXTURE / FIELDS_LAYOUT / "sglang" / "srt"
+SPEC_ALGORITHM = ["field", "speculative_algorithm"]
 
 
 def run(out, *args):
@@ -40,6 +49,14 @@ def generate(out, *args) -> dict:
 def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
                           capture_output=True, text=True).stdout
+
+
+def module_constant(path, name):
+    """The value node of a module-level assignment in an excerpt file, read on its own (not through the
+    generator)."""
+    tree = ast.parse(path.read_text())
+    return next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
 
 def files_of(root) -> dict[str, str]:
@@ -63,7 +80,7 @@ def generated(tmp_path_factory):
 
 
 def test_the_flags_are_the_ones_add_cli_args_adds_with_their_kind_default_and_field(generated):
-    old, new = (generated["releases"][v]["server_flags"] for v in RELEASES)
+    old, new = (generated["releases"][v]["server_flags"] for v in OLD_LAYOUT)
     for flags in (old, new):
         # --tensor-parallel-size first: argparse's dest; from_cli_args copies it to ServerArgs.tp_size
         assert flags["--tensor-parallel-size"] == {"kind": "int", "type": "int", "aliases": ["--tp-size"],
@@ -88,7 +105,7 @@ def test_the_flags_are_the_ones_add_cli_args_adds_with_their_kind_default_and_fi
 
 
 def test_the_parser_and_entry_points_of_each_release(generated):
-    old, new = (generated["releases"][v] for v in RELEASES)
+    old, new = (generated["releases"][v] for v in OLD_LAYOUT)
     assert old["parser"]["prog"] is None and new["parser"]["prog"] == "sglang serve"
     for release in (old, new):
         assert release["parser"]["allow_abbrev"] is True and release["parser"]["underscores"] is False
@@ -102,7 +119,7 @@ def test_the_parser_and_entry_points_of_each_release(generated):
 
 
 def test_the_speculative_algorithms_and_checks_are_read_as_data(generated):
-    old, new = (generated["releases"][v]["speculative"] for v in RELEASES)
+    old, new = (generated["releases"][v]["speculative"] for v in OLD_LAYOUT)
     assert old["algorithms"] == ALGORITHMS_0_5_3 and old["names"] == "choices" and old["case_sensitive"] is True
     assert old["aliases"] == {"NEXTN": "EAGLE"}
     assert new["algorithms"] == ["DFLASH", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM"]
@@ -123,7 +140,7 @@ def test_the_speculative_algorithms_and_checks_are_read_as_data(generated):
 
 
 def test_multi_node_checks_env_and_metrics(generated):
-    for version in RELEASES:
+    for version in OLD_LAYOUT:
         release = generated["releases"][version]
         assert release["multi_node"]["flags"] == {"--nnodes": "--nnodes", "--node-rank": "--node-rank",
                                                   "--dist-init-addr": "--dist-init-addr",
@@ -138,6 +155,158 @@ def test_multi_node_checks_env_and_metrics(generated):
                 "sglang:spec_accept_length": "gauge"}.items() <= release["metrics"].items()
     assert generated["releases"]["0.5.12"]["metrics"]["sglang:generation_tokens_total"] == "counter"
     assert generated["releases"]["0.5.3.post3"]["env_direct"]["SGLANG_HOST_IP"] == ["python/sglang/srt/utils/common.py"]
+
+
+def test_the_0_5_23_flags_are_derived_from_the_annotated_fields(generated):
+    flags = generated["releases"][FIELDS_LAYOUT]["server_flags"]
+    # A[int, Arg(aliases=["--tensor-parallel-size"])] = 1 on Parallel.tp_size: the field's spelling is the key
+    assert flags["--tp-size"] == {"kind": "int", "type": "int", "aliases": ["--tensor-parallel-size"],
+                                  "dest": "tp_size", "field": "tp_size", "default": 1}
+    assert "--tensor-parallel-size" not in flags
+    assert flags["--pp-size"] == {"kind": "int", "type": "int", "aliases": ["--pipeline-parallel-size"],
+                                  "dest": "pp_size", "field": "pp_size", "default": 1}
+    assert flags["--nnodes"] == {"kind": "int", "type": "int", "dest": "nnodes", "field": "nnodes", "default": 1}
+    assert flags["--node-rank"]["default"] == 0 and flags["--node-rank"]["kind"] == "int"
+    assert flags["--dist-init-addr"] == {"kind": "str", "type": "str", "aliases": ["--nccl-init-addr"],
+                                         "dest": "dist_init_addr", "field": "dist_init_addr", "default": None}
+    # A[bool, "help"] = False: store_true
+    assert flags["--enable-metrics"] == {"kind": "flag", "dest": "enable_metrics", "field": "enable_metrics",
+                                         "default": False}
+    # Arg(action=argparse.BooleanOptionalAction): --x and --no-x
+    assert flags["--dcp-replicate-q-proj"] == {"kind": "bool", "dest": "dcp_replicate_q_proj",
+                                               "field": "dcp_replicate_q_proj", "default": None}
+    # a field with no default is required
+    assert flags["--model-path"] == {"kind": "str", "type": "str", "aliases": ["--model"], "dest": "model_path",
+                                     "field": "model_path", "default": None, "required": True}
+    assert not any(spec.get("required") for key, spec in flags.items() if key != "--model-path")
+    # Arg(choices=<constant>): the list of arg_groups/choices.py, followed through the fields module's import
+    choices = NEW / "arg_groups" / "choices.py"
+    load_formats = ast.literal_eval(module_constant(choices, "LOAD_FORMAT_CHOICES"))
+    assert flags["--load-format"]["choices"] == load_formats and flags["--load-format"]["default"] == "auto"
+    assert flags["--speculative-draft-load-format"]["choices"] == load_formats
+    assert flags["--attention-backend"]["choices"] == ast.literal_eval(module_constant(choices,
+                                                                                       "ATTENTION_BACKEND_CHOICES"))
+    # Literal["null", "prefill", "decode"]: its members are the choices
+    assert flags["--disaggregation-mode"] == {"kind": "str", "type": "str", "choices": ["null", "prefill", "decode"],
+                                              "dest": "disaggregation_mode", "field": "disaggregation_mode",
+                                              "default": "null"}
+    # Optional[List[int]]: nargs "+"
+    assert flags["--cuda-graph-bs-decode"] == {"kind": "list", "item": "int", "type": "int", "nargs": "+",
+                                               "dest": "cuda_graph_bs_decode", "field": "cuda_graph_bs_decode",
+                                               "default": None}
+    # Arg(no_cli=True) gives no flag; add_cli_args' deprecated registrations are those fields' only spelling
+    assert "--speculative-boundary-reduction" not in flags
+    assert flags["--disable-cuda-graph"] == {"kind": "flag", "action": "DeprecatedStoreTrueAction",
+                                             "dest": "disable_cuda_graph", "field": "disable_cuda_graph",
+                                             "default": False}
+    assert flags["--enable-dp-attention"]["field"] == "enable_dp_attention"
+    assert flags["--monokernel-backend"]["field"] == flags["--enable-amd-monokernel"]["field"] == \
+        "enable_amd_monokernel"
+    assert flags["--config"] == {"kind": "str", "type": "str", "dest": "config", "default": None}
+    # every speculative field the Spec namespace declares for the command line has its flag
+    spec = next(n for n in ast.parse((NEW / "arg_groups" / "fields" / "spec.py").read_text()).body
+                if isinstance(n, ast.ClassDef) and n.name == "Spec")
+    declared = {st.target.id for st in spec.body if isinstance(st, ast.AnnAssign)
+                and "no_cli=True" not in ast.unparse(st.annotation)}
+    assert {"speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens"} <= declared
+    assert declared <= {f["field"] for f in flags.values() if "field" in f}
+
+
+def test_the_0_5_23_flags_come_in_the_positional_field_order():
+    """collect_input_fields orders the namespaces' fields by POSITIONAL_FIELD_ORDER (arg_groups/field_order.py; in
+    0.5.23 it lists every field), not by _INPUT_NAMESPACES, and add_cli_args' own registrations follow. The JSON is
+    written with sorted keys, so the parser's order is read from the generator's Flags."""
+    spec = importlib.util.spec_from_file_location("sglang_knowledge_under_test", SCRIPT)
+    knowledge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(knowledge)
+    source = knowledge.Source(str(FIXTURE / FIELDS_LAYOUT))
+    flags = knowledge.Flags(source, knowledge._class(source.tree(knowledge.SERVER_ARGS), "ServerArgs")).flags
+    order = ast.literal_eval(module_constant(NEW / "arg_groups" / "field_order.py", "POSITIONAL_FIELD_ORDER"))
+    namespaces = [e.id for e in module_constant(NEW / "server_args.py", "_INPUT_NAMESPACES").elts]
+    keys = list(flags)
+    manual = ["--config", "--disable-cuda-graph", "--enable-dp-attention", "--monokernel-backend",
+              "--enable-flashinfer-allreduce-fusion"]
+    assert keys[-len(manual):] == manual
+    derived = [flags[key]["field"] for key in keys[:-len(manual)]]
+    assert set(derived) <= set(order) and derived == sorted(derived, key=order.index)
+    # Spec comes before Parallel in _INPUT_NAMESPACES; the positional order puts tp_size first
+    assert namespaces.index("Spec") < namespaces.index("Parallel")
+    assert keys[0] == "--model-path" and keys.index("--tp-size") < keys.index("--speculative-algorithm")
+    assert keys.index("--dist-init-addr") < keys.index("--nnodes") < keys.index("--node-rank") < \
+        keys.index("--tp-size") < keys.index("--pp-size")
+
+
+def test_the_0_5_23_speculative_handler_is_its_hook_read_through_the_dispatch(generated):
+    spec = generated["releases"][FIELDS_LAYOUT]["speculative"]
+    hook = (NEW / "arg_groups" / "speculative_hook.py").read_text().split("\n")
+    line = 1 + next(i for i, text in enumerate(hook) if text.startswith("def handle_speculative_decoding("))
+    assert spec["evidence"] == f"python/sglang/srt/arg_groups/speculative_hook.py:{line} handle_speculative_decoding"
+    assert spec["algorithms"] == ["DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM"]
+    assert spec["names"] == "free string, upper-cased and looked up" and spec["case_sensitive"] is False
+    assert spec["names_evidence"] == "python/sglang/srt/speculative/spec_info.py:32 class SpeculativeAlgorithm"
+    assert spec["aliases"] == {"NEXTN": "EAGLE", "EAGLE": "EAGLE"}  # _resolve_speculative_algorithm_alias
+    # the eagle family's bare assert: in _handle_eagle_family, which only algo.handle_server_args(server_args) calls
+    bare = next(c for c in spec["checks"] if c.get("source") == (
+        "assert cfg.speculative_eagle_topk is None and cfg.speculative_num_draft_tokens is None"))
+    assert bare["kind"] == "assert" and bare["message"] == "" and bare["error"] == "AssertionError"
+    assert bare["at"].startswith("python/sglang/srt/arg_groups/speculative_hook.py:")
+    assert bare["at"].endswith(" _handle_eagle_family")
+    # SpeculativeAlgorithm.handle_server_args: `elif self.is_eagle() or self.is_standalone()`, after the DFLASH,
+    # UNO, DSPARK and FROZEN_KV_MTP branches, each is_x() read as a test of the algorithm's name
+    eagle = ["cmp", "in", SPEC_ALGORITHM, ["tuple", *(["const", a] for a in ("EAGLE", "EAGLE3", "FROZEN_KV_MTP"))]]
+    assert ["or", eagle, ["cmp", "==", SPEC_ALGORITHM, ["const", "STANDALONE"]]] in bare["when"]
+    for earlier in ("DFLASH", "UNO", "DSPARK", "FROZEN_KV_MTP"):
+        assert ["not", ["cmp", "==", SPEC_ALGORITHM, ["const", earlier]]] in bare["when"]
+    topk = bare["test"][1]  # speculative_eagle_topk as an earlier hook may have left it
+    assert topk[:2] == ["cmp", "is"] and topk[3] == ["const", None] and topk[2][0] == "set"
+    assert spec["assignments"][topk[2][1]]["field"] == "speculative_eagle_topk"
+    # declare_resolution(server_args, "handle_speculative_decoding", speculative_draft_window_size=...) is what a
+    # later `cfg.speculative_draft_window_size` reads
+    sink = next(c for c in spec["checks"]
+                if c["message"] == "--speculative-draft-sink-size requires --speculative-draft-window-size.")
+    window = sink["when"][-1]
+    assert window[:2] == ["cmp", "is"] and window[3] == ["const", None] and window[2][0] == "set"
+    declared = spec["assignments"][window[2][1]]
+    assert declared["field"] == "speculative_draft_window_size"
+    assert declared["at"].startswith("python/sglang/srt/arg_groups/speculative_hook.py:")
+    assert declared["at"].endswith(" handle_speculative_decoding")
+
+
+def test_the_0_5_23_multi_node_checks_come_from_the_arg_groups_hooks_and_env_and_metrics(generated):
+    release = generated["releases"][FIELDS_LAYOUT]
+    multi = release["multi_node"]
+    # --tp-size and --pp-size are now the canonical spellings (the --*-parallel-size ones their aliases)
+    assert multi["flags"] == {"--nnodes": "--nnodes", "--node-rank": "--node-rank", "--dist-init-addr":
+                              "--dist-init-addr", "--tp-size": "--tp-size", "--pp-size": "--pp-size"}
+    divisible = next(c for c in multi["checks"] if c["message"] == "tp_size must be divisible by number of nodes")
+    assert divisible["at"] == "python/sglang/srt/arg_groups/validation_hook.py:179 check_server_args"
+    assert divisible["source"] == "assert cfg.tp_size * cfg.pp_size % cfg.nnodes == 0"
+    assert divisible["test"] == ["cmp", "==", ["bin", "%", ["bin", "*", ["field", "tp_size"], ["field", "pp_size"]],
+                                               ["field", "nnodes"]], ["const", 0]]
+    assert divisible["when"] == [["cmp", "!=", ["field", "ep_join_mode"], ["const", "scale"]]]
+    assert "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes" in \
+        [c["message"] for c in multi["checks"]]
+    # none in ServerArgs (its check_server_args hands the record to the hook): each is a hook's, in arg_groups/
+    assert {c["at"].split(":")[0] for c in multi["checks"]} == {
+        f"python/sglang/srt/arg_groups/{name}.py" for name in ("moe_hook", "parallel_hook", "serving_hook",
+                                                               "validation_hook")}
+    assert {"SGLANG_HOST_IP", "HOST_IP", "SGLANG_LOCAL_IP_NIC", "SGLANG_USE_MODELSCOPE"} <= set(release["env"])
+    assert release["env_direct"]["SGLANG_HOST_IP"] == ["python/sglang/srt/utils/network.py"]
+    assert release["env_registry"]["registry"]["SGLANG_USE_MODELSCOPE"] == {"kind": "bool", "default": False}
+    assert {"sglang:num_running_reqs": "gauge", "sglang:gen_throughput": "gauge", "sglang:spec_accept_length": "gauge",
+            "sglang:generation_tokens_total": "counter"}.items() <= release["metrics"].items()
+
+
+def test_the_0_5_23_parser_and_entry_points(generated):
+    release = generated["releases"][FIELDS_LAYOUT]
+    assert release["parser"]["prog"] == "sglang serve" and release["parser"]["allow_abbrev"] is True
+    assert release["parser"]["config"]["exact_token"] is True
+    assert release["parser"]["evidence"].startswith("python/sglang/srt/server_args.py:")
+    assert release["errors"]["prog"] == "sglang serve"
+    assert release["entry_points"]["launch_server"]["command"] == "python3 -m sglang.launch_server"
+    serve = release["entry_points"]["serve"]
+    assert serve["script"] == "sglang = sglang.cli.main:main" and serve["prog"] == "sglang serve"
+    assert serve["model_path_missing"] == "Error: --model-path is required. Please provide the path to the model."
 
 
 def test_each_release_records_its_sources_and_the_image_map(generated):
@@ -181,6 +350,7 @@ def test_a_second_run_naming_one_release_keeps_the_others_and_the_images(generat
     merged = generate(out, *args)
     assert merged["releases"]["0.5.3.post3"] == generated["releases"]["0.5.3.post3"]
     assert merged["releases"]["0.5.12"] == generated["releases"]["0.5.12"]  # same files: the dist hash is kept
+    assert merged["releases"]["0.5.23"] == generated["releases"]["0.5.23"]
     assert merged["images"]["tags"] == {IMAGE: "0.5.3.post3", "lmsysorg/sglang:v0.5.12-cu130": "0.5.12"}
     assert merged["about"].endswith("Last run: " + shlex.join(["scripts/sglang_knowledge.py", *args, "--out",
                                                                  str(out)]))
