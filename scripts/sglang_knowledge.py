@@ -459,12 +459,18 @@ class Flags:
                 and ast.unparse(st.value).startswith("args.") and ast.unparse(st.targets[0]).startswith("args.")}
 
     def extended_lists(self) -> set[str]:
-        """The choice lists that `add_*_choices` functions let other code extend (plugins), in server_args.py and,
-        from 0.5.20, arg_groups/choices.py."""
-        return {ast.unparse(c.func.value) for path in (SERVER_ARGS, CHOICES) for fn in
-                (self.source.tree(path) or ast.Module(body=[], type_ignores=[])).body
-                if isinstance(fn, ast.FunctionDef) for c in ast.walk(fn) if isinstance(c, ast.Call)
-                and _last(c.func) == "extend" and isinstance(c.func, ast.Attribute)}
+        """The choice lists that `add_*_choices` functions (or, from 0.5.20, `add_*_choices = LIST.extend`) let other
+        code extend (plugins), in server_args.py and arg_groups/choices.py."""
+        out = set()
+        for path in (SERVER_ARGS, CHOICES):
+            for node in (self.source.tree(path) or ast.Module(body=[], type_ignores=[])).body:
+                if isinstance(node, ast.FunctionDef):
+                    out |= {ast.unparse(c.func.value) for c in ast.walk(node) if isinstance(c, ast.Call)
+                            and _last(c.func) == "extend" and isinstance(c.func, ast.Attribute)}
+                elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) \
+                        and node.value.attr == "extend":  # add_load_format_choices = LOAD_FORMAT_CHOICES.extend
+                    out.add(ast.unparse(node.value.value))
+        return out
 
     def add(self, call: ast.Call, env: dict[str, Any], path: str = SERVER_ARGS) -> None:
         """One add_argument call; its names are read in `path`, the module that wrote it."""
@@ -1016,9 +1022,12 @@ def entry_points(source: Source, parser: dict[str, Any]) -> dict[str, Any]:
     if script and "serve" in subcommands:
         utils = source.tree("sglang/cli/utils.py")
         getter = _function(utils, "get_model_path")
-        spellings = sorted({c.value for n in ast.walk(getter) if isinstance(n, (ast.Compare, ast.Call))
-                            for c in ast.walk(n) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                            and c.value.startswith("--model")}) if getter else []
+        called = [f for c in (ast.walk(getter) if getter else []) if isinstance(c, ast.Call)
+                  and isinstance(c.func, ast.Name) and (f := _function(utils, c.func.id)) is not None]
+        spellings = sorted({c.value for fn in ([getter] if getter else []) + called for n in ast.walk(fn)
+                            if isinstance(n, (ast.Compare, ast.Call)) for c in ast.walk(n)
+                            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                            and c.value.startswith("--model")})
         raised = [_message(r.exc) for r in ast.walk(getter) if isinstance(r, ast.Raise)] if getter else []
         out["serve"] = {"command": "sglang serve", "script": script, "prog": parser["prog"],
                         "model_path_spellings": spellings,
@@ -1058,7 +1067,10 @@ def env_facts(source: Source) -> tuple[list[str], dict[str, Any], dict[str, list
             name = _env_read(node)
             if name and name not in registry:
                 direct.setdefault(name, []).append(f"python/{path}")
-    renamed = _function(tree, "_convert_SGL_to_SGLANG")
+    renamed = _function(tree, "_convert_SGL_to_SGLANG") or next(
+        (fn for fn in (tree.body if tree else []) if isinstance(fn, ast.FunctionDef) and any(
+            isinstance(c, ast.Call) and _last(c.func) == "replace" and len(c.args) >= 2
+            and [ast.unparse(a) for a in c.args[:2]] == ["'SGL_'", "'SGLANG_'"] for c in ast.walk(fn))), None)
     extra = {"renames_prefix": {"SGL_": "SGLANG_"}} if renamed else {}
     return sorted({*registry, *direct}), {"registry": registry, **extra}, {k: sorted(set(v)) for k, v in
                                                                             sorted(direct.items())}

@@ -307,6 +307,12 @@ def test_the_0_5_23_parser_and_entry_points(generated):
     serve = release["entry_points"]["serve"]
     assert serve["script"] == "sglang = sglang.cli.main:main" and serve["prog"] == "sglang serve"
     assert serve["model_path_missing"] == "Error: --model-path is required. Please provide the path to the model."
+    # the spellings are in try_get_model_path, which get_model_path calls
+    assert serve["model_path_spellings"] == ["--model", "--model-path", "--model-path=", "--model="]
+    # `add_load_format_choices = LOAD_FORMAT_CHOICES.extend` in choices.py: plugins may add formats
+    assert release["server_flags"]["--load-format"]["choices_extendable"] is True
+    # the SGL_ prefix is rewritten by _handle_deprecated_envs from 0.5.20 (_convert_SGL_to_SGLANG before)
+    assert release["env_registry"]["renames_prefix"] == {"SGL_": "SGLANG_"}
 
 
 def test_each_release_records_its_sources_and_the_image_map(generated):
