@@ -368,9 +368,13 @@ class TopServing(BaseModel):
     waiting: float | None = None
     prompt_tps: float | None = None
     generation_tps: float | None = None
-    ttft_p50_s: float | None = Field(None, description="vLLM only (TensorRT-LLM's iteration stats have no TTFT)")
+    ttft_p50_s: float | None = Field(None, description="vLLM and SGLang (TensorRT-LLM's iteration stats have no "
+                                                       "TTFT)")
     kv_cache_fraction: float | None = None
     acceptance: float | None = Field(None, description="accepted / drafted tokens since the last refresh")
+    generated_tokens: float | None = Field(None, description=(
+        "tokens generated since the engine started (TensorRT-LLM: since the head's figures collector started), the "
+        "counter every reader of /metrics through the gateway shares"))
 
 
 class Top(Line):

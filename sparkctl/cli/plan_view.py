@@ -6,6 +6,7 @@ import shlex
 
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
+from sparkctl.plan.collector import SCRIPT_NAME, collector_spec
 from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
@@ -103,6 +104,12 @@ def _gateway_lines(inventory: Inventory) -> list[str]:
     lines.append(" \\\n    ".join(_argv_lines(spec.run_argv())))
     lines.append(f"--- {spec.config_path} (mode 600)" + ("" if listen else "; 192.0.2.1 stands for " + where))
     lines.append(spec.config(PLAN_KEY).replace(PLAN_KEY, MASK).rstrip())
+    collector = collector_spec(inventory, state_dir(inventory, home))
+    if collector is not None:
+        lines.append(f"--- figures collector on {inventory.head.name} (the one reader of the engine's /metrics, "
+                     f"which a read empties; on 127.0.0.1:{collector.port}, the gateway's /metrics with the key; "
+                     f"{collector.script_path} is templates/{SCRIPT_NAME})")
+        lines.append(" \\\n    ".join(_argv_lines(collector.run_argv())))
     return lines
 
 

@@ -44,8 +44,12 @@ class Engine:
     config_is: str = ""
     #: serve.config holds the server's flags by name (`max-model-len`; `_` read as `-`), not a config document
     config_flags: bool = False
-    #: the names of its Prometheus `/metrics`; None: TensorRT-LLM's iteration stats (a JSON list, drained on read)
-    metrics: PrometheusNames | None = None
+    #: the names of the Prometheus text its `/metrics` answers with through the gateway (the collector's, for an
+    #: engine whose own /metrics is drained on read)
+    metrics: PrometheusNames = metric_names.VLLM
+    #: its own /metrics is a queue each read empties (trtllm-serve's iteration stats): the head runs sparkctl's
+    #: collector, the one reader, and the gateway's /metrics is the collector's cumulative counters
+    metrics_drained: bool = False
     #: `serve.args` are the server's own flags (checked against the image's release); False: the engine takes
     #: none, its settings are `serve.config`
     takes_args: bool = True
@@ -69,7 +73,8 @@ ENGINES: dict[EngineName, Engine] = {
         container_name="trtllm-multinode", container_image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
         unit_per_rank=False, config_is="its extra_llm_api_options keys", takes_args=False,
         # NVIDIA's two-Spark TensorRT-LLM playbook (nvidia/trt-llm/README.md): what its mpirun -x passes
-        static_env=(("CPATH", "/usr/local/cuda/include"), ("TRITON_PTXAS_PATH", "/usr/local/cuda/bin/ptxas"))),
+        static_env=(("CPATH", "/usr/local/cuda/include"), ("TRITON_PTXAS_PATH", "/usr/local/cuda/bin/ptxas")),
+        metrics=metric_names.TRTLLM_COLLECTED, metrics_drained=True),
     "vllm": Engine(
         name="vllm", label="vLLM", server="vllm serve",
         container_name="vllm-multinode", container_image="nvcr.io/nvidia/vllm:26.05-py3",

@@ -29,7 +29,15 @@ from sparkctl.inventory.sections import (
     resolve_topology,
     subnet_count,
 )
-from sparkctl.inventory.serve import SPECULATIVE_FLAGS, engine_of, engine_port, flag_key, resolve_serve, serve_port
+from sparkctl.inventory.serve import (
+    SPECULATIVE_FLAGS,
+    collector_port,
+    engine_of,
+    engine_port,
+    flag_key,
+    resolve_serve,
+    serve_port,
+)
 from sparkctl.inventory.sglang_check import sglang_release_problems
 from sparkctl.inventory.vllm_check import vllm_release_problems
 from sparkctl.knowledge.vllm_releases import json_flags
@@ -401,6 +409,13 @@ def _port_problems(parts: InventoryParts) -> Iterator[Problem]:
         what = "the serve port" if engine == port else "an ssh port"
         yield (loc, f"the engine's port {engine} is {what} too: the gateway and the engine each need their own "
                     "(set serve.engine_port to a free one)")
+        return
+    collector = collector_port(serve, parts.node_count or 1)
+    if collector in taken | {port} and ENGINES[engine_of(serve, parts.node_count or 1)].metrics_drained:
+        loc = ("serve", "engine_port") if serve.engine_port is not None else ("serve",)
+        what = "the serve port" if collector == port else "an ssh port"
+        yield (loc, f"the figures collector answers on the port after the engine's, {collector}, which is {what}: "
+                    "set serve.engine_port so that neither it nor the next port is taken")
 
 
 CONFIG_SHAPES: dict[EngineName, Callable[[ServeSettings, Preset | None], Iterator[Problem]]] = {

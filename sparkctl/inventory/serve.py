@@ -42,6 +42,8 @@ class ServeSpec:
     pp_size: int = 1
     #: where the engine answers on the head's loopback (the gateway answers on `port`)
     engine_port: int = 0
+    #: where sparkctl's collector answers on the head's loopback (engines whose /metrics a read empties)
+    collector_port: int = 0
     engine: EngineName = DEFAULT_ENGINE
     #: vLLM: extra `vllm serve` flags as written
     args: tuple[str, ...] = ()
@@ -68,6 +70,14 @@ def engine_port(serve: ServeSettings, node_count: int) -> int:
         return serve.engine_port
     port = serve_port(serve, node_count)
     return port + 10000 if port <= 55535 else port - 10000
+
+
+def collector_port(serve: ServeSettings, node_count: int) -> int:
+    """The figures collector's, on the head's loopback behind the gateway: the port right after the engine's, or
+    right before it when that one is the serve port (or past 65535)."""
+    engine = engine_port(serve, node_count)
+    after = engine + 1
+    return after if after <= 65535 and after != serve_port(serve, node_count) else engine - 1
 
 
 def serve_port(serve: ServeSettings, node_count: int) -> int:
@@ -116,6 +126,7 @@ def resolve_serve(serve: ServeSettings, node_count: int) -> ServeSpec:
         draft_gb=preset.draft_gb if own_model and draft == preset.draft else None,
         pp_size=serve.pp_size or 1,
         engine_port=engine_port(serve, node_count),
+        collector_port=collector_port(serve, node_count),
         engine=engine,
         args=tuple(serve.args),
     )

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from sparkctl.knowledge.metric_names import PrometheusNames
 from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient
-from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
+from sparkctl.knowledge.serve_metrics import ServeSample, acceptance_since, metrics_reading
 
 PROMPTS = (
     "Explain in a few sentences why tensor parallelism helps serve a model too large for one GPU.",
@@ -75,26 +75,28 @@ def level_stats(concurrency: int, results: Sequence[Completion | None], seconds:
 
 def run_level(client: ServeClient, concurrency: int, requests: int, max_tokens: int,
               prompts: Sequence[str] = PROMPTS, metrics: PrometheusNames | None = None) -> LevelStats:
-    """`metrics`: the engine's Prometheus names (None: TensorRT-LLM's iteration stats)."""
+    """`metrics`: the names of what /metrics answers through the gateway (None: acceptance from the replies)."""
     def one(i: int) -> Completion | None:
         try:
             return client.stream_chat(prompts[i % len(prompts)], max_tokens=max_tokens)
         except EndpointError:
             return None
 
-    before = None
-    with contextlib.suppress(EndpointError):
-        # TensorRT-LLM's iterations are drained by this read, so the level's acceptance is its own; Prometheus
-        # counters are read before and after it
-        before = metrics_reading(client.metrics_text(), metrics)
+    def reading() -> ServeSample | None:
+        if metrics is None:
+            return None
+        with contextlib.suppress(EndpointError):
+            return metrics_reading(client.metrics_text(), metrics)
+        return None
+
+    # the counters before and after the level (the collector's, for an engine whose own /metrics a read empties)
+    before = reading()
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = list(pool.map(one, range(requests)))
     seconds = time.monotonic() - started
-    try:
-        server_acceptance = acceptance_since(before, metrics_reading(client.metrics_text(), metrics))
-    except EndpointError:
-        server_acceptance = None
+    after = reading()
+    server_acceptance = acceptance_since(before, after) if after is not None else None
     return level_stats(concurrency, results, seconds, server_acceptance)
 
 

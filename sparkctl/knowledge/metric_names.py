@@ -35,3 +35,13 @@ SGLANG = PrometheusNames(
     running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs", prompt_tokens="sglang:prompt_tokens",
     generation_tokens="sglang:generation_tokens", kv_cache=("sglang:token_usage",),
     ttft="sglang:time_to_first_token_seconds", accept_length="sglang:spec_accept_length")
+
+#: TensorRT-LLM's, as sparkctl's collector on the head keeps them (templates/serve-collector.py): trtllm-serve's
+#: /metrics is a queue of iteration stats each read empties, so one reader drains it and counts; these are the names
+#: of its Prometheus text. No time to first token: the iteration stats have none.
+TRTLLM_COLLECTED = PrometheusNames(
+    running="sparkctl_trtllm_num_requests_running", waiting="sparkctl_trtllm_num_requests_waiting",
+    prompt_tokens="sparkctl_trtllm_prompt_tokens", generation_tokens="sparkctl_trtllm_generation_tokens",
+    kv_cache=("sparkctl_trtllm_kv_cache_usage_perc",), ttft="sparkctl_trtllm_time_to_first_token_seconds",
+    draft_tokens="sparkctl_trtllm_spec_decode_num_draft_tokens",
+    accepted_tokens="sparkctl_trtllm_spec_decode_num_accepted_tokens", drafts="sparkctl_trtllm_spec_decode_num_drafts")

@@ -1,7 +1,8 @@
 """A small client for the OpenAI-compatible endpoint trtllm-serve exposes (stdlib only).
 
-/health, /v1/models, /version, /metrics (a JSON list of iteration stats, drained on read), chat completions
-plain and streamed (server-sent events). Eagle3 endpoints decode greedily whatever sampling is asked for.
+/health, /v1/models, /version, /metrics (Prometheus text: the engine's, or the figures collector's through the
+gateway for TensorRT-LLM), chat completions plain and streamed (server-sent events). Eagle3 endpoints decode
+greedily whatever sampling is asked for.
 
 The transport is pluggable (`Fetch`): straight HTTP from this machine, or `NodeFetch`, a tiny python3 client run
 inside the head's container over the SSH connection (the endpoint need not be routable from the controller).
@@ -280,13 +281,9 @@ class ServeClient:
         except EndpointError:
             return None
 
-    def metrics(self) -> list[dict]:
-        """Iteration stats since the last read (the server drains them); [] when not enabled."""
-        value = self._json("GET", "/metrics", timeout=10.0)
-        return value if isinstance(value, list) else []
-
     def metrics_text(self) -> str:
-        """/metrics as it answers (vLLM's Prometheus text); EndpointError for an HTTP error."""
+        """/metrics as it answers (Prometheus text: the engine's, or the collector's through the gateway);
+        EndpointError for an HTTP error."""
         status, data = self._request("GET", "/metrics", None, 10.0)
         if status != 200:
             raise EndpointError(f"{self.base_url}/metrics: HTTP {status}: {_error_message(data)}")
@@ -304,19 +301,16 @@ class ServeClient:
         reply = self._json("POST", "/v1/chat/completions", self._body(prompt, max_tokens, False))
         return _completion(reply or {}, time.monotonic() - started)
 
-    def drained_chat(self, prompt: str, max_tokens: int = 64) -> tuple[Completion, list[dict]]:
-        """/metrics drained, a chat completion, /metrics again, in one go (one `docker exec` through the head):
-        the completion and the iteration stats of that request alone ([] when the server keeps none)."""
+    def chat_between_metrics(self, prompt: str, max_tokens: int = 64) -> tuple[Completion, str | None, str | None]:
+        """/metrics, a chat completion, /metrics again, in one go (one `docker exec` through the head): the
+        completion and the two readings around it (None where /metrics did not answer 200)."""
         body = json.dumps(self._body(prompt, max_tokens, False)).encode()
-        (_, _, _), (status, data, seconds), (after_status, after, _) = self.fetch.batch([
+        (before_status, before, _), (status, data, seconds), (after_status, after, _) = self.fetch.batch([
             ("GET", "/metrics", None, 10.0), ("POST", "/v1/chat/completions", body, self.timeout),
             ("GET", "/metrics", None, 10.0)])
         completion = _completion(self._parsed("/v1/chat/completions", status, data) or {}, seconds)
-        try:
-            stats = json.loads(after) if after_status == 200 else []
-        except ValueError:
-            stats = []
-        return completion, stats if isinstance(stats, list) else []
+        return (completion, before.decode(errors="replace") if before_status == 200 else None,
+                after.decode(errors="replace") if after_status == 200 else None)
 
     def stream_chat(self, prompt: str, max_tokens: int = 64,
                     on_text: Callable[[str], None] | None = None) -> Completion:
@@ -402,13 +396,6 @@ def _error_message(data: bytes) -> str:
         return str(json.loads(data).get("message") or data[:200])
     except (ValueError, AttributeError):
         return data[:200].decode(errors="replace")
-
-
-def acceptance_from_metrics(stats: list[dict]) -> float | None:
-    """Mean acceptance length over the iterations in a /metrics read (accepted tokens per draft step)."""
-    values = [s.get("specDecodingStats", {}).get("acceptanceLength") for s in stats]
-    values = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
-    return round(sum(values) / len(values), 2) if values else None
 
 
 def is_degenerate(text: str, min_length: int = 4) -> bool:

@@ -8,20 +8,11 @@ with the official Prometheus client's parser.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.knowledge.metric_names import PrometheusNames
-from sparkctl.knowledge.serve_client import acceptance_from_metrics
-
-#: TensorRT-LLM (trtllm-serve with enable_iter_perf_stats): a JSON list of the iterations since the last read
-#: (drained on read), each IterationStats as executor/jsonSerialization writes it (cpp/include/tensorrt_llm/
-#: executor/types.h): numActiveRequests, numQueuedRequests, kvCacheStats.{usedNumBlocks, maxNumBlocks},
-#: inflightBatchingStats.{numCtxTokens, numGenRequests, avgNumDecodedTokensPerIter},
-#: specDecodingStats.{numDraftTokens, numAcceptedTokens}. No time to first token there.
-
 
 
 @dataclass(frozen=True)
@@ -122,34 +113,6 @@ def prometheus_figures(before: ServeSample, now: ServeSample, seconds: float) ->
                           now.kv_cache_fraction, rates.acceptance)
 
 
-def _num(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def trtllm_figures(stats: list[dict], seconds: float) -> ServingFigures:
-    """The iterations one read drained, over the `seconds` since the read before: tokens per second from each
-    iteration's context tokens and its generation requests x decoded tokens per request (speculative steps decode
-    more than one); the last iteration's queue and KV cache. No iteration: nothing ran, so nothing is running."""
-    iterations = [s for s in stats if isinstance(s, dict)]
-    if seconds <= 0:
-        return ServingFigures(None, None, None, None, None, None, None)
-    prompt = generated = drafted = accepted = 0.0
-    for it in iterations:
-        batch = it.get("inflightBatchingStats") or {}
-        prompt += _num(batch.get("numCtxTokens"))
-        generated += _num(batch.get("numGenRequests")) * _num(batch.get("avgNumDecodedTokensPerIter"))
-        spec = it.get("specDecodingStats") or {}
-        drafted += _num(spec.get("numDraftTokens"))
-        accepted += _num(spec.get("numAcceptedTokens"))
-    last = iterations[-1] if iterations else {}
-    kv = last.get("kvCacheStats") or {}
-    kv_fraction = _num(kv.get("usedNumBlocks")) / _num(kv.get("maxNumBlocks")) if _num(kv.get("maxNumBlocks")) \
-        else None
-    return ServingFigures(_num(last.get("numActiveRequests")), _num(last.get("numQueuedRequests")),
-                          prompt / seconds, generated / seconds, None, kv_fraction,
-                          accepted / drafted if drafted else None)
-
-
 def acceptance_length(before: ServeSample | None, now: ServeSample) -> float | None:
     """The mean acceptance length between two readings (since the engine started when `before` is None): from
     counters as vLLM's own log computes it, 1 + accepted tokens / speculative steps, the bonus token included
@@ -162,21 +125,12 @@ def acceptance_length(before: ServeSample | None, now: ServeSample) -> float | N
     return round(1 + accepted / drafts, 2) if drafts > 0 else None
 
 
-def metrics_reading(text: str, names: PrometheusNames | None) -> list[dict] | ServeSample:
-    """One /metrics answer: TensorRT-LLM's JSON list of iterations (`names` None), or Prometheus text by the
-    engine's names (parsed)."""
-    if names is not None:
-        return parse_prometheus(text, names)
-    try:
-        value = json.loads(text) if text.strip() else []
-    except ValueError:
-        value = []
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+def metrics_reading(text: str, names: PrometheusNames) -> ServeSample:
+    """One /metrics answer through the gateway (the engine's own Prometheus text, or the collector's)."""
+    return parse_prometheus(text, names)
 
 
-def acceptance_since(before: list[dict] | ServeSample | None, now: list[dict] | ServeSample) -> float | None:
-    """The mean acceptance length `serve status` and `serve bench` show: TensorRT-LLM's over the iterations `now`
-    drained, vLLM's between the two readings (since the engine started without `before`)."""
-    if isinstance(now, list):
-        return acceptance_from_metrics(now)
-    return acceptance_length(before if isinstance(before, ServeSample) else None, now)
+def acceptance_since(before: ServeSample | None, now: ServeSample) -> float | None:
+    """The mean acceptance length `serve status`, `serve bench` and the smoke test show: between the two readings
+    (since the engine, or the collector, started without `before`)."""
+    return acceptance_length(before, now)

@@ -63,6 +63,9 @@ IMAGE_PACKAGES = [
     "iputils-ping",
     # the gateway sparkctl puts in front of the engine is real NGINX in the lab too (Debian's build)
     "nginx",
+    # sparkctl's figures collector runs from the engine's image with its prometheus_client (TensorRT-LLM's
+    # requirements.txt has it): Debian's build of the same library
+    "python3-prometheus-client",
 ]
 DPKG_PATH_EXCLUDES = [
     "/usr/share/doc/*",

@@ -69,6 +69,8 @@ class GatewaySpec:
     engine_port: int
     config_dir: str          # on the head
     authenticated: bool
+    #: where /metrics goes instead of the engine: the figures collector's port (plan/collector.py), or None
+    metrics_port: int | None = None
 
     @property
     def bound(self) -> tuple[str, ...]:
@@ -82,7 +84,8 @@ class GatewaySpec:
     def config(self, key: str | None) -> str:
         """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
-                      listen=self.bound, port=self.port, engine_port=self.engine_port)
+                      listen=self.bound, port=self.port, engine_port=self.engine_port,
+                      metrics_port=self.metrics_port)
 
     def spec_hash(self) -> str:
         """What a running gateway must have been made from (its config, which holds the key, is judged apart)."""
@@ -127,4 +130,5 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
                        listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),
                        port=spec.port, engine_port=spec.engine_port,
                        config_dir=posixpath.join(state_dir, "gateway"),
-                       authenticated=inventory.serve.auth == "key")
+                       authenticated=inventory.serve.auth == "key",
+                       metrics_port=spec.collector_port if inventory.engine().metrics_drained else None)

@@ -30,7 +30,7 @@ from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks, stop_ranks, worker_ranks
-from sparkctl.tasks.serve.server import ServerHandle, head_client
+from sparkctl.tasks.serve.server import ServerHandle, figures_client, head_client
 from sparkctl.transport.base import Transport, q
 
 #: How long this machine waits for the endpoint before it goes through the head instead.
@@ -97,7 +97,7 @@ def serve_status(inventory: Inventory) -> ServeStatus:
             client = head_client(transport, inventory, timeout=10)
             health, why = client.health_detail()
             out.rows.append(("health", _health_text(health, why) + f" (asked on {inventory.head.name})"))
-            _endpoint_rows(out, client, health, inventory)
+            _endpoint_rows(out, client, figures_client(transport, inventory), health, inventory)
             handle = server_handle(inventory, transport)
             record = handle.read_record()
             pid = handle.read_pid()
@@ -110,7 +110,7 @@ def serve_status(inventory: Inventory) -> ServeStatus:
         health, record, alive, unit = reach, None, False, {}
         out.rows.append(("head", f"not reachable over ssh: {exc.message}"))
         out.rows.append(("health", _health_text(reach, reach_why) + " (asked from here)"))
-        _endpoint_rows(out, direct, reach, inventory)
+        _endpoint_rows(out, direct, direct, reach, inventory)
     out.rows.append(("from here", "reachable" if reach == 200 else
                      f"not reachable ({reach or reach_why}); `serve chat` goes through the head, `serve bench` "
                      "needs a route"))
@@ -148,14 +148,16 @@ def _systemd_time(text: str) -> float | None:
     return float(text[1:]) if text.startswith("@") and text[1:].isdigit() else None
 
 
-def _endpoint_rows(out: ServeStatus, client: ServeClient, health: int, inventory: Inventory) -> None:
+def _endpoint_rows(out: ServeStatus, client: ServeClient, figures: ServeClient, health: int,
+                   inventory: Inventory) -> None:
+    """`figures`: the gateway on the head's loopback, whose /metrics every reader shares."""
     try:
         out.rows.append(("models", ", ".join(client.models()) or "-"))
     except EndpointError:
         out.rows.append(("models", "-"))
     out.rows.append(("version", client.version() or "-"))
     try:
-        reading = metrics_reading(client.metrics_text(), inventory.engine().metrics) if health == 200 else None
+        reading = metrics_reading(figures.metrics_text(), inventory.engine().metrics) if health == 200 else None
         acceptance = acceptance_since(None, reading) if reading is not None else None
     except EndpointError:
         acceptance = None

@@ -9,7 +9,6 @@ connected to again every RECONNECT_EVERY refreshes while the others go on.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,6 @@ from sparkctl.knowledge.serve_metrics import (
     ServingFigures,
     parse_prometheus,
     prometheus_figures,
-    trtllm_figures,
 )
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import node_home, state_dir
@@ -275,21 +273,15 @@ class Top:
         head = self.inventory.head.name
         if self.engine is None or head not in readings:
             return None
-        now, before = readings[head], self.last.get(head)
+        now = readings[head]
         figures: ServingFigures | None = None
-        if now.metrics is not None and self.engine.metrics is not None:
+        out: dict = {"engine": self.engine.name, "metrics_status": now.metrics_status}
+        if now.metrics is not None:
             sample = parse_prometheus(now.metrics, self.engine.metrics)
             if self.serve_before is not None:
                 figures = prometheus_figures(self.serve_before[1], sample, now.at - self.serve_before[0])
             self.serve_before = (now.at, sample)
-        elif now.metrics is not None:
-            try:
-                stats = json.loads(now.metrics) if now.metrics.strip() else []
-            except ValueError:
-                stats = []
-            if before is not None:
-                figures = trtllm_figures(stats if isinstance(stats, list) else [], now.at - before.at)
-        out: dict = {"engine": self.engine.name, "metrics_status": now.metrics_status}
+            out["generated_tokens"] = sample.generation_tokens
         if figures is not None:
             out.update(asdict(figures))
         return out

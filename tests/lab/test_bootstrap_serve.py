@@ -16,6 +16,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -31,7 +32,8 @@ from tests.lab.lab_kit import sh_output as sh
 pytestmark = pytest.mark.lab
 
 TOKEN = HF_TOKEN
-SERVE = {"preset": "qwen3-235b-eagle3", "config": {"enable_iter_perf_stats": True}, "fit_check": "warn"}
+# the README's preset as it is: sparkctl turns TensorRT-LLM's iteration stats on by itself
+SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
 
 
 def state_dir(lab) -> str:
@@ -152,9 +154,10 @@ def test_every_address_of_the_head_wants_the_key_on_every_path_but_health(lab_pa
         assert on_head(lab_pair, base + "/health") in {"200", "000"}
     assert answered == {mgmt, "127.0.0.1"}
     assert http(f"http://{mgmt}:8355/v1/models")[0] == 401 and http(f"http://{mgmt}:8355/health")[0] == 200
-    listening = sh(lab_pair, "spark1", "ss -ltnH '( sport = :8355 or sport = :18355 )'")
+    listening = sh(lab_pair, "spark1", "ss -ltnH '( sport = :8355 or sport = :18355 or sport = :18356 )'")
     local = sorted(line.split()[3] for line in listening.splitlines())
-    assert local == sorted([f"{mgmt}:8355", "127.0.0.1:8355", "127.0.0.1:18355"]), listening
+    # the figures collector too, on the loopback only: the gateway's /metrics is it
+    assert local == sorted([f"{mgmt}:8355", "127.0.0.1:8355", "127.0.0.1:18355", "127.0.0.1:18356"]), listening
 
 
 def test_serve_status_chat_and_bench_send_the_key_by_themselves(lab_pair, served, env, tmp_path):
@@ -165,24 +168,54 @@ def test_serve_status_chat_and_bench_send_the_key_by_themselves(lab_pair, served
         assert code == 0, (args, output[-2000:])
 
 
-def test_top_reads_tensorrt_llm_s_iterations_through_the_gateway_during_a_bench(lab_pair, served, env, tmp_path):
-    """TensorRT-LLM's figures in `top`: the iterations its /metrics drains (enable_iter_perf_stats), read with the
-    key through the gateway, give generated tokens per second and Eagle3's acceptance; both GPUs work."""
+def top_once(served, env) -> dict:
+    code, events, output = sparkctl(["top", served["inventory"], "--once", "--json", "--interval", "2"], env)
+    assert code == 0, output[-2000:]
+    (frame,) = [e for e in events if e["event"] == "top"]
+    return frame
+
+
+def test_top_reads_tensorrt_llm_s_figures_through_the_gateway_during_a_bench(lab_pair, served, env, tmp_path):
+    """TensorRT-LLM's figures in `top` with the README's preset as it is: the collector drains trtllm-serve's
+    iterations and counts them, read with the key through the gateway: generated tokens per second and Eagle3's
+    acceptance while a bench runs, both GPUs at work. Then two `top`s and a Prometheus scrape at one moment read
+    the same cumulative generated tokens: nobody takes another reader's iterations."""
     bench = subprocess.Popen(["sparkctl", "serve", "bench", served["inventory"], "--concurrency", "2", "--requests",
                               "5000", "--max-tokens", "256", "-o", str(tmp_path / "bench.json")], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(2)
-        code, events, output = sparkctl(["top", served["inventory"], "--once", "--json", "--interval", "2"], env)
+        frame = top_once(served, env)
     finally:
         bench.terminate()  # it only has to outlast the reading
         bench.wait(timeout=60)
-    assert code == 0, output[-2000:]
-    (frame,) = [e for e in events if e["event"] == "top"]
     serving = frame["serving"]
     assert serving["engine"] == "trtllm" and serving["metrics_status"] == 200, serving
     assert serving["generation_tps"] > 0 and 0 < serving["acceptance"] <= 1 and serving["ttft_p50_s"] is None
     assert all(frame["nodes"][n]["gpu_util_pct"] > 0 for n in ("spark1", "spark2")), frame["nodes"]
+    key = api_key(served, env)
+    mgmt = lab_pair.nodes[0].mgmt_ip
+
+    def generated() -> float:
+        status, body = http(f"http://{mgmt}:8355/metrics", key)
+        assert status == 200, body
+        return float(next(line for line in body.decode().splitlines()
+                          if line.startswith("sparkctl_trtllm_generation_tokens_total ")).split()[-1])
+
+    readings = [generated()]
+    # the bench's last requests end: the counter stops moving
+    assert poll(lambda: (time.sleep(1), readings.append(generated()))[1] is None and readings[-1] == readings[-2],
+                timeout=90), readings
+    with ThreadPoolExecutor(3) as pool:
+        tops = [pool.submit(top_once, served, env) for _ in range(2)]
+        scraped = pool.submit(http, f"http://{mgmt}:8355/metrics", key)
+        frames = [t.result() for t in tops]
+        status, body = scraped.result()
+    assert status == 200, body
+    line = next(line for line in body.decode().splitlines()
+                if line.startswith("sparkctl_trtllm_generation_tokens_total "))
+    counted = {f["serving"]["generated_tokens"] for f in frames} | {float(line.split()[-1])}
+    assert len(counted) == 1 and counted.pop() > serving["generation_tps"], (frames, line)
 
 
 def test_a_rotated_key_is_refused_at_once_and_the_new_one_works(lab_pair, served, env):
@@ -294,6 +327,9 @@ def test_reboots_a_power_cut_and_a_killed_rank_bring_the_endpoint_back_by_themse
             subprocess.run(f"ip neigh; ip route get {host_of(lab_pair)}; ping -c 1 -W 2 {host_of(lab_pair)}",
                            shell=True, capture_output=True, text=True).stdout)
         assert chat(lab_pair, key)["choices"][0]["message"]["content"].strip()
+        # the figures collector comes back with the head too: /metrics through the gateway counts again
+        assert poll(lambda: b"sparkctl_collector_engine_up 1.0" in http(
+            f"http://{lab_pair.nodes[0].mgmt_ip}:8355/metrics", key)[1], timeout=60), what
     ends = sh(lab_pair, "spark1", f"cat {state_dir(lab_pair)}/exits.log")
     assert "exit-code exited 137 " in ends  # mpirun's word for a rank killed by SIGKILL, recorded by the unit
     code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
@@ -439,6 +475,7 @@ def test_cluster_down_stops_and_removes_the_unit_before_the_containers(lab_pair,
     for node in ("spark1", "spark2"):
         assert "mpirun" not in sh(lab_pair, node, "ps -eww -o args") and "trtllm-serve" not in sh(
             lab_pair, node, "ps -eww -o args"), node
+    assert "sparkctl-collector" not in sh(lab_pair, "spark1", "docker ps -a --format '{{.Names}}'")
     code, events, _output = sparkctl(["cluster", "down", served["inventory"], "--json"], env)
     assert code == 0 and changed(events) == set()
 

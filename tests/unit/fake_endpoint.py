@@ -1,4 +1,6 @@
-"""A tiny OpenAI-style endpoint on loopback for client and task tests (real HTTP, real sockets)."""
+"""A tiny OpenAI-style endpoint on loopback for client and task tests (real HTTP, real sockets). Its /metrics answers
+as the gateway's does for TensorRT-LLM: the collector's cumulative counters (templates/serve-collector.py), each
+completion one speculative step accepting `acceptance - 1` draft tokens."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ class FakeEndpoint:
     def __init__(self, reply: str = "hello from the sparks", health: int = 200, acceptance: float = 2.5):
         self.reply, self.health, self.acceptance = reply, health, acceptance
         self.requests: list[dict] = []
+        self.drafts = self.accepted = 0.0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,14 +36,24 @@ class FakeEndpoint:
                 elif self.path == "/v1/models":
                     self._json(200, {"data": [{"id": "nvidia/Qwen3-235B-A22B-FP4"}]})
                 elif self.path == "/metrics":
-                    self._json(200, [{"specDecodingStats": {"acceptanceLength": 2.0}},
-                                     {"specDecodingStats": {"acceptanceLength": 3.0}}])
+                    counters = (("spec_decode_num_drafts", owner.drafts),
+                                ("spec_decode_num_accepted_tokens", owner.accepted))
+                    text = "".join(f"# TYPE sparkctl_trtllm_{name}_total counter\nsparkctl_trtllm_{name}_total "
+                                   f"{value}\n" for name, value in counters)
+                    data = text.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 else:
                     self._json(404, {"message": "Not Found"})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
+                owner.drafts += 1
+                owner.accepted += owner.acceptance - 1
                 words = owner.reply.split(" ")
                 if not body.get("stream"):
                     choice = {"message": {"content": owner.reply}, "finish_reason": "length",

@@ -6,15 +6,16 @@ import subprocess
 
 import pytest
 
+from sparkctl.knowledge.metric_names import TRTLLM_COLLECTED
 from sparkctl.knowledge.serve_client import (
     EndpointError,
     NodeFetch,
     ServeClient,
-    acceptance_from_metrics,
     endpoint_url,
     is_degenerate,
     parse_node_http,
 )
+from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.transport.base import CommandResult
 from tests.unit.fake_endpoint import FakeEndpoint
 
@@ -34,7 +35,7 @@ def test_health_models_chat_and_metrics(endpoint):
     assert reply.text == "hello from the sparks" and reply.acceptance_length == 2.5
     assert endpoint.requests[-1] == {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
                                      "stream": False, "model": "m"}
-    assert acceptance_from_metrics(client.metrics()) == 2.5
+    assert acceptance_since(None, metrics_reading(client.metrics_text(), TRTLLM_COLLECTED)) == 2.5
 
 
 def test_streaming_reports_pieces_ttft_and_acceptance(endpoint):
@@ -86,7 +87,7 @@ def test_the_same_client_through_the_head_node(endpoint):
     assert client.models() == ["nvidia/Qwen3-235B-A22B-FP4"]
     reply = client.chat("a prompt that stays off argv", max_tokens=8)
     assert reply.text == "hello from the sparks" and reply.acceptance_length == 2.5
-    assert acceptance_from_metrics(client.metrics()) == 2.5
+    assert acceptance_since(None, metrics_reading(client.metrics_text(), TRTLLM_COLLECTED)) == 2.5
     cmd, body = transport.calls[2]
     assert "a prompt that stays off argv" in body and "a prompt" not in cmd
     seen = []
@@ -96,20 +97,24 @@ def test_the_same_client_through_the_head_node(endpoint):
 
 
 @pytest.mark.parametrize("through", ["here", "head"])
-def test_a_drained_chat_is_one_go_and_its_stats_are_its_own(endpoint, through):
+def test_a_chat_between_two_metrics_reads_is_one_go_and_its_figures_are_its_own(endpoint, through):
     transport = HereTransport()
     fetch = endpoint.url if through == "here" else NodeFetch(transport, "trtllm-multinode", endpoint.port)
     client = ServeClient(fetch, model="m")
-    reply, stats = client.drained_chat("a prompt that stays off argv", max_tokens=8)
+    client.chat("an earlier request", max_tokens=8)
+    endpoint.acceptance = 4.0
+    reply, before, after = client.chat_between_metrics("a prompt that stays off argv", max_tokens=8)
     assert reply.text == "hello from the sparks" and reply.seconds > 0
-    assert acceptance_from_metrics(stats) == 2.5
+    assert before is not None and after is not None
+    # this request's alone: the counters between the two reads
+    assert acceptance_since(metrics_reading(before, TRTLLM_COLLECTED), metrics_reading(after, TRTLLM_COLLECTED)) == 4.0
     assert endpoint.requests[-1]["messages"][0]["content"] == "a prompt that stays off argv"
     if through == "head":
-        (cmd, body), = transport.calls  # the drain, the chat and the read after: one exec
+        (cmd, body), = transport.calls[1:]  # the read before, the chat and the read after: one exec
         assert "a prompt that stays off argv" in body and "a prompt" not in cmd
     endpoint.close()
     with pytest.raises(EndpointError, match="/metrics: .*refused"):
-        client.drained_chat("hi")
+        client.chat_between_metrics("hi")
 
 
 def test_the_head_node_client_says_why_nothing_answers():

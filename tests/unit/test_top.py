@@ -9,40 +9,17 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.cli.json_schema import validate_line
 from sparkctl.cli.main import cli
-from sparkctl.knowledge.serve_metrics import trtllm_figures
 from sparkctl.plan.top import END, NodeRead, Twin, agent_script
 from sparkctl.runs.top import Frame, LinkFigures, NodeFigures, Top, _Reading
 from sparkctl.runs.top_exporter import FrameCollector, serve_metrics
 from sparkctl.transport.framing import Framing
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def iteration(gen: int = 1, per_step: float = 2.5, ctx: int = 0, used: int = 10, drafted: int = 3,
-              accepted: float = 1.5) -> dict:
-    """One IterationStats as trtllm-serve's /metrics lists it."""
-    return {"numActiveRequests": gen, "numQueuedRequests": 2, "kvCacheStats": {"usedNumBlocks": used,
-                                                                               "maxNumBlocks": 100},
-            "inflightBatchingStats": {"numCtxTokens": ctx, "numGenRequests": gen,
-                                      "avgNumDecodedTokensPerIter": per_step},
-            "specDecodingStats": {"numDraftTokens": drafted, "numAcceptedTokens": accepted}}
-
-
-def test_tensorrt_llm_figures_come_from_the_iterations_one_read_drained():
-    stats = [iteration(ctx=120), *[iteration(gen=2) for _ in range(9)], iteration(gen=2, used=25)]
-    figures = trtllm_figures(stats, seconds=2.0)
-    assert figures.prompt_tps == 60.0
-    assert figures.generation_tps == pytest.approx((2.5 + 10 * 2 * 2.5) / 2)
-    assert (figures.running, figures.waiting, figures.kv_cache_fraction) == (2, 2, 0.25)
-    assert figures.acceptance == pytest.approx(0.5) and figures.ttft_p50_s is None
-    idle = trtllm_figures([], seconds=2.0)
-    assert (idle.generation_tps, idle.running, idle.acceptance) == (0.0, 0.0, None)
 
 
 def fake_node(tmp_path: Path) -> Path:
@@ -226,14 +203,17 @@ def test_the_agent_reads_the_metrics_with_the_key_it_was_given_first_and_nothing
 
 
 def test_the_acceptance_length_is_each_engine_s_own():
-    """serve status and serve bench: TensorRT-LLM's over the iterations a read drained; vLLM's between two readings
-    of its counters, 1 + accepted tokens / speculative steps as vLLM's own log says it (spec_decode/metrics.py)."""
+    """serve status and serve bench: between two readings of the counters, 1 + accepted tokens / speculative steps
+    as vLLM's own log says it (spec_decode/metrics.py); TensorRT-LLM's are the collector's counters."""
     from sparkctl.knowledge import metric_names
     from sparkctl.knowledge.serve_metrics import ServeSample, acceptance_since, metrics_reading
 
-    trt = metrics_reading('[{"specDecodingStats": {"acceptanceLength": 2.5}}, '
-                          '{"specDecodingStats": {"acceptanceLength": 3.5}}]', None)
-    assert isinstance(trt, list) and acceptance_since(None, trt) == 3.0
+    # TensorRT-LLM's through the collector: the same counters, sparkctl's names
+    trt = metrics_reading("# TYPE sparkctl_trtllm_spec_decode_num_drafts_total counter\n"
+                          "sparkctl_trtllm_spec_decode_num_drafts_total 2.0\n"
+                          "# TYPE sparkctl_trtllm_spec_decode_num_accepted_tokens_total counter\n"
+                          "sparkctl_trtllm_spec_decode_num_accepted_tokens_total 4.0\n", metric_names.TRTLLM_COLLECTED)
+    assert acceptance_since(None, trt) == 3.0
     # as prometheus_client writes a counter (its TYPE line names the sample, `_total` included)
     text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
             "vllm:spec_decode_num_drafts_total{engine=\"0\"} 40.0\n"

@@ -1,12 +1,14 @@
 """container.retire: this cluster's containers that the inventory no longer names, removed (the other engine's
 after serve.engine changed, one renamed in container.name): they would hold GPU memory and their ports.
 
-What is this cluster's is what sparkctl labelled so (sparkctl.cluster=<cluster>); the planned container and the
-gateway stay. Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its facts.
+What is this cluster's is what sparkctl labelled so (sparkctl.cluster=<cluster>); the planned container, the
+gateway and the figures collector stay (serve.gateway keeps those two as planned, and removes the collector an
+engine does not need). Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its facts.
 """
 
 from __future__ import annotations
 
+from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.taskgraph.task import Change, Task
@@ -25,15 +27,15 @@ class ContainerRetireTask(Task[NodeContext, str]):
     name = "container.retire"
     phase = "container"
     description = "remove this cluster's containers the inventory no longer names (another engine's, a renamed one)"
-    checks = ("the node's containers labelled sparkctl.cluster=<cluster> are the planned one and the gateway only; "
-              "one read of the node, on a rerun read ahead with its facts")
+    checks = ("the node's containers labelled sparkctl.cluster=<cluster> are the planned one, the gateway and the "
+              "figures collector only; one read of the node, on a rerun read ahead with its facts")
     changes = "`docker stop -t 0; docker rm -f` of each other one, before the planned container starts"
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
         framing = Framing()
         script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
         found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
-        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER}
+        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, COLLECTOR_CONTAINER}
         return [Change(f"remove container {name}: this cluster's, no longer in the inventory", payload=name)
                 for name in found.get("labelled", "").split() if name not in keep]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
-from typing import Literal
 
 from sparkctl.facts.parse import listening_on
+from sparkctl.plan.collector import COLLECTOR_CONTAINER, CollectorSpec, collector_spec
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_spec
 from sparkctl.rules.serving import serving_enabled
@@ -25,6 +25,8 @@ from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.api_key import api_key, key_path
+from sparkctl.tasks.serve.collector import apply_collector, collector_changes, collector_sections
+from sparkctl.tasks.serve.gateway_actions import GatewayAction
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -39,10 +41,6 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
     except ListenUnknown as exc:
         raise TaskFailed(f"the endpoint's address on {head.name} cannot be told: {exc}",
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
-
-
-#: what one change of the gateway asks apply to do: mypy holds every Change's payload and apply's tests to these
-GatewayAction = Literal["key", "config", "create", "start", "reload"]
 
 
 class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
@@ -69,8 +67,10 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         if key is None and spec.authenticated:
             changes.append(Change(f"make the endpoint's API key (kept 0600 in {key_path(inv.cluster.name)})",
                                   node=head.name, payload="key"))
+        collector = collector_spec(inv, head.state_dir())
         framing = Framing()
-        state = framing.split(head.read(self.name, self._read_script(spec, framing), framing, timeout=30).stdout)
+        state = framing.split(head.read(self.name, self._read_script(spec, collector, framing), framing,
+                                        timeout=30).stdout)
         texts = Framing.texts_of(state)
         have_hash = texts.get("config", "").strip()
         inspected = texts.get("container", "").split()
@@ -98,16 +98,17 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
                 changes.append(Change(f"the gateway on {head.name} does not listen on "
                                       f"{', '.join(sorted(missing))}:{spec.port}: reload it", node=head.name,
                                       payload="reload"))
-        return changes
+        return changes + collector_changes(collector, inv.cluster.name, texts, head.name)
 
     @staticmethod
-    def _read_script(spec: GatewaySpec, framing: Framing) -> str:
+    def _read_script(spec: GatewaySpec, collector: CollectorSpec | None, framing: Framing) -> str:
         inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
                    "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
         return "\n".join([
             framing.section("config", f"sha256sum {q(spec.config_path)} 2>/dev/null | cut -d' ' -f1"),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
+            *collector_sections(collector, spec.cluster, framing),
             "true"])
 
     def apply(self, ctx: ClusterContext, changes: list[Change[GatewayAction]]) -> None:
@@ -115,6 +116,11 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         spec = head_gateway(head)
         key = api_key(ctx.inventory, create=True)
         actions: set[GatewayAction | None] = {c.payload for c in changes}
+        # the collector first: the gateway's /metrics is it
+        apply_collector(head, collector_spec(ctx.inventory, head.state_dir()), set(actions))
+        if not actions & {"key", "config", "create", "start", "reload"}:
+            head.invalidate()
+            return
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
         head.transport.put(spec.config_path, spec.config(key), mode=0o600)
         try:
@@ -147,21 +153,24 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             time.sleep(0.3)
 
 
-class GatewayRemoveTask(Task[NodeContext, None]):
+class GatewayRemoveTask(Task[NodeContext, str]):
     name = "serve.gateway_remove"
     phase = "container"
-    description = "stop and remove the cluster's gateway container"
-    checks = f"whether a {GATEWAY_CONTAINER} container labelled with this cluster exists on the node"
-    changes = f"`docker stop -t 0 {GATEWAY_CONTAINER}; docker rm -f {GATEWAY_CONTAINER}`"
+    description = "stop and remove the cluster's gateway container and its figures collector"
+    checks = (f"whether a {GATEWAY_CONTAINER} or {COLLECTOR_CONTAINER} container labelled with this cluster exists "
+              "on the node")
+    changes = (f"`docker stop -t 0 NAME; docker rm -f NAME` for {GATEWAY_CONTAINER} and {COLLECTOR_CONTAINER}")
 
-    def check(self, ctx: NodeContext) -> list[Change[None]]:
-        found = ctx.run(f"docker ps -aq --filter name=^{GATEWAY_CONTAINER}$ "
-                        f"--filter label={q(CLUSTER_LABEL + '=' + ctx.inventory.cluster.name)} 2>/dev/null",
-                        timeout=30).stdout.strip()
-        return [Change(f"remove the gateway container {GATEWAY_CONTAINER}")] if found else []
+    def check(self, ctx: NodeContext) -> list[Change[str]]:
+        label = q(CLUSTER_LABEL + "=" + ctx.inventory.cluster.name)
+        found = ctx.run(f"docker ps -a --format '{{{{.Names}}}}' --filter label={label} 2>/dev/null",
+                        timeout=30).stdout.split()
+        return [Change(f"remove the {what} container {name}", payload=name) for name, what in
+                ((GATEWAY_CONTAINER, "gateway"), (COLLECTOR_CONTAINER, "figures collector")) if name in found]
 
-    def apply(self, ctx: NodeContext, changes: list[Change[None]]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         try:
-            ctx.must(remove_command(GATEWAY_CONTAINER), f"removing {GATEWAY_CONTAINER}", timeout=120)
+            for change in changes:
+                ctx.must(remove_command(change.carried()), f"removing {change.carried()}", timeout=120)
         finally:
             ctx.invalidate()

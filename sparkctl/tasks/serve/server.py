@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
+from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
 from sparkctl.tasks.context import NodeContext
@@ -37,6 +38,15 @@ def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.
     matter, and no key is needed there)."""
     spec = inventory.serve_spec()
     fetch = NodeFetch(transport, inventory.container.name, spec.engine_port, inventory.head.name)
+    return ServeClient(fetch, timeout=timeout, model=spec.model)
+
+
+def figures_client(transport: Transport, inventory: Inventory, timeout: float = 10.0) -> ServeClient:
+    """A client of the gateway on the head's own loopback, with the key: its /metrics is what every reader of the
+    engine's figures shares (the collector's, for an engine whose own /metrics a read empties)."""
+    spec = inventory.serve_spec()
+    fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name, host=ENGINE_HOST,
+                      api_key=api_key(inventory))
     return ServeClient(fetch, timeout=timeout, model=spec.model)
 
 

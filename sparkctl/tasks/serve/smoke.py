@@ -7,7 +7,8 @@ and `serve bench` need it; the head does not).
 
 from __future__ import annotations
 
-from sparkctl.knowledge.serve_client import EndpointError, ServeClient, acceptance_from_metrics, is_degenerate
+from sparkctl.knowledge.serve_client import EndpointError, ServeClient, is_degenerate
+from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.serve import endpoint
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.events import Event
@@ -34,8 +35,9 @@ class ServeSmokeTask(Task[ClusterContext, None]):
     checks = ("POST /v1/chat/completions through the gateway with the API key, asked on the head (from inside its "
               "container, over SSH), returns text that is "
               "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
-              "length when the server gives it (/metrics drained before and read after, all in one run of python3 "
-              "in the container), and whether this machine reaches the endpoint too")
+              "length when the server gives it (/metrics read before and after, all in one run of python3 in the "
+              "container: the collector's counters for TensorRT-LLM), and whether this machine reaches the "
+              "endpoint too")
     changes = "nothing (read-only)"
     read_only = True
 
@@ -47,8 +49,8 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         client = gateway_client(head, timeout=300)
         where = client.base_url
         try:
-            # /metrics drained before and read after, in the same exec: the acceptance length is this request's
-            reply, stats = client.drained_chat(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
+            # /metrics read before and after, in the same exec: the acceptance length is this request's
+            reply, before, after = client.chat_between_metrics(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
         except EndpointError as exc:
             # /health only once something failed (serve.launch has just seen it answer 200): it says
             # whether the server is down or this request failed
@@ -64,8 +66,9 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             raise TaskFailed(f"{where} answered with one repeated character: {reply.text[:40]!r}",
                              hint=DEGENERATE_HINT)
         acceptance = reply.acceptance_length
-        if acceptance is None:
-            acceptance = acceptance_from_metrics(stats)
+        if acceptance is None and before is not None and after is not None:
+            names = inv.engine().metrics
+            acceptance = acceptance_since(metrics_reading(before, names), metrics_reading(after, names))
         shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
         url = endpoint(inv)
         reach, reach_why = ServeClient(url, api_key=api_key(inv)).health_detail(timeout=REACH_TIMEOUT)
