@@ -231,6 +231,10 @@ SERVE_UNIT_FAILED = _by("serve.unit_failed", "error", "serve", "the serving unit
                         "server again", "serve")
 SERVE_UNIT_LOOPING = _by("serve.unit_looping", "error", "serve", "the serving unit keeps starting the server and it "
                          "keeps ending", "serve")
+SERVE_STUCK = _person("serve.stuck", "info", "serve", "the serving world was stuck (alive, generating nothing) "
+                      "and the watchdog ended it for the unit to start again", "software", "the watchdog restarts "
+                      "a stuck world by itself; one that keeps getting stuck has a cause in the engine or the "
+                      "fabric: read the serve log around the recorded time")
 SERVE_UNIT_DISABLED = _person("serve.unit_disabled", "warning", "serve", "the serving unit is disabled (`sparkctl "
                               "serve stop`): nothing is served, also after a reboot", "note", "it was stopped on "
                               "purpose: a serving bootstrap (`sparkctl cluster bootstrap FILE`) serves again")

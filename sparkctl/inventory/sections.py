@@ -233,6 +233,22 @@ class SglangSettings(_Section):
         "the head's port the ranks meet on over the fabric (--dist-init-addr <head's fabric address>:<port>)"))
 
 
+class WatchdogSettings(_Section):
+    """A wedged world (alive, answering /health, generating nothing) restarted by the unit (docs/serving.md)."""
+
+    stall_s: StrictInt = Field(120, ge=10, le=86_400, description=(
+        "requests running and the engine's generated-token counter still for this long: the world is stuck"))
+    canary_s: StrictInt = Field(60, ge=5, le=86_400, description=(
+        "while no request runs, a one-token completion is sent to the engine's own port this often"))
+    canary_deadline_s: StrictInt = Field(30, ge=1, le=3600, description=(
+        "the canary's token must come within this long, else the world is stuck"))
+
+
+def _off(value: object) -> object:
+    """`watchdog: off` reads as the boolean false in YAML 1.1 (PyYAML): both mean off."""
+    return "off" if value is False else value
+
+
 class ServeSettings(_Section):
     engine: EngineName | None = Field(None, description=(
         "trtllm (TensorRT-LLM, trtllm-serve under mpirun), vllm (vllm serve on every serving node) or sglang "
@@ -279,6 +295,10 @@ class ServeSettings(_Section):
         "go in serve.config)"))
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     sglang: SglangSettings = Field(default_factory=SglangSettings)
+    watchdog: Annotated[WatchdogSettings | Literal["off"], BeforeValidator(_off)] = Field(
+        default_factory=WatchdogSettings, description=(
+            "the head's check of a serving world: stuck (requests running and no token, or an idle canary "
+            "unanswered), the whole world is ended and started again, and the end recorded as `stuck`; off: none"))
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")

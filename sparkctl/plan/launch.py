@@ -16,6 +16,7 @@ from typing import ClassVar
 from sparkctl.engines import Engine
 from sparkctl.inventory import Inventory
 from sparkctl.plan.serve_unit import ServeUnitSpec, UnitRun
+from sparkctl.plan.watchdog import watchdog_run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +77,7 @@ class Launch(ABC):
         return ServeUnitSpec(
             cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
             model=inventory.serve_spec().model, run=self.unit_run(inventory, node), fingerprint=fingerprint,
-            node=node)
+            node=node, watchdog=watchdog_run(inventory) if node == inventory.head.name else None)
 
     def rendezvous(self) -> str | None:
         """`address:port` on the head that every other rank connects to over the fabric (None: none of its own)."""

@@ -18,6 +18,7 @@ What a unit runs is the engine's launch's (plan/launch.py, UnitRun), in one of t
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
 from sparkctl.plan.render import render
+from sparkctl.plan.watchdog import EVIDENCE_NAME, WatchdogRun, watchdog_script
 
 UNIT_DIR = "/etc/systemd/system"
 #: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
@@ -115,6 +117,8 @@ class ServeUnitSpec:
     run: UnitRun
     fingerprint: str
     node: str = ""       # whose unit
+    #: the head's watchdog of the world (plan/watchdog.py); None: off, or not the head
+    watchdog: WatchdogRun | None = None
 
     @property
     def name(self) -> str:
@@ -140,9 +144,14 @@ class ServeUnitSpec:
     def world_script(self) -> str:
         return posixpath.join(self.serve_dir, "world.sh")
 
+    @property
+    def watchdog_script(self) -> str:
+        return posixpath.join(self.serve_dir, "watchdog.py")
+
     def files(self) -> dict[str, str]:
-        """path on the node -> content: the two scripts, then the unit that names them."""
-        return {self.world_script: self.world_text(), self.host_script: self.host_text(),
+        """path on the node -> content: the scripts (the watchdog's where it runs), then the unit that names them."""
+        watchdog = {self.watchdog_script: watchdog_script()} if self.watchdog else {}
+        return {**watchdog, self.world_script: self.world_text(), self.host_script: self.host_text(),
                 self.unit_path: self.unit_text()}
 
     def unit_text(self) -> str:
@@ -153,12 +162,13 @@ class ServeUnitSpec:
     def host_text(self) -> str:
         return render("serve-unit.sh.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
                       exits_log=EXITS_LOG, world_wait=WORLD_WAIT_S, base=BACKOFF_BASE_S, most=BACKOFF_MAX_S,
-                      lasted=LASTED_S)
+                      lasted=LASTED_S, evidence=EVIDENCE_NAME)
 
     def world_text(self) -> str:
         template = "serve-world-mpirun.sh.j2" if self.run.mpirun else "serve-world-rank.sh.j2"
         return render(template, spec=self, run=self.run, dir=CONTAINER_SERVE_DIR, pid=PID_PATH, log=LOG_PATH,
-                      hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP)
+                      hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
+                      watchdog=self.watchdog, evidence=EVIDENCE_NAME)
 
 
 @dataclass(frozen=True)
@@ -169,23 +179,39 @@ class RunEnd:
     code: str        # $EXIT_CODE: exited, killed, dumped
     status: str      # $EXIT_STATUS: the exit status or the signal's name
     lasted_s: int
+    #: `stuck`: what the watchdog saw (reason, last_token_at, running, gpu_power_w ...)
+    evidence: dict | None = None
 
     @property
     def by_itself(self) -> bool:
         return self.result not in ("success", "asked")
 
     def text(self) -> str:
+        if self.result == "stuck":
+            seen = self.evidence or {}
+            power = ", ".join(f"{w:g} W" for w in seen.get("gpu_power_w") or []) or "not read"
+            return (f"{self.when}, stuck after {self.lasted_s}s: {seen.get('reason', 'no reason recorded')} (last "
+                    f"token {seen.get('last_token_at', '?')}, {seen.get('running', '?')} requests running, the head's "
+                    f"GPU power {power}); the whole world was started again")
         how = {"exited": f"exited with status {self.status}", "killed": f"killed by SIG{self.status}",
                "dumped": f"dumped core (SIG{self.status})"}.get(self.code, self.result)
         return f"{self.when}, {how} after {self.lasted_s}s"
 
 
 def parse_exits(text: str) -> list[RunEnd]:
+    """exits.log's lines: six fields, and after a `stuck` end the watchdog's evidence (JSON) as the rest."""
     out = []
     for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 6 and parts[5].isdigit():
-            out.append(RunEnd(parts[0], parts[2], parts[3], parts[4], int(parts[5])))
+        parts = line.split(maxsplit=6)
+        if len(parts) >= 6 and parts[5].isdigit():
+            evidence = None
+            if len(parts) == 7:
+                try:
+                    evidence = json.loads(parts[6])
+                except ValueError:
+                    evidence = None
+            out.append(RunEnd(parts[0], parts[2], parts[3], parts[4], int(parts[5]),
+                              evidence if isinstance(evidence, dict) else None))
     return out
 
 

@@ -10,9 +10,11 @@ port) and is also named nvcr.io/nvidia/vllm:26.05-py3, the product's default vLL
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,7 +24,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.cli.json_schema import validate_line
+from sparkctl.plan.serve_unit import parse_exits
 from tests.lab import ranks_kit
+from tests.lab.conftest import poll
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
 from tests.lab.ranks_kit import (
     engine_inventory,
@@ -37,7 +41,8 @@ from tests.lab.serve_kit import VLLM_SEEDS
 pytestmark = pytest.mark.lab
 
 VLLM_CONTAINER = "vllm-multinode"
-SERVE = {"preset": "llama-3.3-70b-vllm", "fit_check": "warn", "ready_timeout": 300}
+SERVE = {"preset": "llama-3.3-70b-vllm", "fit_check": "warn", "ready_timeout": 300,
+         "watchdog": {"stall_s": 10, "canary_s": 30, "canary_deadline_s": 5}}
 SKIPPED = {"container.ssh", "mpi.hostfile"}
 
 
@@ -135,6 +140,55 @@ def test_serve_stop_stops_every_rank_and_bootstrap_serves_again(served):
     events = run(inventory, env, "cluster", "bootstrap")
     assert ("serve.launch", None) in changed(events)
     assert {unit_state(lab, n, served["cluster"])["ActiveState"] for n in served["serving"]} == {"active"}
+
+
+def chat_status(host: str, key: str) -> int:
+    body = json.dumps({"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://{host}:8355/v1/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except OSError:
+        return 0
+
+
+def test_a_wedged_world_is_ended_by_its_watchdog_and_every_rank_starts_again(served):
+    """vLLM's rank 0 alive but generating nothing under a steady request loop: its generated-token counter stands
+    still with a request running, the watchdog ends rank 0 after stall_s, the worker's rank ends when rank 0 goes,
+    and both units start their ranks again: the endpoint answers with no sparkctl command, the end is `stuck`."""
+    if served["lab"].state.topology != "pair":
+        pytest.skip("proven on the pair")
+    lab, env, inventory, cluster = served["lab"], served["env"], served["inventory"], served["cluster"]
+    code, _events, output = sparkctl(["serve", "key", inventory], env)
+    assert code == 0, output
+    key, host = output.strip().splitlines()[-1], lab.nodes[0].mgmt_ip
+    exits_log = f"/home/nvidia/.local/state/sparkctl/{cluster}/run/serve/exits.log"
+
+    def stuck_ends() -> list:
+        return [e for e in parse_exits(sh(lab, "spark1", f"cat {exits_log} 2>/dev/null; true")) if e.result == "stuck"]
+
+    starts = {n: unit_state(lab, n, cluster)["ExecMainStartTimestamp"] for n in served["serving"]}
+    stop = threading.Event()
+
+    def load():
+        while not stop.is_set():
+            chat_status(host, key)
+
+    loop = threading.Thread(target=load, daemon=True)
+    loop.start()
+    try:
+        sh(lab, "spark1", f"docker exec {VLLM_CONTAINER} sh -c 'mkdir -p /run/lab && echo wedge >> "
+                          "/run/lab/standin-faults'")
+        assert poll(lambda: stuck_ends(), timeout=120, interval=2), sh(lab, "spark1", f"cat {exits_log}")
+    finally:
+        stop.set()
+    reason = stuck_ends()[-1].evidence["reason"]
+    assert reason.startswith("no token for ") and reason.endswith("s with 1 requests running"), reason
+    assert poll(lambda: all(unit_state(lab, n, cluster)["ExecMainStartTimestamp"] != starts[n]
+                            for n in served["serving"]) and chat_status(host, key) == 200, timeout=240,
+                interval=2), {n: unit_state(lab, n, cluster) for n in served["serving"]}
+    loop.join(timeout=60)
 
 
 def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_path):

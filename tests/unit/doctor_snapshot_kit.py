@@ -370,6 +370,15 @@ def fault_unit_disabled(s):
                                "UnitFileState": "disabled"}
 
 
+STUCK_END = ('2026-11-29T07:00:00Z 1795935600 stuck killed TERM 3600 {"gpu_power_w":[11.5],"last_token_at":'
+             '"2026-11-29T06:58:00Z","reason":"no token for 120s with 2 requests running","running":2}')
+
+
+def fault_serve_stuck(s, times: int = 3):
+    """The watchdog ended a stuck world `times` times (exits.log), and it serves again."""
+    s.probes["spark1"].unit_exits = "\n".join([STUCK_END] * times) + "\n"
+
+
 def fault_unit_failed(s):
     fault_serve_down(s)
     s.probes["spark1"].unit = {**UNIT_RUNNING, "ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}

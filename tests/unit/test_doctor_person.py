@@ -234,6 +234,7 @@ FAULTS = {
     "fabric.no_carrier": base.fault_no_carrier, "fabric.wrong_port": wrong_port, "fabric.speed_low": speed_low,
     "fabric.jumbo_ping": base.fault_jumbo, "fabric.link_dead": link_dead, "port.taken": base.fault_port_taken,
     "serve.degenerate": base.fault_serve_degenerate, "serve.unit_disabled": base.fault_unit_disabled,
+    "serve.stuck": base.fault_serve_stuck,
     "nccl.warn": nccl_warn,
     "fabric.bandwidth_regression": bandwidth_regression,
     "roce.gid_missing": probed(gid_missing), "roce.port_inactive": probed(port_inactive),
@@ -349,3 +350,15 @@ def test_a_crashing_check_says_to_report_it_and_fix_leaves_it_alone(monkeypatch,
     d = diagnose_module.run_checks(base.healthy_snapshot())
     says_what_to_do(d, "doctor.check_failed")
     fix_leaves_it_alone(d, "doctor.check_failed", monkeypatch, tmp_path)
+
+
+def test_one_stuck_world_restarted_is_history_and_one_that_keeps_getting_stuck_an_error():
+    s = base.healthy_snapshot()
+    base.fault_serve_stuck(s, times=1)
+    (once,) = [f for f in base.diagnose(s).findings if f.id == "serve.stuck"]
+    assert once.severity == "info" and "no token for 120s with 2 requests running" in once.evidence
+    assert "the head's GPU power 11.5 W" in once.evidence
+    s = base.healthy_snapshot()
+    base.fault_serve_stuck(s, times=3)
+    (again,) = [f for f in base.diagnose(s).findings if f.id == "serve.stuck"]
+    assert again.severity == "error" and again.summary.endswith("it keeps getting stuck")

@@ -4,6 +4,7 @@ folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -30,8 +31,10 @@ serve: {preset: qwen3-235b-eagle3}
 """
 
 
-def unit_for(tmp_path, state_dir: str = "/home/nvidia/.local/state/sparkctl/duo", user: str = "nvidia"):
-    inv = inventory_from_yaml(PAIR, tmp_path)
+def unit_for(tmp_path, state_dir: str = "/home/nvidia/.local/state/sparkctl/duo", user: str = "nvidia",
+             extra: str = ""):
+    serve = PAIR.replace("serve: {preset: qwen3-235b-eagle3}", f"serve: {{preset: qwen3-235b-eagle3, {extra}}}")
+    inv = inventory_from_yaml(serve if extra else PAIR, tmp_path)
     plan = plan_cluster(inv)
     return plan.launch.unit(inv, inv.head.name, state_dir=state_dir, user=user, fingerprint="f00dfeedf00dfeed")
 
@@ -167,6 +170,42 @@ def test_before_waits_for_the_world_says_so_once_and_gives_up_after_its_limit(tm
     assert host.ends()[-1].lasted_s == 0 and failing_early(host.ends()) == 1
 
 
+def test_a_world_the_watchdog_ended_is_recorded_stuck_with_what_it_saw(tmp_path):
+    """world.sh's watchdog left its evidence: unit.sh's record of that end says `stuck`, with the evidence on the
+    same line; the next start clears a leftover one."""
+    host = HostScript(tmp_path)
+    evidence = Path(host.spec.serve_dir, "stuck.json")
+    assert host.run("before").returncode == 0
+    seen = {"reason": "no token for 120s with 2 requests running", "last_token_at": "2026-11-29T07:00:00Z",
+            "running": 2, "gpu_power_w": [11.5]}
+    evidence.write_text(json.dumps(seen) + "\n")
+    host.clock.write_text("1300\n")
+    host.run("after", SERVICE_RESULT="exit-code", EXIT_CODE="exited", EXIT_STATUS="1")
+    (end,) = host.ends()
+    assert (end.result, end.lasted_s, end.evidence) == ("stuck", 300, seen) and end.by_itself
+    assert end.text().endswith("stuck after 300s: no token for 120s with 2 requests running (last token "
+                               "2026-11-29T07:00:00Z, 2 requests running, the head's GPU power 11.5 W); the whole "
+                               "world was started again")
+    assert not evidence.exists()
+    evidence.write_text("{}")  # left from a run that ended without its after
+    host.run("before")
+    assert not evidence.exists()
+    host.run("after", SERVICE_RESULT="success", EXIT_CODE="exited", EXIT_STATUS="0")
+    assert host.ends()[-1].result == "success" and host.ends()[-1].evidence is None
+
+
+def test_the_head_s_world_starts_its_watchdog_and_a_worker_s_does_not(tmp_path):
+    spec = unit_for(tmp_path)
+    assert spec.watchdog is not None
+    world = spec.world_text()
+    assert 'python3 /sparkctl/serve/watchdog.py --pid "$server" --evidence /sparkctl/serve/stuck.json' in world
+    assert "--metrics http://127.0.0.1:18356/metrics --running sparkctl_trtllm_num_requests_running" in world
+    assert "--stall-s 120 --canary-s 60 --canary-deadline-s 30" in world and 'kill "$watchdog"' in world
+    assert spec.watchdog_script in spec.files()
+    off = unit_for(tmp_path, extra="watchdog: off")
+    assert off.watchdog is None and "watchdog.py" not in off.world_text() and off.watchdog_script not in off.files()
+
+
 def test_exits_log_reads_as_serve_status_shows_it():
     (end,) = parse_exits("2026-11-27T20:31:39Z 1795811499 signal killed KILL 18\nnot a line\n")
     assert end.text() == "2026-11-27T20:31:39Z, killed by SIGKILL after 18s" and end.by_itself
@@ -222,16 +261,17 @@ def test_the_head_gets_the_unit_and_its_scripts_enabled_and_a_rerun_changes_noth
     head, transport = kit.node("spark1"), kit.transport("spark1")
     changes = ServeUnitTask().check(head)
     assert [c.summary for c in changes] == [
+        "write /home/nvidia/.local/state/sparkctl/duo/run/serve/watchdog.py",
         "write /home/nvidia/.local/state/sparkctl/duo/run/serve/world.sh",
         "write /home/nvidia/.local/state/sparkctl/duo/run/serve/unit.sh",
         "write /etc/systemd/system/sparkctl-serve-duo.service",
         "enable sparkctl-serve-duo.service"]
-    assert "+User=nvidia" in changes[2].diff
+    assert "+User=nvidia" in changes[3].diff
     ServeUnitTask().apply(head, changes)
     unit = [c for c in transport.calls if c.kind == "put" and c.target.endswith(".service")]
     assert len(unit) == 1 and unit[0].sudo and unit[0].owner == "root:root" and unit[0].mode == 0o644
-    scripts = [c for c in transport.calls if c.kind == "put" and c.target.endswith(".sh")]
-    assert len(scripts) == 2 and not any(c.sudo for c in scripts)
+    scripts = [c for c in transport.calls if c.kind == "put" and c.target.endswith((".sh", ".py"))]
+    assert len(scripts) == 3 and not any(c.sudo for c in scripts)
     sudo = [c.target for c in transport.calls if c.kind == "run" and c.sudo]
     assert sudo == ["systemctl daemon-reload", "systemctl enable sparkctl-serve-duo.service"]
     assert ServeUnitTask().check(head) == []

@@ -15,6 +15,7 @@ from sparkctl.doctor.catalog import (
     SERVE_DOWN,
     SERVE_GATEWAY_DOWN,
     SERVE_HEALTH,
+    SERVE_STUCK,
     SERVE_UNIT_DISABLED,
     SERVE_UNIT_FAILED,
     SERVE_UNIT_LOOPING,
@@ -178,6 +179,10 @@ def check_gateway(s: Snapshot) -> list[Finding]:
     return []
 
 
+#: this many stuck ends among the unit's recorded runs: it keeps getting stuck (an error, not history)
+STUCK_AGAIN = 3
+
+
 def unit_disabled(probe: NodeProbe) -> bool:
     return (probe.unit or {}).get("UnitFileState") == "disabled"
 
@@ -238,6 +243,16 @@ def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
                         f"(restarts: {unit.get('NRestarts', '?')}, now {unit_summary(unit)}){said}{because}",
                         fix=f"see `sparkctl serve logs`; {fix} starts it from the planned files",
                         details=tail)]
+    stuck = [e for e in ends if e.result == "stuck"]
+    if stuck:
+        again = len(stuck) >= STUCK_AGAIN
+        return [finding(SERVE_STUCK, node, f"{name}'s world was stuck {len(stuck)} time(s) in its last "
+                        f"{len(ends)} runs and started again by the watchdog" + (": it keeps getting stuck" if again
+                                                                                  else ""),
+                        evidence=f"last: {stuck[-1].text()}", severity="error" if again else "info",
+                        fix="see `sparkctl serve logs` (the run before the restart: serve.log.1) around "
+                            f"{stuck[-1].when}: what the engine and NCCL said as the tokens stopped; "
+                            "serve.watchdog's stall_s and canary_s say how soon a stuck world is ended")]
     return []
 
 

@@ -89,7 +89,7 @@ class ServeUnitTask(Task[NodeContext, str]):
             files = spec.files()
             ctx.must(f"install -d -m 755 {q(spec.serve_dir)}", f"making {spec.serve_dir}")
             written = {c.payload for c in changes} & set(files)
-            for path in (spec.world_script, spec.host_script):
+            for path in (spec.watchdog_script, spec.world_script, spec.host_script):
                 if path in written:
                     ctx.transport.put(path, files[path], mode=0o755)
             if spec.unit_path in written:
