@@ -240,6 +240,8 @@ SERVE_UNIT_DISABLED = _person("serve.unit_disabled", "warning", "serve", "the se
                               "purpose: a serving bootstrap (`sparkctl cluster bootstrap FILE`) serves again")
 SERVE_GATEWAY_DOWN = _by("serve.gateway_down", "error", "serve", "the gateway in front of the engine does not run or "
                          "listen where it should", "serve")
+SERVE_COLLECTOR_DOWN = _by("serve.collector_down", "error", "serve", "the figures collector on the head does not "
+                           "run: the gateway's /metrics, top, serve status and serve bench have no figures", "serve")
 SERVE_DEGENERATE = _person("serve.degenerate", "error", "serve", "the server answers with degenerate output",
                            "inventory", "a release with the Eagle3 SM12x fix, or serve.decoding: none, is the "
                            "inventory's")

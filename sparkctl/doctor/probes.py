@@ -23,6 +23,7 @@ from sparkctl.inventory import Inventory, Node
 from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan
+from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
 from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
@@ -307,6 +308,10 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("gateway", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
                  "|| echo absent" if w.head and w.serving else None,
                  lambda p, s: replace(p, gateway=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
+    ProbeSection("collector", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {COLLECTOR_CONTAINER} "
+                 "2>/dev/null || echo absent" if w.head and w.serving and w.inventory.engine().metrics_drained
+                 else None,
+                 lambda p, s: replace(p, collector=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
     ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{int(w.inventory.serve_spec().port)}'"
                  if w.head and w.serving else None, lambda p, s: replace(p, gateway_ss=s.output)),
     ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name) if _unit_here(w) else None,

@@ -77,6 +77,8 @@ class NodeProbe:
     gateway: str | None = None
     #: what `ss -ltnH` lists at the serve port (the gateway's)
     gateway_ss: str = ""
+    #: the figures collector's `docker inspect` state, "absent"; None: not probed (the engine needs none)
+    collector: str | None = None
     #: `systemctl show` of the serving unit (LoadState=not-found when absent); None: not probed
     unit: dict[str, str] | None = None
     #: the unit's last runs, from exits.log (plan/serve_unit.py parse_exits)

@@ -63,6 +63,7 @@ def healthy_snapshot() -> Snapshot:
     probes["spark1"].completion = "The sea is wide and deep."
     probes["spark1"].port_owners[18355] = "trtllm-serve (pid 77)"  # the engine, behind the gateway
     probes["spark1"].gateway = "running"
+    probes["spark1"].collector = "running"  # TensorRT-LLM's /metrics: the figures collector's
     probes["spark1"].unit = dict(UNIT_RUNNING)
     probes["spark1"].gateway_ss = ("LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\n"
                                    "LISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n")
@@ -394,6 +395,10 @@ def fault_unit_looping(s):
                                      "2026-11-27T20:33:39Z 1795811619 exit-code exited 1 95\n"
                                      "2026-11-27T20:35:39Z 1795811739 exit-code exited 1 97\n")
     s.probes["spark1"].serve_log_tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def fault_collector_down(s):
+    s.probes["spark1"].collector = "exited"
 
 
 def fault_gateway_down(s):

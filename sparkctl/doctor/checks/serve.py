@@ -11,6 +11,7 @@ from sparkctl.doctor.catalog import (
     NCCL_SOCKET_FALLBACK,
     NCCL_WARN,
     PORT_TAKEN,
+    SERVE_COLLECTOR_DOWN,
     SERVE_DEGENERATE,
     SERVE_DOWN,
     SERVE_GATEWAY_DOWN,
@@ -27,6 +28,7 @@ from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
 from sparkctl.knowledge.serve_failures import likely_cause
+from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.plan.serve_unit import (
     LASTED_S,
@@ -179,6 +181,19 @@ def check_gateway(s: Snapshot) -> list[Finding]:
     return []
 
 
+def check_collector(s: Snapshot) -> list[Finding]:
+    """The figures collector runs on the head where the engine's own /metrics empties on read (plan/collector.py)."""
+    if (found := serving_head(s)) is None or found[1].collector is None:
+        return []
+    head, probe = found
+    if probe.collector == "running":
+        return []
+    return [finding(SERVE_COLLECTOR_DOWN, head, f"the figures collector is {probe.collector}",
+                    evidence=f"container {COLLECTOR_CONTAINER}: {probe.collector}; the engine's iteration stats pile "
+                             "up unread and /metrics through the gateway answers 502",
+                    fix=s.bootstrap("serve"), severity="error" if serving_expected(s) else "info")]
+
+
 #: this many stuck ends among the unit's recorded runs: it keeps getting stuck (an error, not history)
 STUCK_AGAIN = 3
 
@@ -256,4 +271,4 @@ def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
     return []
 
 
-CHECKS = [check_models, check_server, check_unit, check_gateway, check_nccl]
+CHECKS = [check_models, check_server, check_unit, check_gateway, check_collector, check_nccl]
