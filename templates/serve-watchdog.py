@@ -11,7 +11,8 @@ loopback, and judges the world stuck when
   never while the engine is busy) gets no token within --canary-deadline-s.
 Stuck, it writes what it saw (the reason, when the last token came, requests running, this node's GPU power) to
 --evidence and ends the world (TERM, then KILL): the unit records the end as `stuck` and starts the whole world
-again. It judges nothing until the engine has answered once (a model takes minutes to load).
+again. It judges nothing while the engine's own /health does not answer 200 (a model takes minutes to load; a
+collector's /metrics answers before the engine does), and its clocks start when it does.
 
 Runs inside the engine's container with the image's python3 and prometheus_client (a requirement of every engine
 sparkctl serves). Nothing of sparkctl is imported here.
@@ -63,6 +64,15 @@ def canary(url: str, model: str, deadline: float) -> str | None:
     if not (reply.get("choices") or []):
         return "a one-token canary completion came back without a choice"
     return None
+
+
+def healthy(url: str) -> bool:
+    """The engine's own /health answers 200: it serves (not loading, not gone)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as answer:
+            return answer.status == 200
+    except (OSError, ValueError):
+        return False
 
 
 def gpu_power() -> list[float]:
@@ -119,9 +129,13 @@ def watch(args: argparse.Namespace) -> dict | None:
         if not alive(args.pid):
             return None
         now = time.time()
+        if not healthy(args.engine):
+            # loading, or gone: not a wedge (the unit sees a dead server itself); the clocks start once it serves
+            last_progress = last_canary = now
+            continue
         seen = figures(args.metrics, args.running, args.tokens)
         if seen is None:
-            continue  # not answering yet (loading), or between answers: the unit sees a dead server itself
+            continue
         running, tokens = seen
         if not answered or tokens != last_tokens:
             answered, last_tokens, last_progress = True, tokens, now

@@ -124,6 +124,8 @@ SEEDS = [
     Seed("serve-hung", "serve.health", "spark1", hang_server),
     # stopped by hand: its restart policy leaves it stopped, and the endpoint answers on no address
     Seed("gateway-stopped", "serve.gateway_down", "spark1", "docker stop -t 0 sparkctl-gateway"),
+    # the same for the figures collector: /metrics through the gateway answers 502
+    Seed("collector-stopped", "serve.collector_down", "spark1", "docker stop -t 0 sparkctl-collector"),
     # the serve log is the head's: NCCL's lines of every rank are there
     Seed("nccl-socket-fallback", "nccl.socket_fallback", "spark1", start_on_sockets),
 ]

@@ -465,18 +465,6 @@ def test_the_token_never_appears_in_logs_events_journal_argv_or_processes(lab_pa
     assert sh(lab_pair, "spark1", "cat /home/nvidia/.cache/huggingface/token").strip() == TOKEN
 
 
-def test_a_stopped_collector_is_found_by_doctor_and_started_again_exactly(lab_pair, served, env):
-    """Drift of what serving adds: the figures collector stopped by hand is named by doctor, and the next bootstrap
-    starts it (serve.gateway alone changes); the one after changes nothing."""
-    sh(lab_pair, "spark1", "docker stop -t 0 sparkctl-collector")
-    report = doctor(lab_pair, env=env, inventory=served["inventory"])
-    assert ("serve.collector_down", "spark1") in {(f["id"], f["node"]) for f in report["findings"]}, report
-    for expected in ({("serve.gateway", None)}, set()):
-        code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
-        assert code == 0 and changed(events) == expected, (changed(events), output[-3000:])
-    assert sh(lab_pair, "spark1", "docker inspect -f '{{.State.Running}}' sparkctl-collector").strip() == "true"
-
-
 def exits(lab) -> list[RunEnd]:
     return parse_exits(sh(lab, "spark1", f"cat {state_dir(lab)}/exits.log"))
 

@@ -89,6 +89,7 @@ ELSEWHERE = {
     # the serve phase's, and what NCCL said in the serve log, on a serving lab: tests/lab/test_doctor_repairs_serve.py
     "model.absent": "serve", "model.incomplete": "serve", "hf.token_missing": "serve", "serve.down": "serve",
     "serve.health": "serve", "nccl.socket_fallback": "serve", "serve.gateway_down": "serve",
+    "serve.collector_down": "serve",
     "serve.unit_missing": "serve", "serve.unit_failed": "serve", "serve.unit_looping": "serve",
     # NetworkManager's, on a NetworkManager-rendered pair: tests/lab/test_networkmanager.py (NM_SEEDS)
     "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",

@@ -4,6 +4,7 @@ counter with requests running, an unanswered canary while idle, a world that end
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -23,6 +24,7 @@ class Engine:
         self.running, self.tokens = 0.0, 0.0
         self.canary_hangs = False
         self.canaries = 0
+        self.health = 200
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,6 +39,11 @@ class Engine:
                 self.wfile.write(body)
 
             def do_GET(self):
+                if self.path == "/health":
+                    self.send_response(owner.health)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 self._send((f"# TYPE {VLLM.running} gauge\n{VLLM.running}{{engine=\"0\"}} {owner.running}\n"
                             f"# TYPE {VLLM.generation_tokens}_total counter\n"
                             f"{VLLM.generation_tokens}_total{{engine=\"0\"}} {owner.tokens}\n").encode())
@@ -46,7 +53,10 @@ class Engine:
                 owner.canaries += 1
                 if owner.canary_hangs:
                     time.sleep(10)
-                self._send(json.dumps({"choices": [{"message": {"content": "pong"}}]}).encode(), "application/json")
+                # the watchdog may have stopped waiting: that is the point
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._send(json.dumps({"choices": [{"message": {"content": "pong"}}]}).encode(),
+                               "application/json")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -111,6 +121,19 @@ def test_an_idle_engine_whose_canary_gets_no_token_is_stuck_and_one_that_answers
     assert world.wait(timeout=10) == -15
     assert json.loads(evidence.read_text())["reason"].startswith("a one-token canary completion got no answer within "
                                                                  "1s")
+
+
+def test_an_engine_not_serving_yet_is_not_judged_and_its_clocks_start_when_it_serves(engine, world, tmp_path):
+    """Loading (/health 503) with figures that answer (a collector answers before the engine does) and a canary
+    that would fail: nothing is judged; once /health says 200, the canary's clock starts from then."""
+    evidence = tmp_path / "stuck.json"
+    engine.health, engine.canary_hangs = 503, True
+    dog = watchdog(engine, world, evidence, canary_s=1, deadline_s=1)
+    time.sleep(3)
+    assert dog.poll() is None and engine.canaries == 0 and not evidence.exists()
+    engine.health = 200
+    dog.communicate(timeout=30)
+    assert evidence.exists() and engine.canaries == 1
 
 
 def test_nothing_is_judged_before_the_engine_answers_and_a_world_gone_ends_the_watchdog(world, tmp_path):
