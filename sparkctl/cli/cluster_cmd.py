@@ -36,16 +36,17 @@ def plan(file: str, as_json: bool, verbose: int) -> None:
     Interfaces are those pinned in the inventory, else the inventory's fabric.port, else port 1's twins;
     bootstrap itself reads the cabled port from each node.
     """
-    from sparkctl.cli.plan_view import plan_data, render_plan_text
+    from sparkctl.cli.plan_view import plan_data, recorded_deployments, render_plan_text
     from sparkctl.plan import plan_cluster
     from sparkctl.runs.playbooks import bootstrap_graph
 
     inventory = load(file)
     planned = plan_cluster(inventory)
+    recorded = recorded_deployments(inventory)
     if as_json:
-        report_line("cluster plan", ExitStatus.SUCCESS, **plan_data(inventory, planned, bootstrap_graph()))
+        report_line("cluster plan", ExitStatus.SUCCESS, **plan_data(inventory, planned, bootstrap_graph(), recorded))
         return
-    click.echo(redacted(render_plan_text(inventory, planned, bootstrap_graph())), nl=False)
+    click.echo(redacted(render_plan_text(inventory, planned, bootstrap_graph(), recorded)), nl=False)
 
 
 @cluster_group.command("bootstrap")
@@ -56,9 +57,9 @@ def bootstrap_command(file: str, **params) -> None:
     inventory = load(file)
     request = build_request(params)
     with early_opening("bootstrap", inventory, request, graph=_bootstrap_graph) as opening:
-        from sparkctl.runs.bootstrap import bootstrap
+        from sparkctl.runs.rollback import bootstrap_or_roll_back
 
-        result = bootstrap(inventory, request, lambda: run_view(params), ask_for_gated_token, opening)
+        result = bootstrap_or_roll_back(inventory, request, lambda: run_view(params), ask_for_gated_token, opening)
     sys.exit(int(result.exit_status()))
 
 

@@ -38,31 +38,23 @@ def csv_set(value: str | None) -> set[str] | None:
     return {v.strip() for v in value.split(",") if v.strip()} if value else None
 
 
+#: the options a run of the whole cluster does without (`serve rollback` puts back what every node ran)
+PART_OPTIONS = ("--limit", "--only", "--skip")
+
+
 def run_options(func):
     """--check --diff --limit --only --skip --forks -v --json --ask-become-pass --become-password-file --reprove
     --revert-after."""
-    options = [
-        click.option("--check", is_flag=True, help="Change nothing: report what would change (exit 4 if anything)."),
-        click.option("--diff", is_flag=True, help="Show unified diffs of the files that change (or would)."),
-        click.option("--limit", metavar="NODE[,NODE]", help="Run on these nodes only."),
-        click.option("--only", metavar="PHASE|TASK[,...]", help="Run only these phases or tasks."),
-        click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks."),
-        click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True,
-                     help="How many nodes to work on at once."),
-        click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=note_verbose),
-        click.option("--json", "as_json", is_flag=True, callback=note_json, is_eager=True,
-                     help="One JSON object per event on stdout (docs/events.md); the last one is the recap."),
-        click.option("-K", "--ask-become-pass", is_flag=True,
-                     help=f"Prompt once for the sudo password (or set {BECOME_ENV})."),
-        click.option("--become-password-file", type=click.Path(dir_okay=False, exists=True),
-                     help="Read the sudo password from this file (first line)."),
-        click.option("--reprove", is_flag=True, help="Run every proof again, also those a no-op rerun takes from the "
-                                                     "record (the MPI probe: see playbooks.md, verify.fabric)."),
-        click.option("--revert-after", type=click.IntRange(10, 3600), default=60, show_default=True,
-                     metavar="SECONDS", help="A node reverts a netplan change by itself unless sparkctl reaches "
-                                             "it over a new connection within this time after the apply."),
-    ]
-    for option in reversed(options):
+    return _with_options(func, _run_option_list())
+
+
+def whole_cluster_run_options(func):
+    """run_options without --limit, --only and --skip."""
+    return _with_options(func, [o for o in _run_option_list() if o[0] not in PART_OPTIONS])
+
+
+def _with_options(func, options):
+    for _name, option in reversed(options):
         func = option(func)
 
     @functools.wraps(func)
@@ -70,6 +62,37 @@ def run_options(func):
         return func(*args, **kwargs)
 
     return wrapper
+
+
+def _run_option_list() -> list[tuple[str, Callable]]:
+    """(its first flag, the option) of every option of a run."""
+    return [
+        ("--check", click.option("--check", is_flag=True,
+                                 help="Change nothing: report what would change (exit 4 if anything).")),
+        ("--diff", click.option("--diff", is_flag=True,
+                                help="Show unified diffs of the files that change (or would).")),
+        ("--limit", click.option("--limit", metavar="NODE[,NODE]", help="Run on these nodes only.")),
+        ("--only", click.option("--only", metavar="PHASE|TASK[,...]", help="Run only these phases or tasks.")),
+        ("--skip", click.option("--skip", metavar="PHASE|TASK[,...]", help="Skip these phases or tasks.")),
+        ("--forks", click.option("--forks", type=click.IntRange(1, 256), default=DEFAULT_FORKS, show_default=True,
+                                 help="How many nodes to work on at once.")),
+        ("-v", click.option("-v", "--verbose", count=True, help=VERBOSE_HELP, callback=note_verbose)),
+        ("--json", click.option("--json", "as_json", is_flag=True, callback=note_json, is_eager=True,
+                                help="One JSON object per event on stdout (docs/events.md); the last one is the "
+                                     "recap.")),
+        ("-K", click.option("-K", "--ask-become-pass", is_flag=True,
+                            help=f"Prompt once for the sudo password (or set {BECOME_ENV}).")),
+        ("--become-password-file", click.option("--become-password-file",
+                                                type=click.Path(dir_okay=False, exists=True),
+                                                help="Read the sudo password from this file (first line).")),
+        ("--reprove", click.option("--reprove", is_flag=True,
+                                   help="Run every proof again, also those a no-op rerun takes from the record (the "
+                                        "MPI probe: see playbooks.md, verify.fabric).")),
+        ("--revert-after", click.option("--revert-after", type=click.IntRange(10, 3600), default=60,
+                                        show_default=True, metavar="SECONDS",
+                                        help="A node reverts a netplan change by itself unless sparkctl reaches it "
+                                             "over a new connection within this time after the apply.")),
+    ]
 
 
 def load(file: str, warn: bool = True) -> Inventory:
@@ -105,7 +128,8 @@ def build_request(params: dict) -> RunRequest:
     return RunRequest.of(check=params["check"], diff=params["diff"], verbosity=params["verbose"],
                          revert_after=params["revert_after"], reprove=params.get("reprove", False),
                          become_password=become_password(params["ask_become_pass"], params["become_password_file"]),
-                         limit=csv_set(params["limit"]), only=csv_set(params["only"]), skip=csv_set(params["skip"]),
+                         limit=csv_set(params.get("limit")), only=csv_set(params.get("only")),
+                         skip=csv_set(params.get("skip")),
                          forks=params["forks"])
 
 

@@ -7,11 +7,13 @@ import shlex
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.collector import SCRIPT_NAME, collector_spec
+from sparkctl.plan.deployment import COPY_KEY, DeploymentRecord
 from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
 from sparkctl.plan.serve import launch_fingerprint
 from sparkctl.rules.serving import serving_enabled
+from sparkctl.runs.proofs import ProofFile
 from sparkctl.secrets import MASK
 from sparkctl.taskgraph import Graph
 
@@ -23,7 +25,8 @@ def _section(title: str) -> str:
     return f"\n== {title} " + "=" * max(3, 74 - len(title))
 
 
-def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | None = None) -> str:
+def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | None = None,
+                     recorded: DeploymentRecord | None = None) -> str:
     out: list[str] = [f"cluster {inventory.cluster.name}: {len(inventory.nodes)} node(s), topology "
                       f"{inventory.topology}, head {inventory.head.name}"]
     if graph is not None:
@@ -73,7 +76,27 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
     if serving_enabled(inventory):
         out += _unit_lines(inventory, plan.launch)
         out += _gateway_lines(inventory)
+        out += _deployment_lines(inventory, recorded)
     return "\n".join(out) + "\n"
+
+
+def recorded_deployments(inventory: Inventory) -> DeploymentRecord | None:
+    """The head's record of deployments as this machine's last run read or wrote it (offline)."""
+    text = ProofFile(inventory.cluster.name).get(COPY_KEY)
+    return DeploymentRecord.parse(text) if isinstance(text, str) else None
+
+
+def _deployment_lines(inventory: Inventory, recorded: DeploymentRecord | None) -> list[str]:
+    """The deployment this inventory names, and the one in use as this machine last recorded it."""
+    lines = [f"--- deployment: image {inventory.container.image}, {inventory.engine().name} "
+             f"{inventory.serve_spec().model} (bootstrap switches to it only once the image has one ID on every "
+             "node, and puts the one in use back if it does not answer)"]
+    if recorded is None or recorded.current is None:
+        return [*lines, "in use: not recorded from this machine (`sparkctl serve status` reads the head)"]
+    lines.append(f"in use (as this machine last recorded it): {recorded.current.summary()}")
+    if recorded.previous is not None:
+        lines.append(f"previous: {recorded.previous.summary()} (`sparkctl serve rollback` goes back to it)")
+    return lines
 
 
 def _unit_lines(inventory: Inventory, launch: Launch) -> list[str]:
@@ -136,7 +159,7 @@ def _argv_lines(argv: list[str]) -> list[str]:
     return lines
 
 
-def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph) -> dict:
+def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph, recorded: DeploymentRecord | None = None) -> dict:
     """The same plan as data (`cluster plan --json`)."""
     phases: list[dict] = []
     for task in graph.ordered():
@@ -155,4 +178,14 @@ def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph) -> dict:
                                                               "argv": node.container.run_argv()}}
     return {"cluster": inventory.cluster.name, "topology": inventory.topology, "head": inventory.head.name,
             "phases": phases, "nodes": nodes, "hostfile": plan.hostfile, "serve_config": plan.launch.config_text(),
-            "launch": plan.launch.head_command()}
+            "launch": plan.launch.head_command(), "deployment": _deployment_data(inventory, recorded)}
+
+
+def _deployment_data(inventory: Inventory, recorded: DeploymentRecord | None) -> dict | None:
+    if not serving_enabled(inventory):
+        return None
+    current = recorded.current if recorded is not None else None
+    previous = recorded.previous if recorded is not None else None
+    return {"image": inventory.container.image, "engine": inventory.engine().name,
+            "model": inventory.serve_spec().model, "in_use": current.data() if current else None,
+            "previous": previous.data() if previous else None}

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import click
 
-from sparkctl.cli.options import csv_set, load
+from sparkctl.cli.options import build_request, csv_set, load, run_view, whole_cluster_run_options
 from sparkctl.cli.report import STDOUT, json_option, output_file, print_table, report_line, verbose_option
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.exitcodes import ExitStatus
@@ -76,7 +76,6 @@ def status(file: str, as_json: bool, verbose: int) -> None:
 @verbose_option
 def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
     """Print the endpoint's API key (clients send `Authorization: Bearer <key>`); --rotate replaces it."""
-    from sparkctl.cli.options import run_view
     from sparkctl.runs.serve_ops import endpoint_key, rotate_key
 
     inventory = load(file)
@@ -96,6 +95,20 @@ def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
         click.echo(json.dumps({"event": "serve key", "status": 0, "key": value}))
         return
     click.echo(value)
+
+
+@serve_group.command("rollback")
+@FILE
+@whole_cluster_run_options
+def rollback(file: str, **params) -> None:
+    """Go back to the previous deployment the head keeps (image, engine config, model revision): its containers,
+    config, units and gateway are put back and smoke-tested. The inventory is left as it is, so the next bootstrap
+    switches to what it names again."""
+    from sparkctl.runs.rollback import roll_back
+
+    inventory = load(file)
+    rolled = roll_back(inventory, build_request(params), lambda: run_view(params))
+    sys.exit(int(rolled.result.exit_status()))
 
 
 @serve_group.command("logs")

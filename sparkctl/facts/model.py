@@ -242,6 +242,8 @@ class Facts:
     docker_error: str | None = None
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     images: dict[str, str | None] = field(default_factory=dict)
+    #: by reference: the registry digest the image was pulled by (None: built or loaded locally, or absent)
+    image_digests: dict[str, str | None] = field(default_factory=dict)
     listening_tcp: dict[int, str | None] = field(default_factory=dict)
     #: port -> local addresses listening on it (`*`/`0.0.0.0`/`::` mean all)
     listening_addresses: dict[int, list[str]] = field(default_factory=dict)

@@ -6,7 +6,7 @@ import base64
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkctl.facts.model import Address, ContainerInfo, Interface, NetplanFile, RoceDevice, Route
 from sparkctl.secrets import mask_env
@@ -194,6 +194,8 @@ class DockerAnswer:
     error: str | None                   # why not reached, or what it said besides "no such object"
     containers: dict[str, ContainerInfo]
     images: dict[str, str | None]
+    #: by reference: the registry's digest of the image (RepoDigests; None for one built or loaded locally)
+    digests: dict[str, str | None] = field(default_factory=dict)
 
 
 def _stderr_lines(text: str) -> list[str]:
@@ -249,6 +251,7 @@ def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerA
         else:
             containers[name] = ContainerInfo(name, exists=False)
     image_ids: dict[str, str | None] = {}
+    digests: dict[str, str | None] = {}
     for ref in refs:
         spellings = _image_names(ref)
         match = next((i for i in images if spellings & set(i.get("RepoTags") or []) or
@@ -257,7 +260,18 @@ def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerA
         if match is None and len(images) == 1 and len(refs) == 1:
             match = images[0]  # inspected by the one reference asked
         image_ids[ref] = str(match.get("Id")) if match is not None else None
-    return DockerAnswer(True, other[-1] if other else None, containers, image_ids)
+        digests[ref] = _repo_digest(match, ref) if match is not None else None
+    return DockerAnswer(True, other[-1] if other else None, containers, image_ids, digests)
+
+
+def _repo_digest(image: dict, ref: str) -> str | None:
+    """The registry digest (`sha256:...`) the image was pulled by: RepoDigests' entry of the reference's own
+    repository where there is one, else its first."""
+    found = [str(d) for d in image.get("RepoDigests") or [] if "@" in str(d)]
+    repo = ref.split("@")[0].rsplit(":", 1)[0] if ":" in ref.split("/")[-1] else ref.split("@")[0]
+    own = [d for d in found if d.split("@")[0] in _image_names(repo)]
+    chosen = own or found
+    return chosen[0].split("@", 1)[1] if chosen else None
 
 
 def parse_docker_error(output: str) -> str:

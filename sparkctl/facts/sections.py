@@ -169,6 +169,7 @@ sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}"""
 def _unknown_docker(f: Facts, request: FactsRequest, status: str, error: str | None = None) -> None:
     f.containers = {n: ContainerInfo(n, exists=False, status=status, error=error) for n in request.container_names}
     f.images = dict.fromkeys(request.image_refs)
+    f.image_digests = dict.fromkeys(request.image_refs)
 
 
 def _read_docker_cli(f: Facts, got: Got) -> None:
@@ -205,7 +206,7 @@ def _read_docker_inspect(f: Facts, got: Got) -> None:
         f.docker_error = answer.error
     elif answer.error:
         f.raw_errors.append(f"docker: {answer.error}")
-    f.containers, f.images = answer.containers, answer.images
+    f.containers, f.images, f.image_digests = answer.containers, answer.images, answer.digests
 
 
 def _hf_cache_script(request: FactsRequest) -> str:

@@ -52,6 +52,12 @@ CAUSES = (
     Cause("unknown config key", re.compile(r"Extra inputs are not permitted|union_tag_invalid|validation error"),
           "the TensorRT-LLM config has a key (or value) this release rejects: {detail}; fix serve.config in the "
           "inventory"),
+    # CUDA's own words (cudaErrorNoKernelImageForDevice) for a build without this GPU's architecture: GB10 is
+    # sm_121, which an engine built for older GPUs (or a generic arm64 wheel) lacks; torch adds the second line
+    Cause("no kernels for this GPU", re.compile(r"no kernel image is available for execution on the device"),
+          "the image's engine was not built for the Spark's GPU (GB10, sm_121): use a release image built for "
+          "DGX Spark, or go back to the one that served (bootstrap rolls a failed switch back; `sparkctl serve "
+          "rollback` by hand)"),
     Cause("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|Cannot allocate memory",
                                       re.I),
           "the model, draft and KV cache do not fit: lower kv_cache_config.free_gpu_memory_fraction in "

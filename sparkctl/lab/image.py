@@ -155,6 +155,39 @@ def _tag_gateway(ref: str) -> None:
          timeout=120)
 
 
+#: Images that differ from the lab image, for the switches of an image update (tests/lab): `next` is the same
+#: engine under another image ID (a new release that works), `broken` one whose engine fails at load on every
+#: rank, as an image built without the GPU's architecture does (the stand-ins find the file it adds).
+BROKEN_KERNELS_IN_IMAGE = "/opt/sparkctl-lab/broken-kernels"
+VARIANTS = {"next": [], "broken": [f"COPY broken-kernels {BROKEN_KERNELS_IN_IMAGE}"]}
+VARIANT_LABEL = "sparkctl.lab.variant"
+
+
+def variant_ref(variant: str, recipe: str | None = None) -> str:
+    return f"{image_ref(recipe)}-{variant}"
+
+
+def ensure_variant(variant: str, log: Log = print) -> str:
+    """The lab image's `variant` (VARIANTS), built on it in the shared store once per recipe; its reference."""
+    ensure_image(log=log)
+    with _build_lock():
+        ref = variant_ref(variant)
+        inspected = subprocess.run(["podman", *podman_store_args(), "image", "exists", ref], capture_output=True,
+                                   timeout=60)
+        if inspected.returncode == 0:
+            return ref
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            lines = [f"FROM {image_ref()}", f"LABEL {VARIANT_LABEL}={variant}", *VARIANTS[variant]]
+            (BUILD_DIR / "Containerfile").write_text("\n".join(lines) + "\n")
+            (BUILD_DIR / "broken-kernels").write_text("this image's engine has no kernels for the GPU\n")
+            _run(["podman", *podman_store_args(), "build", "--pull=never", "--quiet", "-t", ref,
+                  "-f", str(BUILD_DIR / "Containerfile"), str(BUILD_DIR)], f"podman build {variant}", timeout=300)
+        finally:
+            shutil.rmtree(BUILD_DIR, ignore_errors=True)
+        return ref
+
+
 def image_ref(recipe: str | None = None) -> str:
     """This recipe's image: `localhost/sparkctl-lab-trtllm-<recipe>:<release>`."""
     return f"{IMAGE_REPO}-{(recipe or recipe_hash())[:12]}:{TRTLLM_VERSION}"

@@ -17,6 +17,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
+from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
 from sparkctl.plan.serve_unit import last_failure, unit_summary
@@ -106,8 +107,10 @@ def serve_status(inventory: Inventory) -> ServeStatus:
             exits = handle.exits(20)
             # the run that ended: the log before this one's when the unit started the world again since
             failed_log = handle.tail(40, previous=alive)
+            deployments = DeploymentRecord.parse(
+                transport.run(f"cat {q(deployments_path(handle.dir))} 2>/dev/null; true", timeout=30).stdout)
     except SparkctlError as exc:
-        health, record, alive, unit = reach, None, False, {}
+        health, record, alive, unit, deployments = reach, None, False, {}, DeploymentRecord()
         out.rows.append(("head", f"not reachable over ssh: {exc.message}"))
         out.rows.append(("health", _health_text(reach, reach_why) + " (asked from here)"))
         _endpoint_rows(out, direct, direct, reach, inventory)
@@ -124,8 +127,20 @@ def serve_status(inventory: Inventory) -> ServeStatus:
         out.rows += [("server", f"pid {pid or '-'} in {inventory.container.name}"
                                 f" ({'running' if alive else 'gone'})"),
                      ("uptime", _duration(uptime) if alive else "-"), ("config", record.get("fingerprint", "-"))]
+    out.rows += _deployment_rows(deployments)
     out.healthy = health == 200
     return out
+
+
+def _deployment_rows(record: DeploymentRecord) -> list[tuple[str, str]]:
+    rows = [("deployment", record.current.summary() if record.current else
+             "none recorded (a deployment is recorded once it answered its smoke test)")]
+    if record.previous:
+        rows.append(("previous", f"{record.previous.summary()} (`sparkctl serve rollback` goes back to it)"))
+    if record.switching and not record.switching.same_world(record.current):
+        rows.append(("switching", f"to {record.switching.summary()}: begun and not answered; a bootstrap finishes "
+                                  "it or puts the one in use back"))
+    return rows
 
 
 def _unit_rows(unit: dict[str, str], exits: list[str], log: list[str]) -> list[tuple[str, str]]:

@@ -61,9 +61,12 @@ def sh_output(lab, node: str, command: str) -> str:
     return sh(lab, node, command, check=False)
 
 
-def write_inventory(lab, path, serve: dict | None = None, nodes: int | None = None) -> str:
-    """The lab's inventory with a serve section (and only its first `nodes` nodes), written to PATH."""
+def write_inventory(lab, path, serve: dict | None = None, nodes: int | None = None, image: str | None = None) -> str:
+    """The lab's inventory with a serve section (and only its first `nodes` nodes, another container image),
+    written to PATH."""
     document = yaml.safe_load(lab.inventory_path.read_text())
+    if image is not None:
+        document.setdefault("container", {})["image"] = image
     if nodes is not None:
         document["nodes"] = document["nodes"][:nodes]
         document["fabric"]["topology"] = "single"

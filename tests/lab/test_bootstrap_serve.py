@@ -18,10 +18,12 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import yaml
 
+from sparkctl.lab.image import ensure_variant
 from sparkctl.plan.serve_unit import RunEnd, parse_exits, parse_show, show_command, unit_name
 from sparkctl.secrets import MASK
 from tests.lab.conftest import poll
@@ -463,6 +465,62 @@ def test_the_token_never_appears_in_logs_events_journal_argv_or_processes(lab_pa
     assert leaks == []
     # where it must be: the 0600 token file
     assert sh(lab_pair, "spark1", "cat /home/nvidia/.cache/huggingface/token").strip() == TOKEN
+
+
+def container_images(lab) -> dict[str, str]:
+    """Each node's engine container: the image ID it runs."""
+    return {n.name: sh(lab, n.name, f"docker inspect --format '{{{{.Image}}}}' {CONTAINER}").strip()
+            for n in lab.nodes}
+
+
+def image_id(lab, ref: str) -> str:
+    return sh(lab, lab.nodes[0].name, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}").strip()
+
+
+def rollback_lines(events: list[dict]) -> list[str]:
+    return [e["message"] for e in events if e.get("task") == "serve.rollback" and e.get("event") == "log"]
+
+
+def test_an_image_that_fails_at_load_is_rolled_back_and_a_good_one_switched_to_and_back(lab_pair, served, env,
+                                                                                         tmp_path):
+    key = api_key(served, env)
+    serving = yaml.safe_load(Path(served["inventory"]).read_text())["container"]["image"]
+    old = container_images(lab_pair)
+    assert set(old.values()) == {image_id(lab_pair, serving)}
+    broken = write_inventory(lab_pair, tmp_path / "broken.yaml", SERVE, image=ensure_variant("broken"))
+    code, events, output = sparkctl(["cluster", "bootstrap", broken, "--json"], env)
+    served["outputs"].append(output)
+    # the switch waited for the image on every node, the new world failed at load, the old one came back
+    assert code == 1, output[-3000:]
+    assert ("serve.switch", None) in changed(events)
+    assert [f["task"] for f in failed(events)] == ["serve.launch"]
+    lines = rollback_lines(events)
+    assert lines and lines[-1].startswith("rolled back: serve.launch"), lines
+    assert "serves again" in lines[-1]
+    assert "no kernels for this GPU" in output, output[-3000:]
+    assert container_images(lab_pair) == old
+    chat(lab_pair, key)
+    # the old inventory, unchanged, is exactly what runs
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), output[-3000:]
+
+    # a good image: switched to, then back by hand
+    good = ensure_variant("next")
+    moved = write_inventory(lab_pair, tmp_path / "next.yaml", SERVE, image=good)
+    code, events, output = sparkctl(["cluster", "bootstrap", moved, "--json"], env)
+    assert code == 0, output[-3000:]
+    assert set(container_images(lab_pair).values()) == {image_id(lab_pair, good)}
+    chat(lab_pair, key)
+    code, _events, output = sparkctl(["serve", "status", moved], env)
+    assert re.search(r"deployment +#\d+ " + re.escape(good), output), output
+    assert re.search(r"previous +#\d+ " + re.escape(serving), output), output
+    code, events, output = sparkctl(["serve", "rollback", moved, "--json"], env)
+    assert code == 0, output[-3000:]
+    assert rollback_lines(events)[-1].startswith("rolled back by hand"), rollback_lines(events)
+    assert container_images(lab_pair) == old
+    chat(lab_pair, key)
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), output[-3000:]
 
 
 def exits(lab) -> list[RunEnd]:

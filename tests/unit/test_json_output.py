@@ -28,6 +28,7 @@ NOT_REPORTS = {"serve logs", "serve chat", "inventory schema", "lab up", "lab do
 PICK_NODES = {"cluster bootstrap", "cluster down", "cluster status", "doctor", "serve logs", "top"}
 #: Commands that read an inventory but pick no nodes, and why --limit does not apply to them (README says so too).
 NO_LIMIT = {
+    "serve rollback": "it puts back what every node ran before: a part of the cluster would be half switched",
     "cluster plan": "offline: it plans the whole cluster and connects to nothing",
     "inventory validate": "offline: it checks the file",
     "serve status": "it asks the endpoint the serving head answers on",

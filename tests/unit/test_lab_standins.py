@@ -470,6 +470,15 @@ def test_trtllm_serve_as_a_nonzero_rank_without_the_launcher_is_refused(serve_en
     assert result.returncode == 1 and "through trtllm-llmapi-launch" in result.stderr
 
 
+def test_trtllm_serve_in_the_broken_image_fails_at_load_in_cuda_s_words(serve_env, tmp_path):
+    env, options = serve_env
+    broken = tmp_path / "broken-kernels"
+    broken.write_text("no kernels\n")
+    result = serve({**env, "SPARKCTL_LAB_BROKEN_KERNELS_FILE": str(broken)}, options)
+    assert result.returncode == 1
+    assert "CUDA error: no kernel image is available for execution on the device" in result.stderr
+
+
 def test_trtllm_serve_needs_the_model_in_the_cache(serve_env):
     env, options = serve_env
     result = serve(env, options, model="nvidia/Llama-3.3-70B-Instruct-FP4")

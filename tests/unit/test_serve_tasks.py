@@ -327,6 +327,8 @@ def test_smoke_fails_when_nothing_answers(tmp_path):
     (["spark1:1:1 [0] NCCL WARN Bootstrap : no socket interface found"], "NCCL"),
     (["OSError: nvidia/x does not appear to have the files *.safetensors in /snap"], "missing model files"),
     (["ORTE was unable to reliably start one or more daemons."], "MPI start-up"),
+    (["RuntimeError: CUDA error: no kernel image is available for execution on the device",
+      "CUDA kernel errors might be asynchronously reported at some other API call"], "no kernels for this GPU"),
 ])
 def test_failure_signatures(lines, cause):
     found = likely_cause(lines)

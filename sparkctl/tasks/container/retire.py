@@ -26,6 +26,8 @@ def labelled_script(cluster: str) -> str:
 class ContainerRetireTask(Task[NodeContext, str]):
     name = "container.retire"
     phase = "container"
+    # another engine's world serves until the new image is on every node
+    needs = ("serve.switch",)
     description = "remove this cluster's containers the inventory no longer names (another engine's, a renamed one)"
     checks = ("the node's containers labelled sparkctl.cluster=<cluster> are the planned one, the gateway and the "
               "figures collector only; one read of the node, on a rerun read ahead with its facts")

@@ -59,7 +59,7 @@ class ContainerRunTask(Task[NodeContext, str]):
     phase = "container"
     # its sshd listens on the node's planned fabric addresses only (SPARKCTL_SSHD_LISTEN): without them it
     # cannot bind and the container exits
-    needs = ("container.image", "container.state", "container.retire", "network.netplan")
+    needs = ("container.image", "serve.switch", "container.state", "container.retire", "network.netplan")
     description = "run the trtllm-multinode container with the settings of THIS node's own interfaces"
     checks = ("the container exists, runs, and carries the label with the hash of the planned spec (image, env, "
               "mounts, args, entrypoint); its env holds the planned NCCL/UCX/Open MPI settings; nothing else "
