@@ -16,6 +16,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.render import templates_dir
+from sparkctl.plan.serve import collector_port
 
 COLLECTOR_CONTAINER = "sparkctl-collector"
 SCRIPT_NAME = "serve-collector.py"
@@ -40,10 +41,6 @@ class CollectorSpec:
     def script_path(self) -> str:
         return posixpath.join(self.script_dir, SCRIPT_NAME)
 
-    @property
-    def url(self) -> str:
-        return f"http://{ENGINE_HOST}:{self.port}/metrics"
-
     def command(self) -> list[str]:
         return [f"{DIR_IN_CONTAINER}/{SCRIPT_NAME}", "--engine", f"http://{ENGINE_HOST}:{self.engine_port}/metrics",
                 "--listen", f"{ENGINE_HOST}:{self.port}", "--interval", f"{INTERVAL_S:g}"]
@@ -65,8 +62,9 @@ class CollectorSpec:
 
 def collector_spec(inventory: Inventory, state_dir: str) -> CollectorSpec | None:
     """The head's collector, or None when the engine's own /metrics can be read by many (it keeps its counters)."""
-    if not inventory.engine().metrics_drained:
+    port = collector_port(inventory)
+    if port is None:
         return None
-    spec = inventory.serve_spec()
-    return CollectorSpec(cluster=inventory.cluster.name, image=inventory.container.image, port=spec.collector_port,
-                         engine_port=spec.engine_port, script_dir=posixpath.join(state_dir, "collector"))
+    return CollectorSpec(cluster=inventory.cluster.name, image=inventory.container.image, port=port,
+                         engine_port=inventory.serve_spec().engine_port,
+                         script_dir=posixpath.join(state_dir, "collector"))

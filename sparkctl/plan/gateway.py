@@ -18,6 +18,7 @@ from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
 from sparkctl.plan.render import render
+from sparkctl.plan.serve import collector_port
 
 GATEWAY_CONTAINER = "sparkctl-gateway"
 CONFIG_DIR_IN_CONTAINER = "/etc/sparkctl-gateway"
@@ -131,4 +132,4 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
                        port=spec.port, engine_port=spec.engine_port,
                        config_dir=posixpath.join(state_dir, "gateway"),
                        authenticated=inventory.serve.auth == "key",
-                       metrics_port=spec.collector_port if inventory.engine().metrics_drained else None)
+                       metrics_port=collector_port(inventory))

@@ -24,6 +24,17 @@ def wanted_repos(inventory: Inventory) -> list[tuple[str, str | None]]:
     return out
 
 
+def collector_port(inventory: Inventory) -> int | None:
+    """Where the figures collector answers on the head's loopback, or None when the engine needs none (its own
+    /metrics keeps its counters, and every reader can ask it)."""
+    return inventory.serve_spec().collector_port if inventory.engine().metrics_drained else None
+
+
+def figures_port(inventory: Inventory) -> int:
+    """The head's loopback port whose /metrics every reader of the engine's figures shares."""
+    return collector_port(inventory) or inventory.serve_spec().engine_port
+
+
 def launch_fingerprint(config_text: str, command: str) -> str:
     """What identifies a running server's setup: the config it read and the line that started it."""
     return hashlib.sha256(f"{config_text}\0{command}".encode()).hexdigest()[:16]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sparkctl.inventory import Inventory
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.render import templates_dir
+from sparkctl.plan.serve import figures_port
 
 SCRIPT_NAME = "serve-watchdog.py"
 #: where the watchdog writes what it saw when the world is stuck (run/serve: unit.sh records it with the end)
@@ -44,8 +45,7 @@ def watchdog_run(inventory: Inventory) -> WatchdogRun | None:
     if settings == "off":
         return None
     spec, engine = inventory.serve_spec(), inventory.engine()
-    port = spec.collector_port if engine.metrics_drained else spec.engine_port
-    return WatchdogRun(metrics=f"http://{ENGINE_HOST}:{port}/metrics", running=engine.metrics.running,
-                       tokens=engine.metrics.generation_tokens, engine=f"http://{ENGINE_HOST}:{spec.engine_port}",
+    return WatchdogRun(metrics=f"http://{ENGINE_HOST}:{figures_port(inventory)}/metrics",
+                       running=engine.metrics.running, tokens=engine.metrics.generation_tokens, engine=f"http://{ENGINE_HOST}:{spec.engine_port}",
                        model=spec.model, stall_s=settings.stall_s, canary_s=settings.canary_s,
                        canary_deadline_s=settings.canary_deadline_s)

@@ -21,7 +21,7 @@ from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 
-def collector_sections(spec: CollectorSpec | None, cluster: str, framing: Framing) -> list[str]:
+def collector_sections(spec: CollectorSpec | None, framing: Framing) -> list[str]:
     """What the gateway's read of the head adds: the script's sha256 and the container's state (or whether one of
     this cluster's is there at all, when none is planned)."""
     inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "

@@ -108,7 +108,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             framing.section("config", f"sha256sum {q(spec.config_path)} 2>/dev/null | cut -d' ' -f1"),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
-            *collector_sections(collector, spec.cluster, framing),
+            *collector_sections(collector, framing),
             "true"])
 
     def apply(self, ctx: ClusterContext, changes: list[Change[GatewayAction]]) -> None:
