@@ -168,11 +168,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stop-wait", type=float, default=15.0)
     parser.add_argument("--poll-s", type=float, default=POLL_S, help="seconds between two reads of the figures")
     parser.add_argument("--evidence", required=True, help="where what was seen is written when the world is stuck")
+    parser.add_argument("--stopping", help="the mark of a world asked to stop: it is not judged")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     seen = watch(args)
-    if seen is None:
-        return
+    if seen is None or (args.stopping and os.path.exists(args.stopping)):
+        return  # a world asked to stop answers nothing while it stops: that is not stuck
     seen.update(stuck_at=iso(time.time()), gpu_power_w=gpu_power())
     with open(args.evidence + ".new", "w") as handle:
         json.dump(seen, handle, separators=(",", ":"), sort_keys=True)

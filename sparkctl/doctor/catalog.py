@@ -221,6 +221,8 @@ MPI_HOSTFILE_MISMATCH = _by("mpi.hostfile_mismatch", "error", "mpi", "the contai
 # model and serve
 MODEL_ABSENT = _by("model.absent", "error", "model", "a checkpoint is not in the HF cache", "model")
 MODEL_INCOMPLETE = _by("model.incomplete", "error", "model", "a checkpoint is only partly downloaded", "model")
+MODEL_CHANGED = _by("model.changed", "warning", "model", "files of a checkpoint changed since they were verified "
+                    "against the hashes the Hub recorded (a rewrite, a truncation, a copy by hand)", "model")
 HF_TOKEN_MISSING = _by("hf.token_missing", "error", "model", "no Hugging Face token on the node (export it; "
                        "model.token writes it)", "model")
 SERVE_DOWN = _by("serve.down", "error", "serve", "nothing serves on the serve port", "serve")

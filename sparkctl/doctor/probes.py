@@ -22,7 +22,7 @@ from sparkctl.facts import ContainerInfo, Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
-from sparkctl.plan import ClusterPlan
+from sparkctl.plan import ClusterPlan, hub_hashes
 from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
@@ -96,6 +96,8 @@ elif [ -n "$(find "$d" -name '*.incomplete' 2>/dev/null | head -n 1)" ]; then
 elif [ -z "$(find -L "$d" -name config.json 2>/dev/null | head -n 1)" ]; then
   echo {q('incomplete ' + repo)} no config.json in "$d"
 else echo {q('complete ' + repo)}; fi""")
+        changed = hub_hashes.changed_since_verified_script(hub, hub_hashes.record_path(hf, hub))
+        lines.append(f"n=$({changed} | wc -l); [ \"$n\" -gt 0 ] && echo {q('changed ' + repo)} \"$n\"")
     return "\n".join(lines) or "true"
 
 
@@ -225,6 +227,8 @@ def _read_models(p: NodeProbe, s: Section) -> None:
         repo, _, detail = rest.partition(" ")
         if state in ("complete", "incomplete", "absent") and repo:
             p.models.append(ModelCache(repo, state, detail.strip()))
+        elif state == "changed" and detail.strip().isdigit():
+            p.models = [replace(m, changed=int(detail)) if m.repo == repo else m for m in p.models]
 
 
 def _read_serve_log(p: NodeProbe, s: Section) -> None:

@@ -46,6 +46,8 @@ class ModelCache:
     repo: str
     state: str  # "complete" | "incomplete" | "absent"
     detail: str = ""
+    #: files of its snapshot changed since the node verified them against the Hub's hashes (plan/hub_hashes.py)
+    changed: int = 0
 
 
 @dataclass(slots=True)

@@ -21,10 +21,16 @@ from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.request import RunRequest
 from sparkctl.runs.session import Session
 from sparkctl.taskgraph import Event, RunResult
+from sparkctl.taskgraph.task import Status
 from sparkctl.transport.base import q
 
-#: A failure in these phases can be the new deployment's (a preflight or network failure is not).
-DEPLOYMENT_PHASES = ("container", "mpi", "model", "serve")
+#: The failures that are the new deployment's: its containers would not start, or its world (config, units,
+#: launch, gateway) did not come up and answer. A download, a pull or a refused image ID is not: the old
+#: deployment shares the cause (a missing token, a full disk) or was never left, and a person fixes it.
+DEPLOYMENT_FAILURES = ("container.run", "serve.config", "serve.unit", "serve.launch", "serve.gateway", "serve.smoke")
+#: The tasks whose changes take the old world down or replace what it runs from: until one of them changed
+#: something, the old world is as it was and there is nothing to put back.
+WORLD_TASKS = ("container.retire", "container.run", "serve.config", "serve.unit", "serve.launch", "serve.gateway")
 ROLLBACK_TASK = "serve.rollback"
 
 
@@ -37,6 +43,12 @@ def read_head_record(inventory: Inventory) -> DeploymentRecord:
         return DeploymentRecord.parse(transport.run(f"cat {q(path)} 2>/dev/null; true", timeout=30).stdout)
     finally:
         transport.close()
+
+
+def touched_the_world(result: RunResult) -> bool:
+    """Did the run change (or start changing: an apply that failed) what the serving world runs from?"""
+    return any(o.task in WORLD_TASKS and o.changes and o.status in (Status.CHANGED, Status.FAILED)
+               for o in result.outcomes)
 
 
 def _cause(result: RunResult) -> str:
@@ -54,10 +66,12 @@ class RolledBack:
 def roll_back_failed_switch(inventory: Inventory, result: RunResult, request: RunRequest,
                             view: ViewFactory) -> RolledBack | None:
     """When `result` failed in a deployment's phase with a switch under way, put the deployment in use back."""
-    if result.check_mode or result.interrupted or not any(o.phase in DEPLOYMENT_PHASES for o in result.failed):
+    if result.check_mode or result.interrupted or not any(o.task in DEPLOYMENT_FAILURES for o in result.failed):
         return None
     if request.only or request.skip or request.limit:
         return None  # a part of the playbook: the rest of the cluster was not switched by this run
+    if not touched_the_world(result):
+        return None
     try:
         record = read_head_record(inventory)
     except SparkctlError:

@@ -276,8 +276,8 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
     each_node = ("network.verify", "ssh.keys", "container.state", "container.retire", "model.token", "model.fetch",
                  "serve.config", "serve.unit")
     head = lab_pair.nodes[0].name
-    assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {("serve.launch", head),
-                                                                               ("serve.gateway", head)}
+    assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {
+        (t, head) for t in ("serve.switch", "serve.launch", "serve.gateway", "serve.record")}
 
 
 def host_of(lab) -> str:

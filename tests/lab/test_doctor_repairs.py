@@ -90,6 +90,8 @@ ELSEWHERE = {
     "model.absent": "serve", "model.incomplete": "serve", "hf.token_missing": "serve", "serve.down": "serve",
     "serve.health": "serve", "nccl.socket_fallback": "serve", "serve.gateway_down": "serve",
     "serve.collector_down": "serve",
+    # a shard changed on the worker of a pair that copies the model: tests/lab/test_model_distribute.py
+    "model.changed": "distribute",
     "serve.unit_missing": "serve", "serve.unit_failed": "serve", "serve.unit_looping": "serve",
     # NetworkManager's, on a NetworkManager-rendered pair: tests/lab/test_networkmanager.py (NM_SEEDS)
     "nm.competing_profile": "networkmanager", "nm.twin_unmanaged": "networkmanager",
@@ -102,6 +104,7 @@ ELSEWHERE = {
 
 #: What ELSEWHERE may name: the lab modules that seed repairable findings.
 LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager",
+               "distribute": "test_model_distribute",
                "vllm": "test_bootstrap_vllm", "sglang": "test_bootstrap_sglang"}
 
 

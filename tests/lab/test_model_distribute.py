@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+from sparkctl.tasks.model.progress import human_bytes
+from tests.lab.doctor_kit import doctor
 from tests.lab.lab_kit import HF_TOKEN as TOKEN
 from tests.lab.lab_kit import changed, sparkctl, write_inventory
 from tests.lab.lab_kit import sh_output as sh
@@ -51,6 +53,13 @@ def copied(lab_pair, env, tmp_path_factory):
 
 def test_the_head_downloads_and_the_peer_gets_the_snapshot_from_it(lab_pair, copied):
     events = copied["events"]
+    copy = next(e for e in events if e.get("task") == "model.copy" and e["event"] == "task_result")
+    # the head's download is checked against the Hub's hashes before any of it is sent
+    assert copy["changes"][0]["summary"].startswith("verify 3 files of nvidia/Qwen3-235B-A22B-FP4 on spark1 "
+                                                    "against the hashes the Hub recorded"), copy["changes"]
+    for node in ("spark1", "spark2"):  # and each node keeps what it verified, by stat
+        record = sh(lab_pair, node, f"cat {HF}/sparkctl-verified/models--nvidia--Qwen3-235B-A22B-FP4.tsv")
+        assert len(record.splitlines()) == 3, (node, record)
     assert {("model.fetch", "spark1"), ("model.copy", None), ("serve.launch", None)} <= changed(events)
     assert ("model.fetch", "spark2") not in changed(events)
     assert hf_downloads(lab_pair, "spark1")
@@ -103,3 +112,32 @@ def test_from_a_shared_blob_store_the_peer_gets_files_never_links_to_nothing(lab
     assert sh(lab_pair, "spark2", f"find {MODEL_CACHE}/blobs -type l").strip() == ""  # real files there
     code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
     assert code == 0 and changed(events) == set(), changed(events)
+
+
+def test_a_shard_of_the_right_size_but_wrong_bytes_on_the_worker_is_found_and_sent_again(lab_pair, copied, env):
+    """Every blob of the snapshot was checked against the hash the Hub recorded for it (its name) when it arrived,
+    and the node keeps what it verified by stat: a shard changed in place on the worker, same size, is reported by
+    doctor, found by the next bootstrap and sent again from the head, and the run after it reads nothing again.
+    (The lab's files are small: the copy's md5 of files under 64 KiB finds this one first; a large shard is found
+    by its hash, tests/unit/test_model_copy.py.)"""
+    blobs = sh(lab_pair, "spark2", f"find {MODEL_CACHE}/blobs -type f -size +1k -printf '%P\\n'").split()
+    shard = next(b for b in blobs if len(b) == 64)
+    size = sh(lab_pair, "spark2", f"stat -c %s {MODEL_CACHE}/blobs/{shard}").strip()
+    sh(lab_pair, "spark2", f"printf x | dd of={MODEL_CACHE}/blobs/{shard} bs=1 seek=100 conv=notrunc status=none")
+    assert sh(lab_pair, "spark2", f"stat -c %s {MODEL_CACHE}/blobs/{shard}").strip() == size
+    report = doctor(lab_pair, inventory=copied["inventory"], env=env)
+    changed_files = [f for f in report["findings"] if f["id"] == "model.changed"]
+    assert [(f["node"], f["severity"]) for f in changed_files] == [("spark2", "warning")], report["findings"]
+    assert "1 file(s) of nvidia/Qwen3-235B-A22B-FP4 changed" in changed_files[0]["summary"], changed_files
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0, output[-3000:]
+    copy = next(e for e in events if e.get("task") == "model.copy" and e["event"] == "task_result")
+    assert copy["status"] == "changed" and [c["summary"] for c in copy["changes"]] == [
+        f"copy nvidia/Qwen3-235B-A22B-FP4 from spark1 to spark2 over the fabric (1 files, {human_bytes(int(size))})"]
+    assert sh(lab_pair, "spark2", f"sha256sum < {MODEL_CACHE}/blobs/{shard}").split()[0] == shard
+    where = SNAPSHOTS["model"]
+    assert snapshot_digest(lab_pair, "spark2", where) == snapshot_digest(lab_pair, "spark1", where)
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)
+    after = doctor(lab_pair, inventory=copied["inventory"], env=env)
+    assert "model.changed" not in {f["id"] for f in after["findings"]}

@@ -324,6 +324,10 @@ def fault_model_incomplete(s):
     s.probes["spark2"].models[1] = ModelCache("nvidia/Qwen3-235B-A22B-Eagle3", "incomplete", "partial download")
 
 
+def fault_model_changed(s):
+    s.probes["spark2"].models[0] = ModelCache("nvidia/Qwen3-235B-A22B-FP4", "complete", changed=2)
+
+
 def fault_serve_down(s):
     s.probes["spark1"].health_status, s.probes["spark1"].completion = 0, None
     s.probes["spark1"].port_owners.pop(18355)

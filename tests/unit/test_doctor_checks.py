@@ -36,6 +36,7 @@ from tests.unit.doctor_snapshot_kit import (
     fault_interface_missing,
     fault_jumbo,
     fault_link_local,
+    fault_model_changed,
     fault_model_incomplete,
     fault_mtu,
     fault_netplan_conflict,
@@ -141,6 +142,17 @@ def test_each_fault_is_exactly_one_error_id_on_its_node_with_a_fix(fault, findin
     for f in d.errors:
         assert f.fix and f.evidence and f.summary
     assert not d.healthy
+
+
+def test_files_changed_since_they_were_verified_are_a_warning_with_the_model_phase_as_fix():
+    s = healthy_snapshot()
+    fault_model_changed(s)
+    d = diagnose(s)
+    (found,) = [f for f in d.findings if f.id == "model.changed"]
+    assert (found.node, found.severity) == ("spark2", "warning") and not d.errors
+    assert found.summary == ("2 file(s) of nvidia/Qwen3-235B-A22B-FP4 changed since they were verified against the "
+                             "hashes the Hub recorded")
+    assert "--only model" in found.fix and "sent again from the head" in found.fix
 
 
 def test_a_twin_set_down_is_one_finding_with_what_it_causes_under_it():

@@ -285,3 +285,77 @@ def test_distribute_is_an_inventory_key_with_located_errors(tmp_path):
     assert f"{path}:6: serve.distribute: 'cpy' is not allowed (did you mean 'copy'?)" in str(error.value)
     serve_schema = inventory_json_schema()["$defs"]["ServeSettings"]["properties"]["distribute"]
     assert serve_schema["enum"] == ["download", "copy"] and "fabric" in serve_schema["description"]
+
+
+# --- verified against the Hub's hashes ------------------------------------------------------------------------
+
+SHA = "5" * 64
+STAT = ("3000000000", "1795946574.993381358", "2769649")
+
+
+def etag_manifest(stats: tuple[str, str, str] | None, record: str = "") -> str:
+    """The model's snapshot as a node lists it, its one weight a blob named by its sha256, with its stat and the
+    node's record of what it verified."""
+    lines = ["@@repo\tnvidia/Qwen3-235B-A22B-FP4", f"V\t{REV}", "F\trefs/main\t40",
+             f"L\tsnapshots/{REV}/model.safetensors\t../../blobs/{SHA}", f"F\tblobs/{SHA}\t3000000000",
+             "M\tr1  ./refs/main"]
+    if record:
+        lines.append(f"C\t{record}")
+    if stats:
+        lines.append("S\tblobs/" + SHA + "\t" + "\t".join(stats))
+    lines += [f"@@repo\t{DRAFT}", "F\tconfig.json\t2", "M\tc1  ./config.json"]  # a local dir: no etags
+    return "\n".join(lines) + "\n"
+
+
+def test_a_wrong_file_of_the_right_size_on_the_peer_is_found_sent_again_and_recorded(tmp_path):
+    kit = copy_kit(tmp_path)
+    head, peer = kit.transport("spark1"), kit.transport("spark2")
+    verified = "\t".join((SHA, *STAT))
+    head.respond("@@repo", etag_manifest(STAT, verified))
+    peer.respond("@@repo", etag_manifest(STAT))  # the same size, never verified here
+    changes = ModelCopyTask().check(kit.cluster)
+    assert [c.summary for c in changes] == [f"verify 1 files of {MODEL} on spark2 against the hashes the Hub "
+                                            "recorded (a wrong one is sent again from spark1)"]
+    digests = iter(["0" * 64, SHA])  # wrong as found, right once sent again
+    peer.respond("sha256sum", lambda: f"H\tblobs/{SHA}\t{next(digests)}\t" + "\t".join(STAT) + "\n")
+    head.rules.clear()
+    head.respond(r"via tar", "via tar\n")
+    ModelCopyTask().apply(kit.cluster, changes)
+    assert any("rm -f" in c.target and f"blobs/{SHA}" in c.target for c in peer.calls)
+    (sent,) = [c for c in head.calls if c.kind == "run" and "tar -C" in c.target]
+    assert sent.input == f"blobs/{SHA}\0"
+    record = f"{HF}/sparkctl-verified/models--nvidia--Qwen3-235B-A22B-FP4.tsv"
+    assert peer.files[record] == verified + "\n"
+    assert any("do not match the hash the Hub recorded: sending them again" in (e.message or "")
+               for e in kit.events)
+
+
+def test_a_verified_file_is_not_read_again_until_its_stat_changes(tmp_path):
+    kit = copy_kit(tmp_path)
+    verified = "\t".join((SHA, *STAT))
+    kit.transport("spark1").respond("@@repo", etag_manifest(STAT, verified))
+    kit.transport("spark2").respond("@@repo", etag_manifest(STAT, verified))
+    assert ModelCopyTask().check(kit.cluster) == []
+    kit.cluster.options.reprove = True
+    assert [c.summary.split(" against")[0] for c in ModelCopyTask().check(kit.cluster)] == [
+        f"verify 1 files of {MODEL} on spark1", f"verify 1 files of {MODEL} on spark2"]
+    kit.cluster.options.reprove = False
+    touched = (STAT[0], "1795999999.000000001", STAT[2])
+    kit.transport("spark2").rules.clear()
+    kit.transport("spark2").respond("@@repo", etag_manifest(touched, verified))
+    assert [c.node for c in ModelCopyTask().check(kit.cluster)] == ["spark2"]
+
+
+def test_a_wrong_file_on_the_head_is_removed_and_the_run_says_to_download_it_again(tmp_path):
+    kit = copy_kit(tmp_path)
+    head = kit.transport("spark1")
+    head.respond("@@repo", etag_manifest(STAT))
+    kit.transport("spark2").respond("@@repo", etag_manifest(STAT, "\t".join((SHA, *STAT))))
+    (change,) = ModelCopyTask().check(kit.cluster)
+    assert change.node == "spark1"
+    head.respond("sha256sum", f"H\tblobs/{SHA}\t{'0' * 64}\t" + "\t".join(STAT) + "\n")
+    with pytest.raises(TaskFailed) as failure:
+        ModelCopyTask().apply(kit.cluster, [change])
+    assert "do not match the hash the Hub recorded" in failure.value.message
+    assert failure.value.hint == "rerun: model.fetch downloads them again"
+    assert any("rm -f" in c.target for c in head.calls)

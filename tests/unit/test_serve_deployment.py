@@ -12,7 +12,7 @@ from sparkctl.plan.deployment import Deployment, DeploymentRecord, deployment_in
 from sparkctl.runs import rollback
 from sparkctl.runs.request import RunRequest
 from sparkctl.taskgraph.outcome import RunResult, TaskOutcome
-from sparkctl.taskgraph.task import Status, TaskFailed
+from sparkctl.taskgraph.task import Change, Status, TaskFailed
 from sparkctl.tasks.serve import deployment
 from sparkctl.tasks.serve.deployment import ServeRecordTask, ServeSwitchTask, record_path
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
@@ -139,10 +139,16 @@ def test_a_switch_is_marked_then_recorded_once_it_answered(tmp_path, head_record
     assert ServeRecordTask().check(kit.cluster) == [] and ServeSwitchTask().check(kit.cluster) == []
 
 
-def failed_run(phase: str, check_mode: bool = False) -> RunResult:
-    outcome = TaskOutcome("serve.launch" if phase == "serve" else "network.netplan", phase, None, Status.FAILED,
-                          message="the server exited during start-up")
-    return RunResult(nodes=["spark1"], outcomes=[outcome], unreachable={}, check_mode=check_mode, duration=1.0)
+def failed_run(phase: str, check_mode: bool = False, touched: bool = True) -> RunResult:
+    """A run that failed in `phase`; `touched`: after the containers were made again for the new image."""
+    outcomes = [TaskOutcome("container.run", "container", "spark1", Status.CHANGED,
+                            changes=[Change("recreate container trtllm-multinode: image differs")])] if touched else []
+    if phase == "model":
+        outcomes.append(TaskOutcome("model.fetch", phase, "spark1", Status.FAILED, message="a gated repo"))
+    else:
+        outcomes.append(TaskOutcome("serve.launch" if phase == "serve" else "network.netplan", phase, None,
+                                    Status.FAILED, message="the server exited during start-up"))
+    return RunResult(nodes=["spark1"], outcomes=outcomes, unreachable={}, check_mode=check_mode, duration=1.0)
 
 
 @pytest.mark.parametrize("record, result, request_, expected", [
@@ -154,6 +160,11 @@ def failed_run(phase: str, check_mode: bool = False) -> RunResult:
     (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("network"), RunRequest(), False),
     (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("serve", True), RunRequest(), False),
     (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("serve"), RunRequest(only={"serve"}), False),
+    # a download refused (after the containers were made again for the new image, or before): a person's to fix
+    (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("model"), RunRequest(), False),
+    (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("model", touched=False), RunRequest(), False),
+    # the new world failed before anything of the old one was touched (nothing to put back)
+    (DeploymentRecord(deployed("a"), None, deployed("b")), failed_run("serve", touched=False), RunRequest(), False),
 ])
 def test_bootstrap_rolls_back_only_a_failed_switch(monkeypatch, tmp_path, record, result, request_, expected):
     inv = inventory_from_yaml(PAIR, tmp_path)
@@ -163,9 +174,10 @@ def test_bootstrap_rolls_back_only_a_failed_switch(monkeypatch, tmp_path, record
                         put_back.append((target, why, done)) or result)
     rolled = rollback.roll_back_failed_switch(inv, result, request_, view=None)
     assert (rolled is not None) is expected
-    if expected:
+    if expected and result.failed[0].task == "serve.launch":
         assert put_back == [(record.current, "the new deployment failed (serve.launch: the server exited during "
                              "start-up)", "rolled back: serve.launch: the server exited during start-up")]
+    assert len(put_back) == int(expected)
 
 
 def test_serve_rollback_needs_a_previous_deployment(monkeypatch, tmp_path):

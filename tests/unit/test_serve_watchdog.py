@@ -76,13 +76,13 @@ def engine():
 
 
 def watchdog(engine: Engine, world: subprocess.Popen, evidence, stall_s: float = 4, canary_s: float = 3,
-             deadline_s: float = 2) -> subprocess.Popen:
+             deadline_s: float = 2, stopping=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(templates_dir() / SCRIPT_NAME), "--pid", str(world.pid),
                              "--metrics", f"{engine.url}/metrics", "--running", VLLM.running,
                              "--tokens", VLLM.generation_tokens, "--engine", engine.url, "--model", "m",
                              "--stall-s", str(stall_s), "--canary-s", str(canary_s),
                              "--canary-deadline-s", str(deadline_s), "--stop-wait", "2", "--poll-s", "0.3",
-                             "--evidence", str(evidence)],
+                             "--evidence", str(evidence), *(["--stopping", str(stopping)] if stopping else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -121,6 +121,17 @@ def test_an_idle_engine_whose_canary_gets_no_token_is_stuck_and_one_that_answers
     assert world.wait(timeout=10) == -15
     assert json.loads(evidence.read_text())["reason"].startswith("a one-token canary completion got no answer within "
                                                                  "1s")
+
+
+def test_a_world_asked_to_stop_is_not_judged_stuck(engine, world, tmp_path):
+    """serve.launch marks the world as stopping before it stops it: a canary that meets the stopping engine is no
+    evidence, and the watchdog leaves the ending to whoever asked for it."""
+    evidence, stopping = tmp_path / "stuck.json", tmp_path / "stopping"
+    stopping.touch()
+    engine.canary_hangs = True
+    dog = watchdog(engine, world, evidence, canary_s=1, deadline_s=1, stopping=stopping)
+    dog.communicate(timeout=30)
+    assert not evidence.exists() and world.poll() is None
 
 
 def test_an_engine_not_serving_yet_is_not_judged_and_its_clocks_start_when_it_serves(engine, world, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sparkctl.doctor.catalog import (
     HF_TOKEN_MISSING,
     MODEL_ABSENT,
+    MODEL_CHANGED,
     MODEL_INCOMPLETE,
     NCCL_SOCKET_FALLBACK,
     NCCL_WARN,
@@ -64,6 +65,14 @@ def check_models(s: Snapshot) -> list[Finding]:
         if not serves(s.inventory, node):
             continue  # left out of the launch (more nodes than tp_size x pp_size): it needs no model
         probe = s.probe(node)
+        for m in probe.models:
+            if m.state == "complete" and m.changed:
+                out.append(finding(MODEL_CHANGED, node, f"{m.changed} file(s) of {m.repo} changed since they were "
+                                   "verified against the hashes the Hub recorded",
+                                   evidence=f"their size, mtime or inode is not what "
+                                            f"{s.facts[node].hf_cache}/sparkctl-verified/ recorded",
+                                   fix=f"{s.bootstrap('model')} (reads them again; a wrong one is sent again from "
+                                       "the head)"))
         pending = [m for m in probe.models if m.state != "complete"]
         for m in pending:
             if m.state == "incomplete":

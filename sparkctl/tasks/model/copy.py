@@ -1,4 +1,5 @@
-"""model.copy (serve.distribute: copy): the head's snapshots reach the peers over the fabric, not from the Hub.
+"""model.copy (serve.distribute: copy): the head's snapshots reach the peers over the fabric, not from the Hub, each
+file checked against the hash the Hub recorded for it (plan/hub_hashes.py, docs/models.md).
 
 The head downloads (model.fetch); then, run ON the head, `rsync` (when both ends have it) or `tar | ssh peer
 tar -x` sends each peer exactly the files it lacks, over the fabric, with the node's cluster key that ssh.mesh
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import posixpath
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from sparkctl.plan import hub_hashes
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.plan.ssh import peer_route
 from sparkctl.rules.serving import copy_mode, serves
@@ -41,11 +43,16 @@ class RepoDir:
     repo: str
     path: str   # on the node
     hub: bool   # the hub cache layout (refs/main, snapshots/<rev>/ -> blobs/), else a plain --local-dir
+    verified: str = ""  # the node's record of what it verified there (hub layout only; plan/hub_hashes.py)
 
 
 def repo_dirs(node_ctx: NodeContext) -> list[RepoDir]:
-    return [RepoDir(repo, repo_path(node_ctx, repo, local), hub=local is None)
-            for repo, local in wanted_repos(node_ctx.inventory)]
+    out = []
+    for repo, local in wanted_repos(node_ctx.inventory):
+        path = repo_path(node_ctx, repo, local)
+        out.append(RepoDir(repo, path, hub=local is None,
+                           verified=hub_hashes.record_path(node_ctx.hf_cache_dir(), path) if local is None else ""))
+    return out
 
 
 def manifest_script(dirs: list[RepoDir]) -> str:
@@ -64,7 +71,37 @@ def manifest_script(dirs: list[RepoDir]) -> str:
             f"find -L . -type l -prune -o ! -type d {skip} -type f -printf 'R\\t%P\\t%s\\n' 2>/dev/null; "
             f"find -L . -type l -prune -o -type f -size -{SMALL_FILE_BYTES // 1024 + 1}k {skip} -exec md5sum {{}} + "
             "2>/dev/null | sed 's/^/M\\t/'; cd /; fi")
+        if d.hub:
+            lines.append(hub_hashes.stat_script(d.path, d.verified))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a node verified of one repo (plan/hub_hashes.py): its record's lines, and each blob's stat now."""
+
+    record: frozenset[str] = frozenset()
+    stats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def unverified(self, paths: list[str], reprove: bool) -> list[str]:
+        return hub_hashes.unverified(paths, set(self.record), self.stats, reprove)
+
+
+def parse_verified(stdout: str) -> dict[str, Verified]:
+    """The `C` and `S` lines of each repo's block of the manifest script's output."""
+    out: dict[str, Verified] = {}
+    repo: str | None = None
+    block: list[str] = []
+    for line in [*stdout.splitlines(), f"{REPO_MARK}\t"]:
+        kind, _, rest = line.partition("\t")
+        if kind == REPO_MARK:
+            if repo is not None:
+                record, stats = hub_hashes.parse_stats("\n".join(block))
+                out[repo] = Verified(frozenset(record), stats)
+            repo, block = rest, []
+        elif kind in ("C", "S"):
+            block.append(line)
+    return out
 
 
 @dataclass(frozen=True)
@@ -147,8 +184,13 @@ def snapshot_entries(hub: bool, ref: str | None, entries: dict[str, tuple]) -> d
 
 def missing_on_peer(head: dict[str, tuple], peer: dict[str, tuple]) -> list[str]:
     """Paths to send: not on the peer or different there. Blobs first, links next, refs/main last."""
-    paths = [p for p, entry in head.items() if peer.get(p) != entry]
-    return sorted(paths, key=lambda p: (p == "refs/main", head[p][0] == "L", p))
+    return missing_first([p for p, entry in head.items() if peer.get(p) != entry], head)
+
+
+def missing_first(paths: list[str], head: dict[str, tuple] | None = None) -> list[str]:
+    """Blobs first, links next (those `head` knows as links), refs/main last; each once."""
+    links = {p for p, e in (head or {}).items() if e[0] == "L"}
+    return sorted(dict.fromkeys(paths), key=lambda p: (p == "refs/main", p in links, p))
 
 
 def copy_script(source: str, dest: str, target: str, extra_options: str = "", *, dereference: bool = False) -> str:
@@ -197,6 +239,12 @@ class CopyStep:
     size: int
     total: int
     outside: frozenset[str] = frozenset()  # of paths: links on the head out of the repo, sent as their files
+    #: blobs on `peer` (the head itself: its own download) to hash against their etag before anything is sent
+    verify: tuple[str, ...] = ()
+    #: `peer`'s record of verified blobs as read (kept where still true, with what this step verifies)
+    verify_sizes: tuple[tuple[str, int], ...] = ()
+    recorded: frozenset[str] = frozenset()
+    record_path: str = ""
 
 
 class ModelCopyTask(Task[ClusterContext, CopyStep]):
@@ -204,15 +252,20 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
     phase = "model"
     scope = Scope.CLUSTER
     needs = ("model.fetch",)
-    description = "serve.distribute: copy: send the head's model and draft to the peers over the fabric"
+    description = ("serve.distribute: copy: send the head's model and draft to the peers over the fabric, every file "
+                   "checked against the hash the Hub recorded for it")
     checks = ("each peer's model snapshot (hub cache, current revision) and draft dir hold every file of the "
               "head's, same size (same md5 under 64 KiB, same symlink targets; a link out of the repo's folder, "
               "into huggingface_hub 1.32's shared blob store, as the file it leads to, and a peer's link that "
-              "leads nowhere as a file it lacks); the head's own snapshot has no link to nothing; nothing to do "
-              "in download mode")
-    changes = ("run on the head: `rsync -a --partial` (both ends have rsync) or `tar | ssh <peer fabric ip> "
-               "tar -x` with the cluster key, only the missing files, the shared store's as real files "
-               "(`--copy-links`, `tar -h`); logs bytes, seconds and MB/s")
+              "leads nowhere as a file it lacks); the head's own snapshot has no link to nothing; every blob of the "
+              "snapshot, on the head and on each peer, verified against its etag (sha256, or git blob sha1) since "
+              "its size, mtime and inode last changed (<hf_cache>/sparkctl-verified/; --reprove: all); nothing to "
+              "do in download mode")
+    changes = ("hashes what is not verified (each file read once): a wrong file of the head's is removed and the run "
+               "fails (the next downloads it), a peer's is removed and sent again; then, run on the head, `rsync -a "
+               "--partial` (both ends have rsync) or `tar | ssh <peer fabric ip> tar -x` with the cluster key, only "
+               "the missing files, the shared store's as real files (`--copy-links`, `tar -h`), hashed on arrival; "
+               "logs bytes, seconds and MB/s")
 
     def check(self, ctx: ClusterContext) -> list[Change[CopyStep]]:
         inv = ctx.inventory
@@ -221,11 +274,12 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         head = ctx.head().name
         dirs = {name: repo_dirs(node) for name, node in ctx.nodes.items() if serves(inv, name)}
         results = ctx.run_on_all({name: manifest_script(d) for name, d in dirs.items()}, timeout=300)
-        manifests = {}
+        manifests, verified = {}, {}
         for name, result in results.items():
             if not result.ok:
                 raise TaskFailed(f"reading the HF cache on {name} failed", details=result.stderr.splitlines()[-3:])
-            manifests[name] = parse_manifests(result.stdout)
+            manifests[name], verified[name] = parse_manifests(result.stdout), parse_verified(result.stdout)
+        reprove = ctx.options.reprove
         changes = []
         for index, source in enumerate(dirs[head]):
             held = manifests[head].get(source.repo, Manifest(None, {}))
@@ -239,52 +293,123 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                                  f"outside its folder (e.g. {nowhere[0]} -> {wanted[nowhere[0]][1]})",
                                  hint="the cache's shared blob store lost those files: remove the repo's folder "
                                       "on the head and rerun (model.fetch downloads it again)")
+            blobs = [p for p in wanted if hub_hashes.etag_of(p)]
+            mine = verified[head].get(source.repo, Verified())
+            check_head = mine.unverified(blobs, reprove)
+            if check_head:
+                size = sum(wanted[p][1] for p in check_head)
+                changes.append(Change(f"verify {len(check_head)} files of {source.repo} on {head} against the "
+                                      f"hashes the Hub recorded ({human_bytes(size)})",
+                                      payload=CopyStep(head, source, source.path, [], size, size,
+                                                       verify=tuple(check_head), recorded=mine.record,
+                                                       record_path=source.verified), node=head))
             for peer in ctx.nodes:
                 if peer == head or not serves(inv, peer):
                     continue
                 dest = dirs[peer][index]
                 peer_entries = manifests[peer].get(dest.repo, Manifest(None, {})).entries
                 paths = missing_on_peer(wanted, peer_entries)
-                if wanted and not paths:
+                theirs = verified[peer].get(dest.repo, Verified())
+                check_peer = theirs.unverified([p for p in blobs if p not in paths], reprove)
+                if wanted and not paths and not check_peer:
                     continue
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
-                changes.append(Change(f"copy {source.repo} from {head} to {peer} over the fabric ({what})",
-                                      payload=CopyStep(peer, source, dest.path, paths, size, _total(wanted),
-                                                       held.outside & frozenset(paths)),
-                                      node=peer))
+                summary = f"copy {source.repo} from {head} to {peer} over the fabric ({what})"
+                if wanted and not paths:
+                    summary = (f"verify {len(check_peer)} files of {source.repo} on {peer} against the hashes the "
+                               f"Hub recorded (a wrong one is sent again from {head})")
+                step = CopyStep(peer, source, dest.path, paths, size, _total(wanted),
+                                held.outside & frozenset([*paths, *check_peer]), verify=tuple(check_peer),
+                                verify_sizes=tuple((p, wanted[p][1]) for p in check_peer), recorded=theirs.record,
+                                record_path=dest.verified)
+                changes.append(Change(summary, payload=step, node=peer))
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change[CopyStep]]) -> None:
         head = ctx.inventory.head.name
-        head_ctx = ctx.nodes[head]
         for change in changes:
             step = change.carried()
-            peer, source, dest, paths, size, total = (step.peer, step.source, step.dest, step.paths, step.size,
-                                                       step.total)
-            target, extra = peer_route(ctx.inventory, ctx.plan().fabric, head, peer)
-            measure = directory_size_reader(ctx.nodes[peer].transport, dest)
-            started = time.monotonic()
-            # the files links lead to first (blobs), then the rest as they are (the snapshot's links, refs/main)
-            batches = [(True, [p for p in paths if p in step.outside]), (False, [p for p in paths
-                                                                               if p not in step.outside])]
-            with TransferProgress(ctx.emit, task=self.name, node=peer, what=f"{source.repo} from {head}",
-                                  measure=measure, total=total):
-                for dereference, batch in batches:
-                    if not batch:
-                        continue
-                    result = head_ctx.transport.run(copy_script(source.path, dest, target, extra,
-                                                                dereference=dereference),
-                                                    timeout=DOWNLOAD_TIMEOUT, input="".join(p + "\0" for p in batch))
-                    if not result.ok:
-                        raise copy_failure(peer, source.repo, result)
-            seconds = time.monotonic() - started
-            via = "rsync" if "via rsync" in result.stdout else "tar over ssh"
-            ctx.emit(Event("log", task=self.name, node=peer, message=(
-                f"copied {source.repo} from {head} to {peer} ({target}, {via}): {len(paths)} files, "
-                f"{human_bytes(size)} in {seconds:.1f}s, {rate_text(size, seconds)}"),
-                data={"copy": {"repo": source.repo, "from": head, "bytes": size, "seconds": round(seconds, 3),
-                               "via": via}}))
+            good: list[str] = []
+            if step.verify:
+                good, wrong = self._hash(ctx, step, step.verify)
+                if wrong and step.peer == head:
+                    self._remove(ctx, step, wrong)
+                    raise TaskFailed(f"{len(wrong)} file(s) of {step.source.repo} on {head} do not match the hash "
+                                     f"the Hub recorded (e.g. {wrong[0]}): removed",
+                                     hint="rerun: model.fetch downloads them again")
+                if wrong:
+                    ctx.emit(Event("log", task=self.name, node=step.peer, message=(
+                        f"{len(wrong)} file(s) of {step.source.repo} on {step.peer} do not match the hash the Hub "
+                        f"recorded: sending them again from {head}")))
+                    self._remove(ctx, step, wrong)
+                    sizes = dict(step.verify_sizes)
+                    step = replace(step, paths=missing_first([*step.paths, *wrong]),
+                                   size=step.size + sum(sizes.get(w, 0) for w in wrong))
+            if step.paths:
+                self._send(ctx, step)
+                sent = [p for p in step.paths if hub_hashes.etag_of(p)]
+                if sent:
+                    arrived, wrong = self._hash(ctx, step, sent)
+                    if wrong:
+                        raise TaskFailed(f"{len(wrong)} file(s) of {step.source.repo} on {step.peer} still do not "
+                                         f"match the Hub's hash after the copy from {head} (e.g. {wrong[0]})",
+                                         hint=f"check the disk of {step.peer}; a rerun sends them again")
+                    good += arrived
+            if good:
+                self._record(ctx, step, good)
+
+    @staticmethod
+    def _hash(ctx: ClusterContext, step: CopyStep, paths: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
+        """(record lines of the blobs that match their etag, the paths that do not), read on `step.peer`."""
+        result = ctx.nodes[step.peer].run(hub_hashes.hash_script(step.dest, list(paths)), timeout=DOWNLOAD_TIMEOUT)
+        if result.exit_code == 3:
+            raise TaskFailed(f"{step.dest} is not on {step.peer}")
+        return hub_hashes.judged(hub_hashes.parse_hashes(result.stdout))
+
+    @staticmethod
+    def _remove(ctx: ClusterContext, step: CopyStep, paths: list[str]) -> None:
+        """The wrong files go (through a link: the file it leads to, then the link): nothing wrong is kept."""
+        script = f"cd {q(step.dest)} || exit 3\n" + "\n".join(
+            f'f={q(p)}; t=$(readlink -f "$f"); rm -f -- "$t" "$f"' for p in paths)
+        ctx.nodes[step.peer].must(script, f"removing the wrong files of {step.source.repo}")
+
+    @staticmethod
+    def _record(ctx: ClusterContext, step: CopyStep, good: list[str]) -> None:
+        fresh = {line.partition("\t")[0] for line in good}
+        kept = [line for line in step.recorded if line.partition("\t")[0] not in fresh]
+        node = ctx.nodes[step.peer]
+        node.must(f"mkdir -p {q(posixpath.dirname(step.record_path))}", "making the record of verified files")
+        node.transport.put(step.record_path, "\n".join(sorted([*kept, *good])) + "\n", mode=0o644)
+
+    def _send(self, ctx: ClusterContext, step: CopyStep) -> None:
+        head = ctx.inventory.head.name
+        head_ctx = ctx.nodes[head]
+        peer, source, dest, paths, size, total = step.peer, step.source, step.dest, step.paths, step.size, step.total
+        target, extra = peer_route(ctx.inventory, ctx.plan().fabric, head, peer)
+        measure = directory_size_reader(ctx.nodes[peer].transport, dest)
+        started = time.monotonic()
+        # the files links lead to first (blobs), then the rest as they are (the snapshot's links, refs/main)
+        batches = [(True, [p for p in paths if p in step.outside]), (False, [p for p in paths
+                                                                           if p not in step.outside])]
+        result = None
+        with TransferProgress(ctx.emit, task=self.name, node=peer, what=f"{source.repo} from {head}",
+                              measure=measure, total=total):
+            for dereference, batch in batches:
+                if not batch:
+                    continue
+                result = head_ctx.transport.run(copy_script(source.path, dest, target, extra,
+                                                            dereference=dereference),
+                                                timeout=DOWNLOAD_TIMEOUT, input="".join(p + "\0" for p in batch))
+                if not result.ok:
+                    raise copy_failure(peer, source.repo, result)
+        seconds = time.monotonic() - started
+        via = "rsync" if result is not None and "via rsync" in result.stdout else "tar over ssh"
+        ctx.emit(Event("log", task=self.name, node=peer, message=(
+            f"copied {source.repo} from {head} to {peer} ({target}, {via}): {len(paths)} files, "
+            f"{human_bytes(size)} in {seconds:.1f}s, {rate_text(size, seconds)}"),
+            data={"copy": {"repo": source.repo, "from": head, "bytes": size, "seconds": round(seconds, 3),
+                           "via": via}}))
 
 
 def _total(entries: dict[str, tuple]) -> int:

@@ -49,7 +49,8 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
 class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
     name = "serve.config"
     phase = "serve"
-    needs = ("container.run", "model.fit")
+    # a model or draft that cannot be had leaves the serving world's files as they are
+    needs = ("container.run", "model.fit", "model.fetch", "model.copy")
     description = "write the engine's config for the image's release on every serving node"
     checks = ("<state>/run/serve/extra-llm-api-config.yml is the preset's config with serve.config merged "
               "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "

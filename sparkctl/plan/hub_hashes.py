@@ -1,0 +1,117 @@
+"""PURE: a hub snapshot's files checked against the hashes the Hub recorded for them.
+
+The hub cache names each blob by the etag the Hub returned for its file (huggingface_hub file_download.py): the
+LFS sha256 of a weight (64 hex; a Xet-backed file keeps its LFS sha256 as its etag, the shared store of 1.32 and
+later names the payload by its Xet hash but the repo's `blobs/<etag>` link keeps the etag), the git blob sha1 of a
+file kept in git (40 hex). Hashing a 100+ GB model takes minutes, so each node keeps what it verified in
+`<hf_cache>/sparkctl-verified/<repo folder>.tsv` (etag, size, mtime, inode): a file is read again only when one
+of those changed (a rewrite, a truncation, another copy), or with `--reprove`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from sparkctl.transport.base import q
+
+VERIFIED_DIR = "sparkctl-verified"
+#: one blob's stat as both scripts print it (GNU stat --printf; %.9Y: the mtime to the nanosecond)
+STAT_FIELDS = "%s\\t%.9Y\\t%i\\n"
+_LISTED = "S\\t%n\\t" + STAT_FIELDS
+_ETAG = re.compile(r"^blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def etag_of(path: str) -> str | None:
+    """The etag a snapshot's blob path names (`blobs/<etag>`), None for any other path."""
+    m = _ETAG.match(path)
+    return m.group(1) if m else None
+
+
+def record_path(hf_cache_dir: str, repo_dir: str) -> str:
+    return posixpath.join(hf_cache_dir, VERIFIED_DIR, posixpath.basename(repo_dir.rstrip("/")) + ".tsv")
+
+
+def stat_script(repo_dir: str, record: str) -> str:
+    """What the node verified before (`C` lines) and each blob's stat through its links (`S`: path, size, mtime,
+    inode), after the manifest's lines."""
+    return (f"sed 's/^/C\\t/' {q(record)} 2>/dev/null; "
+            f"if cd {q(repo_dir)} 2>/dev/null; then stat -L --printf {q(_LISTED)} blobs/* 2>/dev/null; cd /; fi")
+
+
+def stat_line(etag: str, stat: tuple[str, str, str]) -> str:
+    return "\t".join((etag, *stat))
+
+
+def parse_stats(stdout: str) -> tuple[set[str], dict[str, tuple[str, str, str]]]:
+    """(the record's lines, blob path -> (size, mtime, inode))."""
+    record, stats = set(), {}
+    for line in stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        if kind == "C":
+            record.add(rest)
+        elif kind == "S":
+            path, size, mtime, inode = (rest.split("\t") + ["", "", "", ""])[:4]
+            stats[path] = (size, mtime, inode)
+    return record, stats
+
+
+def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, str, str]],
+               reprove: bool = False) -> list[str]:
+    """The blob paths among `paths` whose stat the node has not verified as it is now."""
+    out = []
+    for path in paths:
+        etag = etag_of(path)
+        if etag is None:
+            continue
+        if reprove or path not in stats or stat_line(etag, stats[path]) not in record:
+            out.append(path)
+    return out
+
+
+def changed_since_verified_script(repo_dir: str, record: str) -> str:
+    """One `U` line per blob of the current snapshot whose stat is not the one the node verified (nothing when
+    it keeps no record there: it never verified that repo)."""
+    return (f"[ -f {q(record)} ] && r=$(cat {q(repo_dir)}/refs/main 2>/dev/null) && "
+            f"find {q(repo_dir)}/snapshots/\"$r\" -type l 2>/dev/null | while IFS= read -r l; do "
+            "b=$(basename \"$(readlink \"$l\")\"); case $b in *[!0-9a-f]*) continue ;; esac; "
+            f"x=$(stat -L --printf {q(STAT_FIELDS)} {q(repo_dir)}/blobs/\"$b\" 2>/dev/null) || continue; "
+            f"grep -qxF \"$(printf '%s\\t%s' \"$b\" \"$x\")\" {q(record)} || echo U; done")
+
+
+def hash_script(repo_dir: str, paths: list[str]) -> str:
+    """Per blob path: `H <path> <digest> <size> <mtime> <inode>`, the digest of the kind its etag is (sha256 for
+    64 hex, the git blob sha1 for 40), each file read once."""
+    lines = [f"cd {q(repo_dir)} || exit 3"]
+    for path in paths:
+        etag = etag_of(path) or ""
+        if len(etag) == 64:
+            digest = f"sha256sum < {q(path)}"
+        else:
+            digest = f"{{ printf 'blob %s\\0' \"$(stat -L -c %s {q(path)})\"; cat {q(path)}; }} | sha1sum"
+        lines.append(f"d=$({digest} 2>/dev/null | cut -d' ' -f1); "
+                     f"printf 'H\\t%s\\t%s\\t' {q(path)} \"$d\"; stat -L --printf {q(STAT_FIELDS)} {q(path)} "
+                     "2>/dev/null || echo")
+    return "\n".join(lines)
+
+
+def parse_hashes(stdout: str) -> dict[str, tuple[str, tuple[str, str, str]]]:
+    """path -> (digest, its stat when read)."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 6 and parts[0] == "H":
+            out[parts[1]] = (parts[2], (parts[3], parts[4], parts[5]))
+    return out
+
+
+def judged(hashes: dict[str, tuple[str, tuple[str, str, str]]]) -> tuple[list[str], list[str]]:
+    """(record lines of the blobs that match their etag, the paths that do not)."""
+    good, bad = [], []
+    for path, (digest, stat) in sorted(hashes.items()):
+        etag = etag_of(path)
+        if etag is not None and digest == etag:
+            good.append(stat_line(etag, stat))
+        else:
+            bad.append(path)
+    return good, bad
