@@ -107,6 +107,12 @@ def served(lab_pair, env, tmp_path_factory):
 def test_bootstrap_ends_with_an_answering_endpoint(lab_pair, served, env):
     events = served["events"]
     assert {("model.fetch", "spark1"), ("model.fetch", "spark2"), ("serve.launch", None)} <= changed(events)
+    # each node's own download checked against the Hub's hashes, and kept verified by stat
+    assert {("model.verify", "spark1"), ("model.verify", "spark2")} <= changed(events)
+    for n in lab_pair.nodes:
+        record = sh(lab_pair, n.name, "cat /home/nvidia/.cache/huggingface/sparkctl-verified/"
+                                      "models--nvidia--Qwen3-235B-A22B-FP4.tsv")
+        assert len(record.splitlines()) == 3, (n.name, record)
     smoke = [e for e in events if e.get("task") == "serve.smoke" and e["event"] == "log"]
     assert smoke and "acceptance length" in smoke[0]["message"]
     reply = chat(lab_pair, api_key(served, env))
@@ -274,7 +280,7 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
     ahead = {(e["message"].split(":")[0], e.get("node")) for e in events
              if e["event"] == "log" and e.get("message", "").endswith(": read ahead with the facts")}
     each_node = ("network.verify", "ssh.keys", "container.state", "container.retire", "model.token", "model.fetch",
-                 "serve.config", "serve.unit")
+                 "model.verify", "serve.config", "serve.unit")
     head = lab_pair.nodes[0].name
     assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {
         (t, head) for t in ("serve.switch", "serve.launch", "serve.gateway", "serve.record")}

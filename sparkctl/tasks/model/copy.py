@@ -31,6 +31,7 @@ from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, repo_path
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text
+from sparkctl.tasks.model.verified import hash_files, keep_verified, remove_files, wrong_download
 from sparkctl.transport.base import CommandResult, q
 
 SMALL_FILE_BYTES = 64 * 1024
@@ -330,19 +331,18 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         head = ctx.inventory.head.name
         for change in changes:
             step = change.carried()
+            node = ctx.nodes[step.peer]
             good: list[str] = []
             if step.verify:
-                good, wrong = self._hash(ctx, step, step.verify)
+                good, wrong = hash_files(node, step.dest, step.verify)
                 if wrong and step.peer == head:
-                    self._remove(ctx, step, wrong)
-                    raise TaskFailed(f"{len(wrong)} file(s) of {step.source.repo} on {head} do not match the hash "
-                                     f"the Hub recorded (e.g. {wrong[0]}): removed",
-                                     hint="rerun: model.fetch downloads them again")
+                    remove_files(node, step.dest, wrong, step.source.repo)
+                    raise wrong_download(step.source.repo, head, wrong)
                 if wrong:
                     ctx.emit(Event("log", task=self.name, node=step.peer, message=(
                         f"{len(wrong)} file(s) of {step.source.repo} on {step.peer} do not match the hash the Hub "
                         f"recorded: sending them again from {head}")))
-                    self._remove(ctx, step, wrong)
+                    remove_files(node, step.dest, wrong, step.source.repo)
                     sizes = dict(step.verify_sizes)
                     step = replace(step, paths=missing_first([*step.paths, *wrong]),
                                    size=step.size + sum(sizes.get(w, 0) for w in wrong))
@@ -350,37 +350,14 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                 self._send(ctx, step)
                 sent = [p for p in step.paths if hub_hashes.etag_of(p)]
                 if sent:
-                    arrived, wrong = self._hash(ctx, step, sent)
+                    arrived, wrong = hash_files(node, step.dest, sent)
                     if wrong:
                         raise TaskFailed(f"{len(wrong)} file(s) of {step.source.repo} on {step.peer} still do not "
                                          f"match the Hub's hash after the copy from {head} (e.g. {wrong[0]})",
                                          hint=f"check the disk of {step.peer}; a rerun sends them again")
                     good += arrived
             if good:
-                self._record(ctx, step, good)
-
-    @staticmethod
-    def _hash(ctx: ClusterContext, step: CopyStep, paths: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
-        """(record lines of the blobs that match their etag, the paths that do not), read on `step.peer`."""
-        result = ctx.nodes[step.peer].run(hub_hashes.hash_script(step.dest, list(paths)), timeout=DOWNLOAD_TIMEOUT)
-        if result.exit_code == 3:
-            raise TaskFailed(f"{step.dest} is not on {step.peer}")
-        return hub_hashes.judged(hub_hashes.parse_hashes(result.stdout))
-
-    @staticmethod
-    def _remove(ctx: ClusterContext, step: CopyStep, paths: list[str]) -> None:
-        """The wrong files go (through a link: the file it leads to, then the link): nothing wrong is kept."""
-        script = f"cd {q(step.dest)} || exit 3\n" + "\n".join(
-            f'f={q(p)}; t=$(readlink -f "$f"); rm -f -- "$t" "$f"' for p in paths)
-        ctx.nodes[step.peer].must(script, f"removing the wrong files of {step.source.repo}")
-
-    @staticmethod
-    def _record(ctx: ClusterContext, step: CopyStep, good: list[str]) -> None:
-        fresh = {line.partition("\t")[0] for line in good}
-        kept = [line for line in step.recorded if line.partition("\t")[0] not in fresh]
-        node = ctx.nodes[step.peer]
-        node.must(f"mkdir -p {q(posixpath.dirname(step.record_path))}", "making the record of verified files")
-        node.transport.put(step.record_path, "\n".join(sorted([*kept, *good])) + "\n", mode=0o644)
+                keep_verified(node, step.record_path, step.recorded, good)
 
     def _send(self, ctx: ClusterContext, step: CopyStep) -> None:
         head = ctx.inventory.head.name

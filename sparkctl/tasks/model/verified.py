@@ -1,0 +1,42 @@
+"""What a node does with a repo's files against the hashes the Hub recorded (plan/hub_hashes.py): read them, remove
+the wrong ones, keep what it verified. Shared by model.verify (a node's own download) and model.copy (the head's
+before it is sent, each peer's on arrival)."""
+
+from __future__ import annotations
+
+import posixpath
+
+from sparkctl.plan import hub_hashes
+from sparkctl.taskgraph.task import TaskFailed
+from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT
+from sparkctl.transport.base import q
+
+
+def hash_files(node: NodeContext, repo_dir: str, paths: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(record lines of the blobs that match their etag, the paths that do not), each file read once."""
+    result = node.run(hub_hashes.hash_script(repo_dir, list(paths)), timeout=DOWNLOAD_TIMEOUT)
+    if result.exit_code == 3:
+        raise TaskFailed(f"{repo_dir} is not on {node.name}")
+    return hub_hashes.judged(hub_hashes.parse_hashes(result.stdout))
+
+
+def remove_files(node: NodeContext, repo_dir: str, paths: list[str], repo: str) -> None:
+    """The wrong files go (through a link: the file it leads to, then the link), as root: a download inside the
+    container wrote them as root."""
+    script = f"cd {q(repo_dir)} || exit 3\n" + "\n".join(
+        f'f={q(p)}; t=$(readlink -f "$f"); rm -f -- "$t" "$f"' for p in paths)
+    node.must(script, f"removing the wrong files of {repo}", sudo=True)
+
+
+def keep_verified(node: NodeContext, record_path: str, recorded: frozenset[str], good: list[str]) -> None:
+    """The node's record: what it verified before (for the blobs not read again) and what it verified now."""
+    fresh = {line.partition("\t")[0] for line in good}
+    kept = [line for line in recorded if line.partition("\t")[0] not in fresh]
+    node.must(f"mkdir -p {q(posixpath.dirname(record_path))}", "making the record of verified files")
+    node.transport.put(record_path, "\n".join(sorted([*kept, *good])) + "\n", mode=0o644)
+
+
+def wrong_download(repo: str, node: str, wrong: list[str]) -> TaskFailed:
+    return TaskFailed(f"{len(wrong)} file(s) of {repo} on {node} do not match the hash the Hub recorded (e.g. "
+                      f"{wrong[0]}): removed", hint="rerun: model.fetch downloads them again")
