@@ -209,6 +209,10 @@ class ContainerSettings(_Section):
     hf_cache: NodeDir = "~/.cache/huggingface"
     env: dict[str, EnvValue] = Field(default_factory=dict, max_length=256)
     docker_args: list[Argument] = Field(default_factory=list, max_length=256)
+    distribute: Literal["pull", "relay"] = Field("pull", description=(
+        "how the image reaches the nodes: pull (every node from the registry) or relay (the head pulls once and "
+        "sends it to each peer over the fabric: `docker save | ssh <peer> docker load`; no peer contacts a "
+        "registry)"))
 
     @field_validator("name")
     @classmethod

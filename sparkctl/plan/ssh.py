@@ -9,6 +9,9 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.plan.render import render
 
+#: ssh from one node to another over the fabric, in a script: no prompt, a dead peer found within a minute
+FABRIC_SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15"
+
 
 def peer_route(inventory: Inventory, fabric: FabricPlan, node: str, peer: str) -> tuple[str, str]:
     """How `node` reaches `peer` with the cluster key: (address, extra ssh options).

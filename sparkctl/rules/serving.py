@@ -44,6 +44,11 @@ def left_out(inventory: Inventory) -> list[str]:
     return [n.name for n in inventory.nodes if n.name not in serving]
 
 
+def relay_mode(inventory: Inventory) -> bool:
+    """container.distribute: relay: the head pulls the image once and sends it to the peers over the fabric."""
+    return inventory.container.distribute == "relay" and len(inventory.nodes) > 1
+
+
 def copy_mode(inventory: Inventory) -> bool:
     """serve.distribute: copy: the head downloads once and sends the snapshots to the peers over the fabric."""
     return (serving_enabled(inventory) and inventory.serve.distribute == "copy"

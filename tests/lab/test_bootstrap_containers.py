@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sparkctl.cli.main import cli
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
-from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, reboot, sh
+from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, reboot, sh, sparkctl
 from tests.taskkit import doctor_report
 
 pytestmark = pytest.mark.lab
@@ -236,3 +236,34 @@ def test_a_container_stopped_by_hand_stays_stopped_through_a_reboot_until_bootst
     assert rc == 0 and ("container.run", "spark2") in changed(events), failures(events)
     rc, events = bootstrap(lab)
     assert rc == 0 and changed(events) == set()
+
+
+def test_with_the_image_relayed_no_peer_pulls_and_every_node_runs_the_head_s_image_id(converged, tmp_path):
+    """container.distribute: relay: an image only the head holds and no registry serves (the lab reaches none)
+    reaches the peer over the fabric, `docker save | ssh | docker load`; both containers run the same image ID; the
+    peer never runs `docker pull`; a rerun changes nothing."""
+    lab, _ = converged
+    relayed = "localhost/sparkctl-relay-test:1"
+    sh(lab, "spark1", f"docker commit {CONTAINER} {relayed} >/dev/null")
+    head_id = sh(lab, "spark1", f"docker image inspect --format '{{{{.Id}}}}' {relayed}").strip()
+    document = yaml.safe_load(lab.inventory_path.read_text())
+    document["container"] = {**document.get("container", {}), "image": relayed, "distribute": "relay"}
+    inventory = tmp_path / "relay.yaml"
+    inventory.write_text(yaml.safe_dump(document, sort_keys=False))
+    pulls_before = sh(lab, "spark2", "grep -c '\"pull\"' /run/lab/docker.log || true").strip()
+    try:
+        code, events, output = sparkctl(["cluster", "bootstrap", str(inventory), "--json"])
+        assert code == 0, output[-3000:]
+        assert ("container.relay", None) in changed(events) and ("container.image", "spark2") not in changed(events)
+        relayed_lines = [e["message"] for e in events if e["event"] == "log" and e.get("task") == "container.relay"
+                         and e["message"].startswith("relayed")]
+        assert relayed_lines and "192.168.100.11" in relayed_lines[0], relayed_lines  # over the fabric
+        for node in ("spark1", "spark2"):
+            running = sh(lab, node, f"docker inspect --format '{{{{.Image}}}}' {CONTAINER}").strip()
+            assert running.removeprefix("sha256:") == head_id.removeprefix("sha256:"), node
+        assert sh(lab, "spark2", "grep -c '\"pull\"' /run/lab/docker.log || true").strip() == pulls_before
+        code, events, output = sparkctl(["cluster", "bootstrap", str(inventory), "--json"])
+        assert code == 0 and changed(events) == set(), changed(events)
+    finally:
+        rc, events = bootstrap(lab)
+        assert rc == 0, failures(events)

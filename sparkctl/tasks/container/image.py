@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 
+from sparkctl.rules.serving import relay_mode
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext, known_cause
@@ -21,10 +22,12 @@ class ContainerImageTask(Task[NodeContext, None]):
     description = "make sure the TensorRT-LLM image is on every node"
     checks = "`docker image inspect <image>` on the node"
     changes = ("`docker pull <image>` (a missing registry login is reported with the `docker login nvcr.io` "
-               "hint)")
+               "hint); with container.distribute: relay on the head only (container.relay sends it on)")
 
     def check(self, ctx: NodeContext) -> list[Change[None]]:
         image = ctx.inventory.container.image
+        if relay_mode(ctx.inventory) and ctx.name != ctx.inventory.head.name:
+            return []  # the head's is sent to it over the fabric (container.relay)
         if ctx.facts().images.get(image):
             return []
         return [Change(f"pull {image}")]

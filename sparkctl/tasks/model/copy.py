@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from sparkctl.plan import hub_hashes
 from sparkctl.plan.serve import wanted_repos
-from sparkctl.plan.ssh import peer_route
+from sparkctl.plan.ssh import FABRIC_SSH_OPTIONS, peer_route
 from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -36,7 +36,6 @@ from sparkctl.transport.base import CommandResult, q
 
 SMALL_FILE_BYTES = 64 * 1024
 REPO_MARK = "@@repo"
-SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15"
 
 
 @dataclass(frozen=True)
@@ -197,7 +196,7 @@ def missing_first(paths: list[str], head: dict[str, tuple] | None = None) -> lis
 def copy_script(source: str, dest: str, target: str, extra_options: str = "", *, dereference: bool = False) -> str:
     """Run on the head, the NUL-separated file list on stdin. Prints `via rsync` or `via tar` first.
     `dereference`: the listed paths are links, sent as the files they lead to."""
-    ssh = f"ssh {SSH_OPTIONS} {extra_options}".strip()
+    ssh = f"ssh {FABRIC_SSH_OPTIONS} {extra_options}".strip()
     remote_tar = f"tar -C {q(dest)} -xf -"
     rsync_links, tar_links = ("--copy-links ", "-h ") if dereference else ("", "")
     return "\n".join([

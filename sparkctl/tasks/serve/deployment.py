@@ -85,7 +85,7 @@ class ServeSwitchTask(Task[ClusterContext, DeploymentRecord]):
     name = "serve.switch"
     phase = "container"
     scope = Scope.CLUSTER
-    needs = ("container.image",)
+    needs = ("container.image", "container.relay")
     description = ("switch the serving world to a new deployment only once its image is the same on every node, "
                    "and mark the switch so a new world that fails is rolled back")
     checks = ("the inventory's image has one ID on every node (docker image inspect, with the facts); the planned "
