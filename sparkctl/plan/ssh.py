@@ -34,6 +34,14 @@ def peer_route(inventory: Inventory, fabric: FabricPlan, node: str, peer: str) -
     return str(spec.host), f"-p {port} -o IdentitiesOnly=yes -i ~/.ssh/{cluster_key_name(inventory.cluster.name)}"
 
 
+def peer_routes(inventory: Inventory, fabric: FabricPlan, node: str, peer: str) -> list[tuple[str, str]]:
+    """Every way `node` reaches `peer` over the fabric: the peer's address on each twin subnet they share (a pair
+    of Sparks shares two: one per twin of the cabled port), else the one peer_route gives."""
+    shared = [(str(address.ip), "") for link in fabric.links(node) for other, _iface, address in link.peers
+              if other == peer]
+    return list(dict.fromkeys(shared)) or [peer_route(inventory, fabric, node, peer)]
+
+
 def ssh_config_block(inventory: Inventory, hosts: list[str], home: str) -> str:
     """The Host block that makes `ssh <peer fabric address>` use the cluster key and the pinned host keys."""
     cluster = inventory.cluster.name

@@ -16,7 +16,9 @@ from sparkctl.tasks.model.copy import (
     manifest_script,
     missing_on_peer,
     parse_manifests,
+    share_out,
     snapshot_entries,
+    streams_script,
 )
 from sparkctl.tasks.model.fetch import ModelFetchTask
 from sparkctl.tasks.model.progress import human_bytes
@@ -225,16 +227,21 @@ def test_copy_sends_the_missing_files_from_the_head_and_logs_the_rate(tmp_path):
         f"copy {MODEL} from spark1 to spark2 over the fabric (3 files, {human_bytes(3e9)})",
         f"copy {DRAFT} from spark1 to spark2 over the fabric (1 files, {human_bytes(1e9)})"]
     head.rules.clear()
+    head.respond(r"mktemp -d", "/tmp/sparkctl-copy.x\n")
     head.respond(r"via tar", "via tar\n")
     ModelCopyTask().apply(kit.cluster, changes)
     copies = [c for c in head.calls if c.kind == "run" and "tar -C" in c.target]
-    assert len(copies) == 2 and not [c for c in peer.calls if "tar" in c.target and "du -sb" not in c.target]
-    first = copies[0]
-    assert "192.168.100.11" in first.target  # spark2's fabric address, never the management one
-    assert f"{HF}/hub/models--nvidia--Qwen3-235B-A22B-FP4" in first.target
-    assert first.input == "blobs/b1\0" + f"snapshots/{REV}/model.safetensors\0" + "refs/main\0"
+    assert len(copies) == 3 and not [c for c in peer.calls if "tar" in c.target and "du -sb" not in c.target]
+    # the model: its one file over a stream of its own, then the snapshot's link and refs/main once it is there
+    files, rest = copies[0], copies[1]
+    assert "192.168.100.11" in files.target  # spark2's fabric address, never the management one
+    assert f"{HF}/hub/models--nvidia--Qwen3-235B-A22B-FP4" in files.target and "--copy-links" in files.target
+    lists = [c.content for c in head.calls if c.kind == "put" and c.target == "/tmp/sparkctl-copy.x/list.0"]
+    assert lists == ["blobs/b1\0", "model.safetensors\0"]  # the model's, then the draft's
+    assert rest.input == f"snapshots/{REV}/model.safetensors\0" + "refs/main\0" and "--copy-links" not in rest.target
     rates = [e.message for e in kit.events if e.event == "log" and (e.message or "").startswith("copied")]
-    assert len(rates) == 2 and "MB/s" in rates[0] and "tar over ssh" in rates[0]
+    assert len(rates) == 2 and "MB/s" in rates[0] and "tar over ssh" in rates[0] and "1 stream(s)" in rates[0]
+    assert [c for c in head.calls if c.target.startswith("rm -rf /tmp/sparkctl-copy.x")]  # the lists go
     assert all(e.task == "model.copy" and e.node == "spark2" for e in kit.events if e.event == "log")
 
 
@@ -264,6 +271,7 @@ def test_a_refused_ssh_names_the_mesh(tmp_path):
     kit.transport("spark1").respond("@@repo", head_manifest())
     changes = ModelCopyTask().check(kit.cluster)
     kit.transport("spark1").rules.clear()
+    kit.transport("spark1").respond(r"mktemp -d", "/tmp/sparkctl-copy.x\n")
     kit.transport("spark1").respond(r"via tar", exit_code=3, stderr="Host key verification failed.\n")
     with pytest.raises(TaskFailed) as failure:
         ModelCopyTask().apply(kit.cluster, changes)
@@ -319,11 +327,12 @@ def test_a_wrong_file_of_the_right_size_on_the_peer_is_found_sent_again_and_reco
     digests = iter(["0" * 64, SHA])  # wrong as found, right once sent again
     peer.respond("sha256sum", lambda: f"H\tblobs/{SHA}\t{next(digests)}\t" + "\t".join(STAT) + "\n")
     head.rules.clear()
+    head.respond(r"mktemp -d", "/tmp/sparkctl-copy.x\n")
     head.respond(r"via tar", "via tar\n")
     ModelCopyTask().apply(kit.cluster, changes)
     assert any("rm -f" in c.target and f"blobs/{SHA}" in c.target for c in peer.calls)
     (sent,) = [c for c in head.calls if c.kind == "run" and "tar -C" in c.target]
-    assert sent.input == f"blobs/{SHA}\0"
+    assert head.files["/tmp/sparkctl-copy.x/list.0"] == f"blobs/{SHA}\0"
     record = f"{HF}/sparkctl-verified/models--nvidia--Qwen3-235B-A22B-FP4.tsv"
     assert peer.files[record] == verified + "\n"
     assert any("do not match the hash the Hub recorded: sending them again" in (e.message or "")
@@ -359,3 +368,42 @@ def test_a_wrong_file_on_the_head_is_removed_and_the_run_says_to_download_it_aga
     assert "do not match the hash the Hub recorded" in failure.value.message
     assert failure.value.hint == "rerun: model.fetch downloads them again"
     assert any("rm -f" in c.target for c in head.calls)
+
+
+def test_files_are_shared_among_streams_by_bytes_and_each_stream_goes_to_a_twin(tmp_path):
+    sizes = {"a": 50, "b": 40, "c": 30, "d": 20, "e": 10}
+    assert share_out(list(sizes), sizes, 2) == [["a", "d", "e"], ["b", "c"]]
+    assert share_out(["a"], sizes, 4) == [["a"]] and share_out([], sizes, 4) == []
+    routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
+    script = streams_script("/src", "/dst", routes, 3, "/tmp/l")
+    lines = script.splitlines()
+    assert ["192.168.100.11" in lines[i] and "192.168.101.11" not in lines[i] for i in (1, 3)] == [True, True]
+    assert "192.168.101.11" in lines[2] and "/tmp/l/list.1" in lines[2]
+
+
+def test_several_streams_copy_for_real_into_one_tree(tmp_path):
+    """The streams script run here, ssh standing in as a local shell: every file lands once, whole."""
+    src = tmp_path / "src"
+    (src / "blobs").mkdir(parents=True)
+    for i in range(7):
+        (src / "blobs" / f"f{i}").write_bytes(bytes([i]) * (1000 * (i + 1)))
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    streams = share_out([f"blobs/f{i}" for i in range(7)], {f"blobs/f{i}": 1000 * (i + 1) for i in range(7)}, 3)
+    for i, paths in enumerate(streams):
+        (lists / f"list.{i}").write_text("".join(p + "\0" for p in paths))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # ssh to a fabric address runs the rest of its line here, as the peer would
+    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 192.168.*) shift; break ;; "
+                                 "*) shift ;; esac; done\nexec sh -c \"$*\"\n")
+    os.chmod(bin_dir / "ssh", 0o755)
+    dest = tmp_path / "dst"
+    routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
+    result = subprocess.run(["bash", "-c", streams_script(str(src), str(dest), routes, len(streams), str(lists))],
+                            capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("via ") == 3
+    for i in range(7):
+        assert (dest / "blobs" / f"f{i}").read_bytes() == bytes([i]) * (1000 * (i + 1))

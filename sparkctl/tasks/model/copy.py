@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from sparkctl.plan import hub_hashes
 from sparkctl.plan.serve import wanted_repos
-from sparkctl.plan.ssh import FABRIC_SSH_OPTIONS, peer_route
+from sparkctl.plan.ssh import FABRIC_SSH_OPTIONS, peer_routes
 from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -35,6 +35,10 @@ from sparkctl.tasks.model.verified import hash_files, keep_verified, remove_file
 from sparkctl.transport.base import CommandResult, q
 
 SMALL_FILE_BYTES = 64 * 1024
+#: Copy streams per twin the head and a peer share. One ssh stream is held to one core's cipher and one TCP flow,
+#: far below a CX-7 link (400-450 MB/s of about 23 GB/s, measured in the field); several, spread over both twins,
+#: use more of both.
+STREAMS_PER_TWIN = 2
 REPO_MARK = "@@repo"
 
 
@@ -239,6 +243,10 @@ class CopyStep:
     size: int
     total: int
     outside: frozenset[str] = frozenset()  # of paths: links on the head out of the repo, sent as their files
+    #: of paths: the head's links that stay in the repo (the snapshot's), sent as links after the files
+    links: frozenset[str] = frozenset()
+    #: path -> bytes of the files to send (how the streams share them)
+    sizes: tuple[tuple[str, int], ...] = ()
     #: blobs on `peer` (the head itself: its own download) to hash against their etag before anything is sent
     verify: tuple[str, ...] = ()
     #: `peer`'s record of verified blobs as read (kept where still true, with what this step verifies)
@@ -320,7 +328,10 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                     summary = (f"verify {len(check_peer)} files of {source.repo} on {peer} against the hashes the "
                                f"Hub recorded (a wrong one is sent again from {head})")
                 step = CopyStep(peer, source, dest.path, paths, size, _total(wanted),
-                                held.outside & frozenset([*paths, *check_peer]), verify=tuple(check_peer),
+                                held.outside & frozenset([*paths, *check_peer]),
+                                links=frozenset(p for p, e in wanted.items() if e[0] == "L" and p not in held.outside),
+                                sizes=tuple((p, e[1]) for p, e in wanted.items() if e[0] == "F"),
+                                verify=tuple(check_peer),
                                 verify_sizes=tuple((p, wanted[p][1]) for p in check_peer), recorded=theirs.record,
                                 record_path=dest.verified)
                 changes.append(Change(summary, payload=step, node=peer))
@@ -362,30 +373,77 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         head = ctx.inventory.head.name
         head_ctx = ctx.nodes[head]
         peer, source, dest, paths, size, total = step.peer, step.source, step.dest, step.paths, step.size, step.total
-        target, extra = peer_route(ctx.inventory, ctx.plan().fabric, head, peer)
+        routes = peer_routes(ctx.inventory, ctx.plan().fabric, head, peer)
         measure = directory_size_reader(ctx.nodes[peer].transport, dest)
         started = time.monotonic()
-        # the files links lead to first (blobs), then the rest as they are (the snapshot's links, refs/main)
-        batches = [(True, [p for p in paths if p in step.outside]), (False, [p for p in paths
-                                                                           if p not in step.outside])]
-        result = None
+        # the files first, over several streams (a link out of the repo sent as the file it leads to), then the
+        # snapshot's links and refs/main, once every file they lead to is there
+        files = [p for p in paths if p in step.outside or (p not in step.links and p != "refs/main")]
+        rest = [p for p in paths if p not in files]
+        streams = share_out(files, dict(step.sizes), STREAMS_PER_TWIN * len(routes))
+        outputs = ""
         with TransferProgress(ctx.emit, task=self.name, node=peer, what=f"{source.repo} from {head}",
                               measure=measure, total=total):
-            for dereference, batch in batches:
-                if not batch:
-                    continue
-                result = head_ctx.transport.run(copy_script(source.path, dest, target, extra,
-                                                            dereference=dereference),
-                                                timeout=DOWNLOAD_TIMEOUT, input="".join(p + "\0" for p in batch))
+            if streams:
+                outputs += self._streams(head_ctx, step, routes, streams)
+            if rest:
+                target, extra = routes[0]
+                result = head_ctx.transport.run(copy_script(source.path, dest, target, extra),
+                                                timeout=DOWNLOAD_TIMEOUT, input="".join(p + "\0" for p in rest))
                 if not result.ok:
                     raise copy_failure(peer, source.repo, result)
+                outputs += result.stdout
         seconds = time.monotonic() - started
-        via = "rsync" if result is not None and "via rsync" in result.stdout else "tar over ssh"
+        via = "rsync" if "via rsync" in outputs else "tar over ssh"
+        used = sorted({routes[i % len(routes)][0] for i in range(len(streams))} or {routes[0][0]})
         ctx.emit(Event("log", task=self.name, node=peer, message=(
-            f"copied {source.repo} from {head} to {peer} ({target}, {via}): {len(paths)} files, "
-            f"{human_bytes(size)} in {seconds:.1f}s, {rate_text(size, seconds)}"),
+            f"copied {source.repo} from {head} to {peer} ({', '.join(used)}, {via}, {max(1, len(streams))} "
+            f"stream(s)): {len(paths)} files, {human_bytes(size)} in {seconds:.1f}s, {rate_text(size, seconds)}"),
             data={"copy": {"repo": source.repo, "from": head, "bytes": size, "seconds": round(seconds, 3),
-                           "via": via}}))
+                           "via": via, "streams": len(streams), "twins": used}}))
+
+
+    @staticmethod
+    def _streams(head: NodeContext, step: CopyStep, routes: list[tuple[str, str]], streams: list[list[str]]) -> str:
+        lists = head.must('mktemp -d "${TMPDIR:-/tmp}/sparkctl-copy.XXXXXX"', "making the copy's file lists") \
+            .stdout.strip().splitlines()[-1]
+        try:
+            for i, paths in enumerate(streams):
+                head.transport.put(f"{lists}/list.{i}", "".join(p + "\0" for p in paths), mode=0o600)
+            result = head.transport.run(streams_script(step.source.path, step.dest, routes, len(streams), lists),
+                                        timeout=DOWNLOAD_TIMEOUT)
+        finally:
+            head.run(f"rm -rf {q(lists)}", timeout=30)
+        if not result.ok:
+            raise copy_failure(step.peer, step.source.repo, result)
+        return result.stdout
+
+
+def share_out(paths: list[str], sizes: dict[str, int], streams: int) -> list[list[str]]:
+    """The files shared among at most `streams` streams, about the same bytes each (the largest first, each to the
+    stream with the fewest bytes so far); no empty stream."""
+    buckets: list[tuple[int, list[str]]] = [(0, []) for _ in range(max(1, min(streams, len(paths))))]
+    for path in sorted(paths, key=lambda p: (-sizes.get(p, 0), p)):
+        index = min(range(len(buckets)), key=lambda i: (buckets[i][0], i))
+        held, members = buckets[index]
+        buckets[index] = (held + sizes.get(path, 0), [*members, path])
+    return [members for _, members in buckets if members]
+
+
+def streams_script(source: str, dest: str, routes: list[tuple[str, str]], count: int, lists: str) -> str:
+    """Run on the head: `count` copies at once, stream i to routes[i % len(routes)] (each twin its own address),
+    the files it sends listed NUL-separated in <lists>/list.<i>, links followed. Exits non-zero if any copy
+    failed, after printing what each said."""
+    lines = ["set -o pipefail"]
+    for i in range(count):
+        target, extra = routes[i % len(routes)]
+        script = "; ".join(copy_script(source, dest, target, extra, dereference=True).splitlines())
+        lines.append(f"( {script} ) < {q(f'{lists}/list.{i}')} > {q(f'{lists}/out.{i}')} 2>&1 & p{i}=$!")
+    lines.append("rc=0")
+    for i in range(count):
+        lines.append(f'wait "$p{i}" || rc=$?; cat {q(f"{lists}/out.{i}")}')
+    lines.append('exit "$rc"')
+    return "\n".join(lines)
 
 
 def _total(entries: dict[str, tuple]) -> int:
