@@ -76,7 +76,7 @@ def measure(lab, inventory: str, files: int, mib: int) -> None:
         lists = "; ".join(f"printf '{''.join(p + chr(92) + '0' for p in paths)}' > {LISTS}/list.{i}"
                           for i, paths in enumerate(streams))
         rows.append(run(lab, f"{label} ({len(streams)} streams)",
-                        f"{lists}\n{streams_script(SRC, DEST, used, len(streams), LISTS)}", interfaces, size))
+                        f"{lists}\n{streams_script(SRC, DEST, used, streams, LISTS)}", interfaces, size))
     single = rows[0][1]
     print(f"{files} files x {mib} MiB = {size / 1e6:.0f} MB, head spark1 -> peer spark2; twins: "
           f"{', '.join(f'{i} {a}' for i, a in zip(interfaces, (r[0] for r in routes), strict=False))}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -375,14 +376,19 @@ def test_files_are_shared_among_streams_by_bytes_and_each_stream_goes_to_a_twin(
     assert share_out(list(sizes), sizes, 2) == [["a", "d", "e"], ["b", "c"]]
     assert share_out(["a"], sizes, 4) == [["a"]] and share_out([], sizes, 4) == []
     routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
-    script = streams_script("/src", "/dst", routes, 3, "/tmp/l")
+    script = streams_script("/src", "/dst", routes, [["blobs/a"], ["b"], ["blobs/c"]], "/tmp/l")
     lines = script.splitlines()
-    assert ["192.168.100.11" in lines[i] and "192.168.101.11" not in lines[i] for i in (1, 3)] == [True, True]
-    assert "192.168.101.11" in lines[2] and "/tmp/l/list.1" in lines[2]
+    assert lines[1].endswith("192.168.100.11 'mkdir -p /dst /dst/blobs' </dev/null || exit 3")
+    assert ["192.168.100.11" in lines[i] and "192.168.101.11" not in lines[i] for i in (2, 4)] == [True, True]
+    assert "192.168.101.11" in lines[3] and "/tmp/l/list.1" in lines[3]
 
 
-def test_several_streams_copy_for_real_into_one_tree(tmp_path):
-    """The streams script run here, ssh standing in as a local shell: every file lands once, whole."""
+@pytest.mark.parametrize("rsync", [
+    pytest.param(True, marks=pytest.mark.skipif(shutil.which("rsync") is None, reason="no rsync on this machine")),
+    False])
+def test_several_streams_copy_for_real_into_one_tree(tmp_path, rsync):
+    """The streams script run here, ssh standing in as a local shell (with rsync on the peer, or without: tar):
+    every file lands once, whole, into folders no stream has made yet."""
     src = tmp_path / "src"
     (src / "blobs").mkdir(parents=True)
     for i in range(7):
@@ -396,14 +402,17 @@ def test_several_streams_copy_for_real_into_one_tree(tmp_path):
     bin_dir.mkdir()
     # ssh to a fabric address runs the rest of its line here, as the peer would
     (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 192.168.*) shift; break ;; "
-                                 "*) shift ;; esac; done\nexec sh -c \"$*\"\n")
+                                 "*) shift ;; esac; done\n"
+                                 "case \"$*\" in *'command -v rsync'*) [ -n \"$NO_RSYNC\" ] && exit 1 ;; esac\n"
+                                 "exec sh -c \"$*\"\n")
     os.chmod(bin_dir / "ssh", 0o755)
     dest = tmp_path / "dst"
     routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
-    result = subprocess.run(["bash", "-c", streams_script(str(src), str(dest), routes, len(streams), str(lists))],
+    result = subprocess.run(["bash", "-c", streams_script(str(src), str(dest), routes, streams, str(lists))],
                             capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                 **({} if rsync else {"NO_RSYNC": "1"})})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("via ") == 3
+    assert result.stdout.count("via rsync" if rsync else "via tar") == 3
     for i in range(7):
         assert (dest / "blobs" / f"f{i}").read_bytes() == bytes([i]) * (1000 * (i + 1))

@@ -410,7 +410,7 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         try:
             for i, paths in enumerate(streams):
                 head.transport.put(f"{lists}/list.{i}", "".join(p + "\0" for p in paths), mode=0o600)
-            result = head.transport.run(streams_script(step.source.path, step.dest, routes, len(streams), lists),
+            result = head.transport.run(streams_script(step.source.path, step.dest, routes, streams, lists),
                                         timeout=DOWNLOAD_TIMEOUT)
         finally:
             head.run(f"rm -rf {q(lists)}", timeout=30)
@@ -430,17 +430,23 @@ def share_out(paths: list[str], sizes: dict[str, int], streams: int) -> list[lis
     return [members for _, members in buckets if members]
 
 
-def streams_script(source: str, dest: str, routes: list[tuple[str, str]], count: int, lists: str) -> str:
-    """Run on the head: `count` copies at once, stream i to routes[i % len(routes)] (each twin its own address),
-    the files it sends listed NUL-separated in <lists>/list.<i>, links followed. Exits non-zero if any copy
+def streams_script(source: str, dest: str, routes: list[tuple[str, str]], streams: list[list[str]],
+                   lists: str) -> str:
+    """Run on the head: one copy per stream at once, stream i to routes[i % len(routes)] (each twin its own
+    address), the files it sends listed NUL-separated in <lists>/list.<i>, links followed. The folders they land
+    in are made first, once (two tar -x making the same folder at once: one fails). Exits non-zero if any copy
     failed, after printing what each said."""
-    lines = ["set -o pipefail"]
-    for i in range(count):
+    folders = sorted({posixpath.dirname(p) for paths in streams for p in paths} - {""})
+    target, extra = routes[0]
+    made = f"mkdir -p {q(dest)}" + "".join(f" {q(posixpath.join(dest, f))}" for f in folders)
+    lines = ["set -o pipefail",
+             f"ssh {FABRIC_SSH_OPTIONS} {extra} {q(target)} {q(made)} </dev/null || exit 3".replace("  ", " ")]
+    for i in range(len(streams)):
         target, extra = routes[i % len(routes)]
         script = "; ".join(copy_script(source, dest, target, extra, dereference=True).splitlines())
         lines.append(f"( {script} ) < {q(f'{lists}/list.{i}')} > {q(f'{lists}/out.{i}')} 2>&1 & p{i}=$!")
     lines.append("rc=0")
-    for i in range(count):
+    for i in range(len(streams)):
         lines.append(f'wait "$p{i}" || rc=$?; cat {q(f"{lists}/out.{i}")}')
     lines.append('exit "$rc"')
     return "\n".join(lines)
