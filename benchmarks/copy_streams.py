@@ -3,9 +3,10 @@
 Run as root: `python benchmarks/copy_streams.py [--files 8] [--mib 32]`. A lab pair is brought up, bootstrapped
 (the fabric, the keys and the ssh mesh model.copy uses), then, as the login user on the head, the same folder of
 random files is sent to the peer three ways, the peer's copy removed before each:
-1. one rsync stream over one twin, as every peer tool does;
+1. one stream over one twin, as every peer tool does (rsync where both ends have it, else tar, as model.copy);
 2. model.copy's streams over every twin the two share (STREAMS_PER_TWIN each);
-3. the same streams over one twin only.
+3. one stream per twin;
+4. model.copy's streams over one twin only.
 Each row shows the seconds, the MB/s, the ratio to the single stream, and the bytes each of the peer's twins
 received. Both ends run on this machine's cores (ssh's cipher and rsync on each side): the lab shows whether
 the streams spread over cores and twins, while a Spark's 20 cores and a CX-7 link set the real ceiling. Results are
@@ -52,7 +53,8 @@ def run(lab, name: str, script: str, interfaces: list[str], size: int) -> tuple[
     if not check.isdigit() or int(check) < size:
         raise SystemExit(f"{name}: the peer holds {check} bytes, not {size}")
     after = rx_bytes(lab, "spark2", interfaces)
-    return name, seconds, {i: after[i] - before[i] for i in interfaces}
+    via = "rsync" if "via rsync" in done.stdout else "tar"
+    return name.replace("{via}", via), seconds, {i: after[i] - before[i] for i in interfaces}
 
 
 def measure(lab, inventory: str, files: int, mib: int) -> None:
@@ -68,21 +70,23 @@ def measure(lab, inventory: str, files: int, mib: int) -> None:
     rows = []
     target, extra = routes[0]
     listing = "".join(n + "\\0" for n in names)
-    rows.append(run(lab, "one rsync stream, one twin",
+    rows.append(run(lab, "one {via} stream over ssh, one twin",
                     f"printf '{listing}' | ( {'; '.join(copy_script(SRC, DEST, target, extra).splitlines())} )",
                     interfaces, size))
-    for label, used in (("model.copy, every twin", routes), ("model.copy, one twin", routes[:1])):
-        streams = share_out(names, sizes, STREAMS_PER_TWIN * len(used))
+    for label, used, per_twin in (("model.copy, every twin", routes, STREAMS_PER_TWIN),
+                                  ("one stream per twin", routes, 1),
+                                  ("model.copy's streams, one twin", routes[:1], STREAMS_PER_TWIN)):
+        streams = share_out(names, sizes, per_twin * len(used))
         lists = "; ".join(f"printf '{''.join(p + chr(92) + '0' for p in paths)}' > {LISTS}/list.{i}"
                           for i, paths in enumerate(streams))
-        rows.append(run(lab, f"{label} ({len(streams)} streams)",
+        rows.append(run(lab, f"{label} ({len(streams)} {{via}} streams)",
                         f"{lists}\n{streams_script(SRC, DEST, used, streams, LISTS)}", interfaces, size))
     single = rows[0][1]
     print(f"{files} files x {mib} MiB = {size / 1e6:.0f} MB, head spark1 -> peer spark2; twins: "
           f"{', '.join(f'{i} {a}' for i, a in zip(interfaces, (r[0] for r in routes), strict=False))}")
-    print(f"{'how':<36} {'s':>6} {'MB/s':>7} {'x one':>6}  " + "  ".join(f"{i + ' MB':>22}" for i in interfaces))
+    print(f"{'how':<48} {'s':>6} {'MB/s':>7} {'x one':>6}  " + "  ".join(f"{i + ' MB':>22}" for i in interfaces))
     for name, seconds, per_twin in rows:
-        print(f"{name:<36} {seconds:>6.1f} {size / seconds / 1e6:>7.1f} {single / seconds:>6.2f}  "
+        print(f"{name:<48} {seconds:>6.1f} {size / seconds / 1e6:>7.1f} {single / seconds:>6.2f}  "
               + "  ".join(f"{per_twin[i] / 1e6:>22.1f}" for i in interfaces))
 
 
