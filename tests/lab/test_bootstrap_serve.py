@@ -110,9 +110,9 @@ def test_bootstrap_ends_with_an_answering_endpoint(lab_pair, served, env):
     # each node's own download checked against the Hub's hashes, and kept verified by stat
     assert {("model.verify", "spark1"), ("model.verify", "spark2")} <= changed(events)
     for n in lab_pair.nodes:
-        record = sh(lab_pair, n.name, "cat /home/nvidia/.cache/huggingface/sparkctl-verified/"
-                                      "models--nvidia--Qwen3-235B-A22B-FP4.tsv")
-        assert len(record.splitlines()) == 3, (n.name, record)
+        verified = sh(lab_pair, n.name, "cat /home/nvidia/.cache/huggingface/sparkctl-verified/"
+                                        "models--nvidia--Qwen3-235B-A22B-FP4.tsv")
+        assert len(verified.splitlines()) == 3, (n.name, verified)
     smoke = [e for e in events if e.get("task") == "serve.smoke" and e["event"] == "log"]
     assert smoke and "acceptance length" in smoke[0]["message"]
     reply = chat(lab_pair, api_key(served, env))
