@@ -186,3 +186,15 @@ def test_serve_rollback_needs_a_previous_deployment(monkeypatch, tmp_path):
     with pytest.raises(BadInput) as refused:
         rollback.roll_back(inv, RunRequest(), view=None)
     assert refused.value.message.startswith("the head keeps no previous deployment to go back to (in use: #1 ")
+
+
+def test_no_switch_while_a_serving_node_lacks_the_new_image_and_no_refusal_when_nothing_switches(tmp_path,
+                                                                                                 head_record):
+    kit = kit_with_images(tmp_path, {"spark1": "sha256:new", "spark2": None})  # spark2's pull failed
+    assert ServeSwitchTask().check(kit.cluster) == []  # nothing recorded: nothing to switch, spark1 goes on
+    head = kit.transport("spark1")
+    head.files[record_path(kit.node("spark1"))] = DeploymentRecord(deployed("sha256:old", number=2)).text()
+    with pytest.raises(TaskFailed) as refused:
+        ServeSwitchTask().check(kit.cluster)
+    assert refused.value.message == (f"{IMAGE} is not on spark2 (its pull failed or did not run): nothing was "
+                                     "switched, the old world serves")

@@ -42,6 +42,8 @@ class ContainerRelayTask(Task[ClusterContext, str]):
     phase = "container"
     scope = Scope.CLUSTER
     needs = ("container.image",)
+    # a peer lost mid-run is left out; the others still get the image
+    needs_every_node = False
     description = "container.distribute: relay: send the head's image to the peers over the fabric"
     checks = ("every peer holds the image with the head's image ID (docker inspect, with the facts); nothing to do "
               "with container.distribute: pull")
@@ -56,7 +58,7 @@ class ContainerRelayTask(Task[ClusterContext, str]):
         theirs = head.facts().images.get(ref)
         changes = []
         for name, node in ctx.nodes.items():
-            if name == head.name:
+            if name == head.name or name in ctx.lost:
                 continue
             have = node.facts().images.get(ref)
             if theirs is not None and have == theirs:

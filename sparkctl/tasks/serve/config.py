@@ -50,7 +50,7 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
     name = "serve.config"
     phase = "serve"
     # a model or draft that cannot be had leaves the serving world's files as they are
-    needs = ("container.run", "model.fit", "model.fetch", "model.verify", "model.copy")
+    needs = ("container.run", "model.fit", "model.fetch", "model.verify")
     description = "write the engine's config for the image's release on every serving node"
     checks = ("<state>/run/serve/extra-llm-api-config.yml is the preset's config with serve.config merged "
               "over it, draft path in the HF cache, only keys the image's TensorRT-LLM release has (release from "

@@ -28,11 +28,12 @@ def _short(image_id: str | None) -> str:
     return (image_id or "absent").split(":", 1)[-1][:12]
 
 
-def agreed_image(ctx: ClusterContext) -> tuple[str | None, str | None]:
-    """(image ID, digest) of the inventory's image, the same on every node; TaskFailed where it is not (the tag
-    moved between two pulls, or someone pulled by hand on one node). None for an image not pulled yet (--check)."""
+def agreed_image(ctx: ClusterContext) -> tuple[str | None, str | None, list[str]]:
+    """(image ID, digest) of the inventory's image, the same on every node that holds it, and the nodes that do not
+    hold it (a pull that failed or was not reached; --check: not pulled yet); TaskFailed where it differs (the tag
+    moved between pulls, or someone pulled by hand on one node). A node lost mid-run is not asked."""
     ref = ctx.inventory.container.image
-    ids = {name: node.facts().images.get(ref) for name, node in ctx.nodes.items()}
+    ids = {name: node.facts().images.get(ref) for name, node in ctx.nodes.items() if name not in ctx.lost}
     found = {i for i in ids.values() if i}
     if len(found) > 1:
         by_id: dict[str, list[str]] = {}
@@ -44,12 +45,12 @@ def agreed_image(ctx: ClusterContext) -> tuple[str | None, str | None]:
                          hint=f"the tag moved between pulls: pin container.image by digest ({ref.split(':')[0]}"
                               f"@sha256:...), or `docker pull {ref}` on {', '.join(odd)} and rerun")
     head = ctx.head().facts()
-    return (found.pop() if found else None), head.image_digests.get(ref)
+    return (found.pop() if found else None), head.image_digests.get(ref), [n for n, i in ids.items() if not i]
 
 
 def planned_deployment(ctx: ClusterContext, revision: str | None = None) -> Deployment:
     inv = ctx.inventory
-    image_id, digest = agreed_image(ctx)
+    image_id, digest, _without = agreed_image(ctx)
     _text, _command, fingerprint = desired_launch(ctx.head())
     return Deployment(image=inv.container.image, image_id=image_id, digest=digest, engine=inv.engine().name,
                       model=inv.serve_spec().model, fingerprint=fingerprint, inputs=deployment_inputs(inv),
@@ -86,6 +87,9 @@ class ServeSwitchTask(Task[ClusterContext, DeploymentRecord]):
     phase = "container"
     scope = Scope.CLUSTER
     needs = ("container.image", "container.relay")
+    # a node that failed or was lost does not stop the others' containers when nothing is switched; when something
+    # is, the check refuses while any node lacks the new image
+    needs_every_node = False
     description = ("switch the serving world to a new deployment only once its image is the same on every node, "
                    "and mark the switch so a new world that fails is rolled back")
     checks = ("the inventory's image has one ID on every node (docker image inspect, with the facts); the planned "
@@ -104,6 +108,13 @@ class ServeSwitchTask(Task[ClusterContext, DeploymentRecord]):
         current = record.current
         if current is None or planned.same_world(current) or planned.same_world(record.switching):
             return []
+        _image_id, _digest, without = agreed_image(ctx)
+        missing = [n for n in without if n in ctx.inventory.serving_nodes()] + \
+            [n for n in ctx.inventory.serving_nodes() if n in ctx.lost]
+        if missing and not ctx.options.check:
+            raise TaskFailed(f"{ctx.inventory.container.image} is not on {', '.join(missing)} (its pull failed or "
+                             "did not run): nothing was switched, the old world serves",
+                             hint="fix what stopped the pull there (the run says), then rerun")
         what = "image" if planned.image_id != current.image_id else "launch (config or command line)"
         pulled = "" if planned.image_id else " (to be pulled)"
         return [Change(f"switch the deployment ({what} changed): from {current.summary()} to "
