@@ -264,7 +264,8 @@ class Runner:
 
     def _blocked_on_cluster(self, task: Task) -> tuple[str, str | None] | None:
         out = [n for n in self.nodes if n in self.lost]
-        if out and task.needs_every_node:
+        if out and (task.needs_every_node or len(out) == len(self.nodes)):
+            # a task that judges the nodes it reaches has none to judge when every node is out
             return f"needs every node, {out[0]} unreachable", out[0]
         closure = self.graph.needs_closure(task.name)
         for need in closure:
