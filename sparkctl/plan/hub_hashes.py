@@ -69,14 +69,19 @@ def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, s
     return out
 
 
+def each_snapshot_blob(repo_dir: str, body: str) -> str:
+    """Shell running `body` once per blob the current snapshot's links lead to, `$b` its name under blobs/."""
+    return (f"r=$(cat {q(repo_dir)}/refs/main 2>/dev/null) && find {q(repo_dir)}/snapshots/\"$r\" -type l "
+            f"2>/dev/null | while IFS= read -r l; do b=$(basename \"$(readlink \"$l\")\"); {body}; done")
+
+
 def changed_since_verified_script(repo_dir: str, record: str) -> str:
     """One `U` line per blob of the current snapshot whose stat is not the one the node verified (nothing when
     it keeps no record there: it never verified that repo)."""
-    return (f"[ -f {q(record)} ] && r=$(cat {q(repo_dir)}/refs/main 2>/dev/null) && "
-            f"find {q(repo_dir)}/snapshots/\"$r\" -type l 2>/dev/null | while IFS= read -r l; do "
-            "b=$(basename \"$(readlink \"$l\")\"); case $b in *[!0-9a-f]*) continue ;; esac; "
-            f"x=$(stat -L --printf {q(STAT_FIELDS)} {q(repo_dir)}/blobs/\"$b\" 2>/dev/null) || continue; "
-            f"grep -qxF \"$(printf '%s\\t%s' \"$b\" \"$x\")\" {q(record)} || echo U; done")
+    return f"[ -f {q(record)} ] && " + each_snapshot_blob(repo_dir, (
+        "case $b in *[!0-9a-f]*) continue ;; esac; "
+        f"x=$(stat -L --printf {q(STAT_FIELDS)} {q(repo_dir)}/blobs/\"$b\" 2>/dev/null) || continue; "
+        f"grep -qxF \"$(printf '%s\\t%s' \"$b\" \"$x\")\" {q(record)} || echo U"))
 
 
 def hash_script(repo_dir: str, paths: list[str]) -> str:

@@ -13,16 +13,14 @@ from dataclasses import dataclass
 
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.inventory import Inventory
-from sparkctl.plan.deployment import Deployment, DeploymentRecord, deployments_path, with_deployment
-from sparkctl.plan.paths import state_dir
+from sparkctl.plan.deployment import Deployment, DeploymentRecord, with_deployment
 from sparkctl.runs.bootstrap import TokenPrompt, ViewFactory, bootstrap, journaled_run
 from sparkctl.runs.opening import Opening
 from sparkctl.runs.playbooks import bootstrap_graph
 from sparkctl.runs.request import RunRequest
-from sparkctl.runs.session import Session
+from sparkctl.runs.serve_ops import connected, server_handle
 from sparkctl.taskgraph import Event, RunResult
 from sparkctl.taskgraph.task import Status
-from sparkctl.transport.base import q
 
 #: The failures that are the new deployment's: its containers would not start, or its world (config, units,
 #: launch, gateway) did not come up and answer. A download, a pull or a refused image ID is not: the old
@@ -36,13 +34,8 @@ ROLLBACK_TASK = "serve.rollback"
 
 def read_head_record(inventory: Inventory) -> DeploymentRecord:
     """The head's record, read over one SSH connection."""
-    transport = Session(inventory).open(inventory.head.name)
-    try:
-        home = transport.run('printf %s "$HOME"', timeout=15).stdout.strip() or f"/home/{inventory.user}"
-        path = deployments_path(f"{state_dir(inventory, home)}/run/serve")
-        return DeploymentRecord.parse(transport.run(f"cat {q(path)} 2>/dev/null; true", timeout=30).stdout)
-    finally:
-        transport.close()
+    with connected(inventory, inventory.head.name) as transport:
+        return server_handle(inventory, transport).read_deployments()
 
 
 def touched_the_world(result: RunResult) -> bool:

@@ -17,7 +17,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
-from sparkctl.plan.deployment import DeploymentRecord, deployments_path
+from sparkctl.plan.deployment import DeploymentRecord
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import endpoint
 from sparkctl.plan.serve_unit import last_failure, unit_summary
@@ -107,8 +107,7 @@ def serve_status(inventory: Inventory) -> ServeStatus:
             exits = handle.exits(20)
             # the run that ended: the log before this one's when the unit started the world again since
             failed_log = handle.tail(40, previous=alive)
-            deployments = DeploymentRecord.parse(
-                transport.run(f"cat {q(deployments_path(handle.dir))} 2>/dev/null; true", timeout=30).stdout)
+            deployments = handle.read_deployments()
     except SparkctlError as exc:
         health, record, alive, unit, deployments = reach, None, False, {}, DeploymentRecord()
         out.rows.append(("head", f"not reachable over ssh: {exc.message}"))

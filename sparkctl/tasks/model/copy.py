@@ -250,7 +250,6 @@ class CopyStep:
     #: blobs on `peer` (the head itself: its own download) to hash against their etag before anything is sent
     verify: tuple[str, ...] = ()
     #: `peer`'s record of verified blobs as read (kept where still true, with what this step verifies)
-    verify_sizes: tuple[tuple[str, int], ...] = ()
     recorded: frozenset[str] = frozenset()
     record_path: str = ""
 
@@ -331,8 +330,7 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                                 held.outside & frozenset([*paths, *check_peer]),
                                 links=frozenset(p for p, e in wanted.items() if e[0] == "L" and p not in held.outside),
                                 sizes=tuple((p, e[1]) for p, e in wanted.items() if e[0] == "F"),
-                                verify=tuple(check_peer),
-                                verify_sizes=tuple((p, wanted[p][1]) for p in check_peer), recorded=theirs.record,
+                                verify=tuple(check_peer), recorded=theirs.record,
                                 record_path=dest.verified)
                 changes.append(Change(summary, payload=step, node=peer))
         return changes
@@ -353,7 +351,7 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                         f"{len(wrong)} file(s) of {step.source.repo} on {step.peer} do not match the hash the Hub "
                         f"recorded: sending them again from {head}")))
                     remove_files(node, step.dest, wrong, step.source.repo)
-                    sizes = dict(step.verify_sizes)
+                    sizes = dict(step.sizes)
                     step = replace(step, paths=missing_first([*step.paths, *wrong]),
                                    size=step.size + sum(sizes.get(w, 0) for w in wrong))
             if step.paths:

@@ -18,7 +18,6 @@ from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.model.cache import hub_repo_dir
 from sparkctl.tasks.model.progress import human_bytes
 from sparkctl.tasks.model.verified import hash_files, keep_verified, remove_files, wrong_download
-from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 
@@ -33,9 +32,7 @@ class VerifyStep:
 
 def snapshot_blobs_script(repo_dir: str) -> str:
     """`P blobs/<etag>` for each blob the current snapshot's links lead to, then the blobs' stats and the record."""
-    return (f"r=$(cat {q(repo_dir)}/refs/main 2>/dev/null) && find {q(repo_dir)}/snapshots/\"$r\" -type l "
-            "2>/dev/null | while IFS= read -r l; do printf 'P\\tblobs/%s\\n' \"$(basename \"$(readlink \"$l\")\")\"; "
-            "done; true")
+    return hub_hashes.each_snapshot_blob(repo_dir, "printf 'P\\tblobs/%s\\n' \"$b\"") + "; true"
 
 
 class ModelVerifyTask(Task[NodeContext, VerifyStep]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from sparkctl.plan.deployment import COPY_KEY, Deployment, DeploymentRecord, deployment_inputs, deployments_path
+from sparkctl.plan.deployment import COPY_KEY, Deployment, DeploymentRecord, deployment_inputs
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext
@@ -48,9 +48,10 @@ def agreed_image(ctx: ClusterContext) -> tuple[str | None, str | None, list[str]
     return (found.pop() if found else None), head.image_digests.get(ref), [n for n, i in ids.items() if not i]
 
 
-def planned_deployment(ctx: ClusterContext, revision: str | None = None) -> Deployment:
+def planned_deployment(ctx: ClusterContext, revision: str | None = None,
+                       agreed: tuple[str | None, str | None, list[str]] | None = None) -> Deployment:
     inv = ctx.inventory
-    image_id, digest, _without = agreed_image(ctx)
+    image_id, digest, _without = agreed or agreed_image(ctx)
     _text, _command, fingerprint = desired_launch(ctx.head())
     return Deployment(image=inv.container.image, image_id=image_id, digest=digest, engine=inv.engine().name,
                       model=inv.serve_spec().model, fingerprint=fingerprint, inputs=deployment_inputs(inv),
@@ -58,7 +59,7 @@ def planned_deployment(ctx: ClusterContext, revision: str | None = None) -> Depl
 
 
 def record_path(head: NodeContext) -> str:
-    return deployments_path(ServerHandle.of(head).dir)
+    return ServerHandle.of(head).deployments_path
 
 
 def read_record(head: NodeContext, task: str) -> tuple[DeploymentRecord, str | None]:
@@ -103,12 +104,13 @@ class ServeSwitchTask(Task[ClusterContext, DeploymentRecord]):
         if not serving_enabled(ctx.inventory):
             return []
         head = ctx.head()
-        planned = planned_deployment(ctx)
+        agreed = agreed_image(ctx)
+        planned = planned_deployment(ctx, agreed=agreed)
         record, _revision = read_record(head, self.name)
         current = record.current
         if current is None or planned.same_world(current) or planned.same_world(record.switching):
             return []
-        _image_id, _digest, without = agreed_image(ctx)
+        without = agreed[2]
         missing = [n for n in without if n in ctx.inventory.serving_nodes()] + \
             [n for n in ctx.inventory.serving_nodes() if n in ctx.lost]
         if missing and not ctx.options.check:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
+from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
@@ -92,6 +93,7 @@ class ServerHandle:
         self.record_path = posixpath.join(self.dir, "launch.json")
         self.pid_path = posixpath.join(self.dir, "serve.pid")
         self.exits_path = posixpath.join(self.dir, EXITS_LOG)
+        self.deployments_path = deployments_path(self.dir)
 
     @classmethod
     def of(cls, ctx: NodeContext) -> ServerHandle:
@@ -108,6 +110,10 @@ class ServerHandle:
         except ValueError:
             return None
         return value if isinstance(value, dict) else None
+
+    def read_deployments(self) -> DeploymentRecord:
+        """The deployments kept on the head (sparkctl/plan/deployment.py): the one in use, the one before."""
+        return DeploymentRecord.parse(self._run(f"cat {q(self.deployments_path)} 2>/dev/null; true", timeout=30).stdout)
 
     def write_record(self, record: dict) -> None:
         self._put(self.record_path, json.dumps(record, indent=1, sort_keys=True) + "\n", mode=0o644)
