@@ -44,7 +44,7 @@ PART_OPTIONS = ("--limit", "--only", "--skip")
 
 def run_options(func):
     """--check --diff --limit --only --skip --forks -v --json --ask-become-pass --become-password-file --reprove
-    --revert-after."""
+    --refresh --revert-after."""
     return _with_options(func, _run_option_list())
 
 
@@ -88,6 +88,9 @@ def _run_option_list() -> list[tuple[str, Callable]]:
         ("--reprove", click.option("--reprove", is_flag=True,
                                    help="Run every proof again, also those a no-op rerun takes from the record (the "
                                         "MPI probe: see playbooks.md, verify.fabric).")),
+        ("--refresh", click.option("--refresh", is_flag=True,
+                                   help="Resolve the model's revision (serve.revision, else main) and the draft's on "
+                                        "the Hub again and serve what they are now (model.pin).")),
         ("--revert-after", click.option("--revert-after", type=click.IntRange(10, 3600), default=60,
                                         show_default=True, metavar="SECONDS",
                                         help="A node reverts a netplan change by itself unless sparkctl reaches it "
@@ -127,6 +130,7 @@ def become_password(ask: bool, path: str | None) -> str | None:
 def build_request(params: dict) -> RunRequest:
     return RunRequest.of(check=params["check"], diff=params["diff"], verbosity=params["verbose"],
                          revert_after=params["revert_after"], reprove=params.get("reprove", False),
+                         refresh=params.get("refresh", False),
                          become_password=become_password(params["ask_become_pass"], params["become_password_file"]),
                          limit=csv_set(params.get("limit")), only=csv_set(params.get("only")),
                          skip=csv_set(params.get("skip")),

@@ -90,7 +90,10 @@ def _deployment_lines(inventory: Inventory, recorded: DeploymentRecord | None) -
     """The deployment this inventory names, and the one in use as this machine last recorded it."""
     lines = [f"--- deployment: image {inventory.container.image}, {inventory.engine().name} "
              f"{inventory.serve_spec().model} (bootstrap switches to it only once the image has one ID on every "
-             "node, and puts the one in use back if it does not answer)"]
+             "node, and puts the one in use back if it does not answer)",
+             f"model revision: {inventory.serve.revision or 'main'}, pinned by model.pin on every serving node at "
+             "the commit it is resolved to once (a later run serves that commit until serve.revision changes or "
+             "a run is given --refresh)"]
     if recorded is None or recorded.current is None:
         return [*lines, "in use: not recorded from this machine (`sparkctl serve status` reads the head)"]
     lines.append(f"in use (as this machine last recorded it): {recorded.current.summary()}")

@@ -254,6 +254,8 @@ class Facts:
     meminfo: dict[str, int] = field(default_factory=dict)
     hf_cache: str = ""
     hf_cache_free_bytes: int | None = None
+    #: repo folder in the hub cache (models--org--name) -> the commit model.pin pinned it at (plan/revisions.py)
+    model_pins: dict[str, str] = field(default_factory=dict)
     time: float = 0.0
     #: the controller's clock just before and just after the round trip that read `time`
     controller_time: tuple[float, float] | None = None

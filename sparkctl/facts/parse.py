@@ -322,11 +322,19 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return values
 
 
-def parse_hf_cache(text: str) -> tuple[str, int | None]:
+def parse_hf_cache(text: str) -> tuple[str, int | None, dict[str, str]]:
+    """(the cache's path, its free bytes, repo folder -> the commit model.pin pinned it at)."""
     lines = text.splitlines()
     path = lines[0] if lines else ""
     free = int(lines[1]) if len(lines) > 1 and lines[1].strip().isdigit() else None
-    return path, free
+    pins = {}
+    for line in lines[2:]:
+        kind, _, rest = line.partition("\t")
+        folder, _, pin = rest.partition("\t")
+        commit = pin.partition("\t")[0]
+        if kind == "pin" and len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
+            pins[folder] = commit
+    return path, free, pins
 
 
 def parse_time(text: str) -> float:

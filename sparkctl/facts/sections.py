@@ -133,8 +133,8 @@ def _read_meminfo(f: Facts, got: Got) -> None:
 
 
 def _read_hf_cache(f: Facts, got: Got) -> None:
-    unread: tuple[str, int | None] = (got.request.hf_cache, None)
-    expanded, f.hf_cache_free_bytes = got.parsed(parse.parse_hf_cache, unread)
+    unread: tuple[str, int | None, dict[str, str]] = (got.request.hf_cache, None, {})
+    expanded, f.hf_cache_free_bytes, f.model_pins = got.parsed(parse.parse_hf_cache, unread)
     f.hf_cache = expanded or got.request.hf_cache
 
 
@@ -215,7 +215,10 @@ def _hf_cache_script(request: FactsRequest) -> str:
 case $p in "~") p=$HOME ;; "~/"*) p=$HOME/${{p#"~/"}} ;; esac
 printf '%s\\n' "$p"
 d=$p; while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
-df -B1 --output=avail "$d" 2>/dev/null | tail -n 1"""
+df -B1 --output=avail "$d" 2>/dev/null | tail -n 1
+for f in "$p"/sparkctl-pins/models--*; do
+  [ -f "$f" ] && printf 'pin\t%s\t%s\n' "${{f##*/}}" "$(head -n1 "$f")"
+done; true"""
 
 
 #: Netplan revert guards armed by a run and neither confirmed nor reverted, whose process still waits: a run cut

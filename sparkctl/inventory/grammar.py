@@ -5,7 +5,8 @@ a message (it may be a secret pasted in the wrong place); the message says what 
 Sources: the OCI image reference grammar (github.com/distribution/reference, reference.go: name, tag, digest,
 255 characters at most for the name); Hugging Face repo ids (huggingface_hub, utils/_validators.py validate_repo_id:
 "repo_name" or "namespace/repo_name", [A-Za-z0-9_.-], no "--" or "..", no leading or trailing "-" or ".", at most
-96 characters); user names as useradd(8) accepts them by default; host names per RFC 1123.
+96 characters); revisions as git check-ref-format(1) accepts a branch or tag, narrowed to a plain character
+set; user names as useradd(8) accepts them by default; host names per RFC 1123.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ _REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?\Z")
 
 _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}\Z")
+#: A git revision as the Hub takes one in a URL path: a branch or tag (git check-ref-format's rules, narrowed to a
+#: plain character set) or a commit's 40 hex digits.
+_REVISION = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./-]{0,126}[A-Za-z0-9_])?\Z")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
 _NETPLAN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.yaml\Z")
@@ -52,6 +56,14 @@ def repo_id(value: str) -> str:
     if len(value) > 96 or "--" in value or ".." in value or value.endswith(".git") or not _REPO_ID.match(value):
         raise ValueError("not a Hugging Face repo id (namespace/name of letters, digits, '_', '.', '-', no '--' or "
                          "'..', at most 96 characters, e.g. nvidia/Qwen3-235B-A22B-FP4)")
+    return value
+
+
+def revision(value: str) -> str:
+    if (not _REVISION.match(value) or ".." in value or "//" in value or "/." in value or "./" in value
+            or value.endswith(".lock")):
+        raise ValueError("not a revision of a Hugging Face repo (a branch or tag of letters, digits, '_', '.', '-', "
+                         "'/', no '..', at most 128 characters, or a commit's 40 hex digits, e.g. main)")
     return value
 
 

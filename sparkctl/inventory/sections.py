@@ -118,6 +118,7 @@ def _not_bool_port(value: Any) -> Any:
 Seconds = Annotated[StrictFloat, BeforeValidator(_not_bool), Field(ge=1, le=3600, allow_inf_nan=False)]
 ImageRef = Annotated[str, AfterValidator(grammar.image_reference)]
 RepoId = Annotated[str, AfterValidator(grammar.repo_id)]
+Revision = Annotated[str, AfterValidator(grammar.revision)]
 HostName = Annotated[str, AfterValidator(grammar.host)]
 UserName = Annotated[str, AfterValidator(grammar.user_name)]
 LocalPath = Annotated[str, AfterValidator(grammar.local_path)]
@@ -260,6 +261,10 @@ class ServeSettings(_Section):
     preset: str | None = None
     model: RepoId | None = None
     draft: RepoId | None = None
+    revision: Revision | None = Field(None, description=(
+        "the model's revision on the Hub: a branch, a tag or a commit (40 hex). The commit a run resolves it to is "
+        "pinned on every serving node and served by every later run until this changes or a run is given "
+        "--refresh (default: main, resolved once; the draft's main is pinned the same way)"))
     decoding: Decoding | None = None
     max_draft_len: StrictInt | None = Field(None, gt=0, le=64)
     tp_size: StrictInt | None = Field(None, ge=1, le=MAX_NODES)

@@ -33,7 +33,8 @@ PER_NODE_SETTINGS = (
 )
 # Forwarded to ranks started over ssh: the per-node settings and the static ones the playbook sets.
 FORWARDED_ENV = PER_NODE_SETTINGS + (
-    "CPATH", "TRITON_PTXAS_PATH", "HF_HOME", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+    "CPATH", "TRITON_PTXAS_PATH", "HF_HOME", "HF_HUB_OFFLINE", "OMPI_ALLOW_RUN_AS_ROOT",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 
 
@@ -92,6 +93,8 @@ def container_env(inventory: Inventory, node: str, fabric: FabricPlan) -> dict[s
         })
     env.update(dict(engine.static_env))
     env["HF_HOME"] = CONTAINER_HF_HOME
+    # the engines load the pinned snapshot from the cache and never ask the Hub at start (plan/revisions.py)
+    env["HF_HUB_OFFLINE"] = "1"
     env.update({str(k): str(v) for k, v in (inventory.container.env or {}).items()})
     if engine.needs_mpi:
         # sparkctl's own variables last, so no inventory key can override them (the inventory checks refuse

@@ -35,6 +35,8 @@ def figures_port(inventory: Inventory) -> int:
     return collector_port(inventory) or inventory.serve_spec().engine_port
 
 
-def launch_fingerprint(config_text: str, command: str) -> str:
-    """What identifies a running server's setup: the config it read and the line that started it."""
-    return hashlib.sha256(f"{config_text}\0{command}".encode()).hexdigest()[:16]
+def launch_fingerprint(config_text: str, command: str, revision: str | None = None) -> str:
+    """What identifies a running server's setup: the config it read, the line that started it, and the model's
+    commit it loads (plan/revisions.py: a pin moved is a new world)."""
+    pinned = f"\0{revision}" if revision else ""
+    return hashlib.sha256(f"{config_text}\0{command}{pinned}".encode()).hexdigest()[:16]

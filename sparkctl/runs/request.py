@@ -24,9 +24,11 @@ class RunRequest:
     @classmethod
     def of(cls, *, check: bool = False, diff: bool = False, verbosity: int = 0, revert_after: float = 60.0,
            become_password: str | None = None, limit: set[str] | None = None, only: set[str] | None = None,
-           skip: set[str] | None = None, forks: int = DEFAULT_FORKS, reprove: bool = False) -> RunRequest:
+           skip: set[str] | None = None, forks: int = DEFAULT_FORKS, reprove: bool = False,
+           refresh: bool = False) -> RunRequest:
         options = RunOptions(check=check, diff=diff, verbosity=verbosity, netplan_confirm_timeout=float(revert_after),
-                             become_password=become_password, reprove=reprove, forks=forks)
+                             become_password=become_password, reprove=reprove, refresh=refresh,
+                             forks=forks)
         return cls(options=options, limit=limit, only=only, skip=skip, forks=forks)
 
 

@@ -18,5 +18,7 @@ class RunOptions:
     become_password: str | None = field(default=None, repr=False)
     #: run every proof again, none taken from the record (tasks/proof.py)
     reprove: bool = False
+    #: resolve the model's and draft's revision on the Hub again and move the pin there (tasks/model/pin.py)
+    refresh: bool = False
     #: how many nodes a cluster task reads or works on at once (`--forks`)
     forks: int = DEFAULT_FORKS

@@ -141,3 +141,43 @@ def test_a_shard_of_the_right_size_but_wrong_bytes_on_the_worker_is_found_and_se
     assert code == 0 and changed(events) == set(), changed(events)
     after = doctor(lab_pair, inventory=copied["inventory"], env=env)
     assert "model.changed" not in {f["id"] for f in after["findings"]}
+
+
+def move_main_upstream(lab, repo_folder: str = "nvidia--Qwen3-235B-A22B-FP4") -> None:
+    """The "Hub" (the stand-in's fixture in each node's container) gets a new commit on main: the old tree is kept
+    as history, config.json changes."""
+    fixture = f"/opt/sparkctl-lab/fixture-repos/{repo_folder}"
+    for node in ("spark1", "spark2"):
+        sh(lab, node, "docker exec trtllm-multinode sh -c "
+                      f"'old=$(cat {MODEL_CACHE.replace(HF, '/root/.cache/huggingface')}/refs/main) && "
+                      f"mkdir -p {fixture}.history && cp -a {fixture} {fixture}.history/$old && "
+                      f"sed -i \"0,/{{/s//{{\\\"moved\\\": true, /\" {fixture}/config.json'")
+
+
+def test_a_main_moved_upstream_is_served_only_after_a_refresh(lab_pair, copied, env):
+    """The commit the first run resolved is pinned on both nodes: with main moved on the Hub, a bootstrap changes
+    nothing; --refresh moves the pin, downloads the new commit once on the head, sends it to the worker, and starts
+    the world again on it; the run after that changes nothing."""
+    pinned = sh(lab_pair, "spark1", f"cat {MODEL_CACHE}/refs/main").strip()
+    pin_file = f"{HF}/sparkctl-pins/models--nvidia--Qwen3-235B-A22B-FP4"
+    for node in ("spark1", "spark2"):
+        assert sh(lab_pair, node, f"cat {pin_file}") == f"{pinned}\tmain\n"
+    move_main_upstream(lab_pair)
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)
+
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json", "--refresh"], env)
+    assert code == 0, output[-3000:]
+    assert {("model.pin", None), ("model.fetch", "spark1"), ("model.copy", None), ("serve.launch", None)} <= \
+        changed(events), changed(events)
+    moved = sh(lab_pair, "spark1", f"cat {MODEL_CACHE}/refs/main").strip()
+    assert moved != pinned
+    for node in ("spark1", "spark2"):
+        assert sh(lab_pair, node, f"cat {pin_file}") == f"{moved}\tmain\n"
+        assert sh(lab_pair, node, f"cat {MODEL_CACHE}/refs/main").strip() == moved
+        assert '"moved": true' in sh(lab_pair, node, f"cat {MODEL_CACHE}/snapshots/{moved}/config.json")
+    where = SNAPSHOTS["model"]
+    assert snapshot_digest(lab_pair, "spark2", where) == snapshot_digest(lab_pair, "spark1", where)
+    assert hf_downloads(lab_pair, "spark2") == []  # the worker never asked the Hub
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)

@@ -22,6 +22,7 @@ import pytest
 
 from sparkctl.lab import image
 from sparkctl.lab.standins import IMAGE_STANDINS, NODE_STANDINS, fixture_repos_dir, standin_path
+from tests.unit.hf_kit import moved_main
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the interpreter the stand-ins' shebangs name (has mpi4py on a lab machine)
 
@@ -355,6 +356,47 @@ def test_hf_unknown_repo_and_revision_are_404(hf_env):
     assert "Repository Not Found" in missing.stderr
     bad_rev = hf(env, "download", "openai/gpt-oss-120b", "--revision", "v9")
     assert bad_rev.returncode == 1 and "Revision Not Found" in bad_rev.stderr
+
+
+def test_hf_keeps_every_commit_and_writes_a_ref_only_for_a_name(hf_env, tmp_path):
+    env, home = hf_env
+    fixtures, old = moved_main(tmp_path)
+    env = {**env, "SPARKCTL_LAB_FIXTURE_REPOS": str(fixtures)}
+    repo = home / "hub" / "models--openai--gpt-oss-120b"
+    pinned = hf(env, "download", "openai/gpt-oss-120b", "--revision", old)
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout.strip() == str(repo / "snapshots" / old)
+    # a commit asked for is no ref: refs/main is not written (huggingface_hub's snapshot_download)
+    assert not (repo / "refs" / "main").exists()
+    assert "moved" not in (repo / "snapshots" / old / "config.json").read_text()
+    latest = hf(env, "download", "openai/gpt-oss-120b")
+    new = (repo / "refs" / "main").read_text()
+    assert latest.returncode == 0 and new != old and "moved" in (repo / "snapshots" / new / "config.json").read_text()
+
+
+def test_hf_cache_dir_holds_the_snapshot_and_the_token_stays_in_hf_home(hf_env, tmp_path):
+    env, home = hf_env
+    home.mkdir()
+    (home / "token").write_text("hf_from_file\n")
+    cache = tmp_path / "throwaway"
+    result = hf(env, "download", "nvidia/Qwen3-235B-A22B-Eagle3", "config.json", "--cache-dir", str(cache))
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip()
+    assert path.startswith(str(cache / "models--nvidia--Qwen3-235B-A22B-Eagle3" / "snapshots")) and \
+        path.endswith("/config.json")
+    assert not (home / "hub").exists()
+
+
+def test_hf_offline_serves_the_cache_and_refuses_the_rest(hf_env):
+    env, home = hf_env
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    refused = hf(offline, "download", "openai/gpt-oss-120b")
+    assert refused.returncode == 1 and "outgoing traffic has been disabled" in refused.stderr
+    assert not (home / "hub").exists()
+    assert hf(env, "download", "openai/gpt-oss-120b").returncode == 0
+    cached = hf(offline, "download", "openai/gpt-oss-120b")
+    revision = (home / "hub" / "models--openai--gpt-oss-120b" / "refs" / "main").read_text()
+    assert cached.returncode == 0 and cached.stdout.strip().endswith(f"/snapshots/{revision}")
 
 
 def test_hf_resumes_an_interrupted_download_into_a_local_dir(hf_env, tmp_path):

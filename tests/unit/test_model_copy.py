@@ -21,7 +21,7 @@ from sparkctl.tasks.model.copy import (
     snapshot_entries,
     streams_script,
 )
-from sparkctl.tasks.model.fetch import ModelFetchTask
+from sparkctl.tasks.model.fetch import FetchStep, ModelFetchTask
 from sparkctl.tasks.model.progress import human_bytes
 from sparkctl.tasks.model.token import ModelTokenTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
@@ -214,8 +214,8 @@ def test_peers_in_copy_mode_neither_download_nor_get_the_token(tmp_path, monkeyp
     assert ModelFetchTask().check(kit.node("spark2")) == []
     assert ModelTokenTask().check(kit.node("spark2")) == []
     assert kit.transport("spark2").calls == []
-    kit.transport("spark1").respond(r"config\.json", f"missing {MODEL} no config.json\n")
-    assert [c.payload for c in ModelFetchTask().check(kit.node("spark1"))] == [(MODEL, None)]
+    kit.transport("spark1").respond(r"config\.json", f"missing\t{MODEL}\t-\t no config.json\n")
+    assert [c.payload for c in ModelFetchTask().check(kit.node("spark1"))] == [FetchStep(MODEL, None, None, True)]
 
 
 def test_copy_sends_the_missing_files_from_the_head_and_logs_the_rate(tmp_path):

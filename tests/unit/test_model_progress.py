@@ -66,7 +66,7 @@ def test_fetch_logs_progress_while_hf_download_runs(tmp_path, monkeypatch):
             if step >= 5 and (any(e.data.get("progress") for e in kit.events) or time.monotonic() > deadline):
                 break
 
-    transport.respond(r"config\.json", "missing nvidia/Qwen3-235B-A22B-FP4 no config.json\n")
+    transport.respond(r"config\.json", "missing\tnvidia/Qwen3-235B-A22B-FP4\t-\t no config.json\n")
     changes = ModelFetchTask().check(node)
     transport.rules.clear()
     transport.respond(r"du -sb", lambda: f"{size['bytes']}\n")

@@ -8,7 +8,7 @@ import pytest
 
 from sparkctl.secrets import forget_secrets, redact_known
 from sparkctl.taskgraph.task import TaskFailed
-from sparkctl.tasks.model.fetch import ModelFetchTask
+from sparkctl.tasks.model.fetch import FetchStep, ModelFetchTask
 from sparkctl.tasks.model.fit import ModelFitTask
 from sparkctl.tasks.model.token import ModelTokenTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
@@ -97,10 +97,10 @@ def test_token_from_a_file_and_a_wrong_mode(tmp_path, monkeypatch):
 def test_fetch_downloads_only_what_is_incomplete(tmp_path):
     kit = kit_for(PAIR, tmp_path)
     node, transport = kit.node("spark1"), kit.transport("spark1")
-    transport.respond(r"config\.json", "missing nvidia/Qwen3-235B-A22B-FP4 no config.json\n"
-                                       "complete nvidia/Qwen3-235B-A22B-Eagle3\n")
+    transport.respond(r"config\.json", "missing\tnvidia/Qwen3-235B-A22B-FP4\t-\t no config.json\n"
+                                       "complete\tnvidia/Qwen3-235B-A22B-Eagle3\t-\t\n")
     changes = ModelFetchTask().check(node)
-    assert [c.payload for c in changes] == [("nvidia/Qwen3-235B-A22B-FP4", None)]
+    assert [c.payload for c in changes] == [FetchStep("nvidia/Qwen3-235B-A22B-FP4", None, None, True)]
     script = transport.commands[0]
     assert f"{HF}/hub/models--nvidia--Qwen3-235B-A22B-FP4" in script
     assert f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3" in script
@@ -113,7 +113,7 @@ def test_fetch_downloads_only_what_is_incomplete(tmp_path):
 def test_draft_goes_to_the_hf_cache_never_opt(tmp_path):
     kit = kit_for(PAIR, tmp_path)
     node, transport = kit.node("spark1"), kit.transport("spark1")
-    transport.respond(r"config\.json", "missing nvidia/Qwen3-235B-A22B-Eagle3 partial\n")
+    transport.respond(r"config\.json", "missing\tnvidia/Qwen3-235B-A22B-Eagle3\t-\t partial\n")
     changes = ModelFetchTask().check(node)
     transport.rules.clear()
     ModelFetchTask().apply(node, changes)
@@ -124,7 +124,7 @@ def test_draft_goes_to_the_hf_cache_never_opt(tmp_path):
 def test_gated_repo_without_token_fails_with_the_hint(tmp_path):
     kit = kit_for(PAIR, tmp_path)
     node, transport = kit.node("spark1"), kit.transport("spark1")
-    transport.respond(r"config\.json", "missing nvidia/Qwen3-235B-A22B-Eagle3 no config.json\n")
+    transport.respond(r"config\.json", "missing\tnvidia/Qwen3-235B-A22B-Eagle3\t-\t no config.json\n")
     changes = ModelFetchTask().check(node)
     transport.rules.clear()
     transport.respond(r"^hf download", exit_code=1, stderr=(

@@ -81,6 +81,9 @@ DELIBERATE_IMPROVEMENTS = {
                                   "fall back to TCP (a fraction of the bandwidth)",
     "run: env OMPI_MCA_oob_tcp_if_include added": "else ORTE may use the management network",
     "run: env HF_HOME added": TOKEN_AS_FILE,
+    "run: env HF_HUB_OFFLINE added": "the engines load the commit model.pin chose from the cache and never ask the "
+                                     "Hub at start (a moved main would be downloaded mid-launch: sparkrun issue "
+                                     "239); sparkctl's own downloads go online",
     "run: mount /tmp/.ssh from <state>/container-ssh instead of ~/.ssh":
         "the user's ~/.ssh is not mounted: the container keys are made by sparkctl for the cluster",
     "run: mount /opt/sparkctl/entrypoint.sh added": ENTRYPOINT_SHIPPED,

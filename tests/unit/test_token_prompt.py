@@ -12,7 +12,7 @@ from sparkctl.runs.opening import Opening
 from sparkctl.secrets import forget_secrets, redact_known
 from sparkctl.taskgraph.runner import RunResult, TaskOutcome
 from sparkctl.taskgraph.task import Status
-from sparkctl.tasks.model.fetch import _download_failure, gated_repos_failed
+from sparkctl.tasks.model.fetch import download_failure, gated_repos_failed
 from sparkctl.tasks.model.token import hf_token
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import inventory_from_yaml
@@ -38,7 +38,7 @@ def _clean(monkeypatch):
 
 
 def gated_result() -> RunResult:
-    failure = _download_failure("spark2", DRAFT, CommandResult("hf download", 1, "", GATED_STDERR), "HF_TOKEN")
+    failure = download_failure("spark2", DRAFT, CommandResult("hf download", 1, "", GATED_STDERR), "HF_TOKEN")
     outcomes = [TaskOutcome("model.fetch", "model", node, Status.FAILED, message=failure.message, hint=failure.hint)
                 for node in ("spark1", "spark2")]
     return RunResult(nodes=["spark1", "spark2"], outcomes=outcomes, unreachable={}, check_mode=False, duration=1.0)

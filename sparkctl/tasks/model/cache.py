@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 
 from sparkctl.plan.paths import CONTAINER_HF_HOME
+from sparkctl.plan.revisions import LOCAL_METADATA, pin_path
 from sparkctl.rules.serving import copy_mode
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q
@@ -41,25 +42,48 @@ def repo_path(ctx: NodeContext, repo: str, local: str | None) -> str:
 
 
 def snapshot_check_script(ctx: NodeContext, repos: list[tuple[str, str | None]]) -> str:
-    """Per repo one line: `complete <repo>` or `missing <repo> <why>`; complete = config.json + every weight."""
+    """Per repo one tab-separated line: `complete <repo> <pin>`, `missing <repo> <pin> <why>`, or for a complete hub
+    snapshot whose refs/main is not the pin `repoint <repo> <pin>`. The pin is the node's (model.pin; `-` when it
+    has none: then the hub snapshot checked is refs/main's). Complete = config.json + every weight."""
     lines = []
     for repo, local in repos:
+        lines.append(f"p=$(head -n1 {q(pin_path(ctx.hf_cache_dir(), repo))} 2>/dev/null | cut -f1); "
+                     f"case $p in *[!0-9a-f]*|'') p=- ;; esac; o=; w={q(repo)}")
         if local is None:
             base = hub_repo_dir(ctx, repo)
-            lines.append(f'b={q(base)}; r=$(cat "$b"/refs/main 2>/dev/null); s="$b/snapshots/$r"; '
-                         f'[ -n "$r" ] || s=/nonexistent')
+            lines.append(f'b={q(base)}; m=$(cat "$b"/refs/main 2>/dev/null); r=$m; [ "$p" = - ] || r=$p; '
+                         f's="$b/snapshots/$r"; [ -n "$r" ] || s=/nonexistent; '
+                         '[ "$p" = - ] || [ "$m" = "$p" ] || o=repoint')
         else:
-            lines.append(f"s={q(host_path(ctx, local))}")
-        lines.append(
-            f'if [ ! -f "$s"/config.json ]; then echo missing {q(repo)} no config.json; '
-            f'elif find "$s" -name "*.incomplete" 2>/dev/null | grep -q .; then echo missing {q(repo)} partial; '
-            f'elif [ -f "$s"/model.safetensors.index.json ]; then ok=1; '
-            f'for w in $(grep -o "[^\\"]*\\.safetensors" "$s"/model.safetensors.index.json | sort -u); do '
-            f'[ -e "$s/$w" ] || ok=; done; '
-            f'if [ -n "$ok" ]; then echo complete {q(repo)}; else echo missing {q(repo)} shards; fi; '
-            f'elif ls "$s"/*.safetensors >/dev/null 2>&1; then ok=1; '
+            path = host_path(ctx, local)
+            lines.append(f"s={q(path)}; c=$(head -n1 {q(path + '/' + LOCAL_METADATA)} 2>/dev/null)")
+        weights = (
+            'if [ ! -f "$s"/config.json ]; then v="missing no config.json"; '
+            'elif find "$s" -name "*.incomplete" 2>/dev/null | grep -q .; then v="missing partial"; '
+            'elif [ -f "$s"/model.safetensors.index.json ]; then ok=1; '
+            'for x in $(grep -o "[^\\"]*\\.safetensors" "$s"/model.safetensors.index.json | sort -u); do '
+            '[ -e "$s/$x" ] || ok=; done; '
+            'if [ -n "$ok" ]; then v=complete; else v="missing shards"; fi; '
+            'elif ls "$s"/*.safetensors >/dev/null 2>&1; then ok=1; '
             # a link that leads nowhere (a repo folder copied without the cache's shared blob store) is no weight
-            f'for w in "$s"/*.safetensors; do [ -e "$w" ] || ok=; done; '
-            f'if [ -n "$ok" ]; then echo complete {q(repo)}; else echo missing {q(repo)} links to nothing; fi; '
-            f'else echo missing {q(repo)} no weights; fi')
+            'for x in "$s"/*.safetensors; do [ -e "$x" ] || ok=; done; '
+            'if [ -n "$ok" ]; then v=complete; else v="missing links to nothing"; fi; '
+            'else v="missing no weights"; fi')
+        lines.append(weights)
+        if local is not None:
+            # a --local-dir download from another commit than the pin is not the pinned one
+            lines.append('[ "$v" != complete ] || [ "$p" = - ] || [ "$c" = "$p" ] || v="missing another revision"')
+        lines.append('[ "$v" = complete ] && [ -n "$o" ] && v=$o; '
+                     'k=${v%% *}; printf \'%s\\t%s\\t%s\\t%s\\n\' "$k" "$w" "$p" "${v#"$k"}"')
     return "\n".join(lines)
+
+
+def parse_snapshot_check(stdout: str) -> list[tuple[str, str, str | None, str]]:
+    """(verdict, repo, pin or None, why) per line of snapshot_check_script."""
+    out = []
+    for line in stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 4:
+            verdict, repo, pin, why = parts
+            out.append((verdict, repo, None if pin == "-" else pin, why.strip()))
+    return out

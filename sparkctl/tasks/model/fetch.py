@@ -8,16 +8,29 @@ only the head downloads; model.copy sends the snapshots on to the peers.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from sparkctl.plan.paths import CONTAINER_HF_HOME
+from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
-from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT, in_copy_mode_peer, repo_path, snapshot_check_script
+from sparkctl.tasks.model.cache import (
+    DOWNLOAD_TIMEOUT,
+    in_copy_mode_peer,
+    parse_snapshot_check,
+    repo_path,
+    snapshot_check_script,
+)
 from sparkctl.tasks.model.progress import TransferProgress, directory_size_reader, human_bytes, rate_text
 from sparkctl.transport.base import CommandResult, q
+
+#: The Hub is asked online by sparkctl's own downloads only: the container runs offline (plan/container.py).
+ONLINE = {"HF_HUB_OFFLINE": "0"}
+#: model.pin resolves a revision with `hf download` too: a gated repo without a token stops it first
+PIN_TASK = "model.pin"
 
 #: In the failure message of a download refused for lack of a token (a run offers a prompt on it).
 GATED_MARK = " is a gated repo and "
@@ -37,62 +50,92 @@ def gated_hint(repo: str, env: str) -> str:
             f"file")
 
 
-class ModelFetchTask(Task[NodeContext, tuple[str, str | None]]):
+@dataclass(frozen=True)
+class FetchStep:
+    repo: str
+    local: str | None  # the --local-dir in the container, None for the hub cache
+    pin: str | None    # the commit model.pin chose (None: the node has no pin, main is downloaded)
+    download: bool     # False: the snapshot is whole, only refs/main is moved to the pin
+
+
+class ModelFetchTask(Task[NodeContext, FetchStep]):
     name = "model.fetch"
     phase = "model"
-    needs = ("model.fit", "model.token", "container.run")
-    description = "download the model and its draft into the mounted HF cache on every node"
-    checks = ("the model's hub-cache snapshot (refs/main) and the draft's dir in <hf_cache>/sparkctl-models/ "
-              "each hold config.json and every weight file, nothing half-downloaded (no network needed); "
-              "with serve.distribute: copy only the head's (model.copy serves the peers); on a rerun read ahead "
-              "with the node's facts")
-    changes = ("`hf download` inside the container (resumes partial files), with the bytes so far logged every "
-               "few seconds; the token comes from the 0600 token file; a gated repo without a token fails with "
-               "the license hint")
+    needs = ("model.fit", "model.token", "container.run", "model.pin")
+    description = "download the pinned commit of the model and its draft into the mounted HF cache on every node"
+    checks = ("the model's hub-cache snapshot of the node's pin (model.pin; without one refs/main's) and the draft's "
+              "dir in <hf_cache>/sparkctl-models/ (downloaded from the pinned commit) each hold config.json and every "
+              "weight file, nothing half-downloaded (no network needed); refs/main is the pin (the engines, offline, "
+              "find the model through it); with serve.distribute: copy only the head's (model.copy serves the "
+              "peers); on a rerun read ahead with the node's facts")
+    changes = ("`hf download --revision <pin>` inside the container (resumes partial files), with the bytes so far "
+               "logged every few seconds, then refs/main set to the pin; the token comes from the 0600 token file; "
+               "a gated repo without a token fails with the license hint")
 
-    def check(self, ctx: NodeContext) -> list[Change[tuple[str, str | None]]]:
+    def check(self, ctx: NodeContext) -> list[Change[FetchStep]]:
         if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
         repos = wanted_repos(ctx.inventory)
         result = ctx.raise_unless_ok(ctx.read_output(self.name, snapshot_check_script(ctx, repos), timeout=60),
                                      "checking the HF cache")
         changes = []
-        for line in result.stdout.splitlines():
-            verdict, _, rest = line.partition(" ")
-            repo, _, why = rest.partition(" ")
+        for verdict, repo, pin, why in parse_snapshot_check(result.stdout):
+            local = dict(repos).get(repo)
+            at = f"@{pin[:12]}" if pin else ""
             if verdict == "missing":
-                local = dict(repos).get(repo)
                 where = local or f"{CONTAINER_HF_HOME}/hub"
-                changes.append(Change(f"download {repo} into {where} ({why})", payload=(repo, local)))
+                changes.append(Change(f"download {repo}{at} into {where} ({why})",
+                                      payload=FetchStep(repo, local, pin, True)))
+            elif verdict == "repoint" and pin:
+                changes.append(Change(f"point {repo}'s refs/main at the pinned {pin[:12]} (the snapshot is whole)",
+                                      payload=FetchStep(repo, local, pin, False)))
         return changes
 
-    def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str | None]]]) -> None:
+    def apply(self, ctx: NodeContext, changes: list[Change[FetchStep]]) -> None:
         container = ctx.inventory.container.name
         env = ctx.inventory.serve.hf_token_env
         for change in changes:
-            repo, local = change.carried()
-            command = f"hf download {q(repo)}" + (f" --local-dir {q(local)}" if local else "")
-            measure = directory_size_reader(ctx.transport, repo_path(ctx, repo, local))
-            before = measure() or 0
-            ctx.log(f"downloading {repo} (resumes what an earlier run left: {human_bytes(before)} there)")
-            started = time.monotonic()
-            with TransferProgress(ctx.cluster.emit, task=self.name, node=ctx.name, what=repo, measure=measure):
-                result = ctx.transport.exec_in(container, command, timeout=DOWNLOAD_TIMEOUT)
-            seconds = time.monotonic() - started
-            if not result.ok:
-                raise _download_failure(ctx.name, repo, result, env)
-            size = measure() or 0
-            ctx.cluster.emit(Event("log", task=self.name, node=ctx.name, message=(
-                f"downloaded {repo}: {human_bytes(size)} in the cache, {human_bytes(size - before)} in "
-                f"{seconds:.1f}s, {rate_text(size - before, seconds)}")))
+            step = change.carried()
+            if step.download:
+                self._download(ctx, step, env)
+            if step.pin and step.local is None:
+                refs = f"{CONTAINER_HF_HOME}/hub/{repo_folder(step.repo)}/refs"
+                # as the container's root, like the download that wrote the cache
+                ctx.raise_unless_ok(ctx.transport.exec_in(container, (
+                    f"mkdir -p {q(refs)} && printf %s {q(step.pin)} > {q(refs)}/main.sparkctl && "
+                    f"mv -f {q(refs)}/main.sparkctl {q(refs)}/main"), timeout=60), f"pointing {step.repo} at its pin")
+        ctx.invalidate()
+
+    def _download(self, ctx: NodeContext, step: FetchStep, env: str) -> None:
+        repo, local = step.repo, step.local
+        command = f"hf download {q(repo)}" + (f" --revision {q(step.pin)}" if step.pin else "") + \
+            (f" --local-dir {q(local)}" if local else "")
+        measure = directory_size_reader(ctx.transport, repo_path(ctx, repo, local))
+        before = measure() or 0
+        ctx.log(f"downloading {repo} (resumes what an earlier run left: {human_bytes(before)} there)")
+        started = time.monotonic()
+        with TransferProgress(ctx.cluster.emit, task=self.name, node=ctx.name, what=repo, measure=measure):
+            result = ctx.transport.exec_in(ctx.inventory.container.name, command, timeout=DOWNLOAD_TIMEOUT,
+                                           env=ONLINE)
+        seconds = time.monotonic() - started
+        if not result.ok:
+            raise download_failure(ctx.name, repo, result, env, asked=step.pin)
+        size = measure() or 0
+        ctx.cluster.emit(Event("log", task=self.name, node=ctx.name, message=(
+            f"downloaded {repo}: {human_bytes(size)} in the cache, {human_bytes(size - before)} in "
+            f"{seconds:.1f}s, {rate_text(size - before, seconds)}")))
 
 
-def _download_failure(node: str, repo: str, result: CommandResult, env: str) -> TaskFailed:
+def download_failure(node: str, repo: str, result: CommandResult, env: str, asked: str | None = None) -> TaskFailed:
     output = (result.stderr or result.stdout).strip()
     tail = output.splitlines()[-3:]
     if is_gated_refusal(output):
         return TaskFailed(f"{repo}{GATED_MARK}{node} has no valid Hugging Face token",
                           hint=gated_hint(repo, env), details=tail)
+    if "RevisionNotFoundError" in output:
+        return TaskFailed(f"{repo} has no revision {asked or 'main'} on the Hub",
+                          hint="check serve.revision in the inventory (a branch, a tag or a commit of the repo)",
+                          details=tail)
     if "RepositoryNotFoundError" in output:
         return TaskFailed(f"{repo} was not found on the Hub (or it is private and the token cannot see it)",
                           hint=f"check the repo name in the inventory; for a private repo export {env}",
@@ -110,7 +153,7 @@ def gated_repos_failed(outcomes) -> list[str]:
     repos = []
     for outcome in outcomes:
         message = outcome.message or ""
-        if outcome.task == ModelFetchTask.name and GATED_MARK in message:
+        if outcome.task in (ModelFetchTask.name, PIN_TASK) and GATED_MARK in message:
             repo = message.split(GATED_MARK)[0]
             if repo not in repos:
                 repos.append(repo)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import posixpath
 
 from sparkctl.plan.launch import Launch
+from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve import launch_fingerprint
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.diff import unified_diff
@@ -39,11 +40,13 @@ def refuse_rejected(launch: Launch) -> None:
 
 def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     """(config text, launch command, fingerprint) the head should be serving with. The command is every unit's
-    line (`node: ...` where each serving node runs its own): a worker's changed line restarts the world too."""
+    line (`node: ...` where each serving node runs its own): a worker's changed line restarts the world too, and so
+    does a model pinned at another commit (model.pin)."""
     launch = node_launch(head)
     refuse_rejected(launch)
     text, command = launch.config_text(), launch.command_lines()
-    return text, command, launch_fingerprint(text, command)
+    pinned = head.facts().model_pins.get(repo_folder(head.inventory.serve_spec().model))
+    return text, command, launch_fingerprint(text, command, pinned)
 
 
 class ServeConfigTask(Task[NodeContext, tuple[str, str]]):

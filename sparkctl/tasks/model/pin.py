@@ -1,0 +1,138 @@
+"""model.pin: the commit the cluster serves of the model and its draft, resolved once and kept on every serving node
+(plan/revisions.py says why and where)."""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+from dataclasses import dataclass
+
+from sparkctl.plan.revisions import LOCAL_METADATA, Pin, asked_revisions, commit_in_path, pin_path, wanted_pin
+from sparkctl.rules.serving import serves
+from sparkctl.taskgraph.events import Event
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.model.cache import host_path, hub_repo_dir
+from sparkctl.tasks.model.fetch import ONLINE, PIN_TASK, download_failure
+from sparkctl.transport.base import q
+
+RESOLVE_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class PinStep:
+    repo: str
+    pin: Pin
+    path: str  # the node's pin file
+
+
+def read_script(node: NodeContext, repos: list[tuple[str, str | None, str]], head: bool) -> str:
+    """Per repo `P <i> <pin file's line>`; on the head also `H <i> <commit it holds>` (a hub snapshot with its
+    config.json, or a --local-dir's download metadata)."""
+    lines = []
+    for i, (repo, local, _asked) in enumerate(repos):
+        lines.append(f"printf 'P\\t{i}\\t%s\\n' \"$(head -n1 {q(pin_path(node.hf_cache_dir(), repo))} 2>/dev/null)\"")
+        if not head:
+            continue
+        if local is None:
+            base = q(hub_repo_dir(node, repo))
+            held = (f"r=$(cat {base}/refs/main 2>/dev/null); "
+                    f"[ -n \"$r\" ] && [ -f {base}/snapshots/\"$r\"/config.json ] && printf %s \"$r\"")
+        else:
+            held = f"head -n1 {q(host_path(node, local) + '/' + LOCAL_METADATA)} 2>/dev/null"
+        lines.append(f"printf 'H\\t{i}\\t%s\\n' \"$({held})\"")
+    return "\n".join([*lines, "true"])
+
+
+def parse_read(stdout: str) -> tuple[dict[int, Pin], dict[int, str]]:
+    pins, held = {}, {}
+    for line in stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        index, _, value = rest.partition("\t")
+        if not index.isdigit():
+            continue
+        if kind == "P" and (pin := Pin.parse(value)) is not None:
+            pins[int(index)] = pin
+        elif kind == "H" and value.strip():
+            held[int(index)] = value.strip()
+    return pins, held
+
+
+def resolve(head: NodeContext, repo: str, asked: str) -> str:
+    """The commit `asked` names on the Hub now: `hf download <repo> config.json` into a throwaway cache inside the
+    head's container (a few KB; the node's own cache and its refs are left alone) prints the snapshot's path."""
+    command = (f"d=$(mktemp -d) || exit 1; hf download {q(repo)} config.json --revision {q(asked)} --cache-dir \"$d\"; "
+               "rc=$?; rm -rf \"$d\"; exit $rc")
+    result = head.transport.exec_in(head.inventory.container.name, command, timeout=RESOLVE_TIMEOUT, env=ONLINE)
+    if not result.ok:
+        raise download_failure(head.name, repo, result, head.inventory.serve.hf_token_env, asked=asked)
+    commit = commit_in_path(result.stdout)
+    if commit is None:
+        raise TaskFailed(f"`hf download {repo}` on {head.name} printed no snapshot path to read the commit of "
+                         f"{asked} from", details=result.stdout.strip().splitlines()[-3:])
+    return commit
+
+
+class ModelPinTask(Task[ClusterContext, PinStep]):
+    name = PIN_TASK
+    phase = "model"
+    scope = Scope.CLUSTER
+    needs = ("model.token", "container.run")
+    # a worker that failed or was lost does not stop the others: the pin is the head's, written where it can be
+    needs_every_node = False
+    description = ("pin the commit of the model (serve.revision, else main) and of the draft that every node "
+                   "downloads and serves, resolved once on the head")
+    checks = ("each serving node's <hf_cache>/sparkctl-pins/<repo folder> against the head's: kept while it was "
+              "resolved from the revision the inventory asks for; a commit asked is its own pin; a first run asking "
+              "for main pins the snapshot the head already holds; otherwise (and with --refresh) the revision is "
+              "resolved on the Hub from the head's container (`hf download <repo> config.json` into a throwaway "
+              "cache: a few KB); one read per node, read ahead with its facts")
+    changes = "writes the pin file (`<commit>\\t<revision asked>`) on the nodes where it differs"
+
+    def check(self, ctx: ClusterContext) -> list[Change[PinStep]]:
+        inv = ctx.inventory
+        head = ctx.head()
+        nodes = [n for n in ctx.nodes if serves(inv, n) and n not in ctx.lost]
+        if head.name not in nodes:
+            return []
+        repos = asked_revisions(inv)
+        reads = ctx.read_on_all(self.name, {n: read_script(ctx.nodes[n], repos, n == head.name) for n in nodes})
+        found = {}
+        for name, result in reads.items():
+            if not result.ok:
+                raise TaskFailed(f"reading the model's pins on {name} failed",
+                                 details=(result.stderr or result.stdout).splitlines()[-3:])
+            found[name] = parse_read(result.stdout)
+        head_pins, held = found[head.name]
+        changes = []
+        for i, (repo, _local, asked) in enumerate(repos):
+            pin = wanted_pin(asked, head_pins.get(i), held.get(i), ctx.options.refresh)
+            if pin is None:
+                pin = Pin(resolve(head, repo, asked), asked)
+                ctx.emit(Event("log", task=self.name, node=head.name,
+                               message=f"{repo}@{asked} is {pin.commit} on the Hub"))
+            for name in nodes:
+                if found[name][0].get(i) == pin:
+                    continue
+                was = found[name][0].get(i)
+                moved = f" (was {was.short()})" if was else ""
+                changes.append(Change(f"pin {repo} at {pin.short()} on {name}{moved}",
+                                      payload=PinStep(repo, pin, pin_path(ctx.nodes[name].hf_cache_dir(), repo)),
+                                      node=name))
+        return changes
+
+    def apply(self, ctx: ClusterContext, changes: list[Change[PinStep]]) -> None:
+        by_node: dict[str, list[PinStep]] = {}
+        for change in changes:
+            assert change.node is not None
+            by_node.setdefault(change.node, []).append(change.carried())
+        ctx.each_node({name: functools.partial(_write, ctx.nodes[name], steps) for name, steps in by_node.items()})
+
+
+def _write(node: NodeContext, steps: list[PinStep]) -> None:
+    node.must(f"mkdir -p {q(posixpath.dirname(steps[0].path))}", "making the pins' folder")
+    for step in steps:
+        node.transport.put(step.path, step.pin.text(), mode=0o644)
+    node.invalidate()
+
+
