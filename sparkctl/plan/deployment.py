@@ -53,8 +53,10 @@ class Deployment:
     at: float = 0.0             # when it first answered
 
     def same_world(self, other: Deployment | None) -> bool:
-        """Would switching between the two restart the world? (the image the ranks run, or their launch)"""
-        return other is not None and (self.image_id, self.fingerprint) == (other.image_id, other.fingerprint)
+        """Would switching between the two restart the world? (the image the ranks run, their launch, or the
+        model's commit where both know it)"""
+        return (other is not None and (self.image_id, self.fingerprint) == (other.image_id, other.fingerprint)
+                and (self.revision is None or other.revision is None or self.revision == other.revision))
 
     def same(self, other: Deployment | None) -> bool:
         """The same in every recorded word (the revision and the inventory's words included)."""

@@ -24,7 +24,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH
+from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH, serve_dir
 from sparkctl.plan.render import render
 from sparkctl.plan.watchdog import EVIDENCE_NAME, WatchdogRun, watchdog_script
 
@@ -134,7 +134,7 @@ class ServeUnitSpec:
 
     @property
     def serve_dir(self) -> str:
-        return posixpath.join(self.state_dir, "run", "serve")
+        return serve_dir(self.state_dir)
 
     @property
     def host_script(self) -> str:

@@ -9,11 +9,11 @@ what they were and waits for its smoke test; the run then fails with "rolled bac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparkctl.errors import BadInput, SparkctlError
 from sparkctl.inventory import Inventory
-from sparkctl.plan.deployment import Deployment, DeploymentRecord, with_deployment
+from sparkctl.plan.deployment import Deployment, DeploymentRecord, deployment_inputs, with_deployment
 from sparkctl.runs.bootstrap import TokenPrompt, ViewFactory, bootstrap, journaled_run
 from sparkctl.runs.opening import Opening
 from sparkctl.runs.playbooks import bootstrap_graph
@@ -100,15 +100,22 @@ def roll_back(inventory: Inventory, request: RunRequest, view: ViewFactory) -> R
 def _put_back(inventory: Inventory, target: Deployment, request: RunRequest, view: ViewFactory, why: str,
               done: str) -> RunResult:
     back = with_deployment(inventory, target)
+    # the model's commit it served, pinned again for the revision asked (no --refresh: that is what is left)
+    options = replace(request.options, refresh=False, model_commit=target.revision)
     with view() as sink:
         sink(Event(event="log", task=ROLLBACK_TASK, message=f"{why}: putting back {target.summary()}",
                    data={"rollback": {"to": target.summary(), "why": why}}))
-        rolled = journaled_run("rollback", back, bootstrap_graph(), request, sink)
+        rolled = journaled_run("rollback", back, bootstrap_graph(), replace(request, options=options), sink)
         if rolled.failed:
             sink(Event(event="log", task=ROLLBACK_TASK, message=(
                 f"{done}; putting back {target.summary()} failed too ({_cause(rolled)}): the cluster may not "
                 "serve; fix the cause and run `sparkctl cluster bootstrap` (or `sparkctl serve rollback`) again"),
                 data={"rollback": {"to": target.summary(), "ok": False}}))
+        elif target.inputs == deployment_inputs(inventory):
+            sink(Event(event="log", task=ROLLBACK_TASK, message=(
+                f"{done}; {target.summary()} serves again, its model's commit pinned again: the next bootstrap "
+                "keeps it (`--refresh` tries the Hub's commit again)"),
+                data={"rollback": {"to": target.summary(), "ok": True}}))
         else:
             sink(Event(event="log", task=ROLLBACK_TASK, message=(
                 f"{done}; {target.summary()} serves again. The inventory still names the deployment that was "

@@ -20,5 +20,7 @@ class RunOptions:
     reprove: bool = False
     #: resolve the model's and draft's revision on the Hub again and move the pin there (tasks/model/pin.py)
     refresh: bool = False
+    #: the model's commit to serve whatever serve.revision resolves to: a rollback's (runs/rollback.py)
+    model_commit: str | None = None
     #: how many nodes a cluster task reads or works on at once (`--forks`)
     forks: int = DEFAULT_FORKS

@@ -212,3 +212,34 @@ def test_the_facts_carry_each_nodes_pins(tmp_path):
     out = sh(_hf_cache_script(FactsRequest((), (), str(home), ())), home)
     path, free, pins = parse_hf_cache(out)
     assert path == str(home) and free and pins == {"models--nvidia--Qwen3-235B-A22B-FP4": A}
+
+
+def test_moving_the_heads_model_pin_under_a_deployment_in_use_marks_the_switch(tmp_path):
+    from sparkctl.plan.deployment import Deployment, DeploymentRecord
+    from sparkctl.tasks.serve.deployment import record_path
+
+    kit = kit_for(tmp_path, refresh=True)
+    serving = Deployment(image="img", image_id="sha256:x", digest=None, engine="trtllm", model=MODEL,
+                         fingerprint="f1", inputs={}, revision=A, number=3)
+    head = kit.transport("spark1")
+    head.respond(r"deployments\.json", DeploymentRecord(serving).text())
+    for node in ("spark1", "spark2"):
+        kit.transport(node).respond(r"sparkctl-pins", pins_answer({0: Pin(A, "main"), 1: Pin(B, "main")}))
+    head.respond(r"hf download", f"/t/snapshots/{C}/config.json\n")  # main moved to C, the draft's too
+    changes = ModelPinTask().check(kit.cluster)
+    ModelPinTask().apply(kit.cluster, changes)
+    marked = DeploymentRecord.parse(head.files[record_path(kit.node("spark1"))])
+    assert marked.current == serving and marked.switching.revision == C
+    assert not marked.switching.same_world(serving)
+    assert any("switch marked" in (e.message or "") for e in kit.events)
+
+
+def test_a_rollback_pins_its_commit_for_the_revision_asked(tmp_path):
+    inv = inventory_from_yaml(PAIR.format(extra=""), tmp_path)
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes}, RunOptions(model_commit=A))
+    for node in ("spark1", "spark2"):
+        kit.transport(node).respond(r"sparkctl-pins", pins_answer({0: Pin(C, "main"), 1: Pin(B, "main")}))
+    assert sorted(c.summary for c in ModelPinTask().check(kit.cluster)) == [
+        f"pin {MODEL} at {A[:12]} (main) on spark1 (was {C[:12]} (main))",
+        f"pin {MODEL} at {A[:12]} (main) on spark2 (was {C[:12]} (main))"]
+    assert not [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]  # no Hub asked

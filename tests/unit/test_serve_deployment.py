@@ -198,3 +198,31 @@ def test_no_switch_while_a_serving_node_lacks_the_new_image_and_no_refusal_when_
         ServeSwitchTask().check(kit.cluster)
     assert refused.value.message == (f"{IMAGE} is not on spark2 (its pull failed or did not run): nothing was "
                                      "switched, the old world serves")
+
+
+def test_a_model_commit_moved_is_another_world_where_both_know_it():
+    assert not deployed("a", revision="1" * 40).same_world(deployed("a", revision="2" * 40))
+    assert deployed("a", revision="1" * 40).same_world(deployed("a"))  # not known yet: judged by the rest
+
+
+def test_a_rollback_pins_the_commit_the_deployment_served_and_does_not_refresh(monkeypatch, tmp_path):
+    inv = inventory_from_yaml(PAIR, tmp_path)
+    runs = []
+    monkeypatch.setattr(rollback, "journaled_run", lambda kind, inventory, graph, request, sink:
+                        runs.append(request) or RunResult(nodes=["spark1"], outcomes=[], unreachable={},
+                                                          check_mode=False, duration=1.0))
+    events = []
+
+    class View:
+        def __enter__(self):
+            return events.append
+
+        def __exit__(self, *exc):
+            return False
+
+    target = deployed("a", revision="1" * 40, inputs=deployment_inputs(inv))
+    rollback._put_back(inv, target, RunRequest.of(refresh=True), View, "why", "rolled back")
+    (request,) = runs
+    assert (request.options.model_commit, request.options.refresh) == ("1" * 40, False)
+    # the inventory's words are the deployment's: only the commit moved, and it stays pinned
+    assert "the next bootstrap keeps it (`--refresh` tries the Hub's commit again)" in events[-1].message

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from sparkctl.plan.deployment import DeploymentRecord, deployments_path
+from sparkctl.plan.paths import serve_dir
 from sparkctl.plan.revisions import LOCAL_METADATA, Pin, asked_revisions, commit_in_path, pin_path, wanted_pin
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.events import Event
@@ -24,6 +26,8 @@ class PinStep:
     repo: str
     pin: Pin
     path: str  # the node's pin file
+    was: Pin | None = None
+    model: bool = False  # the served model's (not the draft's): moving it on the head switches the deployment
 
 
 def read_script(node: NodeContext, repos: list[tuple[str, str | None, str]], head: bool) -> str:
@@ -107,6 +111,8 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
         changes = []
         for i, (repo, _local, asked) in enumerate(repos):
             pin = wanted_pin(asked, head_pins.get(i), held.get(i), ctx.options.refresh)
+            if i == 0 and ctx.options.model_commit:
+                pin = Pin(ctx.options.model_commit, asked)  # a rollback's: the commit the deployment served
             if pin is None:
                 pin = Pin(resolve(head, repo, asked), asked)
                 ctx.emit(Event("log", task=self.name, node=head.name,
@@ -117,7 +123,8 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
                 was = found[name][0].get(i)
                 moved = f" (was {was.short()})" if was else ""
                 changes.append(Change(f"pin {repo} at {pin.short()} on {name}{moved}",
-                                      payload=PinStep(repo, pin, pin_path(ctx.nodes[name].hf_cache_dir(), repo)),
+                                      payload=PinStep(repo, pin, pin_path(ctx.nodes[name].hf_cache_dir(), repo),
+                                                      was, i == 0),
                                       node=name))
         return changes
 
@@ -126,7 +133,26 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
         for change in changes:
             assert change.node is not None
             by_node.setdefault(change.node, []).append(change.carried())
+        head = ctx.head()
+        for step in by_node.get(head.name, []):
+            if step.model:
+                mark_revision_switch(ctx, head, step.pin.commit)
         ctx.each_node({name: functools.partial(_write, ctx.nodes[name], steps) for name, steps in by_node.items()})
+
+
+def mark_revision_switch(ctx: ClusterContext, head: NodeContext, commit: str) -> None:
+    """The model's pin moves under a deployment in use: the switch is marked in the head's record (as serve.switch
+    marks an image's) before the world is started on the new commit, so that a new world that fails is rolled back
+    to the commit that served (runs/rollback.py)."""
+    path = deployments_path(serve_dir(head.state_dir()))
+    record = DeploymentRecord.parse(head.run(f"cat {q(path)} 2>/dev/null; true", timeout=30).stdout)
+    current = record.current
+    if current is None or record.switching is not None or current.revision in (None, commit):
+        return
+    head.transport.put(path, record.begun(replace(current, revision=commit, number=0, at=0.0)).text(), mode=0o644)
+    ctx.emit(Event("log", task=PIN_TASK, node=head.name, message=(
+        f"the model's commit moves from {current.revision[:12]} to {commit[:12]}: switch marked (a new world that "
+        "fails is rolled back to the one in use)")))
 
 
 def _write(node: NodeContext, steps: list[PinStep]) -> None:

@@ -19,6 +19,7 @@ from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_co
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import is_our_server
+from sparkctl.plan.paths import serve_dir
 from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
@@ -59,10 +60,6 @@ def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
     host = head_gateway(head).listen[0]
     fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv))
     return ServeClient(fetch, timeout=timeout, model=spec.model)
-
-
-def serve_dir(state_dir: str) -> str:
-    return posixpath.join(state_dir, "run", "serve")
 
 
 @dataclass(frozen=True)
