@@ -3,13 +3,15 @@
 Run as root: `python benchmarks/copy_streams.py [--files 8] [--mib 32]`. A lab pair is brought up, bootstrapped
 (the fabric, the keys and the ssh mesh model.copy uses), then, as the login user on the head, the same folder of
 random files is sent to the peer three ways, the peer's copy removed before each:
-1. one stream over one twin, as every peer tool does (rsync where both ends have it, else tar, as model.copy);
-2. model.copy's streams over every twin the two share (STREAMS_PER_TWIN each);
-3. one stream per twin;
-4. model.copy's streams over one twin only.
+1. one rsync stream over ssh on one twin, as every peer tool does (tar where an end has no rsync);
+2. model.copy: rsync's daemon on the peer for the copy, STREAMS_PER_TWIN streams on every twin the two share;
+3. rsync's daemon, one stream on one twin (what leaving ssh's cipher alone gives);
+4. model.copy's streams on one twin only;
+5. the same streams as tar over ssh on every twin (model.copy where an end has no rsync).
 Each row shows the seconds, the MB/s, the ratio to the single stream, and the bytes each of the peer's twins
-received. Both ends run on this machine's cores (ssh's cipher and rsync on each side): the lab shows whether
-the streams spread over cores and twins, while a Spark's 20 cores and a CX-7 link set the real ceiling. Results are
+received. Both ends run on this machine's cores (ssh's cipher and rsync on each side): the lab shows what each
+way costs in CPU and whether the streams spread over cores and twins, while a Spark's 20 cores and a CX-7 link set
+the real ceiling. Results are
 printed as a table, never asserted.
 """
 
@@ -53,7 +55,8 @@ def run(lab, name: str, script: str, interfaces: list[str], size: int) -> tuple[
     if not check.isdigit() or int(check) < size:
         raise SystemExit(f"{name}: the peer holds {check} bytes, not {size}")
     after = rx_bytes(lab, "spark2", interfaces)
-    via = "rsync" if "via rsync" in done.stdout else "tar"
+    via = next((v for mark, v in (("via rsync daemon", "rsyncd"), ("via rsync", "rsync")) if mark in done.stdout),
+               "tar")
     return name.replace("{via}", via), seconds, {i: after[i] - before[i] for i in interfaces}
 
 
@@ -73,14 +76,16 @@ def measure(lab, inventory: str, files: int, mib: int) -> None:
     rows.append(run(lab, "one {via} stream over ssh, one twin",
                     f"printf '{listing}' | ( {'; '.join(copy_script(SRC, DEST, target, extra).splitlines())} )",
                     interfaces, size))
-    for label, used, per_twin in (("model.copy, every twin", routes, STREAMS_PER_TWIN),
-                                  ("one stream per twin", routes, 1),
-                                  ("model.copy's streams, one twin", routes[:1], STREAMS_PER_TWIN)):
+    allow = [str(a.ip) for a in plan.fabric.addresses["spark1"].values()]
+    for label, used, per_twin, daemon in (("model.copy, every twin", routes, STREAMS_PER_TWIN, True),
+                                          ("rsync's daemon, one stream, one twin", routes[:1], 1, True),
+                                          ("model.copy's streams, one twin", routes[:1], STREAMS_PER_TWIN, True),
+                                          ("tar over ssh, every twin", routes, STREAMS_PER_TWIN, False)):
         streams = share_out(names, sizes, per_twin * len(used))
         lists = "; ".join(f"printf '{''.join(p + chr(92) + '0' for p in paths)}' > {LISTS}/list.{i}"
                           for i, paths in enumerate(streams))
-        rows.append(run(lab, f"{label} ({len(streams)} {{via}} streams)",
-                        f"{lists}\n{streams_script(SRC, DEST, used, streams, LISTS)}", interfaces, size))
+        script = streams_script(SRC, DEST, used, streams, LISTS, allow=allow if daemon else None)
+        rows.append(run(lab, f"{label} ({len(streams)} {{via}} streams)", f"{lists}\n{script}", interfaces, size))
     single = rows[0][1]
     print(f"{files} files x {mib} MiB = {size / 1e6:.0f} MB, head spark1 -> peer spark2; twins: "
           f"{', '.join(f'{i} {a}' for i, a in zip(interfaces, (r[0] for r in routes), strict=False))}")

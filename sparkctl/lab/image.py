@@ -96,6 +96,8 @@ MACHINE_PACKAGES = [
     "systemd",
     "dbus",
     "iperf3",
+    # DGX OS (Ubuntu) ships rsync: model.copy runs it on both ends (its daemon on the peer, over the fabric)
+    "rsync",
 ]
 
 Log = Callable[[str], None]

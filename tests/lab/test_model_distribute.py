@@ -181,3 +181,28 @@ def test_a_main_moved_upstream_is_served_only_after_a_refresh(lab_pair, copied, 
     assert hf_downloads(lab_pair, "spark2") == []  # the worker never asked the Hub
     code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
     assert code == 0 and changed(events) == set(), changed(events)
+
+
+def test_a_commit_that_does_not_load_is_rolled_back_to_the_one_that_served(lab_pair, copied, env):
+    """Main moves to a commit whose config.json the engine cannot read: --refresh pins it, the new world does not
+    start, and bootstrap puts the commit that served back (its pin, refs/main on both nodes, the world); the run
+    fails saying so, and the run after it keeps the commit that serves."""
+    serving = sh(lab_pair, "spark1", f"cat {MODEL_CACHE}/refs/main").strip()
+    move_main_upstream(lab_pair)
+    fixture = "/opt/sparkctl-lab/fixture-repos/nvidia--Qwen3-235B-A22B-FP4"
+    for node in ("spark1", "spark2"):
+        sh(lab_pair, node, f"docker exec trtllm-multinode sh -c 'echo \"{{ truncated\" > {fixture}/config.json'")
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json", "--refresh"], env)
+    assert code == 1, output[-3000:]
+    assert "rolled back: serve.launch" in output, output[-3000:]
+    marked = [e for e in events if e["event"] == "log" and e.get("task") == "model.pin"
+              and "switch marked" in e["message"]]
+    assert marked, output[-3000:]
+    pin_file = f"{HF}/sparkctl-pins/models--nvidia--Qwen3-235B-A22B-FP4"
+    for node in ("spark1", "spark2"):
+        assert sh(lab_pair, node, f"cat {pin_file}") == f"{serving}\tmain\n"
+        assert sh(lab_pair, node, f"cat {MODEL_CACHE}/refs/main").strip() == serving
+    code, events, output = sparkctl(["serve", "status", copied["inventory"]], env)
+    assert code == 0 and serving[:12] in output, output[-3000:]
+    code, events, output = sparkctl(["cluster", "bootstrap", copied["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)

@@ -376,19 +376,31 @@ def test_files_are_shared_among_streams_by_bytes_and_each_stream_goes_to_a_twin(
     assert share_out(list(sizes), sizes, 2) == [["a", "d", "e"], ["b", "c"]]
     assert share_out(["a"], sizes, 4) == [["a"]] and share_out([], sizes, 4) == []
     routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
-    script = streams_script("/src", "/dst", routes, [["blobs/a"], ["b"], ["blobs/c"]], "/tmp/l")
-    lines = script.splitlines()
-    assert lines[1].endswith("192.168.100.11 'mkdir -p /dst /dst/blobs' </dev/null || exit 3")
-    assert ["192.168.100.11" in lines[i] and "192.168.101.11" not in lines[i] for i in (2, 4)] == [True, True]
-    assert "192.168.101.11" in lines[3] and "/tmp/l/list.1" in lines[3]
+    script = streams_script("/src", "/dst", routes, [["blobs/a"], ["b"], ["blobs/c"]], "/tmp/l",
+                            allow=["192.168.100.10", "192.168.101.10"])
+    assert "192.168.100.11 \"$@\"; }\n\ncontrol 'mkdir -p /dst /dst/blobs' </dev/null || exit 3" in script
+    # the daemon: one per twin address the streams use, taking files from the head's fabric addresses only
+    assert "for a in 192.168.100.11 192.168.101.11 ; do" in script
+    assert "hosts allow = 192.168.100.10 192.168.101.10 " in script
+    daemon = [line for line in script.splitlines() if line.strip().startswith("a=")]
+    assert daemon == ["    a=192.168.100.11; p=$(port \"$a\")", "    a=192.168.101.11; p=$(port \"$a\")",
+                      "    a=192.168.100.11; p=$(port \"$a\")"]
+    tar = [line for line in script.splitlines() if "tar -C /dst -xf -" in line]
+    assert ["192.168.100.11" in tar[0], "192.168.101.11" in tar[1], "192.168.100.11" in tar[2]] == [True] * 3
+    # a route off the fabric (a peer reached on its management address): never a daemon there
+    off = streams_script("/src", "/dst", [("10.0.0.12", "-p 22 -o IdentitiesOnly=yes -i ~/.ssh/k")], [["b"]],
+                         "/tmp/l", allow=["192.168.100.10"])
+    assert "if false && command -v rsync" in off and "'-i' '~/.ssh/k'" not in off and "-i '~/.ssh/k'" in off
 
 
 @pytest.mark.parametrize("rsync", [
     pytest.param(True, marks=pytest.mark.skipif(shutil.which("rsync") is None, reason="no rsync on this machine")),
     False])
 def test_several_streams_copy_for_real_into_one_tree(tmp_path, rsync):
-    """The streams script run here, ssh standing in as a local shell (with rsync on the peer, or without: tar):
-    every file lands once, whole, into folders no stream has made yet."""
+    """The streams script run here, ssh standing in as a local shell (with rsync on the peer, or without: tar): with
+    rsync, its daemon for real on two loopback addresses standing for the peer's twins, taking files only with the
+    copy's secret; every file lands once, whole, into folders no stream has made yet, and nothing of the daemon is
+    left."""
     src = tmp_path / "src"
     (src / "blobs").mkdir(parents=True)
     for i in range(7):
@@ -400,19 +412,58 @@ def test_several_streams_copy_for_real_into_one_tree(tmp_path, rsync):
         (lists / f"list.{i}").write_text("".join(p + "\0" for p in paths))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    # ssh to a fabric address runs the rest of its line here, as the peer would
-    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 192.168.*) shift; break ;; "
+    # ssh to a twin's address runs the rest of its line here, as the peer would
+    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 127.*) shift; break ;; "
                                  "*) shift ;; esac; done\n"
                                  "case \"$*\" in *'command -v rsync'*) [ -n \"$NO_RSYNC\" ] && exit 1 ;; esac\n"
                                  "exec sh -c \"$*\"\n")
     os.chmod(bin_dir / "ssh", 0o755)
     dest = tmp_path / "dst"
-    routes = [("192.168.100.11", ""), ("192.168.101.11", "")]
-    result = subprocess.run(["bash", "-c", streams_script(str(src), str(dest), routes, streams, str(lists))],
-                            capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+    peer_tmp = tmp_path / "peer-tmp"
+    peer_tmp.mkdir()
+    routes = [("127.0.0.2", ""), ("127.0.0.3", "")]
+    script = streams_script(str(src), str(dest), routes, streams, str(lists), allow=["127.0.0.1"])
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(peer_tmp),
                                  **({} if rsync else {"NO_RSYNC": "1"})})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("via rsync" if rsync else "via tar") == 3
+    assert result.stdout.startswith("via rsync daemon\n" if rsync else "via tar\n"), result.stdout
     for i in range(7):
         assert (dest / "blobs" / f"f{i}").read_bytes() == bytes([i]) * (1000 * (i + 1))
+    assert list(peer_tmp.iterdir()) == []  # the daemon's folder (its secret) is gone
+    assert not (lists / "secret").exists() or (lists / "secret").stat().st_mode & 0o077 == 0
+    if rsync:
+        alive = subprocess.run(["pgrep", "-f", f"rsync --daemon .*{peer_tmp}"], capture_output=True, text=True)
+        assert alive.stdout == "", "the daemons were stopped"
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="no rsync on this machine")
+def test_the_daemon_takes_nothing_without_the_copys_secret(tmp_path):
+    """What the daemon listens with refuses a client that does not have the secret (rsyncd.conf auth users)."""
+    dest = tmp_path / "dst"
+    dest.mkdir()
+    (tmp_path / "secrets").write_text("sparkctl:" + "ab" * 32 + "\n")
+    os.chmod(tmp_path / "secrets", 0o600)
+    (tmp_path / "conf").write_text(f"use chroot = no\npid file = {tmp_path}/pid\n[copy]\npath = {dest}\n"
+                                   f"read only = false\nauth users = sparkctl\nsecrets file = {tmp_path}/secrets\n"
+                                   "strict modes = true\nhosts allow = 127.0.0.1\n")
+    port = 20000 + os.getpid() % 40000
+    daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.4", f"--port={port}",
+                               f"--config={tmp_path}/conf"])
+    try:
+        wrong = tmp_path / "wrong"
+        wrong.write_text("cd" * 32 + "\n")
+        os.chmod(wrong, 0o600)
+        (tmp_path / "f").write_text("x")
+        for _ in range(50):
+            refused = subprocess.run(["rsync", f"--password-file={wrong}", str(tmp_path / "f"),
+                                      f"rsync://sparkctl@127.0.0.4:{port}/copy/"], capture_output=True, text=True)
+            if "auth failed" in refused.stderr:
+                break
+            import time
+            time.sleep(0.1)
+        assert refused.returncode != 0 and "auth failed" in refused.stderr, refused.stderr
+        assert list(dest.iterdir()) == []
+    finally:
+        daemon.terminate()
+        daemon.wait(10)

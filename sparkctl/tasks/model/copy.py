@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from sparkctl.plan import hub_hashes
+from sparkctl.plan.render import render
 from sparkctl.plan.serve import wanted_repos
 from sparkctl.plan.ssh import FABRIC_SSH_OPTIONS, peer_routes
 from sparkctl.rules.serving import copy_mode, serves
@@ -383,7 +384,8 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         with TransferProgress(ctx.emit, task=self.name, node=peer, what=f"{source.repo} from {head}",
                               measure=measure, total=total):
             if streams:
-                outputs += self._streams(head_ctx, step, routes, streams)
+                allow = [str(a.ip) for a in ctx.plan().fabric.addresses.get(head, {}).values()]
+                outputs += self._streams(head_ctx, step, routes, streams, allow)
             if rest:
                 target, extra = routes[0]
                 result = head_ctx.transport.run(copy_script(source.path, dest, target, extra),
@@ -392,7 +394,8 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                     raise copy_failure(peer, source.repo, result)
                 outputs += result.stdout
         seconds = time.monotonic() - started
-        via = "rsync" if "via rsync" in outputs else "tar over ssh"
+        via = next((v for mark, v in (("via rsync daemon", "rsync's daemon"), ("via rsync", "rsync"))
+                    if mark in outputs), "tar over ssh")
         used = sorted({routes[i % len(routes)][0] for i in range(len(streams))} or {routes[0][0]})
         ctx.emit(Event("log", task=self.name, node=peer, message=(
             f"copied {source.repo} from {head} to {peer} ({', '.join(used)}, {via}, {max(1, len(streams))} "
@@ -402,13 +405,15 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
 
 
     @staticmethod
-    def _streams(head: NodeContext, step: CopyStep, routes: list[tuple[str, str]], streams: list[list[str]]) -> str:
+    def _streams(head: NodeContext, step: CopyStep, routes: list[tuple[str, str]], streams: list[list[str]],
+                 allow: list[str]) -> str:
         lists = head.must('mktemp -d "${TMPDIR:-/tmp}/sparkctl-copy.XXXXXX"', "making the copy's file lists") \
             .stdout.strip().splitlines()[-1]
         try:
             for i, paths in enumerate(streams):
                 head.transport.put(f"{lists}/list.{i}", "".join(p + "\0" for p in paths), mode=0o600)
-            result = head.transport.run(streams_script(step.source.path, step.dest, routes, streams, lists),
+            result = head.transport.run(streams_script(step.source.path, step.dest, routes, streams, lists,
+                                                       repo=step.source.repo, peer=step.peer, allow=allow),
                                         timeout=DOWNLOAD_TIMEOUT)
         finally:
             head.run(f"rm -rf {q(lists)}", timeout=30)
@@ -428,26 +433,24 @@ def share_out(paths: list[str], sizes: dict[str, int], streams: int) -> list[lis
     return [members for _, members in buckets if members]
 
 
-def streams_script(source: str, dest: str, routes: list[tuple[str, str]], streams: list[list[str]],
-                   lists: str) -> str:
-    """Run on the head: one copy per stream at once, stream i to routes[i % len(routes)] (each twin its own
-    address), the files it sends listed NUL-separated in <lists>/list.<i>, links followed. The folders they land
-    in are made first, once (two tar -x making the same folder at once: one fails). Exits non-zero if any copy
-    failed, after printing what each said."""
+def streams_script(source: str, dest: str, routes: list[tuple[str, str]], streams: list[list[str]], lists: str, *,
+                   repo: str = "", peer: str = "", allow: list[str] | None = None) -> str:
+    """Run on the head (templates/copy-streams.sh.j2): one copy per stream at once, stream i to
+    routes[i % len(routes)] (each twin its own address), the files it sends listed NUL-separated in <lists>/list.<i>,
+    links followed. With rsync on both ends and every route on the fabric, rsync's daemon on the peer for this copy
+    takes them from the head's fabric addresses (`allow`); else tar over ssh. The folders they land in are made
+    first, once (two tar -x making the same folder at once: one fails)."""
     folders = sorted({posixpath.dirname(p) for paths in streams for p in paths} - {""})
-    target, extra = routes[0]
     made = f"mkdir -p {q(dest)}" + "".join(f" {q(posixpath.join(dest, f))}" for f in folders)
-    lines = ["set -o pipefail",
-             f"ssh {FABRIC_SSH_OPTIONS} {extra} {q(target)} {q(made)} </dev/null || exit 3".replace("  ", " ")]
-    for i in range(len(streams)):
-        target, extra = routes[i % len(routes)]
-        script = "; ".join(copy_script(source, dest, target, extra, dereference=True).splitlines())
-        lines.append(f"( {script} ) < {q(f'{lists}/list.{i}')} > {q(f'{lists}/out.{i}')} 2>&1 & p{i}=$!")
-    lines.append("rc=0")
-    for i in range(len(streams)):
-        lines.append(f'wait "$p{i}" || rc=$?; cat {q(f"{lists}/out.{i}")}')
-    lines.append('exit "$rc"')
-    return "\n".join(lines)
+    used = [routes[i % len(routes)] for i in range(len(streams))]
+    options = [(FABRIC_SSH_OPTIONS + " " + extra).split() for _target, extra in routes]
+    return render("copy-streams.sh.j2", repo=repo, peer=peer, lists=lists, source=source, dest=dest, made=made,
+                  control_target=routes[0][0], control_options=options[0],
+                  daemon=bool(allow) and all(not extra for _target, extra in routes),
+                  addresses=list(dict.fromkeys(target for target, _extra in used)), allow=allow or [],
+                  seconds=int(DOWNLOAD_TIMEOUT), stream_addresses=[target for target, _extra in used],
+                  stream_routes=[{"target": target, "options": (FABRIC_SSH_OPTIONS + " " + extra).split()}
+                                 for target, extra in used])
 
 
 def _total(entries: dict[str, tuple]) -> int:
