@@ -1,8 +1,8 @@
 """model.copy's streams against one rsync stream, on a lab pair: bytes/s and what each twin carried.
 
-Run as root: `python benchmarks/copy_streams.py [--files 8] [--mib 32]`. A lab pair is brought up, bootstrapped
+Run as root: `python benchmarks/copy_streams.py [--files 8] [--mib 256]`. A lab pair is brought up, bootstrapped
 (the fabric, the keys and the ssh mesh model.copy uses), then, as the login user on the head, the same folder of
-random files is sent to the peer three ways, the peer's copy removed before each:
+random files is sent to the peer five ways, the peer's copy removed before each:
 1. one rsync stream over ssh on one twin, as every peer tool does (tar where an end has no rsync);
 2. model.copy: rsync's daemon on the peer for the copy, STREAMS_PER_TWIN streams on every twin the two share;
 3. rsync's daemon, one stream on one twin (what leaving ssh's cipher alone gives);
@@ -89,16 +89,16 @@ def measure(lab, inventory: str, files: int, mib: int) -> None:
     single = rows[0][1]
     print(f"{files} files x {mib} MiB = {size / 1e6:.0f} MB, head spark1 -> peer spark2; twins: "
           f"{', '.join(f'{i} {a}' for i, a in zip(interfaces, (r[0] for r in routes), strict=False))}")
-    print(f"{'how':<48} {'s':>6} {'MB/s':>7} {'x one':>6}  " + "  ".join(f"{i + ' MB':>22}" for i in interfaces))
+    print(f"{'how':<58} {'s':>6} {'MB/s':>7} {'x one':>6}  " + "  ".join(f"{i + ' MB':>22}" for i in interfaces))
     for name, seconds, per_twin in rows:
-        print(f"{name:<48} {seconds:>6.1f} {size / seconds / 1e6:>7.1f} {single / seconds:>6.2f}  "
+        print(f"{name:<58} {seconds:>6.1f} {size / seconds / 1e6:>7.1f} {single / seconds:>6.2f}  "
               + "  ".join(f"{per_twin[i] / 1e6:>22.1f}" for i in interfaces))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--mib", type=int, default=32)
+    parser.add_argument("--mib", type=int, default=256)
     args = parser.parse_args()
     from sparkctl.lab.lab import Lab
 
