@@ -85,7 +85,7 @@ def _mesh_section(tries: list[Try]) -> str:
 
 def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
     lines = []
-    for _role, repo in repos:
+    for role, repo in repos:
         flat = repo.replace("/", "--")
         hub = f"{hf}/hub/models--{flat}"
         local = f"{hf}/{posixpath.relpath(draft_dir(repo), CONTAINER_HF_HOME)}"
@@ -96,8 +96,11 @@ elif [ -n "$(find "$d" -name '*.incomplete' 2>/dev/null | head -n 1)" ]; then
 elif [ -z "$(find -L "$d" -name config.json 2>/dev/null | head -n 1)" ]; then
   echo {q('incomplete ' + repo)} no config.json in "$d"
 else echo {q('complete ' + repo)}; fi""")
-        changed = hub_hashes.changed_since_verified_script(hub, hub_hashes.record_path(hf, hub))
-        lines.append(f"n=$({changed} | wc -l); [ \"$n\" -gt 0 ] && echo {q('changed ' + repo)} \"$n\"")
+        if role == "draft":
+            changed = hub_hashes.changed_local_since_verified_script(local, hub_hashes.record_path(hf, local))
+        else:
+            changed = hub_hashes.changed_since_verified_script(hub, hub_hashes.record_path(hf, hub))
+        lines.append(f"n=$( ({changed}) | wc -l); [ \"$n\" -gt 0 ] && echo {q('changed ' + repo)} \"$n\"")
     return "\n".join(lines) or "true"
 
 

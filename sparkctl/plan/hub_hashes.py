@@ -20,23 +20,49 @@ VERIFIED_DIR = "sparkctl-verified"
 STAT_FIELDS = "%s\\t%.9Y\\t%i\\n"
 _LISTED = "S\\t%n\\t" + STAT_FIELDS
 _ETAG = re.compile(r"^blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
+_HEX_ETAG = re.compile(r"([0-9a-f]{40}|[0-9a-f]{64})\Z")
+#: where huggingface_hub keeps a --local-dir download's metadata, inside that dir
+LOCAL_META = ".cache/huggingface/download"
 
 
-def etag_of(path: str) -> str | None:
-    """The etag a snapshot's blob path names (`blobs/<etag>`), None for any other path."""
+def etag_of(path: str, etags: dict[str, str] | None = None) -> str | None:
+    """The etag a snapshot's blob path names (`blobs/<etag>`), else the one `etags` holds for it (a --local-dir's
+    file: its download metadata's), None for any other path."""
     m = _ETAG.match(path)
-    return m.group(1) if m else None
+    return m.group(1) if m else (etags or {}).get(path)
+
+
+def local_etags_script(local_dir: str) -> str:
+    """`E <file> <etag>` for each file of a --local-dir download that huggingface_hub kept metadata for: its
+    `.cache/huggingface/download/<file>.metadata`, whose second line is the etag (huggingface_hub _local_folder.py,
+    LocalDownloadFileMetadata: commit_hash, etag, timestamp)."""
+    return (f"if cd {q(local_dir)}/{LOCAL_META} 2>/dev/null; then find . -type f -name '*.metadata' -printf '%P\\n' "
+            "| while IFS= read -r m; do f=${m%.metadata}; [ -f \"../../../$f\" ] || continue; "
+            "printf 'E\\t%s\\t%s\\n' \"$f\" \"$(sed -n 2p \"$m\")\"; done; cd /; fi")
+
+
+def parse_etags(stdout: str) -> dict[str, str]:
+    out = {}
+    for line in stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        path, _, etag = rest.partition("\t")
+        if kind == "E" and _HEX_ETAG.match(etag.strip()):
+            out[path] = etag.strip()
+    return out
 
 
 def record_path(hf_cache_dir: str, repo_dir: str) -> str:
     return posixpath.join(hf_cache_dir, VERIFIED_DIR, posixpath.basename(repo_dir.rstrip("/")) + ".tsv")
 
 
-def stat_script(repo_dir: str, record: str) -> str:
+def stat_script(repo_dir: str, record: str, hub: bool = True) -> str:
     """What the node verified before (`C` lines) and each blob's stat through its links (`S`: path, size, mtime,
-    inode), after the manifest's lines."""
+    inode), after the manifest's lines; of a --local-dir (`hub` False): each of its files' but the metadata's."""
+    stat = f"stat -L --printf {q(_LISTED)}"
+    listed = (f"{stat} blobs/*" if hub else
+              f"find . -path ./.cache -prune -o -type f -printf '%P\\0' | xargs -0 -r {stat}")
     return (f"sed 's/^/C\\t/' {q(record)} 2>/dev/null; "
-            f"if cd {q(repo_dir)} 2>/dev/null; then stat -L --printf {q(_LISTED)} blobs/* 2>/dev/null; cd /; fi")
+            f"if cd {q(repo_dir)} 2>/dev/null; then {listed} 2>/dev/null; cd /; fi")
 
 
 def stat_line(etag: str, stat: tuple[str, str, str]) -> str:
@@ -57,11 +83,11 @@ def parse_stats(stdout: str) -> tuple[set[str], dict[str, tuple[str, str, str]]]
 
 
 def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, str, str]],
-               reprove: bool = False) -> list[str]:
+               reprove: bool = False, etags: dict[str, str] | None = None) -> list[str]:
     """The blob paths among `paths` whose stat the node has not verified as it is now."""
     out = []
     for path in paths:
-        etag = etag_of(path)
+        etag = etag_of(path, etags)
         if etag is None:
             continue
         if reprove or path not in stats or stat_line(etag, stats[path]) not in record:
@@ -84,12 +110,22 @@ def changed_since_verified_script(repo_dir: str, record: str) -> str:
         f"grep -qxF \"$(printf '%s\\t%s' \"$b\" \"$x\")\" {q(record)} || echo U"))
 
 
-def hash_script(repo_dir: str, paths: list[str]) -> str:
+def changed_local_since_verified_script(local_dir: str, record: str) -> str:
+    """The same for a --local-dir download: one `U` line per file with download metadata whose stat is not the one
+    the node verified (nothing when it keeps no record there)."""
+    return (f"[ -f {q(record)} ] && cd {q(local_dir)}/{LOCAL_META} 2>/dev/null && "
+            "find . -type f -name '*.metadata' -printf '%P\\n' | while IFS= read -r m; do f=../../../${m%.metadata}; "
+            "e=$(sed -n 2p \"$m\"); case $e in *[!0-9a-f]*|'') continue ;; esac; "
+            f"x=$(stat -L --printf {q(STAT_FIELDS)} \"$f\" 2>/dev/null) || continue; "
+            f"grep -qxF \"$(printf '%s\\t%s' \"$e\" \"$x\")\" {q(record)} || echo U; done")
+
+
+def hash_script(repo_dir: str, paths: list[str], etags: dict[str, str] | None = None) -> str:
     """Per blob path: `H <path> <digest> <size> <mtime> <inode>`, the digest of the kind its etag is (sha256 for
     64 hex, the git blob sha1 for 40), each file read once."""
     lines = [f"cd {q(repo_dir)} || exit 3"]
     for path in paths:
-        etag = etag_of(path) or ""
+        etag = etag_of(path, etags) or ""
         if len(etag) == 64:
             digest = f"sha256sum < {q(path)}"
         else:
@@ -110,11 +146,12 @@ def parse_hashes(stdout: str) -> dict[str, tuple[str, tuple[str, str, str]]]:
     return out
 
 
-def judged(hashes: dict[str, tuple[str, tuple[str, str, str]]]) -> tuple[list[str], list[str]]:
+def judged(hashes: dict[str, tuple[str, tuple[str, str, str]]],
+           etags: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(record lines of the blobs that match their etag, the paths that do not)."""
     good, bad = [], []
     for path, (digest, stat) in sorted(hashes.items()):
-        etag = etag_of(path)
+        etag = etag_of(path, etags)
         if etag is not None and digest == etag:
             good.append(stat_line(etag, stat))
         else:

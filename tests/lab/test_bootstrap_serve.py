@@ -433,6 +433,33 @@ def test_gated_draft_without_token_fails_with_the_hint(lab_pair, served, env):
     assert code == 0, output[-3000:]
 
 
+def test_a_draft_file_changed_in_place_is_found_by_its_download_metadata_and_downloaded_again(lab_pair, served, env):
+    """The draft is a --local-dir download: its files' etags are in huggingface_hub's download metadata beside them.
+    A weight of the draft changed in place on spark2, same size, is found by the next bootstrap (model.verify),
+    removed, and downloaded again by the run after it; then nothing changes."""
+    draft = "/home/nvidia/.cache/huggingface/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
+    before = sh(lab_pair, "spark2", f"sha256sum < {draft}/model.safetensors").split()[0]
+    sh(lab_pair, "spark2", f"printf x | dd of={draft}/model.safetensors bs=1 seek=10 conv=notrunc status=none")
+    report = doctor(lab_pair, inventory=served["inventory"], env=env)
+    changed_files = [(f["node"], f["summary"]) for f in report["findings"] if f["id"] == "model.changed"]
+    assert len(changed_files) == 1 and changed_files[0][0] == "spark2", report["findings"]
+    assert "1 file(s) of nvidia/Qwen3-235B-A22B-Eagle3 changed" in changed_files[0][1]
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 1, output[-3000:]
+    (wrong,) = failed(events)
+    assert (wrong["task"], wrong["node"]) == ("model.verify", "spark2")
+    assert wrong["message"].startswith("1 file(s) of nvidia/Qwen3-235B-A22B-Eagle3 on spark2 do not match the hash "
+                                       "the Hub recorded (e.g. model.safetensors)"), wrong
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    served["outputs"].append(output)
+    assert code == 0, output[-3000:]
+    assert {("model.fetch", "spark2"), ("model.verify", "spark2")} <= changed(events)
+    assert sh(lab_pair, "spark2", f"sha256sum < {draft}/model.safetensors").split()[0] == before
+    code, events, output = sparkctl(["cluster", "bootstrap", served["inventory"], "--json"], env)
+    assert code == 0 and changed(events) == set(), changed(events)
+
+
 def test_a_short_lab_token_masks_no_path(lab_pair, served, env):
     """HF_TOKEN=lab, as the README's lab line has it: the lab's paths (cluster lab-<id>) print whole; a real token
     is masked everywhere (the next test)."""

@@ -11,6 +11,12 @@ from pathlib import Path
 from sparkctl.lab.standins import fixture_repos_dir, standin_path
 
 
+def hf_env(home: Path, fixtures: Path | None = None) -> dict[str, str]:
+    """The stand-in's environment: an HF home, the fixture repos (the "Hub"), a token, nothing else set."""
+    return {"HF_HOME": str(home), "SPARKCTL_LAB_FIXTURE_REPOS": str(fixtures or fixture_repos_dir()),
+            "HF_TOKEN": "hf_x", "HF_TOKEN_PATH": "", "HF_HUB_CACHE": "", "SPARKCTL_LAB_HF_FAIL_AFTER_BYTES": ""}
+
+
 def hf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(standin_path("hf")), *args], env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=30)

@@ -43,3 +43,39 @@ def test_blobs_are_hashed_by_their_etag_s_kind_recorded_and_read_again_only_when
     good, bad = hub_hashes.judged(hub_hashes.parse_hashes(run(hub_hashes.hash_script(str(repo), [f"blobs/{lfs}"]))))
     assert good == [] and bad == [f"blobs/{lfs}"]
     assert hub_hashes.etag_of("blobs/xyz") is None and hub_hashes.etag_of("snapshots/a/b") is None
+
+
+def test_a_local_dir_is_verified_by_its_download_metadata(tmp_path: Path):
+    """A --local-dir download as huggingface_hub writes it (the lab's `hf` stand-in): each file's etag is the second
+    line of its .cache/huggingface/download/<file>.metadata; a file changed in place, same size, does not verify."""
+    from tests.unit.hf_kit import hf, hf_env
+
+    local = tmp_path / "sparkctl-models" / "nvidia--Qwen3-235B-A22B-Eagle3"
+    downloaded = hf(hf_env(tmp_path / "home"), "download", "nvidia/Qwen3-235B-A22B-Eagle3", "--local-dir", str(local))
+    assert downloaded.returncode == 0, downloaded.stderr
+    record = hub_hashes.record_path(str(tmp_path), str(local))
+    listing = run(hub_hashes.local_etags_script(str(local)) + "\n" + hub_hashes.stat_script(str(local), record, False))
+    etags = hub_hashes.parse_etags(listing)
+    files = sorted(p.name for p in local.iterdir() if p.is_file())
+    assert sorted(etags) == files and len(etags["model.safetensors"]) == 64 and len(etags["config.json"]) == 40
+    lines, stats = hub_hashes.parse_stats(listing)
+    assert sorted(stats) == files  # the metadata's own files are not the repo's
+    todo = hub_hashes.unverified(sorted(etags), lines, stats, etags=etags)
+    assert todo == files
+    good, bad = hub_hashes.judged(hub_hashes.parse_hashes(run(hub_hashes.hash_script(str(local), todo, etags))), etags)
+    assert bad == [] and len(good) == len(files)
+    Path(record).parent.mkdir(parents=True, exist_ok=True)
+    Path(record).write_text("\n".join(good) + "\n")
+    lines, stats = hub_hashes.parse_stats(run(hub_hashes.stat_script(str(local), record, False)))
+    assert hub_hashes.unverified(sorted(etags), lines, stats, etags=etags) == []
+    assert run(hub_hashes.changed_local_since_verified_script(str(local), record)) == ""  # doctor's read
+    weight = local / "model.safetensors"
+    data = bytearray(weight.read_bytes())
+    data[100] ^= 1
+    weight.write_bytes(bytes(data))
+    lines, stats = hub_hashes.parse_stats(run(hub_hashes.stat_script(str(local), record, False)))
+    assert hub_hashes.unverified(sorted(etags), lines, stats, etags=etags) == ["model.safetensors"]
+    assert run(hub_hashes.changed_local_since_verified_script(str(local), record)) == "U\n"
+    _good, bad = hub_hashes.judged(
+        hub_hashes.parse_hashes(run(hub_hashes.hash_script(str(local), ["model.safetensors"], etags))), etags)
+    assert bad == ["model.safetensors"]

@@ -15,7 +15,7 @@ from sparkctl.tasks.model.cache import parse_snapshot_check, snapshot_check_scri
 from sparkctl.tasks.model.fetch import FetchStep, ModelFetchTask
 from sparkctl.tasks.model.pin import ModelPinTask, parse_read, read_script
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
-from tests.unit.hf_kit import hf, hf_commit, moved_main
+from tests.unit.hf_kit import hf, hf_commit, hf_env, moved_main
 
 HF = "/home/nvidia/.cache/huggingface"
 MODEL, DRAFT = "nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3"
@@ -135,8 +135,7 @@ def sh(script: str, hf_home) -> str:
 def test_the_scripts_read_the_pin_and_judge_the_pinned_snapshot(tmp_path):
     fixtures, old = moved_main(tmp_path, "nvidia--Qwen3-235B-A22B-FP4")
     home = tmp_path / "hf-home"
-    env = {"HF_HOME": str(home), "SPARKCTL_LAB_FIXTURE_REPOS": str(fixtures), "HF_TOKEN": "hf_x",
-           "HF_TOKEN_PATH": "", "HF_HUB_CACHE": "", "SPARKCTL_LAB_HF_FAIL_AFTER_BYTES": ""}
+    env = hf_env(home, fixtures)
     new = hf_commit(fixtures / "nvidia--Qwen3-235B-A22B-FP4")
     assert hf(env, "download", MODEL).returncode == 0  # refs/main: the new main
     kit = kit_for(tmp_path)
@@ -164,8 +163,7 @@ def test_a_local_dir_from_another_commit_than_the_pin_is_downloaded_again(tmp_pa
     local = "/root/.cache/huggingface/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
     home = tmp_path / "hf-home"
     target = home / "sparkctl-models" / "nvidia--Qwen3-235B-A22B-Eagle3"
-    env = {"HF_HOME": str(home), "SPARKCTL_LAB_FIXTURE_REPOS": str(moved_main(tmp_path)[0]), "HF_TOKEN": "hf_x",
-           "HF_TOKEN_PATH": "", "HF_HUB_CACHE": "", "SPARKCTL_LAB_HF_FAIL_AFTER_BYTES": ""}
+    env = hf_env(home, moved_main(tmp_path)[0])
     assert hf(env, "download", DRAFT, "--local-dir", str(target)).returncode == 0
     held = parse_read(sh(read_script(node, [(DRAFT, local, "main")], head=True), home))[1][0]
     (home / "sparkctl-pins").mkdir()

@@ -13,12 +13,14 @@ from sparkctl.tasks.model.cache import DOWNLOAD_TIMEOUT
 from sparkctl.transport.base import q
 
 
-def hash_files(node: NodeContext, repo_dir: str, paths: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(record lines of the blobs that match their etag, the paths that do not), each file read once."""
-    result = node.run(hub_hashes.hash_script(repo_dir, list(paths)), timeout=DOWNLOAD_TIMEOUT)
+def hash_files(node: NodeContext, repo_dir: str, paths: list[str] | tuple[str, ...],
+                etags: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """(record lines of the blobs that match their etag, the paths that do not), each file read once. `etags`: a
+    --local-dir's, by file (a hub blob names its own)."""
+    result = node.run(hub_hashes.hash_script(repo_dir, list(paths), etags), timeout=DOWNLOAD_TIMEOUT)
     if result.exit_code == 3:
         raise TaskFailed(f"{repo_dir} is not on {node.name}")
-    return hub_hashes.judged(hub_hashes.parse_hashes(result.stdout))
+    return hub_hashes.judged(hub_hashes.parse_hashes(result.stdout), etags)
 
 
 def remove_files(node: NodeContext, repo_dir: str, paths: list[str], repo: str) -> None:

@@ -1,5 +1,6 @@
-"""model.verify: a node's own download of the model checked against the hashes the Hub recorded (plan/hub_hashes.py,
-docs/models.md). With serve.distribute: copy, model.copy does it (the head before it sends, each peer on arrival).
+"""model.verify: a node's own download of the model and its draft checked against the hashes the Hub recorded
+(plan/hub_hashes.py, docs/models.md). With serve.distribute: copy, model.copy does it (the head before it sends,
+each peer on arrival).
 
 Idempotent: what a node verified is kept by stat in <hf_cache>/sparkctl-verified/, so a rerun reads nothing again
 (one read of the node, read ahead with its facts); a file changed since is read again, a wrong one removed for the
@@ -15,7 +16,7 @@ from sparkctl.plan.serve import wanted_repos
 from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
-from sparkctl.tasks.model.cache import hub_repo_dir
+from sparkctl.tasks.model.cache import repo_path
 from sparkctl.tasks.model.progress import human_bytes
 from sparkctl.tasks.model.verified import hash_files, keep_verified, remove_files, wrong_download
 from sparkctl.transport.framing import Framing
@@ -28,6 +29,8 @@ class VerifyStep:
     paths: tuple[str, ...]
     recorded: frozenset[str]
     record_path: str
+    #: a --local-dir's files -> their etag (its download metadata's); a hub blob names its own
+    etags: tuple[tuple[str, str], ...] = ()
 
 
 def snapshot_blobs_script(repo_dir: str) -> str:
@@ -39,10 +42,11 @@ class ModelVerifyTask(Task[NodeContext, VerifyStep]):
     name = "model.verify"
     phase = "model"
     needs = ("model.fetch",)
-    description = "check the node's own download of the model against the hashes the Hub recorded"
-    checks = ("every blob of the model's current snapshot verified against its etag (sha256, or git blob sha1) since "
-              "its size, mtime and inode last changed (<hf_cache>/sparkctl-verified/; --reprove: all); one read of "
-              "the node, read ahead with its facts; with serve.distribute: copy, model.copy's")
+    description = "check the node's own download of the model and its draft against the hashes the Hub recorded"
+    checks = ("every blob of the model's current snapshot, and every file of the draft's --local-dir that "
+              "huggingface_hub kept download metadata for, verified against its etag (sha256, or git blob sha1) "
+              "since its size, mtime and inode last changed (<hf_cache>/sparkctl-verified/; --reprove: all); one "
+              "read of the node, read ahead with its facts; with serve.distribute: copy, model.copy's")
     changes = ("hashes what is not verified, each file read once, and records it; a wrong file is removed and the "
                "run fails (the next one downloads it again)")
 
@@ -50,32 +54,36 @@ class ModelVerifyTask(Task[NodeContext, VerifyStep]):
         inv = ctx.inventory
         if not serves(inv, ctx.name) or copy_mode(inv):
             return []
-        repos = [(repo, hub_repo_dir(ctx, repo)) for repo, local in wanted_repos(inv) if local is None]
+        repos = [(repo, repo_path(ctx, repo, local), local is None) for repo, local in wanted_repos(inv)]
         framing = Framing()
-        records = {repo: hub_hashes.record_path(ctx.hf_cache_dir(), path) for repo, path in repos}
-        script = "\n".join([*(framing.section(f"repo{i}", snapshot_blobs_script(path) + "\n"
-                                              + hub_hashes.stat_script(path, records[repo]))
-                              for i, (repo, path) in enumerate(repos)), "true"])
+        records = {repo: hub_hashes.record_path(ctx.hf_cache_dir(), path) for repo, path, _hub in repos}
+        script = "\n".join([*(framing.section(f"repo{i}", (snapshot_blobs_script(path) if hub else
+                                                           hub_hashes.local_etags_script(path)) + "\n"
+                                              + hub_hashes.stat_script(path, records[repo], hub))
+                              for i, (repo, path, hub) in enumerate(repos)), "true"])
         texts = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
         changes = []
-        for i, (repo, path) in enumerate(repos):
+        for i, (repo, path, hub) in enumerate(repos):
             text = texts.get(f"repo{i}", "")
-            blobs = [line.partition("\t")[2] for line in text.splitlines() if line.startswith("P\t")]
+            etags = {} if hub else hub_hashes.parse_etags(text)
+            files = [line.partition("\t")[2] for line in text.splitlines() if line.startswith("P\t")] if hub \
+                else sorted(etags)
             record, stats = hub_hashes.parse_stats(text)
-            todo = hub_hashes.unverified(blobs, record, stats, ctx.options.reprove)
+            todo = hub_hashes.unverified(files, record, stats, ctx.options.reprove, etags)
             if not todo:
                 continue
             size = sum(int(stats[p][0]) for p in todo if p in stats and stats[p][0].isdigit())
             changes.append(Change(f"verify {len(todo)} files of {repo} against the hashes the Hub recorded "
                                   f"({human_bytes(size)})",
-                                  payload=VerifyStep(repo, path, tuple(todo), frozenset(record), records[repo])))
+                                  payload=VerifyStep(repo, path, tuple(todo), frozenset(record), records[repo],
+                                                     tuple((p, etags[p]) for p in todo if p in etags))))
         return changes
 
     def apply(self, ctx: NodeContext, changes: list[Change[VerifyStep]]) -> None:
         try:
             for change in changes:
                 step = change.carried()
-                good, wrong = hash_files(ctx, step.repo_dir, step.paths)
+                good, wrong = hash_files(ctx, step.repo_dir, step.paths, dict(step.etags))
                 if good:
                     keep_verified(ctx, step.record_path, step.recorded, good)
                 if wrong:
