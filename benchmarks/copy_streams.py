@@ -27,7 +27,7 @@ from pathlib import Path
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.ssh import peer_routes
-from sparkctl.tasks.model.copy import STREAMS_PER_TWIN, copy_script, share_out, streams_script
+from sparkctl.tasks.model.streams import STREAMS_PER_TWIN, copy_script, share_out, streams_script
 
 SRC = "/home/nvidia/copy-bench/src"
 DEST = "/home/nvidia/copy-bench/dst"

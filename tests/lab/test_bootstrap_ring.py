@@ -8,13 +8,14 @@ Node i's port 0 is cabled to node i+1's port 1, one /24 per cable twin, four fab
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
-from tests.lab.lab_kit import CONTAINER, bootstrap, changed, failures, sh
+from tests.lab.lab_kit import CONTAINER, HF_TOKEN, bootstrap, changed, failures, sh, sparkctl, write_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -104,3 +105,23 @@ def test_one_broken_pair_is_found_by_doctor_and_repaired(ring):
     assert [c["summary"] for c in diffs] == ["spark1: update ~/.ssh/authorized_keys"]
     verify = [e for e in events if e["event"] == "task_result" and e["task"] == "ssh.verify"]
     assert [e["status"] for e in verify] == ["ok"]
+
+
+def test_the_model_reaches_the_ring_as_a_tree_over_the_cables(ring, tmp_path):
+    """serve.distribute: copy over four nodes: the head sends to a neighbour, then the head and that neighbour each
+    send to a node they are cabled to, so one copy comes from a peer; every node ends with the head's bytes, verified,
+    and the rerun changes nothing."""
+    lab, _ = ring
+    serve = {"preset": "qwen3-235b-eagle3", "tp_size": 4, "fit_check": "warn", "distribute": "copy"}
+    inventory = write_inventory(lab, tmp_path / "ring-copy.yaml", serve)
+    env = {**os.environ, "HF_TOKEN": HF_TOKEN}
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--only", "model"], env)
+    assert code == 0, output[-3000:]
+    copies = [e for e in events if e["event"] == "log" and e.get("task") == "model.copy" and e.get("copy")]
+    senders = {e["node"]: e["copy"]["from"] for e in copies if e["copy"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"}
+    assert senders == {"spark2": "spark1", "spark4": "spark1", "spark3": "spark2"}, senders
+    model_dir = "/home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-FP4"
+    digest = f"cd {model_dir}/snapshots/$(cat {model_dir}/refs/main) && find -L . -type f -exec sha256sum {{}} + | sort"
+    assert len({sh(lab, node, digest) for node in NODES}) == 1
+    code, events, output = sparkctl(["cluster", "bootstrap", inventory, "--json", "--only", "model"], env)
+    assert code == 0 and changed(events) == set(), changed(events)

@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 
 from sparkctl.taskgraph.task import TaskFailed
-from sparkctl.tasks.model.copy import (
-    ModelCopyTask,
-    RepoDir,
-    copy_script,
-    manifest_script,
-    missing_on_peer,
-    parse_manifests,
-    share_out,
-    snapshot_entries,
-    streams_script,
-)
+from sparkctl.tasks.model.copy import ModelCopyTask
 from sparkctl.tasks.model.fetch import FetchStep, ModelFetchTask
+from sparkctl.tasks.model.manifest import RepoDir, manifest_script, missing_on_peer, parse_manifests, snapshot_entries
 from sparkctl.tasks.model.progress import human_bytes
+from sparkctl.tasks.model.streams import copy_script, share_out, streams_script
 from sparkctl.tasks.model.token import ModelTokenTask
 from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
 
