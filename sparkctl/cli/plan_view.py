@@ -94,6 +94,9 @@ def _deployment_lines(inventory: Inventory, recorded: DeploymentRecord | None) -
              f"model revision: {inventory.serve.revision or 'main'}, pinned by model.pin on every serving node at "
              "the commit it is resolved to once (a later run serves that commit until serve.revision changes or "
              "a run is given --refresh)"]
+    pinned = recorded.current.revision if recorded is not None and recorded.current is not None else None
+    if pinned:
+        lines.append(f"pinned at {pinned} (the commit in use, as this machine last recorded it)")
     if recorded is None or recorded.current is None:
         return [*lines, "in use: not recorded from this machine (`sparkctl serve status` reads the head)"]
     lines.append(f"in use (as this machine last recorded it): {recorded.current.summary()}")

@@ -241,3 +241,17 @@ def test_a_rollback_pins_its_commit_for_the_revision_asked(tmp_path):
         f"pin {MODEL} at {A[:12]} (main) on spark1 (was {C[:12]} (main))",
         f"pin {MODEL} at {A[:12]} (main) on spark2 (was {C[:12]} (main))"]
     assert not [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]  # no Hub asked
+
+
+def test_cluster_plan_shows_the_revision_asked_and_the_commit_in_use(tmp_path):
+    from sparkctl.cli.plan_view import _deployment_lines
+    from sparkctl.plan.deployment import Deployment, DeploymentRecord
+
+    inv = inventory_from_yaml(PAIR.format(extra=", revision: v2"), tmp_path)
+    assert any(line.startswith("model revision: v2, pinned by model.pin") for line in _deployment_lines(inv, None))
+    serving = Deployment(image="img", image_id="sha256:x", digest=None, engine="trtllm", model=MODEL,
+                         fingerprint="f1", inputs={}, revision=A, number=1)
+    lines = _deployment_lines(inv, DeploymentRecord(serving))
+    assert f"pinned at {A} (the commit in use, as this machine last recorded it)" in lines
+    assert any(line.startswith("in use (as this machine last recorded it): #1 img") and f"@{A[:12]}" in line
+               for line in lines)
