@@ -42,6 +42,15 @@ def word(value: object) -> str:
     return text
 
 
+def option(value: object) -> str:
+    """A word of a command's options as sparkctl builds them (`-p`, `BatchMode=yes`, `~/.ssh/<key>`: ssh expands the
+    tilde of -i itself): a plain word that may start with `-`, never a value from the inventory as it was written."""
+    text = str(value)
+    if not _WORD.match(text):
+        raise UnsafeValue("refusing to render an option that is not a plain word into a node file")
+    return text
+
+
 def unit_word(value: object) -> str:
     """A word in a systemd unit file, where `%` starts a specifier (systemd.unit(5), "Specifiers")."""
     return word(value).replace("%", "%%")
@@ -94,6 +103,7 @@ def template_env() -> jinja2.Environment:
     )
     env.filters["word"] = word
     env.filters["unit_word"] = unit_word
+    env.filters["option"] = option
     env.filters["one_line"] = one_line
     env.filters["quoted"] = quoted
     env.filters["bearer"] = bearer

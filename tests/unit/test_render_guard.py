@@ -12,7 +12,7 @@ import pytest
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.container import SSHD_LISTEN_ENV, container_env, render_entrypoint
 from sparkctl.plan.fabric import plan_fabric
-from sparkctl.plan.render import UnsafeValue, one_line, word
+from sparkctl.plan.render import UnsafeValue, one_line, option, word
 from sparkctl.plan.ssh import ssh_config_block
 from tests.taskkit import inventory
 
@@ -98,3 +98,14 @@ def test_a_comment_only_refuses_what_would_end_it():
     for value in ("a\nb", "a\rb", "a\x00b", "a\x85b", "a\u2028b", "a\u2029b"):
         with pytest.raises(UnsafeValue):
             one_line(value)
+
+
+@pytest.mark.parametrize("value", ["-p", "22", "BatchMode=yes", "~/.ssh/sparkctl-c", "IdentitiesOnly=yes"])
+def test_an_option_sparkctl_builds_renders_as_it_is(value):
+    assert option(value) == value
+
+
+@pytest.mark.parametrize("value", ["a b", "$(id)", "x;id", "`id`", "'x'", "a\nb", ""])
+def test_an_option_that_is_not_a_plain_word_is_refused(value):
+    with pytest.raises(UnsafeValue):
+        option(value)
