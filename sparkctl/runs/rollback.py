@@ -111,7 +111,7 @@ def _put_back(inventory: Inventory, target: Deployment, request: RunRequest, vie
                 f"{done}; putting back {target.summary()} failed too ({_cause(rolled)}): the cluster may not "
                 "serve; fix the cause and run `sparkctl cluster bootstrap` (or `sparkctl serve rollback`) again"),
                 data={"rollback": {"to": target.summary(), "ok": False}}))
-        elif target.inputs == deployment_inputs(inventory):
+        elif target.revision and target.inputs == deployment_inputs(inventory):
             sink(Event(event="log", task=ROLLBACK_TASK, message=(
                 f"{done}; {target.summary()} serves again, its model's commit pinned again: the next bootstrap "
                 "keeps it (`--refresh` tries the Hub's commit again)"),

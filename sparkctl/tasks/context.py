@@ -296,6 +296,9 @@ class ClusterContext:
         self._generation_lock = threading.Lock()
         self._plan_lock = threading.Lock()
         self._handed_over: dict[str, tuple[tuple[int, int], Any]] = {}
+        #: what a task asked the outside world once in this run and must not ask again when it checks again after
+        #: its apply (a revision resolved on the Hub: model.pin)
+        self.asked_once: dict[str, Any] = {}
         #: later tasks' read scripts, sent with each node's first facts read (tasks/read_ahead.py)
         self.reads_ahead = ReadsAhead(records)
         self.started = time.monotonic()

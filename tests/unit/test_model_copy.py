@@ -405,7 +405,7 @@ def test_several_streams_copy_for_real_into_one_tree(tmp_path, rsync):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # ssh to a twin's address runs the rest of its line here, as the peer would
-    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 127.*) shift; break ;; "
+    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 127.*|192.0.2.*) shift; break ;; "
                                  "*) shift ;; esac; done\n"
                                  "case \"$*\" in *'command -v rsync'*) [ -n \"$NO_RSYNC\" ] && exit 1 ;; esac\n"
                                  "exec sh -c \"$*\"\n")
@@ -425,7 +425,7 @@ def test_several_streams_copy_for_real_into_one_tree(tmp_path, rsync):
     assert list(peer_tmp.iterdir()) == []  # the daemon's folder (its secret) is gone
     assert not (lists / "secret").exists() or (lists / "secret").stat().st_mode & 0o077 == 0
     if rsync:
-        alive = subprocess.run(["pgrep", "-f", f"rsync --daemon .*{peer_tmp}"], capture_output=True, text=True)
+        alive = subprocess.run(["pgrep", "-af", f"rsync --daemon .*{peer_tmp}"], capture_output=True, text=True)
         assert alive.stdout == "", "the daemons were stopped"
 
 
@@ -459,3 +459,30 @@ def test_the_daemon_takes_nothing_without_the_copys_secret(tmp_path):
     finally:
         daemon.terminate()
         daemon.wait(10)
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="no rsync on this machine")
+def test_a_daemon_that_cannot_listen_leaves_the_copy_to_tar_over_ssh(tmp_path):
+    """An address the peer does not have (a twin down under the run): rsync's daemon cannot listen there, so the
+    copy goes as tar over ssh, and says why."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"w" * 5000)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "list.0").write_text("f\0")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in 192.0.2.*) shift; break ;; "
+                                 "*) shift ;; esac; done\nexec sh -c \"$*\"\n")
+    os.chmod(bin_dir / "ssh", 0o755)
+    peer_tmp = tmp_path / "peer-tmp"
+    peer_tmp.mkdir()
+    script = streams_script(str(src), str(tmp_path / "dst"), [("192.0.2.7", "")], [["f"]], str(lists),
+                            allow=["192.0.2.1"])
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(peer_tmp)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("via tar\n") and "could not listen on 192.0.2.7" in result.stderr
+    assert (tmp_path / "dst" / "f").read_bytes() == b"w" * 5000
+    assert list(peer_tmp.iterdir()) == []

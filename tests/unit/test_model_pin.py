@@ -174,6 +174,21 @@ def test_a_local_dir_from_another_commit_than_the_pin_is_downloaded_again(tmp_pa
     pin_file.write_text(f"{A}\tmain\n")
     assert parse_snapshot_check(sh(snapshot_check_script(node, [(DRAFT, local)]), home)) == \
         [("missing", DRAFT, A, "another revision")]
+    pin_file.write_text(f"{held}\tmain\n")
+    (target / "generation_config.json").unlink()  # removed because it did not verify: not a weight, still missing
+    assert parse_snapshot_check(sh(snapshot_check_script(node, [(DRAFT, local)]), home)) == \
+        [("missing", DRAFT, held, "files")]
+
+
+def test_a_snapshot_link_to_nothing_is_missing_weight_or_not(tmp_path):
+    home = tmp_path / "hf-home"
+    assert hf(hf_env(home), "download", MODEL).returncode == 0
+    repo = home / "hub" / "models--nvidia--Qwen3-235B-A22B-FP4"
+    revision = (repo / "refs" / "main").read_text()
+    script = snapshot_check_script(kit_for(tmp_path).node("spark1"), [(MODEL, None)])
+    assert parse_snapshot_check(sh(script, home)) == [("complete", MODEL, None, "")]
+    (repo / "snapshots" / revision / "generation_config.json").resolve().unlink()
+    assert parse_snapshot_check(sh(script, home)) == [("missing", MODEL, None, "links to nothing")]
 
 
 def test_fetch_downloads_the_pin_online_and_points_refs_main_at_it(tmp_path):
@@ -255,3 +270,37 @@ def test_cluster_plan_shows_the_revision_asked_and_the_commit_in_use(tmp_path):
     assert f"pinned at {A} (the commit in use, as this machine last recorded it)" in lines
     assert any(line.startswith("in use (as this machine last recorded it): #1 img") and f"@{A[:12]}" in line
                for line in lines)
+
+
+def test_a_refresh_asks_the_hub_once_a_run_even_when_the_task_checks_again_after_its_apply(tmp_path):
+    kit = kit_for(tmp_path, refresh=True)
+    for node in ("spark1", "spark2"):
+        kit.transport(node).respond(r"sparkctl-pins", pins_answer({0: Pin(A, "main"), 1: Pin(B, "main")}))
+    kit.transport("spark1").respond(r"hf download", f"/t/snapshots/{C}/config.json\n")
+    first, again = ModelPinTask().check(kit.cluster), ModelPinTask().check(kit.cluster)
+    assert [c.summary for c in first] == [c.summary for c in again]
+    asked = [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]
+    assert len(asked) == 2  # the model and the draft, once each
+
+
+def test_a_draft_pinned_at_another_commit_is_another_world(tmp_path):
+    from sparkctl.tasks.serve.config import desired_launch
+
+    kit = kit_for(tmp_path)
+    head = kit.node("spark1")
+    facts = head.facts()
+    facts.model_pins = {"models--nvidia--Qwen3-235B-A22B-FP4": A, "models--nvidia--Qwen3-235B-A22B-Eagle3": B}
+    before = desired_launch(head)[2]
+    facts.model_pins["models--nvidia--Qwen3-235B-A22B-Eagle3"] = C
+    assert desired_launch(head)[2] != before
+
+
+def test_two_files_with_the_same_bytes_keep_a_line_each_in_the_record(tmp_path):
+    from sparkctl.tasks.model.verified import keep_verified
+
+    kit = kit_for(tmp_path)
+    node = kit.node("spark1")
+    same = "5" * 64
+    recorded = frozenset({f"{same}\t10\t1.0\t100", f"{same}\t10\t1.0\t200"})
+    keep_verified(node, "/r.tsv", recorded, [f"{same}\t10\t2.0\t100"])
+    assert kit.transport("spark1").files["/r.tsv"] == f"{same}\t10\t1.0\t200\n{same}\t10\t2.0\t100\n"

@@ -70,6 +70,14 @@ def snapshot_check_script(ctx: NodeContext, repos: list[tuple[str, str | None]])
             'if [ -n "$ok" ]; then v=complete; else v="missing links to nothing"; fi; '
             'else v="missing no weights"; fi')
         lines.append(weights)
+        # a file removed because it did not verify is missing too, weight or not: a link to nothing in the snapshot,
+        # a --local-dir file whose download metadata is there without it
+        lines.append('[ "$v" = complete ] && [ -n "$(find -L "$s" -type l 2>/dev/null | head -n 1)" ] && '
+                     'v="missing links to nothing"' if local is None else
+                     '[ "$v" = complete ] && [ -d "$s/.cache/huggingface/download" ] && '
+                     '[ -n "$(cd "$s/.cache/huggingface/download" && find . -name \'*.metadata\' -printf \'%P\\n\' '
+                     '| while IFS= read -r m; do [ -e "$s/${m%.metadata}" ] || echo gone; done)" ] && '
+                     'v="missing files"')
         if local is not None:
             # a --local-dir download from another commit than the pin is not the pinned one
             lines.append('[ "$v" != complete ] || [ "$p" = - ] || [ "$c" = "$p" ] || v="missing another revision"')

@@ -74,6 +74,8 @@ class CopyStep:
     #: a --local-dir's files -> their etag, from the head's download metadata (a hub blob names its own)
     etags: tuple[tuple[str, str], ...] = ()
     index: int = 0  # of the repo among the wanted ones (the model, the draft): where it lies on every node
+    #: the peers the check found holding the repo whole and verified: they may send it on (a tree)
+    holders: frozenset[str] = frozenset()
 
     def etag_map(self) -> dict[str, str]:
         return dict(self.etags)
@@ -86,9 +88,10 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
     needs = ("model.fetch",)
     description = ("serve.distribute: copy: send the head's model and draft to the peers over the fabric, every file "
                    "checked against the hash the Hub recorded for it")
-    checks = ("each peer's model snapshot (hub cache, pinned revision) and draft dir hold every file of the "
-              "head's, same size (same md5 under 64 KiB, same symlink targets; a link out of the repo's folder, "
-              "into huggingface_hub 1.32's shared blob store, as the file it leads to, and a peer's link that "
+    checks = ("each peer's model snapshot (hub cache, the head's refs/main: the pin once model.fetch ran) and "
+              "draft dir hold every file of the head's, same size (same md5 under 64 KiB, same symlink targets; a "
+              "link out of the repo's folder, into huggingface_hub 1.32's shared blob store, as the file it leads "
+              "to, and a peer's link that "
               "leads nowhere as a file it lacks); the head's own snapshot has no link to nothing; every blob of the "
               "snapshot and every file of the draft's --local-dir (its etag from the head's download metadata), on "
               "the head and on each peer, verified against its etag (sha256, or git blob sha1) since its size, "
@@ -117,6 +120,8 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         peers = [name for name in ctx.nodes if name != head and serves(inv, name)]
         changes = []
         for index, source in enumerate(dirs[head]):
+            whole: set[str] = set()
+            steps: list[tuple[str, CopyStep, str]] = []
             held = manifests[head].get(source.repo, Manifest(None, {}))
             wanted = snapshot_entries(source.hub, held.ref, held.entries)
             if not wanted and not ctx.options.check:
@@ -147,6 +152,7 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                 theirs = verified[peer].get(dest.repo, Verified())
                 check_peer = theirs.unverified([p for p in blobs if p not in paths], reprove, etags)
                 if wanted and not paths and not check_peer:
+                    whole.add(peer)
                     continue
                 size = sum(wanted[p][1] for p in paths if wanted[p][0] == "F")
                 what = f"{len(paths)} files, {human_bytes(size)}" if wanted else f"once {head} has downloaded it"
@@ -161,7 +167,9 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
                                 sizes=tuple((p, e[1]) for p, e in wanted.items() if e[0] == "F"),
                                 verify=tuple(check_peer), recorded=theirs.record,
                                 record_path=dest.verified, etags=tuple(sorted(etags.items())), index=index)
-                changes.append(Change(summary, payload=step, node=peer))
+                steps.append((summary, step, peer))
+            changes += [Change(summary, payload=replace(step, holders=frozenset(whole)), node=peer)
+                        for summary, step, peer in steps]
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change[CopyStep]]) -> None:
@@ -183,9 +191,9 @@ class ModelCopyTask(Task[ClusterContext, CopyStep]):
         checked: dict[str, tuple[CopyStep, list[str]]] = {}
         ctx.each_node({step.peer: functools.partial(self._check_peer, ctx, step, checked) for step in steps})
         waiting = [peer for peer in ctx.inventory.serving_nodes() if peer in checked and checked[peer][0].paths]
+        # the head and the peers the check found whole (never one outside --limit that lacks it too)
         holders = [ctx.inventory.head.name] + [name for name in ctx.inventory.serving_nodes()
-                                               if name not in waiting and name not in ctx.lost
-                                               and name != ctx.inventory.head.name]
+                                               if name in steps[0].holders and name not in ctx.lost]
         fabric = ctx.plan().fabric
 
         def cabled(a: str, b: str) -> bool:

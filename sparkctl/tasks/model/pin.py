@@ -114,9 +114,12 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
             if i == 0 and ctx.options.model_commit:
                 pin = Pin(ctx.options.model_commit, asked)  # a rollback's: the commit the deployment served
             if pin is None:
-                pin = Pin(resolve(head, repo, asked), asked)
-                ctx.emit(Event("log", task=self.name, node=head.name,
-                               message=f"{repo}@{asked} is {pin.commit} on the Hub"))
+                key = f"{PIN_TASK}:{repo}@{asked}"
+                if key not in ctx.asked_once:  # once a run: the check after apply must not ask the Hub again
+                    ctx.asked_once[key] = resolve(head, repo, asked)
+                    ctx.emit(Event("log", task=self.name, node=head.name,
+                                   message=f"{repo}@{asked} is {ctx.asked_once[key]} on the Hub"))
+                pin = Pin(ctx.asked_once[key], asked)
             for name in nodes:
                 if found[name][0].get(i) == pin:
                     continue

@@ -33,10 +33,16 @@ def remove_files(node: NodeContext, repo_dir: str, paths: list[str], repo: str) 
 
 def keep_verified(node: NodeContext, record_path: str, recorded: frozenset[str], good: list[str]) -> None:
     """The node's record: what it verified before (for the blobs not read again) and what it verified now."""
-    fresh = {line.partition("\t")[0] for line in good}
-    kept = [line for line in recorded if line.partition("\t")[0] not in fresh]
+    # by etag and inode: two files of a --local-dir with the same bytes share an etag, each keeps its own line
+    fresh = {_etag_inode(line) for line in good}
+    kept = [line for line in recorded if _etag_inode(line) not in fresh]
     node.must(f"mkdir -p {q(posixpath.dirname(record_path))}", "making the record of verified files")
     node.transport.put(record_path, "\n".join(sorted([*kept, *good])) + "\n", mode=0o644)
+
+
+def _etag_inode(line: str) -> tuple[str, str]:
+    fields = line.split("\t")
+    return fields[0], fields[-1] if len(fields) > 1 else ""
 
 
 def wrong_download(repo: str, node: str, wrong: list[str]) -> TaskFailed:

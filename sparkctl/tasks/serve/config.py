@@ -45,8 +45,10 @@ def desired_launch(head: NodeContext) -> tuple[str, str, str]:
     launch = node_launch(head)
     refuse_rejected(launch)
     text, command = launch.config_text(), launch.command_lines()
-    pinned = head.facts().model_pins.get(repo_folder(head.inventory.serve_spec().model))
-    return text, command, launch_fingerprint(text, command, pinned)
+    spec, pins = head.inventory.serve_spec(), head.facts().model_pins
+    # the draft too: a --local-dir pinned at another commit is downloaded over the one the world loaded
+    pinned = [pins.get(repo_folder(repo)) for repo in (spec.model, spec.draft) if repo]
+    return text, command, launch_fingerprint(text, command, "+".join(p for p in pinned if p) or None)
 
 
 class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
