@@ -149,6 +149,14 @@ def watch(args: argparse.Namespace) -> dict | None:
             last_canary = now
             why = canary(args.engine, args.model, args.canary_deadline_s)
             if why is not None:
+                # a world that is ending (a rank died, the connection closed under the canary) is not stuck: the
+                # unit sees it end; a wedge is a world still alive and healthy that gives no token
+                time.sleep(args.poll_s)
+                if not alive(args.pid):
+                    return None
+                if not healthy(args.engine):
+                    last_progress = last_canary = time.time()
+                    continue
                 return {"reason": why, "last_token_at": iso(last_progress), "running": running,
                         "generated_tokens": tokens}
             last_canary = time.time()

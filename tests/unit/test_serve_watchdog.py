@@ -157,3 +157,22 @@ def test_nothing_is_judged_before_the_engine_answers_and_a_world_gone_ends_the_w
     world.kill()
     world.wait()
     assert dog.wait(timeout=10) == 0 and not evidence.exists()
+
+
+def test_a_world_that_ends_under_its_canary_is_not_judged_stuck(engine, world, tmp_path):
+    """The canary meets an engine that is going away (a rank died: its connection closes, then /health stops
+    answering): that world ended by itself, which the unit sees; it is no wedge."""
+    evidence = tmp_path / "stuck.json"
+    engine.canary_hangs = True
+
+    def going_away():
+        while engine.canaries == 0:
+            time.sleep(0.05)
+        engine.health = 503
+        time.sleep(0.5)
+        world.kill()
+        world.wait()  # reaped, as the world's parent reaps it
+
+    threading.Thread(target=going_away, daemon=True).start()
+    dog = watchdog(engine, world, evidence, canary_s=1, deadline_s=1)
+    assert dog.wait(timeout=30) == 0 and not evidence.exists()
