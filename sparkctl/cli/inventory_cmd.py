@@ -8,6 +8,7 @@ import os
 import click
 
 from sparkctl.cli.options import load
+from sparkctl.cli.placement_view import placement_data, placement_lines
 from sparkctl.cli.report import STDOUT, json_option, output_file, report_line, verbose_option
 from sparkctl.errors import BadInput
 from sparkctl.exitcodes import ExitStatus
@@ -27,16 +28,22 @@ def inventory_group() -> None:
 @verbose_option
 def validate(file: str, as_json: bool, verbose: int) -> None:
     """Check FILE and report every problem at once (file:line: field: what, and what to do)."""
-    inv = load(file, warn=not as_json)
+    inv = load(file, warn=not as_json, several_models=True)
+    several = len(inv.serve.models or []) > 1
     if as_json:
+        extra = {"models": [placement_data(m) for m in inv.served_models()]} if several else {}
         report_line("inventory validate", ExitStatus.SUCCESS, file=file, cluster=inv.cluster.name,
                     nodes=[n.name for n in inv.nodes], topology=inv.topology, head=inv.head.name,
-                    tp_size=inv.tp_size, warnings=list(inv.warnings))
+                    tp_size=None if several else inv.tp_size, warnings=list(inv.warnings), **extra)
         return
+    sizes = "" if several else f", tp_size {inv.tp_size}"
     click.echo(
         f"{file}: ok — cluster {inv.cluster.name}, {len(inv.nodes)} node(s), topology {inv.topology}, "
-        f"head {inv.head.name}, tp_size {inv.tp_size}"
+        f"head {inv.head.name}{sizes}"
     )
+    if several:
+        for line in placement_lines(inv.served_models()):
+            click.echo(f"  {line}")
 
 
 @inventory_group.command("schema")

@@ -98,9 +98,16 @@ def _run_option_list() -> list[tuple[str, Callable]]:
     ]
 
 
-def load(file: str, warn: bool = True) -> Inventory:
-    """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr."""
+def load(file: str, warn: bool = True, several_models: bool = False) -> Inventory:
+    """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr.
+    `several_models`: the command reads every model of serve.models (the others serve one)."""
     inventory = load_inventory(file)
+    worlds = [w for m in inventory.served_models() for w in m.worlds] if inventory.serve.models else []
+    if len(worlds) > 1 and not several_models:
+        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this release "
+                       "validates and places several models and replicas, but serves one world per cluster",
+                       hint="keep one entry to serve it (`sparkctl inventory validate` shows where the others "
+                            "would run)")
     for line in inventory.warnings if warn else ():
         click.echo(f"sparkctl: warning: {line}", err=True)
     return inventory

@@ -258,7 +258,7 @@ def _read_rendezvous(p: NodeProbe, s: Section) -> None:
 def _completion(w: Where) -> str | None:
     if not (w.head and w.serving):
         return None
-    body = json.dumps({"model": w.inventory.serve_spec().model, "max_tokens": 24,
+    body = json.dumps({"model": w.inventory.serve_spec().served_name, "max_tokens": 24,
                        "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
     url = f"http://127.0.0.1:{serve_port(w.inventory)}/v1/chat/completions"
     return "[ \"$_health\" = 200 ] || exit 3\n" + _http(w.inventory.container.name, url, body, 60)

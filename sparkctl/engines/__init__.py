@@ -53,6 +53,8 @@ class Engine:
     #: `serve.args` are the server's own flags (checked against the image's release); False: the engine takes
     #: none, its settings are `serve.config`
     takes_args: bool = True
+    #: the serve: setting (`section.field`) of the head's port its ranks meet on; None: mpirun's (ports it picks)
+    meeting_port: str | None = None
 
     @property
     def needs_mpi(self) -> bool:
@@ -82,7 +84,8 @@ ENGINES: dict[EngineName, Engine] = {
         # vllm/envs.py: VLLM_HOST_IP; Gloo's and TensorPipe's interface (torch.distributed)
         host_ip_env="VLLM_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"),
         # NVIDIA's two-Spark vLLM playbook (nvidia/vllm/README.md): Ray's memory monitor off
-        static_env=(("RAY_memory_monitor_refresh_ms", "0"),), metrics=metric_names.VLLM),
+        static_env=(("RAY_memory_monitor_refresh_ms", "0"),), metrics=metric_names.VLLM,
+        meeting_port="vllm.master_port"),
     "sglang": Engine(
         name="sglang", label="SGLang", server="sglang.launch_server",
         container_name="sglang-multinode", container_image="nvcr.io/nvidia/sglang:26.02-py3",
@@ -93,7 +96,7 @@ ENGINES: dict[EngineName, Engine] = {
         host_ip_env="SGLANG_HOST_IP", control_ifname_envs=("GLOO_SOCKET_IFNAME",),
         # RDMA needs /dev/infiniband, unlimited memlock (every container has both) and the right to lock memory:
         # without them NCCL falls back to sockets, about 2.5x slower, and says so only in its INFO lines
-        docker_args=("--cap-add", "IPC_LOCK"), metrics=metric_names.SGLANG),
+        docker_args=("--cap-add", "IPC_LOCK"), metrics=metric_names.SGLANG, meeting_port="sglang.dist_port"),
 }
 assert set(ENGINES) == set(get_args(EngineName)), "every engine name has one entry"
 

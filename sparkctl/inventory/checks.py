@@ -11,10 +11,12 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sparkctl.engines import ENGINES, EngineName
+from sparkctl.inventory.models_check import entry_loc, models_problems
+from sparkctl.inventory.placement import model_sources
 from sparkctl.inventory.presets import PRESETS, Preset, default_preset_name, get_preset
 from sparkctl.inventory.release_check import release_problems
 from sparkctl.inventory.sections import (
@@ -79,6 +81,9 @@ class InventoryParts:
     ssh: SshSettings | None = None
     #: the inventory has a serve: section (serving is set up, so the server's port is taken on the head)
     serving: bool = False
+    #: where the model checked is written when it is one of several in serve.models (its world need not hold the
+    #: head: the gateway reaches it)
+    entry: tuple[str | int, ...] | None = None
 
 
 def field_path(loc: Loc) -> str:
@@ -96,8 +101,24 @@ def field_path(loc: Loc) -> str:
 
 
 def cross_check_problems(parts: InventoryParts) -> list[Problem]:
-    return [*_node_problems(parts), *_fabric_problems(parts), *_serve_problems(parts),
-            *_container_problems(parts), *_port_problems(parts)]
+    problems = [*_node_problems(parts), *_fabric_problems(parts), *_per_model(parts, _serve_problems),
+                *_container_problems(parts), *_per_model(parts, _port_problems)]
+    names = [n.name for n in parts.nodes if n is not None]
+    if parts.serve is not None and parts.serve.models and names and len(names) == parts.node_count and not problems:
+        problems += models_problems(parts.serve, names, parts.fabric.topology if parts.fabric else None)
+    return list(dict.fromkeys(problems))  # a shared setting's problem is met once per model
+
+
+def _per_model(parts: InventoryParts, check: Callable[[InventoryParts], Iterator[Problem]]) -> Iterator[Problem]:
+    """A check of serve: run on each model with serve:'s shared settings around it; an entry's problems are
+    placed at its own fields."""
+    if parts.serve is None or not parts.serve.models:
+        yield from check(parts)
+        return
+    several = len(parts.serve.models) > 1
+    for source in model_sources(parts.serve):
+        for loc, message in check(replace(parts, serve=source.settings, entry=source.loc if several else None)):
+            yield entry_loc(loc, source.loc), message
 
 
 def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
@@ -259,6 +280,8 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | None:
 
 
 def _serving_nodes_problems(parts: InventoryParts, names: list[str], world: int) -> Iterator[Problem]:
+    """serve.nodes against the inventory; a plain serve:'s world starts on the head (the gateway's node), an entry
+    of serve.models may run anywhere."""
     known = [n.name for n in parts.nodes if n is not None]
     for i, name in enumerate(names):
         if name not in known:
@@ -268,7 +291,7 @@ def _serving_nodes_problems(parts: InventoryParts, names: list[str], world: int)
     if len(names) != world:
         yield (("serve", "nodes"), f"lists {len(names)} node(s), the launch has {world} rank(s) (tp_size x "
                                    "pp_size): name exactly that many")
-    elif names and known and names[0] != known[0]:
+    elif names and known and names[0] != known[0] and parts.entry is None:
         yield (("serve", "nodes", 0), f"must start with the head {known[0]} (MPI rank 0 serves HTTP): put it first, "
                                       f"or make {names[0]} the first node of the inventory")
 

@@ -29,6 +29,7 @@ _REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}\Z")
 #: A git revision as the Hub takes one in a URL path: a branch or tag (git check-ref-format's rules, narrowed to a
 #: plain character set) or a commit's 40 hex digits.
 _REVISION = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./-]{0,126}[A-Za-z0-9_])?\Z")
+_SERVED_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.:/-]{0,126}[A-Za-z0-9_])?\Z")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
 _NETPLAN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.yaml\Z")
@@ -64,6 +65,15 @@ def revision(value: str) -> str:
             or value.endswith(".lock")):
         raise ValueError("not a revision of a Hugging Face repo (a branch or tag of letters, digits, '_', '.', '-', "
                          "'/', no '..', at most 128 characters, or a commit's 40 hex digits, e.g. main)")
+    return value
+
+
+def served_name(value: str) -> str:
+    """The name clients put in a request's `model` field: it becomes a key of the gateway's routing and a server
+    flag's value, so it is a plain word (a repo id fits)."""
+    if not _SERVED_NAME.match(value):
+        raise ValueError("not a model name clients can ask for (letters, digits, '_', '.', ':', '/', '-', at most "
+                         "128 characters, e.g. qwen3-235b or openai/gpt-oss-120b)")
     return value
 
 

@@ -8,7 +8,7 @@ never written back, so `dump_inventory` gives back what the user wrote. `load_in
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,10 @@ from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
 from sparkctl.engines import ENGINES, Engine
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
+from sparkctl.inventory.placement import ServedModel, model_sources, served_models
 from sparkctl.inventory.sections import (
     MAX_NODES,
+    MODEL_FIELD_NAMES,
     ClusterSettings,
     ContainerSettings,
     FabricSettings,
@@ -31,6 +33,7 @@ from sparkctl.inventory.sections import (
     resolve_topology,
 )
 from sparkctl.inventory.serve import ServeSpec, engine_of, resolve_serve
+from sparkctl.knowledge.fitcheck import SPARK_USABLE_GB
 from sparkctl.secrets import mask_credentials
 
 
@@ -63,10 +66,22 @@ class Inventory(_Section):
     _warnings: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
+    def _one_entry(self) -> Inventory:
+        """serve.models with one entry is a plain serve: with that entry's fields: read in place but not marked as
+        set, so dump_inventory still gives back what the user wrote."""
+        if self.serve.models and len(self.serve.models) == 1:
+            entry = self.serve.models[0]
+            for name in MODEL_FIELD_NAMES - self.serve.model_fields_set:
+                self.serve.__dict__[name] = getattr(entry, name)
+        return self
+
+    @model_validator(mode="after")
     def _engine_defaults(self) -> Inventory:
         """The container's name and image follow the engine where they are not written: resolved in place but not
-        marked as set, so dump_inventory still gives back what the user wrote."""
-        engine = ENGINES[engine_of(self.serve, len(self.nodes))]
+        marked as set, so dump_inventory still gives back what the user wrote. The models of serve.models share
+        one engine (checked)."""
+        first = model_sources(self.serve)[0].settings
+        engine = ENGINES[engine_of(first, len(self.nodes))]
         for key, value in (("name", engine.container_name), ("image", engine.container_image)):
             if key not in self.container.model_fields_set:
                 self.container.__dict__[key] = value
@@ -106,11 +121,19 @@ class Inventory(_Section):
         return self.serve_spec().tp_size
 
     def serve_spec(self) -> ServeSpec:
-        return resolve_serve(self.serve, len(self.nodes))
+        spec = resolve_serve(self.serve, len(self.nodes))
+        if self.serve.models:
+            entry = self.serve.models[0]
+            spec = replace(spec, name=entry.name, aliases=tuple(entry.aliases))
+        return spec
 
     def engine(self) -> Engine:
         """The engine that serves (serve.engine, else the preset's, else the default)."""
         return ENGINES[engine_of(self.serve, len(self.nodes))]
+
+    def served_models(self) -> list[ServedModel]:
+        """Every model of serve: with its worlds placed (a plain serve: is one model, one world)."""
+        return served_models(self.serve, [n.name for n in self.nodes], SPARK_USABLE_GB)
 
     def serving_nodes(self) -> list[str]:
         """The nodes the model runs on, in rank order (the head first): serve.nodes, else the first

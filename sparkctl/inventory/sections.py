@@ -33,6 +33,7 @@ DEFAULT_API_KEY_ENV = "SPARKCTL_API_KEY"
 #: of 2026-10-21; linux/arm64 v8 among its platforms)
 DEFAULT_GATEWAY_IMAGE = "docker.io/library/nginx:1.30.6-alpine"
 MAX_NODES = 64
+MAX_MODELS = 16
 NODE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
@@ -126,6 +127,7 @@ NodeDir = Annotated[str, AfterValidator(grammar.node_dir)]
 NetplanPath = Annotated[str, AfterValidator(grammar.netplan_path)]
 EnvValue = Annotated[str, AfterValidator(grammar.env_value)]
 Argument = Annotated[str, AfterValidator(grammar.argument)]
+ServedName = Annotated[str, AfterValidator(grammar.served_name)]
 
 
 class _Section(BaseModel):
@@ -254,7 +256,10 @@ def _off(value: object) -> object:
     return "off" if value is False else value
 
 
-class ServeSettings(_Section):
+class ModelFields(_Section):
+    """What one model is and how it runs: a plain `serve:` holds these for its one model, each entry of
+    serve.models for its own."""
+
     engine: EngineName | None = Field(None, description=(
         "trtllm (TensorRT-LLM, trtllm-serve under mpirun), vllm (vllm serve on every serving node) or sglang "
         "(sglang.launch_server on every serving node); default: the preset's engine, else trtllm"))
@@ -273,12 +278,9 @@ class ServeSettings(_Section):
     nodes: list[str] | None = Field(None, max_length=MAX_NODES, description=(
         "the nodes the model runs on, in rank order, the head first (default: the first tp_size x pp_size nodes "
         "of the inventory); the others are left out of the launch"))
-    # Written as 8355 for code that reads it directly; when left out, ServeSpec.port is the preset's.
-    port: Port = DEFAULT_SERVE_PORT
     max_num_tokens: StrictInt = Field(1024, gt=0, le=1 << 20)
     max_batch_size: StrictInt = Field(1, gt=0, le=1 << 16)
     config: dict[str, Any] = Field(default_factory=dict)
-    hf_token_env: str = "HF_TOKEN"
     #: "warn" goes on when the fit check says the model cannot fit (for memory sparkctl misjudges)
     fit_check: Literal["refuse", "warn"] = "refuse"
     #: seconds to wait for /health 200 after launch (a 235B model takes minutes to load)
@@ -286,31 +288,11 @@ class ServeSettings(_Section):
     engine_port: Port | None = Field(None, description=(
         "where the engine answers on the head's loopback, behind the gateway (default: serve.port + 10000, or "
         "- 10000 above 55535)"))
-    auth: Literal["key", "none"] = Field("key", description=(
-        "key: every request to the endpoint but /health needs `Authorization: Bearer <key>` (the gateway checks "
-        "it); none: the endpoint is open to anyone who reaches it (every run warns)"))
-    api_key_env: str = Field(DEFAULT_API_KEY_ENV, description=(
-        "the environment variable that holds the endpoint's API key (or <NAME>_FILE a file with it); without "
-        "one, sparkctl makes a key at the first serving run and keeps it 0600 on this machine"))
-    listen: Annotated[list[str] | Literal["all"] | None, PlainValidator(_listen)] = Field(None, description=(
-        "the head's addresses the endpoint answers on (default: its management address, the one sparkctl's "
-        "session reaches); all: every address the head has (warned about); the engine itself answers on the "
-        "head's loopback only"))
-    gateway_image: ImageRef = Field(DEFAULT_GATEWAY_IMAGE, description=(
-        "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
-        "(docs/gateway.md)"))
     args: list[Argument] = Field(default_factory=list, max_length=256, description=(
         "vLLM and SGLang: extra flags of the server, checked against the image's release (TensorRT-LLM's settings "
         "go in serve.config)"))
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     sglang: SglangSettings = Field(default_factory=SglangSettings)
-    watchdog: Annotated[WatchdogSettings | Literal["off"], BeforeValidator(_off)] = Field(
-        default_factory=WatchdogSettings, description=(
-            "the head's check of a serving world: stuck (requests running and no token, or an idle canary "
-            "unanswered), the whole world is ended and started again, and the end recorded as `stuck`; off: none"))
-    distribute: Literal["download", "copy"] = Field(
-        "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
-        "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
 
     @field_validator("preset")
     @classmethod
@@ -326,6 +308,53 @@ class ServeSettings(_Section):
             hint = f"did you mean {close[0]!r}?" if close else "known: " + ", ".join(preset_names())
             raise ValueError(mask_credentials(f"{err.args[0]} ({hint})")) from None
         return value
+
+
+#: The fields of serve: that are about one model (each entry of serve.models has its own)
+MODEL_FIELD_NAMES = frozenset(ModelFields.model_fields)
+
+
+class ModelEntry(ModelFields):
+    """One model of serve.models: what a plain `serve:` says of its model, plus its name and placement."""
+
+    name: ServedName | None = Field(None, description=(
+        "the name clients ask for in a request's `model` field (default: the model's repo id)"))
+    aliases: list[ServedName] = Field(default_factory=list, max_length=16, description=(
+        "other names the same model answers to"))
+    replicas: StrictInt | None = Field(None, ge=1, le=MAX_NODES, description=(
+        "copies of a one-node model, each on its own node, placed by sparkctl where the most memory is left "
+        "(instead of naming nodes); requests to the name go to the least busy"))
+
+
+class ServeSettings(ModelFields):
+    # Written as 8355 for code that reads it directly; when left out, ServeSpec.port is the preset's.
+    port: Port = DEFAULT_SERVE_PORT
+    hf_token_env: str = "HF_TOKEN"
+    auth: Literal["key", "none"] = Field("key", description=(
+        "key: every request to the endpoint but /health needs `Authorization: Bearer <key>` (the gateway checks "
+        "it); none: the endpoint is open to anyone who reaches it (every run warns)"))
+    api_key_env: str = Field(DEFAULT_API_KEY_ENV, description=(
+        "the environment variable that holds the endpoint's API key (or <NAME>_FILE a file with it); without "
+        "one, sparkctl makes a key at the first serving run and keeps it 0600 on this machine"))
+    listen: Annotated[list[str] | Literal["all"] | None, PlainValidator(_listen)] = Field(None, description=(
+        "the head's addresses the endpoint answers on (default: its management address, the one sparkctl's "
+        "session reaches); all: every address the head has (warned about); the engine itself answers on the "
+        "head's loopback only"))
+    gateway_image: ImageRef = Field(DEFAULT_GATEWAY_IMAGE, description=(
+        "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
+        "(docs/gateway.md)"))
+    watchdog: Annotated[WatchdogSettings | Literal["off"], BeforeValidator(_off)] = Field(
+        default_factory=WatchdogSettings, description=(
+            "the head's check of a serving world: stuck (requests running and no token, or an idle canary "
+            "unanswered), the whole world is ended and started again, and the end recorded as `stuck`; off: none"))
+    distribute: Literal["download", "copy"] = Field(
+        "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
+        "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
+    models: list[ModelEntry] | None = Field(None, min_length=1, max_length=MAX_MODELS, description=(
+        "several models on one cluster behind the one endpoint, each with its own world (a request goes to the "
+        "model its `model` field names); each entry holds what a plain serve: says of its model, plus name, "
+        "aliases and nodes or replicas. What is not about one model (port, listen, auth, watchdog, ...) stays "
+        "in serve:"))
 
     @field_validator("hf_token_env", "api_key_env")
     @classmethod

@@ -47,6 +47,14 @@ class ServeSpec:
     engine: EngineName = DEFAULT_ENGINE
     #: vLLM: extra `vllm serve` flags as written
     args: tuple[str, ...] = ()
+    #: serve.models: the name clients ask for when it is not the repo id, and the others it answers to
+    name: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def served_name(self) -> str:
+        """What clients put in a request's `model` field."""
+        return self.name or self.model
 
     @property
     def world_size(self) -> int:

@@ -22,7 +22,7 @@ Problem = tuple[tuple, str]
 #: The flags sparkctl writes itself, with the inventory field that decides each (canonical option strings).
 OWNED_FLAGS = {
     "--model-path": "serve.model (or serve.preset)",
-    "--served-model-name": "serve.model (the name clients ask for)",
+    "--served-model-name": "a serve.models entry's name and aliases (the names clients ask for)",
     "--tensor-parallel-size": "serve.tp_size",
     "--pipeline-parallel-size": "serve.pp_size",
     "--nnodes": "serve.nodes (the serving nodes)",

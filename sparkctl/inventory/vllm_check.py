@@ -29,7 +29,7 @@ OWNED_FLAGS = {
     "--host": "serve.listen (the gateway listens; vLLM answers on the head's loopback)",
     "--port": "serve.port (the gateway) and serve.engine_port (vLLM)",
     "--api-key": "serve.auth (the gateway checks the key)",
-    "--served-model-name": "serve.model (the name clients ask for)",
+    "--served-model-name": "a serve.models entry's name and aliases (the names clients ask for)",
     "--config": "serve.config (sparkctl writes it as the --config file)",
     "--speculative-config.model": "serve.draft (the plan knows where the draft lives on each node)",
 }

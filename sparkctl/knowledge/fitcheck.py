@@ -12,6 +12,10 @@ from dataclasses import dataclass
 GB = 1e9
 #: Kept free for the KV cache, activations, CUDA graphs and the OS: the smallest KV cache worth serving with.
 KV_RESERVE_GB = 8.0
+#: What a Spark's MemTotal shows before anything is read from it (for a check made before any node is asked, as
+#: `inventory validate`'s): its 128 GB of unified memory less the firmware's and the kernel's share, about 119-121
+#: GiB on DGX OS; the lower end, so that a plan that passes here is not refused by the node.
+SPARK_USABLE_GB = 119 * 2**30 / GB
 #: Above this share of the node's memory the fit is tight: it may work, or run out of memory at load.
 TIGHT_SHARE = 0.9
 

@@ -114,7 +114,7 @@ def sglang_launch(inventory: Inventory, fabric: FabricPlan, release: SglangVersi
     dist = None
     if len(nodes) > 1:
         dist = f"{fabric.first_address(head) or inventory.head.host}:{inventory.serve.sglang.dist_port}"
-    common = [*SERVER, "--model-path", spec.model, "--served-model-name", spec.model,
+    common = [*SERVER, "--model-path", spec.model, "--served-model-name", spec.served_name,
               "--tp-size", str(spec.tp_size), *(["--pp-size", str(spec.pp_size)] if spec.pp_size > 1 else []),
               # the engine's own figures for top, serve status and serve bench (off by default)
               "--enable-metrics"]

@@ -170,7 +170,8 @@ def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion |
     common = ["vllm", "serve", spec.model, "--config", VLLM_CONFIG_PATH,
               "--tensor-parallel-size", str(spec.tp_size),
               *(["--pipeline-parallel-size", str(spec.pp_size)] if spec.pp_size > 1 else [])]
-    front = ["--served-model-name", spec.model, "--host", ENGINE_HOST, "--port", str(spec.engine_port)]
+    front = ["--served-model-name", spec.served_name, *spec.aliases, "--host", ENGINE_HOST,
+             "--port", str(spec.engine_port)]
     serve: dict[str, list[str]] = {}
     ray: dict[str, list[str]] = {}
     if executor == "mp":

@@ -47,5 +47,5 @@ def watchdog_run(inventory: Inventory) -> WatchdogRun | None:
     spec, engine = inventory.serve_spec(), inventory.engine()
     return WatchdogRun(metrics=f"http://{ENGINE_HOST}:{figures_port(inventory)}/metrics",
                        running=engine.metrics.running, tokens=engine.metrics.generation_tokens, engine=f"http://{ENGINE_HOST}:{spec.engine_port}",
-                       model=spec.model, stall_s=settings.stall_s, canary_s=settings.canary_s,
+                       model=spec.served_name, stall_s=settings.stall_s, canary_s=settings.canary_s,
                        canary_deadline_s=settings.canary_deadline_s)

@@ -237,7 +237,7 @@ def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool =
     """A client from this machine when the endpoint answers here; else one through the head (over SSH,
     no streaming). `direct_only`: refuse instead (a benchmark through SSH would measure SSH)."""
     url = endpoint(inventory)
-    model = inventory.serve_spec().model
+    model = inventory.serve_spec().served_name
     direct = ServeClient(url, timeout=timeout, model=model, api_key=endpoint_key(inventory))
     status, why = direct.health_detail(timeout=DIRECT_TIMEOUT)
     if status == 200:

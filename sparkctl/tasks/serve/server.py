@@ -40,7 +40,7 @@ def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.
     matter, and no key is needed there)."""
     spec = inventory.serve_spec()
     fetch = NodeFetch(transport, inventory.container.name, spec.engine_port, inventory.head.name)
-    return ServeClient(fetch, timeout=timeout, model=spec.model)
+    return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 
 def figures_client(transport: Transport, inventory: Inventory, timeout: float = 10.0) -> ServeClient:
@@ -49,7 +49,7 @@ def figures_client(transport: Transport, inventory: Inventory, timeout: float = 
     spec = inventory.serve_spec()
     fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name, host=ENGINE_HOST,
                       api_key=api_key(inventory))
-    return ServeClient(fetch, timeout=timeout, model=spec.model)
+    return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 
 def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
@@ -59,7 +59,7 @@ def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
     spec = inv.serve_spec()
     host = head_gateway(head).listen[0]
     fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv))
-    return ServeClient(fetch, timeout=timeout, model=spec.model)
+    return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 
 @dataclass(frozen=True)
