@@ -133,6 +133,8 @@ def _gateway_lines(inventory: Inventory) -> list[str]:
     lines.append(" \\\n    ".join(_argv_lines(spec.run_argv())))
     lines.append(f"--- {spec.config_path} (mode 600)" + ("" if listen else "; 192.0.2.1 stands for " + where))
     lines.append(spec.config(PLAN_KEY).replace(PLAN_KEY, MASK).rstrip())
+    lines.append(f"--- {spec.router_path} (njs: the model a request names picks its world)")
+    lines.append(spec.router().rstrip())
     collector = collector_spec(inventory, state_dir(inventory, home))
     if collector is not None:
         lines.append(f"--- figures collector on {inventory.head.name} (the one reader of the engine's /metrics, "

@@ -63,6 +63,8 @@ IMAGE_PACKAGES = [
     "iputils-ping",
     # the gateway sparkctl puts in front of the engine is real NGINX in the lab too (Debian's build)
     "nginx",
+    # njs, which the gateway's router runs in (the official nginx images carry it too)
+    "libnginx-mod-http-js",
     # sparkctl's figures collector runs from the engine's image with its prometheus_client (TensorRT-LLM's
     # requirements.txt has it): Debian's build of the same library
     "python3-prometheus-client",

@@ -23,6 +23,7 @@ from sparkctl.plan.serve import collector_port
 GATEWAY_CONTAINER = "sparkctl-gateway"
 CONFIG_DIR_IN_CONTAINER = "/etc/sparkctl-gateway"
 CONFIG_NAME = "nginx.conf"
+ROUTER_NAME = "router.js"
 #: Where the engine answers: only the gateway (on the same host network) reaches it there.
 ENGINE_HOST = "127.0.0.1"
 
@@ -62,6 +63,18 @@ def listen_addresses(inventory: Inventory, facts: Facts | None) -> list[str]:
 
 
 @dataclass(frozen=True)
+class GatewayModel:
+    """One model behind the endpoint: the names it answers to (its own first) and its worlds' engines."""
+
+    names: tuple[str, ...]
+    servers: tuple[tuple[str, int], ...]
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+@dataclass(frozen=True)
 class GatewaySpec:
     cluster: str
     image: str
@@ -72,6 +85,8 @@ class GatewaySpec:
     authenticated: bool
     #: where /metrics goes instead of the engine: the figures collector's port (plan/collector.py), or None
     metrics_port: int | None = None
+    #: the models a request's `model` field chooses among (the first answers a request that names none)
+    models: tuple[GatewayModel, ...] = ()
 
     @property
     def bound(self) -> tuple[str, ...]:
@@ -82,11 +97,21 @@ class GatewaySpec:
     def config_path(self) -> str:
         return posixpath.join(self.config_dir, CONFIG_NAME)
 
+    @property
+    def router_path(self) -> str:
+        return posixpath.join(self.config_dir, ROUTER_NAME)
+
     def config(self, key: str | None) -> str:
         """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
-                      listen=self.bound, port=self.port, engine_port=self.engine_port,
-                      metrics_port=self.metrics_port)
+                      listen=self.bound, port=self.port, metrics_port=self.metrics_port, models=self.models,
+                      router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME))
+
+    def router(self) -> str:
+        """njs's router: a request's `model` field -> the named location of that model's world."""
+        routes = {name: f"@model_{i}" for i, model in enumerate(self.models) for name in model.names}
+        return render("gateway-router.js.j2", cluster=self.cluster, routes=routes,
+                      served=[name for model in self.models for name in model.names], first="@model_0")
 
     def spec_hash(self) -> str:
         """What a running gateway must have been made from (its config, which holds the key, is judged apart)."""
@@ -127,9 +152,10 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
                  listen: list[str] | None = None) -> GatewaySpec:
     """`listen`: the addresses when they are known without facts (`cluster plan`)."""
     spec = inventory.serve_spec()
+    model = GatewayModel(names=(spec.served_name, *spec.aliases), servers=((ENGINE_HOST, spec.engine_port),))
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
                        listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),
                        port=spec.port, engine_port=spec.engine_port,
                        config_dir=posixpath.join(state_dir, "gateway"),
                        authenticated=inventory.serve.auth == "key",
-                       metrics_port=collector_port(inventory))
+                       metrics_port=collector_port(inventory), models=(model,))

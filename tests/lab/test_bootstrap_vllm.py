@@ -44,7 +44,9 @@ pytestmark = pytest.mark.lab
 VLLM_CONTAINER = "vllm-multinode"
 # a quick stall, and no canary in this module's time: the stall is what finds vLLM's wedge here (the canary is
 # proven on TensorRT-LLM's, test_bootstrap_serve.py)
-SERVE = {"preset": "llama-3.3-70b-vllm", "fit_check": "warn", "ready_timeout": 300,
+# written as serve.models' one entry, with a name and an alias clients ask for (the gateway routes by them)
+SERVE = {"models": [{"preset": "llama-3.3-70b-vllm", "name": "llama", "aliases": ["l70"], "fit_check": "warn",
+                     "ready_timeout": 300}],
          "watchdog": {"stall_s": 10, "canary_s": 86_400, "canary_deadline_s": 5}}
 SKIPPED = {"container.ssh", "mpi.hostfile"}
 
@@ -156,6 +158,35 @@ def chat_status(host: str, port: int, key: str) -> int:
         return 0
 
 
+def asked_by_name(host: str, port: int, key: str, model: str) -> tuple[int, dict]:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "who?"}], "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"http://{host}:{port}/v1/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_the_endpoint_answers_to_the_model_s_name_and_alias_and_names_them_to_anything_else(served):
+    """serve.models' entry named llama, alias l70: the gateway's router (real NGINX and njs) sends both to the world,
+    where vLLM serves both names (--served-model-name llama l70) and answers under the first; any other name gets the
+    gateway's OpenAI-style 404 naming the two."""
+    if served["lab"].state.topology != "pair":
+        pytest.skip("proven on the pair")
+    lab, env, inventory = served["lab"], served["env"], served["inventory"]
+    code, _events, output = sparkctl(["serve", "key", inventory], env)
+    assert code == 0, output
+    key, host, port = output.strip().splitlines()[-1], lab.nodes[0].mgmt_ip, load_inventory(inventory).serve_spec().port
+    for name in ("llama", "l70"):
+        status, answer = asked_by_name(host, port, key, name)
+        assert status == 200 and answer["model"] == "llama", answer
+    status, answer = asked_by_name(host, port, key, "meta-llama/Llama-3.3-70B-Instruct")
+    assert status == 404 and answer["error"]["code"] == "model_not_found", answer
+    assert answer["error"]["message"].endswith("served are llama, l70"), answer
+
+
 def test_a_wedged_world_is_ended_by_its_watchdog_and_every_rank_starts_again(served):
     """vLLM's rank 0 alive but generating nothing under a steady request loop: its generated-token counter stands
     still with a request running, the watchdog ends rank 0 after stall_s, the worker's rank ends when rank 0 goes,
@@ -260,7 +291,7 @@ def test_ray_as_the_executor_starts_a_ray_node_per_serving_node_and_serves(serve
         pytest.skip("proven on the pair")
     lab, env = served["lab"], served["env"]
     document = yaml.safe_load(Path(served["inventory"]).read_text())
-    document["serve"]["vllm"] = {"executor": "ray"}
+    document["serve"]["models"][0]["vllm"] = {"executor": "ray"}
     ray = tmp_path / "ray.yaml"
     ray.write_text(yaml.safe_dump(document, sort_keys=False))
     events = run(str(ray), env, "cluster", "bootstrap")

@@ -77,8 +77,8 @@ def test_two_nodes_meet_serve_and_the_master_notices_a_worker_gone(model):
     common = [VLLM, "serve", str(model / "model"), "-tp", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
               "--master-port", str(master)]
     head = subprocess.Popen([*common, "--node-rank", "0", "--host", "127.0.0.1", "--port", str(http),
-                             "--served-model-name", "m"], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                             "--served-model-name", "m", "alias"], env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     worker = subprocess.Popen([*common, "--node-rank", "1", "--headless"], env=env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
@@ -98,6 +98,19 @@ def test_two_nodes_meet_serve_and_the_master_notices_a_worker_gone(model):
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5).read().decode()
         assert 'vllm:generation_tokens_total{engine="0",model_name="m"} 5.0' in metrics
         assert parse_prometheus(metrics, metric_names.VLLM).generation_tokens == 5.0  # as sparkctl top reads a real one
+        # every served name answers, under the first; a name not served is refused as vLLM does
+        for name, status in (("alias", 200), ("other", 404)):
+            asked = urllib.request.Request(request.full_url, data=json.dumps({"model": name, "prompt": "x",
+                                                                              "max_tokens": 1}).encode(),
+                                           headers={"Content-Type": "application/json"})
+            asked.full_url = asked.full_url.replace("chat/completions", "completions")
+            try:
+                answer = json.load(urllib.request.urlopen(asked, timeout=10))
+                assert status == 200 and answer["model"] == "m", answer
+            except urllib.error.HTTPError as error:
+                assert status == error.code == 404 and "The model `other` does not exist." in error.read().decode()
+        listed = json.load(urllib.request.urlopen(f"http://127.0.0.1:{http}/v1/models", timeout=5))
+        assert [card["id"] for card in listed["data"]] == ["m", "alias"]
         worker.kill()
         worker.wait()
         with pytest.raises(OSError):

@@ -197,7 +197,8 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     key = keys.api_key(pair(tmp_path), create=True)
     kit = gateway_kit(tmp_path)
     spec = gateway_spec(kit.cluster.inventory, spark_facts("spark1"), kit.node("spark1").state_dir())
-    digest = hashlib.sha256(spec.config(key).encode()).hexdigest()
+    # the config and the router, as `cat nginx.conf router.js | sha256sum` reads them
+    digest = hashlib.sha256((spec.config(key) + spec.router()).encode()).hexdigest()
     running = f"true {spec.spec_hash()} unless-stopped"
     kit = gateway_kit(tmp_path, config_hash=digest, container=running, collector=None,
                       listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
@@ -219,7 +220,8 @@ def test_applying_puts_the_config_0600_never_in_argv_and_reloads_in_place(tmp_pa
     transport.respond(r"ss -ltnH", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*\n")
     ServeGatewayTask().apply(kit.cluster, [Change("write the config", payload="config")])
     puts = [c for c in transport.calls if c.kind == "put"]
-    assert len(puts) == 1 and puts[0].mode == 0o600 and key in puts[0].content
+    assert [(p.target.rsplit("/", 1)[-1], p.mode) for p in puts] == [("router.js", 0o600), ("nginx.conf", 0o600)]
+    assert key in puts[1].content and key not in puts[0].content
     commands = [c.target for c in transport.calls if c.kind == "run"]
     # NGINX's own reload, in the container (a `docker kill` would count as a stop by hand: down after a reboot)
     assert "docker exec sparkctl-gateway nginx -c /etc/sparkctl-gateway/nginx.conf -s reload" in commands
@@ -229,7 +231,7 @@ def test_applying_puts_the_config_0600_never_in_argv_and_reloads_in_place(tmp_pa
 def test_an_open_endpoint_s_gateway_converges_without_a_key(tmp_path):
     inv = pair(tmp_path, "auth: none")
     spec = gateway_spec(inv, spark_facts("spark1"), "/home/nvidia/.local/state/sparkctl/duo")
-    digest = hashlib.sha256(spec.config(None).encode()).hexdigest()
+    digest = hashlib.sha256((spec.config(None) + spec.router()).encode()).hexdigest()
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
     kit.transport("spark1").respond(r"sha256sum", framed([
         ("config", digest), ("container", f"true {spec.spec_hash()} unless-stopped"),

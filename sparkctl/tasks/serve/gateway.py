@@ -43,16 +43,21 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
 
 
+def _files_hash(config: str, router: str) -> str:
+    """The sha256 of the config and the router as the head's `cat config router | sha256sum` reads them."""
+    return hashlib.sha256((config + router).encode()).hexdigest()
+
+
 class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     name = "serve.gateway"
     phase = "serve"
     scope = Scope.CLUSTER
     needs = ("serve.launch",)
     description = "put NGINX in front of the engine on the head: the API key on every path, the chosen addresses"
-    checks = ("<state>/gateway/nginx.conf on the head has the planned content (its sha256: the key never travels "
-              "back), the sparkctl-gateway container runs from the planned spec (image, mount, command, "
-              "--restart unless-stopped) and listens on every address serve.listen names (default: the head's "
-              "management address), on the serve port; one read of the head")
+    checks = ("<state>/gateway/nginx.conf and router.js (njs: a request's `model` picks its world) on the head have "
+              "the planned content (their sha256: the key never travels back), the sparkctl-gateway container runs "
+              "from the planned spec (image, mount, command, --restart unless-stopped) and listens on every address "
+              "serve.listen names (default: the head's management address), on the serve port; one read of the head")
     changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
                "600, content on stdin), reloads NGINX in place (`nginx -s reload`) or runs the container again")
 
@@ -79,7 +84,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         policy = inspected[2] if len(inspected) > 2 else ""
         shown_key = key or NO_KEY_YET
         want = spec.config(shown_key)
-        if (spec.authenticated and key is None) or hashlib.sha256(want.encode()).hexdigest() != have_hash:
+        if (spec.authenticated and key is None) or _files_hash(want, spec.router()) != have_hash:
             before = "(absent)\n" if not have_hash else "(another config: its content stays on the node)\n"
             changes.append(Change(f"write the gateway's config on {head.name} (listen "
                                   f"{', '.join(spec.listen)}:{spec.port}, auth {inv.serve.auth})",
@@ -105,7 +110,8 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
                    "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
         return "\n".join([
-            framing.section("config", f"sha256sum {q(spec.config_path)} 2>/dev/null | cut -d' ' -f1"),
+            framing.section("config", f"[ -f {q(spec.config_path)} ] && cat {q(spec.config_path)} "
+                                      f"{q(spec.router_path)} 2>/dev/null | sha256sum | cut -d' ' -f1"),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             *collector_sections(collector, framing),
@@ -122,6 +128,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             head.invalidate()
             return
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
+        head.transport.put(spec.router_path, spec.router(), mode=0o600)
         head.transport.put(spec.config_path, spec.config(key), mode=0o600)
         try:
             if "create" in actions:
