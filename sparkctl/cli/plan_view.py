@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import shlex
 
+from sparkctl.facts.firewall_files import RULES_PATH, UNIT_NAME
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.collector import SCRIPT_NAME, collector_spec
 from sparkctl.plan.deployment import COPY_KEY, DeploymentRecord
+from sparkctl.plan.firewall import firewall_spec
 from sparkctl.plan.gateway import gateway_spec, offline_listen
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import ENTRYPOINT_PATH, node_home, state_dir
@@ -62,6 +64,7 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         if node.netplan:
             out.append(f"--- {inventory.fabric.netplan_file} (mode 600)")
             out.append(node.netplan.rstrip())
+        out += _firewall_lines(inventory, plan, name)
         out.append("--- container")
         out.append(" \\\n    ".join(_argv_lines(node.container.run_argv())))
     out.append(_section("cluster"))
@@ -103,6 +106,15 @@ def _deployment_lines(inventory: Inventory, recorded: DeploymentRecord | None) -
     if recorded.previous is not None:
         lines.append(f"previous: {recorded.previous.summary()} (`sparkctl serve rollback` goes back to it)")
     return lines
+
+
+def _firewall_lines(inventory: Inventory, plan: ClusterPlan, node: str) -> list[str]:
+    spec = firewall_spec(inventory, node, plan.fabric, serving_enabled(inventory))
+    if spec is None:
+        return ["firewall:          off (the node's own rules are left alone)"]
+    return [f"firewall:          on the management side only {spec.summary()}; the fabric keeps everything",
+            f"--- {RULES_PATH} (loaded by {UNIT_NAME} at boot; with a revert unless a new connection proves "
+            "the way in)", spec.rules().rstrip()]
 
 
 def _unit_lines(inventory: Inventory, launch: Launch) -> list[str]:

@@ -264,6 +264,14 @@ class Facts:
     firewall: str | None = None
     #: sha256 (16 hex) of the firewall rules as read (every rule, also those `firewall` does not summarise)
     firewall_digest: str = ""
+    #: sparkctl's own nftables table as the node lists it ("" none; None: could not be read)
+    own_firewall: str | None = None
+    #: /etc/sparkctl/firewall.nft, the sha256 recorded of the table's listing when sparkctl loaded it, the boot
+    #: unit's file and `systemctl is-enabled` of it (plan/firewall.py); None: absent
+    firewall_rules: str | None = None
+    firewall_listed: str | None = None
+    firewall_unit: str | None = None
+    firewall_unit_enabled: str = ""
     raw_errors: list[str] = field(default_factory=list)
     #: the hostfile inside the running container, when a caller read it right after the facts (`cluster status`):
     #: "" when it could not be read, None when not read or no container runs

@@ -388,12 +388,41 @@ def _iptables_input_summary(rules: str) -> str | None:
     return None
 
 
+#: sparkctl's own table (plan/firewall.py TABLE), as `nft list` prints its first line
+OWN_TABLE_LINE = "table inet sparkctl {"
+
+
+def own_table(ruleset: str) -> str | None:
+    """sparkctl's table as `nft list` printed it: from its first line to the `}` that closes it; "" when the
+    ruleset holds none; None when the ruleset could not be read."""
+    lines = ruleset.splitlines()
+    if any("Operation not permitted" in line or "Permission denied" in line for line in lines[:3]):
+        return None
+    if OWN_TABLE_LINE not in lines:
+        return ""
+    start = lines.index(OWN_TABLE_LINE)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] == "}"), len(lines) - 1)
+    return "\n".join(lines[start:end + 1]) + "\n"
+
+
+def without_own_table(ruleset: str) -> str:
+    table = own_table(ruleset)
+    return ruleset.replace(table.rstrip("\n"), "") if table else ruleset
+
+
+def parse_own_firewall(text: str) -> str | None:
+    """sparkctl's table from the firewall section's `nft list ruleset` (None: nft absent or not readable)."""
+    blocks = _firewall_blocks(text)
+    return own_table(blocks["nft"]) if "nft" in blocks else None
+
+
 def parse_firewall(text: str) -> str | None:
-    """A one-line summary of what filters inbound traffic, or None when nothing does (or we cannot tell)."""
+    """A one-line summary of what filters inbound traffic, or None when nothing does (or we cannot tell).
+    sparkctl's own table is not counted: it is planned to let in what the cluster needs."""
     blocks = _firewall_blocks(text)
     if re.search(r"^Status: active", blocks.get("ufw", ""), re.M):
         return "ufw active"
-    if "nft" in blocks and (summary := _nft_input_summary(blocks["nft"])):
+    if "nft" in blocks and (summary := _nft_input_summary(without_own_table(blocks["nft"]))):
         return summary
     if "iptables" in blocks:
         return _iptables_input_summary(blocks["iptables"])
@@ -418,3 +447,19 @@ def listening_on(ss_output: str, port: int) -> set[str]:
             if got == str(port):
                 found.add(address.strip("[]").split("%")[0])
     return found
+
+
+def parse_marked_files(text: str) -> tuple[dict[str, str], str]:
+    """`#file <path>` then its content, for each file that exists, then `#enabled` and what follows: ({path: text},
+    the rest)."""
+    files: dict[str, list[str]] = {}
+    tail: list[str] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("#file /"):
+            current = files.setdefault(line[len("#file "):], [])
+        elif line == "#enabled":
+            current = tail
+        elif current is not None:
+            current.append(line)
+    return {path: "\n".join(lines) + "\n" for path, lines in files.items()}, "\n".join(tail)

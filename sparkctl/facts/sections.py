@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sparkctl.facts import parse
+from sparkctl.facts.firewall_files import LISTED_PATH, RULES_PATH, UNIT_NAME, UNIT_PATH
 from sparkctl.facts.lldp import parse_lldp
 from sparkctl.facts.model import ContainerInfo, Facts
 from sparkctl.facts.networkmanager import parse_nmcli
@@ -140,8 +141,23 @@ def _read_hf_cache(f: Facts, got: Got) -> None:
 
 def _read_firewall(f: Facts, got: Got) -> None:
     f.firewall = got.parsed(parse.parse_firewall, None)
+    f.own_firewall = got.parsed(parse.parse_own_firewall, None)
     # any rule change, also one the summary does not tell (a proof on record depends on it: tasks/proof.py)
     f.firewall_digest = hashlib.sha256(got.text.encode()).hexdigest()[:16]
+
+
+#: sparkctl's firewall files (plan/firewall.py; 644, no secret in them): each after its marker, absent ones left out
+FIREWALL_FILES_SCRIPT = (f"for _f in {RULES_PATH} {LISTED_PATH} {UNIT_PATH}; do [ -f \"$_f\" ] && "
+                         "{ echo \"#file $_f\"; cat \"$_f\"; }; done; "
+                         f"echo '#enabled'; systemctl is-enabled {UNIT_NAME} 2>/dev/null; true")
+
+
+def _read_firewall_files(f: Facts, got: Got) -> None:
+    files, enabled = parse.parse_marked_files(got.text)
+    f.firewall_rules, f.firewall_unit = files.get(RULES_PATH), files.get(UNIT_PATH)
+    listed = files.get(LISTED_PATH)
+    f.firewall_listed = listed.strip() if listed else None
+    f.firewall_unit_enabled = enabled.strip()
 
 
 def _inspected(request: FactsRequest) -> str:
@@ -336,6 +352,7 @@ else echo '#absent'; fi"""), lambda f, got: replace(f, nm=got.parsed(parse_nmcli
                 privileged=True),
     FactSection("meminfo", _always("cat /proc/meminfo"), _read_meminfo),
     FactSection("time", _always("date +%s.%N"), lambda f, got: replace(f, time=got.parsed(parse.parse_time, 0.0))),
+    FactSection("firewall-files", _always(FIREWALL_FILES_SCRIPT), _read_firewall_files),
     FactSection("firewall", _always(r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi
 if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
 if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, privileged=True),

@@ -24,6 +24,7 @@ from sparkctl.inventory.sections import (
     FIRST_HOST_NUMBER,
     ContainerSettings,
     FabricSettings,
+    FirewallSettings,
     Node,
     ServeSettings,
     SshSettings,
@@ -81,6 +82,7 @@ class InventoryParts:
     ssh: SshSettings | None = None
     #: the inventory has a serve: section (serving is set up, so the server's port is taken on the head)
     serving: bool = False
+    firewall: FirewallSettings | str | None = None
     #: where the model checked is written when it is one of several in serve.models (its world need not hold the
     #: head: the gateway reaches it)
     entry: tuple[str | int, ...] | None = None
@@ -124,6 +126,10 @@ def _per_model(parts: InventoryParts, check: Callable[[InventoryParts], Iterator
 def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
     """What is allowed but most likely a mistake."""
     out: list[Problem] = []
+    if parts.firewall == "off":
+        out.append((("firewall",), "off: the nodes' own rules are left alone, and what the engines, Open MPI and "
+                                   "Ray listen on answers on the management network too (remove `firewall: off` to "
+                                   "let sparkctl close it: docs/firewall.md)"))
     if parts.serve is not None:
         service = credential_service(parts.serve.hf_token_env)
         if service:

@@ -7,6 +7,7 @@ so a schema error and a cross-field problem are placed the same way.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -32,7 +33,7 @@ from sparkctl.inventory.sections import Node
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 # Sections the cross-field checks read; each is validated on its own when the whole file does not validate.
-CHECKED_SECTIONS = ("fabric", "serve", "container", "ssh")
+CHECKED_SECTIONS = ("fabric", "serve", "container", "ssh", "firewall")
 #: Problems printed at most; past this the rest are counted (a generated file can have thousands).
 MAX_SHOWN = 50
 
@@ -57,7 +58,7 @@ def load_inventory(path: str | Path) -> Inventory:
         inventory = Inventory.model_validate(data, context={SKIP_CROSS_CHECKS: True})
         parts = inventory.parts()
     except ValidationError as err:
-        errors = err.errors()
+        errors = _one_branch(err.errors(), data)
         problems += [_describe(error) for error in errors]
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
     problems += cross_check_problems(parts)
@@ -82,6 +83,37 @@ def load_inventory(path: str | Path) -> Inventory:
     inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")
                            for loc, message in cross_check_warnings(parts)]
     return inventory
+
+
+#: how pydantic names the branches of a `Settings | Literal["off"]` field in an error's location
+_BRANCH = re.compile(r"[A-Z][A-Za-z]*Settings\Z|literal\[")
+
+
+def _one_branch(errors: list[Any], data: Any) -> list[Any]:
+    """The errors of a `Settings | Literal["off"]` field (watchdog, firewall) from the branch the value meant: a
+    mapping is the settings (the literal's complaint dropped), a word the literal; the branch's name leaves the
+    location, so `firewall.allow[0]` is said, not `firewall.FirewallSettings.allow[0]`."""
+    out = []
+    for error in errors:
+        loc = tuple(error["loc"])
+        at = next((i for i, part in enumerate(loc) if isinstance(part, str) and _BRANCH.match(part)), None)
+        if at is None:
+            out.append(error)
+            continue
+        given = _value_at(data, loc[:at])
+        if isinstance(given, dict) == loc[at].startswith("literal["):
+            continue
+        out.append({**error, "loc": loc[:at] + loc[at + 1:]})
+    return out
+
+
+def _value_at(data: Any, loc: Loc) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
 
 
 def _map_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> list[Problem]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, model_validator
 
 from sparkctl.engines import ENGINES, Engine
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
@@ -24,12 +24,14 @@ from sparkctl.inventory.sections import (
     ClusterSettings,
     ContainerSettings,
     FabricSettings,
+    FirewallSettings,
     Node,
     ServeSettings,
     SshSettings,
     UserName,
     _Section,
     default_subnets,
+    off_word,
     resolve_topology,
 )
 from sparkctl.inventory.serve import ServeSpec, engine_of, resolve_serve
@@ -60,6 +62,11 @@ class Inventory(_Section):
     fabric: FabricSettings = Field(default_factory=FabricSettings)
     container: ContainerSettings = Field(default_factory=ContainerSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
+    firewall: Annotated[FirewallSettings | Literal["off"], BeforeValidator(off_word)] = Field(
+        default_factory=FirewallSettings, description=(
+            "sparkctl's nftables table on every node: on the management side only sshd, the endpoint (head), "
+            "established traffic, ICMP and firewall.allow answer; the fabric keeps everything (docs/firewall.md); "
+            "off: the nodes' own rules are left alone, and every run says so"))
 
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
@@ -98,7 +105,7 @@ class Inventory(_Section):
 
     def parts(self) -> InventoryParts:
         return InventoryParts(len(self.nodes), list(self.nodes), self.fabric, self.serve, self.container, self.ssh,
-                              serving="serve" in self.model_fields_set)
+                              serving="serve" in self.model_fields_set, firewall=self.firewall)
 
     # -- resolved views ------------------------------------------------------------------------------------
     @property

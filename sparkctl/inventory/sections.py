@@ -251,8 +251,8 @@ class WatchdogSettings(_Section):
         "the canary's token must come within this long, else the world is stuck"))
 
 
-def _off(value: object) -> object:
-    """`watchdog: off` reads as the boolean false in YAML 1.1 (PyYAML): both mean off."""
+def off_word(value: object) -> object:
+    """`watchdog: off` (`firewall: off`) reads as the boolean false in YAML 1.1 (PyYAML): both mean off."""
     return "off" if value is False else value
 
 
@@ -343,7 +343,7 @@ class ServeSettings(ModelFields):
     gateway_image: ImageRef = Field(DEFAULT_GATEWAY_IMAGE, description=(
         "the gateway's image: NGINX, which checks the key and listens where serve.listen says "
         "(docs/gateway.md)"))
-    watchdog: Annotated[WatchdogSettings | Literal["off"], BeforeValidator(_off)] = Field(
+    watchdog: Annotated[WatchdogSettings | Literal["off"], BeforeValidator(off_word)] = Field(
         default_factory=WatchdogSettings, description=(
             "the head's check of a serving world: stuck (requests running and no token, or an idle canary "
             "unanswered), the whole world is ended and started again, and the end recorded as `stuck`; off: none"))
@@ -364,6 +364,57 @@ class ServeSettings(ModelFields):
             raise ValueError("looks like a token: put the NAME of the environment variable here and export "
                              "the token in it (e.g. hf_token_env: HF_TOKEN, then `export HF_TOKEN=...`)")
         return value
+
+
+_ALLOW_RE = re.compile(r"(?P<first>[0-9]{1,5})(?:-(?P<last>[0-9]{1,5}))?(?:/(?P<proto>tcp|udp))?\Z")
+
+
+def _allow(value: object) -> str:
+    """One port the firewall lets in on the management side: 8080, 8080/tcp, 5353/udp or 9100-9110/tcp (tcp when
+    not said); a number alone is read as tcp."""
+    if isinstance(value, bool):
+        raise ValueError("must be a port (e.g. 8080 or 8080/tcp), not true/false")
+    text = str(value) if isinstance(value, int) else value
+    match = _ALLOW_RE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("not a port to let in (write 8080, 8080/tcp, 5353/udp or 9100-9110/tcp)")
+    first, last = int(match["first"]), int(match["last"] or match["first"])
+    if not 1 <= first <= last <= 65535:
+        raise ValueError("ports are 1 to 65535, the first of a range not above the last (e.g. 9100-9110/tcp)")
+    span = f"{first}" if first == last else f"{first}-{last}"
+    return f"{span}/{match['proto'] or 'tcp'}"
+
+
+def _source(value: object) -> str:
+    """A network SSH is let in from: an IPv4 or IPv6 network or address."""
+    try:
+        return str(ipaddress.ip_network(str(value), strict=True)) if isinstance(value, str) else _bad_source()
+    except ValueError:
+        try:
+            fixed = ipaddress.ip_network(str(value), strict=False)
+        except ValueError:
+            return _bad_source()
+        raise ValueError(f"has host bits set (did you mean {fixed}?)") from None
+
+
+def _bad_source() -> str:
+    raise ValueError("not a network or address (write it like 10.0.0.0/24 or 10.0.0.5)")
+
+
+AllowedPort = Annotated[str, PlainValidator(_allow)]
+SourceNetwork = Annotated[str, PlainValidator(_source)]
+
+
+class FirewallSettings(_Section):
+    """sparkctl's own nftables table on every node (docs/firewall.md): on the management side only sshd, the
+    endpoint on the head, established traffic, ICMP and what `allow` lists answer; the fabric and loopback keep
+    everything."""
+
+    allow: list[AllowedPort] = Field(default_factory=list, max_length=64, description=(
+        "more ports let in on the management side (not the fabric): 8080, 8080/tcp, 5353/udp, 9100-9110/tcp"))
+    ssh_from: list[SourceNetwork] | None = Field(None, min_length=1, max_length=64, description=(
+        "the networks sshd is let in from (default: anywhere); the controller must be in one: a rule set that "
+        "cuts its way in is put back by the node itself"))
 
 
 def resolve_topology(explicit: str | None, node_count: int) -> str | None:

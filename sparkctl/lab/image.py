@@ -100,6 +100,8 @@ MACHINE_PACKAGES = [
     "iperf3",
     # DGX OS (Ubuntu) ships rsync: model.copy runs it on both ends (its daemon on the peer, over the fabric)
     "rsync",
+    # and nftables (the backend of its iptables too): sparkctl's firewall is a table of its own
+    "nftables",
 ]
 
 Log = Callable[[str], None]

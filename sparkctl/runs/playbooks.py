@@ -26,7 +26,7 @@ DOWN_PHASES = ["container", "ssh", "network"]
 def down_tasks(network_too: bool = False) -> list[Task]:
     """What `cluster down` undoes; the network and keys only with --network."""
     keys_and_network: list[Task] = [*ssh.DOWN_TASKS, *network.DOWN_TASKS] if network_too else []
-    return [*serve.DOWN_TASKS, *container.DOWN_TASKS, *keys_and_network]
+    return [*serve.DOWN_TASKS, *container.DOWN_TASKS, *keys_and_network, *network.FIREWALL_DOWN]
 
 
 def down_graph(network_too: bool = False) -> Graph:

@@ -458,7 +458,7 @@ def test_schema_is_json():
     schema = json.loads(json.dumps(inventory_json_schema()))
     assert schema["required"] == ["user", "nodes"]
     assert schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"cluster", "user", "ssh", "nodes", "fabric", "container", "serve"}
+    assert set(schema["properties"]) == {"cluster", "user", "ssh", "nodes", "fabric", "container", "serve", "firewall"}
 
 
 def test_model_validate_runs_the_cross_checks_too():

@@ -14,6 +14,7 @@ import pytest
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.tasks.model.streams import streams_script
+from sparkctl.tasks.network.firewall_guard import guard_script
 from tests.taskkit import REPO
 
 INVENTORIES = sorted((REPO / "inventories").glob("*.yaml"))
@@ -37,6 +38,7 @@ def rendered_scripts() -> dict[str, str]:
                                          repo="org/m", peer="spark2", allow=["192.168.100.10"])
     out["copy streams off the fabric"] = streams_script("/src", "/dst", [("10.0.0.12", "-p 22 -i ~/.ssh/k")],
                                                         [["b"]], "/tmp/l", repo="org/m", peer="spark2")
+    out["firewall revert guard"] = guard_script("1795970183756", 60)
     return out
 
 

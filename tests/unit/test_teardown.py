@@ -140,6 +140,9 @@ def test_ssh_down_removes_a_file_that_held_only_sparkctls_lines_and_is_then_done
 
 def test_down_undoes_the_network_only_when_asked():
     # the unit first: its stop reaches the server inside the container
-    assert [t.name for t in down_graph().ordered()] == ["serve.unit_remove", "serve.gateway_remove", "container.remove"]
-    assert [t.name for t in down_graph(network_too=True).ordered()] == ["serve.unit_remove", "serve.gateway_remove",
-                                                                        "container.remove", "down.ssh", "down.network"]
+    # sparkctl's firewall goes with every `cluster down` (its own table only: the node's rules stay)
+    assert [t.name for t in down_graph().ordered()] == ["serve.unit_remove", "serve.gateway_remove", "container.remove",
+                                                        "network.firewall_remove"]
+    assert [t.name for t in down_graph(network_too=True).ordered()] == [
+        "serve.unit_remove", "serve.gateway_remove", "container.remove", "down.ssh", "down.network",
+        "network.firewall_remove"]

@@ -114,7 +114,9 @@ def _marker(base: str, what: str, run_id: str) -> str:
     return posixpath.join(base, f"{what}-{run_id}")
 
 
-def _confirm_once(ctx: NodeContext, script: str) -> tuple[CommandResult | None, str]:
+def confirm_once(ctx: NodeContext, script: str) -> tuple[CommandResult | None, str]:
+    """`script` run as root over a NEW connection to the node: (its result, or None when the node could not be
+    reached; what went wrong)."""
     try:
         fresh = ctx.cluster.new_transport(ctx.name)
         try:
@@ -139,7 +141,7 @@ def confirm(ctx: NodeContext, run_id: str, applied_at: float | None = None) -> N
     window = int(ctx.options.netplan_confirm_timeout)
     deadline = None if applied_at is None else applied_at + min(CONFIRM_RETRY, window / 2)
     while True:
-        result, detail = _confirm_once(ctx, script)
+        result, detail = confirm_once(ctx, script)
         unreached = result is None or result.exit_code == 255
         if not unreached or deadline is None or time.monotonic() >= deadline:
             break
