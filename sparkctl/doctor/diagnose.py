@@ -9,6 +9,7 @@ from sparkctl.doctor.catalog import DOCTOR_CHECK_FAILED, DOCTOR_OUTSIDE_UNREADAB
 from sparkctl.doctor.checks import bench as checks_bench
 from sparkctl.doctor.checks import cabling as checks_cabling
 from sparkctl.doctor.checks import container as checks_container
+from sparkctl.doctor.checks import exposure as checks_exposure
 from sparkctl.doctor.checks import fabric as checks_fabric
 from sparkctl.doctor.checks import mpi as checks_mpi
 from sparkctl.doctor.checks import networkmanager as checks_nm
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_nm.CHECKS, *checks_ssh.CHECKS,
-    *checks_container.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_bench.CHECKS, *checks_system.CHECKS,
+    *checks_container.CHECKS, *checks_exposure.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS,
+    *checks_bench.CHECKS, *checks_system.CHECKS,
     *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_ranks.CHECKS, *checks_vllm.CHECKS,
 ]
 

@@ -8,9 +8,11 @@ Everything here only reads: a probe never changes a node.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import posixpath
 import re
+import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -27,7 +29,7 @@ from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
 from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
-from sparkctl.rules.fabric import exposed, exposure_script, management_addresses
+from sparkctl.rules.fabric import exposed, exposure_script, listening_on_management, management_addresses
 from sparkctl.rules.mesh import (
     Try,
     container_tries,
@@ -155,6 +157,8 @@ class Where:
     node: str
     order: list[str]
     want_logs: bool = False
+    #: (node, address, port) this node asks over the management network (another node's listeners)
+    targets: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def container(self) -> ContainerInfo | None:
@@ -270,6 +274,25 @@ def _read_completion(p: NodeProbe, s: Section) -> None:
         p.completion, p.completion_error = _completion_text(status.strip(), body)
 
 
+def _answers(w: Where) -> str | None:
+    """A TCP connection to each target, all at once (a port that drops it costs its wait once): `open NODE IP
+    PORT` for each that accepted."""
+    if not w.targets:
+        return None
+    lines = [f"( timeout {ANSWER_WAIT_S} bash -c {q(f': </dev/tcp/{ip}/{int(port)}')} 2>/dev/null "
+             f"&& echo {q(f'open {node} {ip} {int(port)}')} ) &" for node, ip, port in w.targets]
+    return "\n".join([*lines, "wait"])
+
+
+def _read_answers(p: NodeProbe, s: Section) -> NodeProbe:
+    answered = []
+    for line in s.output.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == "open" and fields[3].isdigit():
+            answered.append((fields[1], fields[2], int(fields[3])))
+    return replace(p, answered=answered)
+
+
 def _read_versions(p: NodeProbe, s: Section) -> None:
     versions = node_probes.parse_versions(s.output)
     p.system.kernel, p.system.driver, p.system.cuda = (versions.get(k, "") for k in ("kernel", "driver", "cuda"))
@@ -294,6 +317,7 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("exposure", lambda w: exposure_script(management_addresses(w.facts),
                                                        int(w.inventory.container.ssh_port)) if w.running else None,
                  lambda p, s: replace(p, exposed=exposed(s.output))),
+    ProbeSection("answers", _answers, _read_answers),
     ProbeSection("c-logs", lambda w: f"docker logs --tail {LOG_LINES} {q(w.inventory.container.name)} 2>&1"
                  if w.container is not None and w.container.exists and (
                      not w.container.running or w.container.status == "restarting" or w.want_logs) else None,
@@ -353,9 +377,10 @@ CONTAINER_SECTIONS: list[ProbeSection] = [
 
 
 def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, node: str, order: list[str], *,
-                 nonce: str, want_logs: bool = False) -> str:
-    """The probe script of one node. `order`: the reachable nodes (peers to probe)."""
-    w = Where(inventory, plan, facts, node, order, want_logs)
+                 nonce: str, want_logs: bool = False, targets: tuple[tuple[str, str, int], ...] = ()) -> str:
+    """The probe script of one node. `order`: the reachable nodes (peers to probe); `targets`: another node's
+    management listeners to connect to."""
+    w = Where(inventory, plan, facts, node, order, want_logs, targets)
     hold, send = held_output("$_O", 'rm -f "$_O"')
     parts = [_PRELUDE, '_O=$(mktemp 2>/dev/null) || _O=""', hold]
     inside = ""
@@ -391,10 +416,11 @@ def parse_probe(stdout: str, nonce: str) -> NodeProbe:
 
 
 def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | None, facts: Facts, order: list[str],
-               *, want_logs: bool = False, timeout: float | None = None) -> NodeProbe:
+               *, want_logs: bool = False, timeout: float | None = None,
+               targets: tuple[tuple[str, str, int], ...] = ()) -> NodeProbe:
     node = transport.node
     nonce = Framing().nonce
-    script = probe_script(inventory, plan, facts, node, order, nonce=nonce, want_logs=want_logs)
+    script = probe_script(inventory, plan, facts, node, order, nonce=nonce, want_logs=want_logs, targets=targets)
     timeout = probe_timeout(len(order)) if timeout is None else timeout
     try:
         result = transport.run(script, timeout=timeout)
@@ -431,7 +457,61 @@ def run_probes(transports: dict[str, Transport], inventory: Inventory, plan: Clu
     names = [n for n in order if n in transports]
     if not names:
         return {}
+    asks = exposure_targets(names, facts)
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(names)))) as pool:
-        futures = {n: pool.submit(probe_node, transports[n], inventory, plan, facts[n], order, want_logs=want_logs)
-                   for n in names}
-        return {n: f.result() for n, f in futures.items()}
+        futures = {n: pool.submit(probe_node, transports[n], inventory, plan, facts[n], order, want_logs=want_logs,
+                                  targets=asks.get(n, ())) for n in names}
+        probes = {n: f.result() for n, f in futures.items()}
+    if len(names) == 1:
+        # a lone node has no other node to be asked from: this machine asks
+        lone = names[0]
+        probes[lone].answered = answered_here(management_listeners(lone, facts[lone]))
+    return probes
+
+
+#: how long a connection over the management network may take to be accepted (a dropped SYN costs this, once)
+ANSWER_WAIT_S = 2
+#: the most listeners asked of one node (a node with more is a finding long before)
+MAX_ASKED = 64
+
+
+def management_listeners(node: str, facts: Facts) -> list[tuple[str, str, int]]:
+    """(node, management address, port) of each TCP listener that holds the node's management address (itself,
+    or every address)."""
+    out = []
+    for port in sorted(facts.listening_addresses):
+        for ip in listening_on_management(facts, port):
+            if _ipv4(ip):  # a node's own report: nothing else reaches the shell that asks it
+                out.append((node, ip, port))
+    return out[:MAX_ASKED]
+
+
+def _ipv4(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+def exposure_targets(names: list[str], facts: dict[str, Facts]) -> dict[str, tuple[tuple[str, str, int], ...]]:
+    """Who asks whom: each node asks the next one's management listeners (the last the first), so every node is
+    asked from another node of the cluster over the management network."""
+    if len(names) < 2:
+        return {}
+    return {asker: tuple(management_listeners(target, facts[target]))
+            for asker, target in zip(names, names[1:] + names[:1], strict=True)}
+
+
+def answered_here(targets: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The targets that accept a TCP connection from this machine."""
+    def accepts(target: tuple[str, str, int]) -> bool:
+        try:
+            with socket.create_connection(target[1:], timeout=ANSWER_WAIT_S):
+                return True
+        except OSError:
+            return False
+
+    if not targets:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        return [t for t, ok in zip(targets, pool.map(accepts, targets), strict=True) if ok]

@@ -65,6 +65,9 @@ class NodeProbe:
     container_logs: str = ""
     #: management addresses on which the container's sshd answered (it must not)
     exposed: list[str] = field(default_factory=list)
+    #: (node, its management address, port) that accepted this node's connection over the management network:
+    #: another node's listeners, asked from here (doctor's exposure check); a lone node's, asked from the controller
+    answered: list[tuple[str, str, int]] = field(default_factory=list)
     port_owners: dict[int, str] = field(default_factory=dict)
     hf_token_file: bool | None = None
     models: list[ModelCache] = field(default_factory=list)

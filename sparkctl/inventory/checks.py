@@ -126,6 +126,16 @@ def _per_model(parts: InventoryParts, check: Callable[[InventoryParts], Iterator
 def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
     """What is allowed but most likely a mistake."""
     out: list[Problem] = []
+    firewall = parts.firewall
+    if isinstance(firewall, FirewallSettings) and firewall.ssh_from and parts.ssh is not None:
+        ssh_ports = {parts.ssh.port} | {n.port for n in parts.nodes if n and n.port}
+        for i, allowed in enumerate(firewall.allow):
+            span, _, proto = allowed.partition("/")
+            first, _, last = span.partition("-")
+            opened = sorted(p for p in ssh_ports if proto == "tcp" and int(first) <= p <= int(last or first))
+            if opened:
+                out.append((("firewall", "allow", i), f"lets sshd's port {opened[0]} in from anywhere, so "
+                                                      "firewall.ssh_from narrows nothing (remove it from allow)"))
     if parts.firewall == "off":
         out.append((("firewall",), "off: the nodes' own rules are left alone, and what the engines, Open MPI and "
                                    "Ray listen on answers on the management network too (remove `firewall: off` to "

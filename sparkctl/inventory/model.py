@@ -77,9 +77,10 @@ class Inventory(_Section):
         """serve.models with one entry is a plain serve: with that entry's fields: read in place but not marked as
         set, so dump_inventory still gives back what the user wrote."""
         if self.serve.models and len(self.serve.models) == 1:
-            entry = self.serve.models[0]
+            # as placement reads it (a model of its own without tp_size: one rank per named node or replica)
+            settings = model_sources(self.serve)[0].settings
             for name in MODEL_FIELD_NAMES - self.serve.model_fields_set:
-                self.serve.__dict__[name] = getattr(entry, name)
+                self.serve.__dict__[name] = getattr(settings, name)
         return self
 
     @model_validator(mode="after")

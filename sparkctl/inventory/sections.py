@@ -386,7 +386,10 @@ def _allow(value: object) -> str:
 
 
 def _source(value: object) -> str:
-    """A network SSH is let in from: an IPv4 or IPv6 network or address."""
+    """A network SSH is let in from: an IPv4 or IPv6 network or address (no zone: `fe80::1%eth0` means nothing to
+    nftables)."""
+    if isinstance(value, str) and "%" in value:
+        return _bad_source()
     try:
         return str(ipaddress.ip_network(str(value), strict=True)) if isinstance(value, str) else _bad_source()
     except ValueError:

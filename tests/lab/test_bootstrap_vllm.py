@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkctl.cli.json_schema import validate_line
 from sparkctl.inventory import load_inventory
 from sparkctl.plan.serve_unit import parse_exits
-from tests.lab import ranks_kit
+from tests.lab import firewall_kit, ranks_kit
 from tests.lab.conftest import poll
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, sh, sparkctl
 from tests.lab.ranks_kit import (
@@ -96,6 +96,14 @@ def test_bootstrap_serves_with_a_rank_per_node_each_on_its_own_fabric(served):
     assert sorted(verify) == served["serving"], verify
     for node in set(served["nodes"]) - set(served["serving"]):
         assert unit_state(lab, node, served["cluster"])["LoadState"] == "not-found"
+
+
+def test_from_the_management_network_only_sshd_and_the_endpoint_answer(served):
+    """sparkctl's firewall with vLLM: from this machine (on the management bridge, no node) only sshd and the
+    endpoint answer, whatever else the nodes listen on."""
+    lab = served["lab"]
+    port = load_inventory(served["inventory"]).serve_spec().port
+    assert firewall_kit.answering(lab) == {n.mgmt_ip: {22, port} if n.name == "spark1" else {22} for n in lab.nodes}
 
 
 def test_a_rerun_changes_nothing(served):
@@ -302,6 +310,9 @@ def test_ray_as_the_executor_starts_a_ray_node_per_serving_node_and_serves(serve
     worker = sh(lab, "spark2", f"docker exec {VLLM_CONTAINER} ps -eo args")
     assert "ray start --head" in head and "--distributed-executor-backend ray" in head, head
     assert "ray start --address" in worker and "vllm serve" not in worker, worker
+    # Ray's GCS, its dashboard and its workers hold every address: none answers on the management network
+    port = load_inventory(str(ray)).serve_spec().port
+    assert firewall_kit.answering(lab) == {n.mgmt_ip: {22, port} if n.name == "spark1" else {22} for n in lab.nodes}
     log = sh(lab, "spark2", f"cat {_serve_log(served)}")
     assert "NCCL INFO Using network" in log, log[-2000:]  # the rank vLLM placed there ran
     assert changed(run(str(ray), env, "cluster", "bootstrap")) == set()

@@ -7,10 +7,7 @@ again, and warns; a reboot loads the table before the network; `cluster down` re
 
 from __future__ import annotations
 
-import asyncio
 import os
-import resource
-import socket
 import time
 from pathlib import Path
 
@@ -19,14 +16,14 @@ import yaml
 
 from sparkctl.tasks.network.firewall import listing_hash
 from tests.lab.conftest import poll
+from tests.lab.doctor_kit import doctor
+from tests.lab.firewall_kit import answering, wildcard_listeners
 from tests.lab.lab_kit import HF_TOKEN, changed, failures, reboot, sh, sparkctl, write_inventory
 from tests.lab.network_kit import port_open
 from tests.lab.serve_kit import SERVE
 
 pytestmark = pytest.mark.lab
 
-SCAN_TIMEOUT = 1.0
-SCAN_AT_ONCE = 4000
 TABLE = "nft list table inet sparkctl"
 
 
@@ -46,60 +43,6 @@ def run(served, *args: str, inventory: str | None = None) -> tuple[int, list[dic
     return sparkctl([*args, inventory or served["inventory"], "--json"], served["env"])
 
 
-def scan(hosts: list[str]) -> dict[str, set[int]]:
-    """Every TCP port of each host that accepts a connection from this machine."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * SCAN_AT_ONCE + 512)), hard))
-
-    async def one(host: str, port: int, gate: asyncio.Semaphore) -> int | None:
-        async with gate:
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), SCAN_TIMEOUT)
-            except (OSError, asyncio.TimeoutError):
-                return None
-            writer.close()
-            return port
-
-    async def every() -> dict[str, set[int]]:
-        gate = asyncio.Semaphore(SCAN_AT_ONCE)
-        found = await asyncio.gather(*(asyncio.gather(*(one(h, p, gate) for p in range(1, 65536))) for h in hosts))
-        return {h: {p for p in ports if p is not None} for h, ports in zip(hosts, found, strict=True)}
-
-    return asyncio.run(every())
-
-
-def listeners(lab, node: str, wildcard_only: bool = False) -> set[int]:
-    """The TCP ports something on the node listens on (`wildcard_only`: at every address)."""
-    ports = set()
-    for line in sh(lab, node, "ss -ltnH").splitlines():
-        address, _, port = line.split()[3].rpartition(":")
-        if not wildcard_only or address in ("0.0.0.0", "*", "[::]"):
-            ports.add(int(port))
-    return ports
-
-
-def wildcard_listeners(lab, node: str) -> set[int]:
-    return listeners(lab, node, wildcard_only=True)
-
-
-def answering(lab) -> dict[str, set[int]]:
-    """What answers on each node's management address: the scan of every port, and each port a listener of the
-    node holds asked again on its own with a longer wait (a scan's first SYNs may be lost while this machine
-    resolves the node's address; a port no listener holds cannot answer)."""
-    found = scan([n.mgmt_ip for n in lab.nodes])
-    for node in lab.nodes:
-        found[node.mgmt_ip] |= {p for p in listeners(lab, node.name) if _open(node.mgmt_ip, p)}
-    return found
-
-
-def _open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=3):
-            return True
-    except OSError:
-        return False
-
-
 def test_from_the_management_network_only_sshd_and_the_endpoint_answer(served):
     lab = served["lab"]
     head, worker = (n.mgmt_ip for n in lab.nodes)
@@ -107,7 +50,7 @@ def test_from_the_management_network_only_sshd_and_the_endpoint_answer(served):
     # out-of-band ports, trtllm-serve's MPI port
     for node in ("spark1", "spark2"):
         assert wildcard_listeners(lab, node) - {22}, sh(lab, node, "ss -ltnH")
-    assert answering(lab) == {head: {22, 8355}, worker: {22}}
+    assert answering(lab, full_scan=True) == {head: {22, 8355}, worker: {22}}
     code, _events, output = sparkctl(["serve", "chat", served["inventory"], "hello"], served["env"])
     assert code == 0 and output.strip(), output
     code, _events, output = sparkctl(["serve", "bench", served["inventory"], "--concurrency", "1", "--requests",
@@ -154,7 +97,15 @@ def test_rules_that_would_cut_the_controller_out_are_put_back_by_the_node_and_th
     assert changed(run(served, "cluster", "bootstrap")[1]) == set()
 
 
-def test_off_leaves_the_nodes_open_and_says_so_and_on_closes_them_again(served, tmp_path):
+def exposed(served, inventory: str) -> set[tuple[str, str]]:
+    """doctor's exposed ports: (node, summary)."""
+    report = doctor(served["lab"], env=served["env"], inventory=inventory)
+    return {(f["node"], f["summary"]) for f in report["findings"] if f["id"] == "node.exposed_port"}
+
+
+def test_off_leaves_the_nodes_open_and_says_so_and_doctor_finds_what_answers(served, tmp_path):
+    """`firewall: off`: sparkctl's table goes, every run warns; a server a person started on 0.0.0.0 and the
+    engines' own ports answer from the other node, and doctor names each with its process; back on, they do not."""
     lab = served["lab"]
     document = yaml.safe_load(Path(served["inventory"]).read_text())
     document["firewall"] = False  # `firewall: off` as YAML reads it
@@ -166,9 +117,18 @@ def test_off_leaves_the_nodes_open_and_says_so_and_on_closes_them_again(served, 
     worker = lab.nodes[1].mgmt_ip
     opened = wildcard_listeners(lab, "spark2") - {22}
     assert port_open(worker, min(opened))  # what the firewall closed answers again
-    code, events, output = run(served, "cluster", "bootstrap")
-    assert code == 0 and ("network.firewall", "spark2") in changed(events)
-    assert not port_open(worker, min(opened))
+    sh(lab, "spark2", "setsid nohup python3 -m http.server 8765 --bind 0.0.0.0 >/dev/null 2>&1 < /dev/null &")
+    try:
+        assert poll(lambda: 8765 in wildcard_listeners(lab, "spark2"), timeout=20)
+        found = exposed(served, str(off))
+        assert ("spark2", "port 8765 (python3) answers on spark2's management network") in found, found
+        assert {node for node, _ in found} >= {"spark1", "spark2"}  # mpirun's, orted's and trtllm-serve's too
+        code, events, output = run(served, "cluster", "bootstrap")
+        assert code == 0 and ("network.firewall", "spark2") in changed(events)
+        assert not port_open(worker, min(opened)) and not port_open(worker, 8765)
+        assert exposed(served, served["inventory"]) == set()
+    finally:
+        sh(lab, "spark2", "pkill -f 'http[.]server 8765'; true")
 
 
 def test_a_reboot_loads_the_table_before_the_network(served):

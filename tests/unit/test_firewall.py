@@ -50,12 +50,16 @@ def test_allowed_ports_are_read_by_what_they_are(inv_file):
         assert problem.startswith("inv.yaml:7: firewall.allow[0]: ") and said in problem, problem
 
 
-def test_ssh_sources_are_networks(inv_file):
+def test_ssh_sources_are_networks_and_allow_does_not_undo_them(inv_file):
     inv = load_inventory(inv_file(PAIR + "firewall: {ssh_from: [10.0.0.0/24, 10.9.9.9, 'fd00::/64']}\n"))
     assert inv.firewall.ssh_from == ["10.0.0.0/24", "10.9.9.9/32", "fd00::/64"]
     assert "has host bits set (did you mean 10.0.0.0/8?)" in only_problem(
         inv_file(PAIR + "firewall: {ssh_from: [10.0.0.1/8]}\n"))
     assert "not a network or address" in only_problem(inv_file(PAIR + "firewall: {ssh_from: [anywhere]}\n"))
+    assert "not a network or address" in only_problem(inv_file(PAIR + "firewall: {ssh_from: ['fe80::1%eth0']}\n"))
+    both = load_inventory(inv_file(PAIR + "firewall: {ssh_from: [10.0.0.0/24], allow: [20-30]}\n"))
+    assert both.warnings == ["inv.yaml:7: firewall.allow[0]: lets sshd's port 22 in from anywhere, so "
+                             "firewall.ssh_from narrows nothing (remove it from allow)"]
 
 
 # --- the rules ----------------------------------------------------------------------------------------------
@@ -159,9 +163,9 @@ def test_drift_in_the_live_table_or_the_unit_is_found(tmp_path):
 def test_facts_without_sudo_are_read_again_with_it(tmp_path):
     planned = _as_planned(_kit(tmp_path), "spark1")
     kit = _kit(tmp_path, spark1=dict(planned, own_firewall=None))
-    kit.transport("spark1").respond(r"^nft list ruleset", "table inet sparkctl {\n\tchain input {\n\t}\n}\n")
+    kit.transport("spark1").respond(r"nft list ruleset", "table inet sparkctl {\n\tchain input {\n\t}\n}\n")
     assert FirewallTask().check(kit.node("spark1")) == []
-    assert any(c.sudo and c.target == "nft list ruleset" for c in kit.transport("spark1").calls)
+    assert any(c.sudo and c.target.endswith("; nft list ruleset") for c in kit.transport("spark1").calls)
 
 
 def test_a_load_is_checked_armed_loaded_confirmed_over_a_new_connection_then_recorded(tmp_path):
@@ -172,9 +176,9 @@ def test_a_load_is_checked_armed_loaded_confirmed_over_a_new_connection_then_rec
     task.apply(kit.node("spark1"), task.check(kit.node("spark1")))
     runs = [c.target for c in transport.calls if c.kind == "run"]
     order = [next(i for i, r in enumerate(runs) if r.startswith(prefix)) for prefix in
-             ("nft -c -f", "set -e", "nft -f")]
+             ("nft -c -f", "set -e", "if nft -f")]
     assert order == sorted(order), runs  # checked, then armed, then loaded
-    assert "setsid nohup /bin/sh" in runs[order[1]]
+    assert "systemd-run --quiet --collect" in runs[order[1]] and "kill -0" in runs[order[1]]
     assert any("touch" in c.target and "/confirmed" in c.target for f in kit.fresh for c in f.calls)
     puts = {c.target: c for c in transport.calls if c.kind == "put"}
     assert puts[LISTED_PATH].content == hashlib.sha256(b"table inet sparkctl {\n}\n").hexdigest() + "\n"
@@ -209,5 +213,6 @@ def test_the_guard_puts_back_the_table_and_the_files_it_kept(tmp_path):
     script = guard_script("17", 60)
     assert script.startswith("#!/bin/sh\n")
     assert "nft -f /etc/sparkctl/guard/17/table.kept" in script and "sleep 60" in script
-    assert "/etc/sparkctl/guard/17/firewall.nft.kept /etc/sparkctl/guard/17/firewall.listed.kept" in script
+    # the new rules replace the old file only once confirmed: a guard that reverts drops them
+    assert "rm -f /etc/sparkctl/firewall.nft.new" in script and "flock 9" in script
     assert Path(RULES_PATH).parent.as_posix() == "/etc/sparkctl"

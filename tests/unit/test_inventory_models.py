@@ -202,3 +202,15 @@ serve:
     problems = problems_of(inv_file(text))
     assert any("inv.yaml:10: serve.models[0].tp_size: tp_size 9 needs 9 nodes" in p for p in problems), problems
     assert any("inv.yaml:11: serve.models[1].nodes[0]: no node named 'spark7'" in p for p in problems), problems
+
+
+def test_one_entry_of_its_own_serves_the_world_placement_planned(inv_file):
+    """A model of its own without tp_size: one rank per named node, or per replica, as validate placed it."""
+    vllm = NODES + 'container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}\n'
+    one = load_inventory(inv_file(vllm + "serve:\n  models:\n    - {model: Qwen/Qwen3-8B, engine: vllm, "
+                                         "replicas: 1}\n"))
+    assert one.serve_spec().tp_size == 1 and one.serving_nodes() == ["spark1"]
+    assert [w.nodes for w in one.served_models()[0].worlds] == [("spark1",)]
+    named = load_inventory(inv_file(vllm + "serve:\n  models:\n    - {model: Qwen/Qwen3-8B, engine: vllm, "
+                                           "nodes: [spark1, spark2]}\n"))
+    assert named.serve_spec().tp_size == 2 and named.serving_nodes() == ["spark1", "spark2"]

@@ -1,15 +1,21 @@
-"""Loading sparkctl's firewall safely, as netplan is applied (safe_apply.py): check the rules, keep what the node
-has, arm a node-side revert, load, then confirm over a NEW management connection. A rule set that cuts the
+"""Loading sparkctl's firewall safely, as netplan is applied (safe_apply.py): check the rules, keep the table the
+node has, arm a node-side revert, load, then confirm over a NEW management connection. A rule set that cuts the
 controller's way in is put back by the node itself once the window passes; the connection the run already has is
 established traffic and survives the load, so only a new one proves the way in.
+
+The new rules file takes the old one's place only when confirmed (the boot unit loads that file: a reboot inside the
+window boots the old rules). The guard runs as a transient systemd unit where systemd runs (outside the login's
+session, which may be killed with it), and is proven alive before the load. A guard an interrupted run left armed
+stands down when the next run arms its own: that run keeps what the node holds then.
 """
 
 from __future__ import annotations
 
 import posixpath
 import time
+from dataclasses import dataclass
 
-from sparkctl.facts.firewall_files import FIREWALL_DIR, LISTED_PATH, RULES_PATH, TABLE
+from sparkctl.facts.firewall_files import FIREWALL_DIR, RULES_PATH, TABLE
 from sparkctl.plan.render import render
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import NodeContext
@@ -17,48 +23,118 @@ from sparkctl.tasks.network.safe_apply import confirm_once
 from sparkctl.transport.base import q
 
 GUARD_DIR = posixpath.join(FIREWALL_DIR, "guard")
+NEW_RULES = f"{RULES_PATH}.new"
 #: how long the guard waits for the load before it starts its window anyway (a session cut mid-load)
 WAIT_LOAD = 60
 #: a new connection's tries: an SSH handshake refused in the window's first moment is tried again
 CONFIRM_TRIES = 2
+NO_NFT = ("nft is not on the node: install nftables (DGX OS ships it) or set `firewall: off` in the inventory")
+
+
+@dataclass(frozen=True)
+class GuardFiles:
+    """One load's guard: its folder under GUARD_DIR and the files in it."""
+
+    run_id: str
+
+    @property
+    def base(self) -> str:
+        return posixpath.join(GUARD_DIR, self.run_id)
+
+    def _at(self, name: str) -> str:
+        return posixpath.join(self.base, name)
+
+    @property
+    def pidfile(self) -> str:
+        return self._at("guard.pid")
+
+    @property
+    def applied(self) -> str:
+        return self._at("applied")
+
+    @property
+    def confirmed(self) -> str:
+        return self._at("confirmed")
+
+    @property
+    def reverted(self) -> str:
+        return self._at("reverted")
+
+    @property
+    def lock(self) -> str:
+        return self._at("lock")
+
+    @property
+    def kept_table(self) -> str:
+        return self._at("table.kept")
+
+    @property
+    def script(self) -> str:
+        return self._at("revert.sh")
 
 
 def guard_script(run_id: str, timeout: int) -> str:
     """The node-side revert for one load (templates/firewall-guard.sh.j2)."""
-    base = posixpath.join(GUARD_DIR, run_id)
-    return render("firewall-guard.sh.j2", pidfile=f"{base}/guard.pid", applied=f"{base}/applied",
-                  confirmed=f"{base}/confirmed", reverted=f"{base}/reverted", kept_table=f"{base}/table.kept",
-                  kept_files=[f"{base}/{posixpath.basename(p)}.kept" for p in (RULES_PATH, LISTED_PATH)],
-                  directory=FIREWALL_DIR, table=TABLE, timeout=timeout, wait_load=WAIT_LOAD)
+    g = GuardFiles(run_id)
+    return render("firewall-guard.sh.j2", pidfile=g.pidfile, applied=g.applied, confirmed=g.confirmed,
+                  reverted=g.reverted, lock=g.lock, kept_table=g.kept_table, new_rules=NEW_RULES, table=TABLE,
+                  timeout=timeout, wait_load=WAIT_LOAD)
+
+
+#: guards an interrupted run left armed stand down (this run keeps what the node holds now)
+STAND_DOWN = f"""for p in {GUARD_DIR}/*/guard.pid; do
+  [ -e "$p" ] || continue; d=${{p%/guard.pid}}
+  if [ ! -e "$d/confirmed" ] && [ ! -e "$d/reverted" ]; then
+    touch "$d/confirmed"; kill "$(cat "$p")" 2>/dev/null || true
+  fi
+done"""
+
+
+def arm_script(g: GuardFiles, timeout: int) -> str:
+    unit = f"sparkctl-firewall-guard-{g.run_id}"
+    return "\n".join([
+        "set -e", STAND_DOWN,
+        f"nft list table inet {TABLE} > {q(g.kept_table)} 2>/dev/null || : > {q(g.kept_table)}",
+        f"cat > {q(g.script)} <<'SPARKCTL_EOF'\n{guard_script(g.run_id, timeout)}SPARKCTL_EOF",
+        # outside the login's session where systemd runs: it must outlive the very connection loss it guards against
+        "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then",
+        f"  systemd-run --quiet --collect --unit={q(unit)} /bin/sh {q(g.script)}",
+        f"else setsid nohup /bin/sh {q(g.script)} >/dev/null 2>&1 < /dev/null & fi",
+        f"i=0; while [ ! -s {q(g.pidfile)} ] && [ \"$i\" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done",
+        f"kill -0 \"$(cat {q(g.pidfile)} 2>/dev/null)\" || {{ echo 'the revert guard did not start' >&2; exit 1; }}",
+    ])
+
+
+def load_script(g: GuardFiles) -> str:
+    """nft -f; a load nft refused changed nothing: its guard stands down."""
+    return (f"if nft -f {q(NEW_RULES)}; then touch {q(g.applied)}; else rc=$?; touch {q(g.confirmed)} {q(g.applied)}; "
+            f"rm -f {q(NEW_RULES)}; kill \"$(cat {q(g.pidfile)})\" 2>/dev/null; exit $rc; fi")
+
+
+def confirm_script(g: GuardFiles) -> str:
+    """Over a new connection: the new file takes the old one's place, the guard stands down; never while it
+    reverts."""
+    return (f"exec 9> {q(g.lock)}; flock 9; if [ -e {q(g.reverted)} ]; then echo reverted; exit 3; fi; "
+            f"mv -f {q(NEW_RULES)} {q(RULES_PATH)} && touch {q(g.confirmed)} || exit 4; "
+            f"kill \"$(cat {q(g.pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
 
 
 def guarded_load(ctx: NodeContext, rules: str, timeout: int) -> None:
     """Load `rules` as the node's firewall, reverted by the node unless a new connection confirms it."""
-    run_id = f"{int(time.time() * 1000)}"
-    base = posixpath.join(GUARD_DIR, run_id)
-    new = f"{RULES_PATH}.new"
-    ctx.must(f"install -d -m 755 {q(FIREWALL_DIR)} && install -d -m 700 {q(GUARD_DIR)} {q(base)}",
+    g = GuardFiles(f"{int(time.time() * 1000)}")
+    ctx.must("command -v nft >/dev/null", "looking for nft", sudo=True, hint=NO_NFT)
+    ctx.must(f"install -d -m 755 {q(FIREWALL_DIR)} && install -d -m 700 {q(GUARD_DIR)} {q(g.base)}",
              "making sparkctl's firewall folders", sudo=True)
-    ctx.transport.put(new, rules, mode=0o644, owner="root:root", sudo=True)
-    ctx.must(f"nft -c -f {q(new)}", "checking the firewall rules (nft -c)", sudo=True,
+    ctx.transport.put(NEW_RULES, rules, mode=0o644, owner="root:root", sudo=True)
+    ctx.must(f"nft -c -f {q(NEW_RULES)}", "checking the firewall rules (nft -c)", sudo=True,
              hint="the rules nft refused are shown above; see docs/firewall.md")
-    keep = [f"nft list table inet {TABLE} > {q(base + '/table.kept')} 2>/dev/null || : > {q(base + '/table.kept')}"]
-    keep += [f"if [ -e {q(path)} ]; then cp -p {q(path)} {q(f'{base}/{posixpath.basename(path)}.kept')}; fi"
-             for path in (RULES_PATH, LISTED_PATH)]
-    script = posixpath.join(base, "revert.sh")
-    arm = ["set -e", *keep, f"cat > {q(script)} <<'SPARKCTL_EOF'\n{guard_script(run_id, timeout)}SPARKCTL_EOF",
-           # a session of its own: it must outlive the very connection loss it guards against
-           f"setsid nohup /bin/sh {q(script)} >/dev/null 2>&1 < /dev/null &"]
-    ctx.must("\n".join(arm), "arming the firewall's revert", sudo=True)
-    ctx.must(f"nft -f {q(new)}; rc=$?; [ $rc -eq 0 ] && mv -f {q(new)} {q(RULES_PATH)}; touch {q(base + '/applied')}; "
-             "exit $rc", "loading the firewall (nft -f)", sudo=True)
-    _confirm(ctx, base, timeout)
+    ctx.must(arm_script(g, timeout), "arming the firewall's revert", sudo=True)
+    ctx.must(load_script(g), "loading the firewall (nft -f)", sudo=True)
+    _confirm(ctx, g, timeout)
 
 
-def _confirm(ctx: NodeContext, base: str, timeout: int) -> None:
-    reverted, confirmed, pidfile = (f"{base}/{name}" for name in ("reverted", "confirmed", "guard.pid"))
-    script = (f"if [ -e {q(reverted)} ]; then echo reverted; exit 3; fi; touch {q(confirmed)} || exit 4; "
-              f"kill \"$(cat {q(pidfile)} 2>/dev/null)\" 2>/dev/null; echo confirmed")
+def _confirm(ctx: NodeContext, g: GuardFiles, timeout: int) -> None:
+    script = confirm_script(g)
     result, detail, cut = None, "", ""
     for attempt in range(CONFIRM_TRIES):
         result, detail = confirm_once(ctx, script)
