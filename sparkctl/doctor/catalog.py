@@ -177,9 +177,9 @@ CONTAINER_SSH_UNCHECKED = _person("container.ssh_unchecked", "warning", "contain
 CONTAINER_UNREAD = _person("container.unread", "warning", "container", "docker did not say in time what state the "
                            "container is in", "note", "nothing is known broken: run doctor again; `docker ps` on the "
                            "node shows whether docker answers")
-NODE_EXPOSED_PORT = _by("node.exposed_port", "warning", "network", "a listener answers on the node's management "
-                        "network that is not meant to (an engine's, MPI's or Ray's port, a server started by hand)",
-                        "network.firewall")
+NODE_EXPOSED_PORT = _by("node.exposed_port", "error", "network", "a listener answers on the node's management "
+                        "network that is not meant to (an engine's, MPI's or Ray's port, a server started by hand; "
+                        "a warning with `firewall: off`)", "network.firewall")
 CONTAINER_SSH_EXPOSED = _by("container.ssh_exposed", "error", "container", "the container's sshd answers on the "
                             "management address", *CONTAINER)
 ENV_IFACE_ABSENT = _by("env.iface_absent", "error", "container", "a container interface setting names an interface "

@@ -276,12 +276,30 @@ def _read_completion(p: NodeProbe, s: Section) -> None:
 
 def _answers(w: Where) -> str | None:
     """A TCP connection to each target, all at once (a port that drops it costs its wait once): `open NODE IP
-    PORT` for each that accepted."""
+    PORT` for each that accepted. Started when the probe starts (`_A`, its output file), so its wait runs beside
+    the other sections."""
     if not w.targets:
         return None
     lines = [f"( timeout {ANSWER_WAIT_S} bash -c {q(f': </dev/tcp/{ip}/{int(port)}')} 2>/dev/null "
              f"&& echo {q(f'open {node} {ip} {int(port)}')} ) &" for node, ip, port in w.targets]
     return "\n".join([*lines, "wait"])
+
+
+def _answers_started(w: Where) -> str | None:
+    """The asking, in the background from the probe's start (its output in "$_A")."""
+    asking = _answers(w)
+    if asking is None:
+        return None
+    return (f'_A=$(mktemp 2>/dev/null) || _A=""\n'
+            f'if [ -n "$_A" ]; then {{ {asking}\n}} >"$_A" 2>&1 3>&- & _AP=$!; fi')
+
+
+def _answers_collected(w: Where) -> str | None:
+    """What the asking found, once it is done (asked here when no temp file could be made)."""
+    asking = _answers(w)
+    if asking is None:
+        return None
+    return f'if [ -n "$_A" ]; then wait "$_AP"; cat "$_A"; rm -f "$_A"; else\n{asking}\nfi'
 
 
 def _read_answers(p: NodeProbe, s: Section) -> NodeProbe:
@@ -317,7 +335,6 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("exposure", lambda w: exposure_script(management_addresses(w.facts),
                                                        int(w.inventory.container.ssh_port)) if w.running else None,
                  lambda p, s: replace(p, exposed=exposed(s.output))),
-    ProbeSection("answers", _answers, _read_answers),
     ProbeSection("c-logs", lambda w: f"docker logs --tail {LOG_LINES} {q(w.inventory.container.name)} 2>&1"
                  if w.container is not None and w.container.exists and (
                      not w.container.running or w.container.status == "restarting" or w.want_logs) else None,
@@ -350,6 +367,8 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("unit-exits", lambda w: f"tail -n 20 {q(posixpath.join(posixpath.dirname(w.log), EXITS_LOG))}"
                  if _unit_here(w) else None, lambda p, s: replace(p, unit_exits=s.output)),
     ProbeSection("completion", _completion, _read_completion),
+    # started with the probe (probe_script): collected last
+    ProbeSection("answers", _answers_collected, _read_answers),
 ]
 
 def _mpi(w: Where) -> bool:
@@ -390,6 +409,9 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
         # the container's mesh runs alongside the host's (other sshds, other targets): the probe costs the
         # slower of the two, not their sum
         parts.append(f'_C=$(mktemp 2>/dev/null) || _C=""\nif [ -n "$_C" ]; then {{ {inside}; }} >"$_C" 2>&1 3>&- & fi')
+    started = _answers_started(w)
+    if started is not None:
+        parts.append(started)
     for sec in HOST_SECTIONS:
         body = sec.script(w)
         if body is None:

@@ -58,6 +58,11 @@ def seeds(cluster: str) -> list[Seed]:
              "umask 077; printf 'network:\\n  version: 2\\n  ethernets:\\n    enp1s0f1np1:\\n"
              "      addresses: [192.168.100.77/24]\\n' > /etc/netplan/90-NM-lab.yaml"),
         Seed("netplan-drift", "netplan.drift", "spark2", "echo '# edited by hand' >> /etc/netplan/40-cx7.yaml"),
+        # sparkctl's firewall flushed by hand, and a server a person started on every address (it ends by itself)
+        Seed("port-exposed", "node.exposed_port", "spark2",
+             "nft delete table inet sparkctl; setsid nohup timeout 600 python3 -m http.server 8765 --bind 0.0.0.0 "
+             ">/dev/null 2>&1 < /dev/null & i=0; until ss -ltnH | grep -q ':8765 ' || [ $i -ge 50 ]; do sleep 0.1; "
+             "i=$((i + 1)); done"),
         # ssh
         Seed("ssh-mesh", "ssh.mesh_broken", "spark2",
              f"sed -i '/sparkctl-{cluster}@/d' /home/nvidia/.ssh/authorized_keys"),

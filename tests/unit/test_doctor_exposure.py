@@ -49,6 +49,7 @@ def test_an_engine_port_that_answers_is_a_finding_and_sshd_and_the_endpoint_are_
     assert found[0].evidence == ("a TCP connection from spark1 to 10.0.0.12:1024 is accepted; trtllm-serve listens "
                                  "there")
     assert "--only network.firewall" in found[0].fix and "firewall.allow" in found[0].fix
+    assert found[0].severity == "error"  # sparkctl's firewall should have dropped it
 
 
 def test_a_port_firewall_allow_lets_in_is_meant(tmp_path):
@@ -63,7 +64,7 @@ def test_with_the_firewall_off_the_fix_is_to_turn_it_on():
     s.inventory.__dict__["firewall"] = "off"
     s.probes["spark1"].answered = [("spark2", "10.0.0.12", 8000)]
     (found,) = [f for f in diagnose(s).findings if f.id == "node.exposed_port"]
-    assert found.fix.startswith("remove `firewall: off` and rerun bootstrap")
+    assert found.fix.startswith("remove `firewall: off` and rerun bootstrap") and found.severity == "warning"
     assert "a process sparkctl could not name" in found.summary
 
 

@@ -38,7 +38,9 @@ def check_exposed_ports(s: Snapshot) -> list[Finding]:
             fix = ("remove `firewall: off` and rerun bootstrap: sparkctl's firewall drops it" if off else
                    f"{s.bootstrap('network.firewall')} (sparkctl's firewall drops it)")
             out.append(finding(
+                # with sparkctl's firewall on, something undid it; off, the user chose to leave the nodes open
                 NODE_EXPOSED_PORT, node, f"port {port} ({owner}) answers on {node}'s management network",
+                severity="warning" if off else None,
                 evidence=f"a TCP connection from {where} to {ip}:{port} is accepted; {owner} listens there",
                 fix=f"{fix}; if it is meant to answer, add {port}/tcp to firewall.allow; else bind it to loopback or "
                     "a fabric address, or stop it"))
