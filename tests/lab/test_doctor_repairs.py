@@ -160,6 +160,7 @@ BOOTSTRAP_GROUPS = [
     ("env-management", "ib-hca-missing"),
     ("ib-hca-partial", "env-unset"),
     ("container-exposed",),
+    ("port-exposed",),
 ]
 #: Groups of one seed per node that touch only that node's container: doctor names exactly what each seed says,
 #: each on its node alone (as the doctor path's test does for a seed by itself).
