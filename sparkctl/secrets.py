@@ -44,7 +44,8 @@ CREDENTIAL_SHAPES = (
     re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"),
     re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    # a PEM private key: the whole block where its end is there (its lines as written, or JSON's escaped ones)
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s\\]*?-----END [A-Z ]*PRIVATE KEY-----)?"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/-]{16,}=*"),
 )
 # All shapes in one pattern: one scan of a value instead of one per shape (the loader checks every value).
@@ -220,6 +221,15 @@ def register_secret(value: str | None) -> None:
             stripped = value.strip()
             if stripped:
                 _known.add(stripped)
+
+
+def register_private_key(pem: str) -> None:
+    """A PEM private key: the whole file and every line of its body are masked wherever they appear (a log that
+    shows part of a file shows whole lines)."""
+    register_secret(pem)
+    for line in pem.splitlines():
+        if not line.startswith("-----") and len(line.strip()) >= SAFE_LENGTH:
+            register_secret(line)
 
 
 def provide_secret(env_name: str, value: str) -> None:

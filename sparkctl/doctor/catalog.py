@@ -9,6 +9,7 @@ Adding a finding id means adding its object here (docs/architecture.md, "Adding 
 from __future__ import annotations
 
 from sparkctl.doctor.findings import KINDS, FindingType, Phase, Severity
+from sparkctl.knowledge.certificates import EXPIRY_WARNING_DAYS
 
 NETWORK = ("network.netplan", "network.verify")
 SSH = ("ssh.keys", "ssh.mesh", "ssh.verify")
@@ -245,6 +246,12 @@ SERVE_UNIT_DISABLED = _person("serve.unit_disabled", "warning", "serve", "the se
                               "purpose: a serving bootstrap (`sparkctl cluster bootstrap FILE`) serves again")
 SERVE_GATEWAY_DOWN = _by("serve.gateway_down", "error", "serve", "the gateway in front of the engine does not run or "
                          "listen where it should", "serve")
+SERVE_TLS_ENDING = _person("serve.tls_ending", "warning", "serve", "the endpoint's certificate (serve.tls) ends "
+                           f"within {EXPIRY_WARNING_DAYS} days, or has ended (an error: clients refuse it)",
+                           "password", "a certificate is renewed by whoever issues it (your CA, ACME): then point "
+                           "serve.tls at it and rerun bootstrap")
+SERVE_TLS_STALE = _by("serve.tls_stale", "error", "serve", "the gateway serves another certificate than the one "
+                      "serve.tls names", "serve")
 SERVE_COLLECTOR_DOWN = _by("serve.collector_down", "error", "serve", "the figures collector on the head does not "
                            "run: the gateway's /metrics, top, serve status and serve bench have no figures", "serve")
 SERVE_DEGENERATE = _person("serve.degenerate", "error", "serve", "the server answers with degenerate output",

@@ -20,6 +20,7 @@ from sparkctl.doctor.checks import roce as checks_roce
 from sparkctl.doctor.checks import serve as checks_serve
 from sparkctl.doctor.checks import ssh as checks_ssh
 from sparkctl.doctor.checks import system as checks_system
+from sparkctl.doctor.checks import tls as checks_tls
 from sparkctl.doctor.checks import vllm as checks_vllm
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, finding, sort_findings
 from sparkctl.doctor.snapshot import Snapshot
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_node.CHECKS, *checks_cabling.CHECKS, *checks_fabric.CHECKS, *checks_nm.CHECKS, *checks_ssh.CHECKS,
-    *checks_container.CHECKS, *checks_exposure.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS,
+    *checks_container.CHECKS, *checks_exposure.CHECKS, *checks_mpi.CHECKS, *checks_serve.CHECKS, *checks_tls.CHECKS,
     *checks_bench.CHECKS, *checks_system.CHECKS,
     *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_ranks.CHECKS, *checks_vllm.CHECKS,
 ]

@@ -8,7 +8,6 @@ Everything here only reads: a probe never changes a node.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import posixpath
 import re
@@ -26,10 +25,17 @@ from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan, hub_hashes
 from sparkctl.plan.collector import COLLECTOR_CONTAINER
-from sparkctl.plan.gateway import GATEWAY_CONTAINER
+from sparkctl.plan.gateway import GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
+from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
-from sparkctl.rules.fabric import exposed, exposure_script, listening_on_management, management_addresses
+from sparkctl.rules.fabric import (
+    exposed,
+    exposure_script,
+    is_ipv4,
+    listening_on_management,
+    management_addresses,
+)
 from sparkctl.rules.mesh import (
     Try,
     container_tries,
@@ -88,8 +94,7 @@ def _mesh_section(tries: list[Try]) -> str:
 def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
     lines = []
     for role, repo in repos:
-        flat = repo.replace("/", "--")
-        hub = f"{hf}/hub/models--{flat}"
+        hub = f"{hf}/hub/{repo_folder(repo)}"
         local = f"{hf}/{posixpath.relpath(draft_dir(repo), CONTAINER_HF_HOME)}"
         lines.append(f"""d=""; for c in {q(local)} {q(hub)}; do [ -d "$c" ] && {{ d=$c; break; }}; done
 if [ -z "$d" ]; then echo {q('absent ' + repo)}
@@ -317,6 +322,35 @@ def _read_versions(p: NodeProbe, s: Section) -> None:
 
 
 #: The node's own sections, in the order they run.
+#: What the gateway really serves (not the file beside its config: a reload NGINX refused keeps the old one): the
+#: certificate a TLS client is shown at the first listen address, unchecked (doctor compares it), as PEM; or
+#: SERVED_NO_TLS and why, when nothing there speaks TLS. argv: address, port, SERVED_NO_TLS.
+SERVED_NO_TLS = "no TLS:"
+SERVED_CERTIFICATE_PY = """\
+import socket, ssl, sys
+c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+c.check_hostname = False
+c.verify_mode = ssl.CERT_NONE
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), 5) as s, c.wrap_socket(s) as t:
+        print(ssl.DER_cert_to_PEM_cert(t.getpeercert(True)))
+except (OSError, ValueError) as x:
+    print("%s %s: %s" % (sys.argv[3], type(x).__name__, x))
+"""
+
+
+def _served_certificate(w: Where) -> str | None:
+    if not (w.head and w.serving and w.inventory.serve.tls is not None):
+        return None
+    try:
+        address = listen_addresses(w.inventory, w.facts)[0]
+    except ListenUnknown:
+        return None
+    return (f"python3 -c {q(SERVED_CERTIFICATE_PY)} {q(address)} {int(w.inventory.serve_spec().port)} "
+            f"{q(SERVED_NO_TLS)}")
+
+
+
 HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("ports", _ports, _read_ports),
     ProbeSection("versions", lambda w: node_probes.VERSIONS, _read_versions),
@@ -360,6 +394,8 @@ HOST_SECTIONS: list[ProbeSection] = [
                  "2>/dev/null || echo absent" if w.head and w.serving and w.inventory.engine().metrics_drained
                  else None,
                  lambda p, s: replace(p, collector=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
+    ProbeSection("tls-certificate", _served_certificate, lambda p, s: replace(p, served_certificate=(
+        s.output.strip() if s.output.startswith(("-----BEGIN CERTIFICATE", SERVED_NO_TLS)) else None))),
     ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{int(w.inventory.serve_spec().port)}'"
                  if w.head and w.serving else None, lambda p, s: replace(p, gateway_ss=s.output)),
     ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name) if _unit_here(w) else None,
@@ -503,16 +539,9 @@ def management_listeners(node: str, facts: Facts) -> list[tuple[str, str, int]]:
     out = []
     for port in sorted(facts.listening_addresses):
         for ip in listening_on_management(facts, port):
-            if _ipv4(ip):  # a node's own report: nothing else reaches the shell that asks it
+            if is_ipv4(ip):  # a node's own report: nothing else reaches the shell that asks it
                 out.append((node, ip, port))
     return out[:MAX_ASKED]
-
-
-def _ipv4(text: str) -> bool:
-    try:
-        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
-    except ValueError:
-        return False
 
 
 def exposure_targets(names: list[str], facts: dict[str, Facts]) -> dict[str, tuple[tuple[str, str, int], ...]]:

@@ -82,6 +82,8 @@ class NodeProbe:
     gateway: str | None = None
     #: what `ss -ltnH` lists at the serve port (the gateway's)
     gateway_ss: str = ""
+    #: what the gateway shows a TLS client (serve.tls): its certificate in PEM, or "no TLS: why"; None: not probed
+    served_certificate: str | None = None
     #: the figures collector's `docker inspect` state, "absent"; None: not probed (the engine needs none)
     collector: str | None = None
     #: `systemctl show` of the serving unit (LoadState=not-found when absent); None: not probed
@@ -116,6 +118,8 @@ class Snapshot:
     unreachable_kinds: dict[str, str] = field(default_factory=dict)
     #: a run holding the cluster lock while doctor looked (what it saw may be mid-change)
     busy: str | None = None
+    #: serve.tls's certificate as it is on this machine now (PEM); None: no serve.tls, or unreadable
+    tls_certificate: str | None = None
 
     @property
     def order(self) -> list[str]:

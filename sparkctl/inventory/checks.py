@@ -129,10 +129,8 @@ def cross_check_warnings(parts: InventoryParts) -> list[Problem]:
     firewall = parts.firewall
     if isinstance(firewall, FirewallSettings) and firewall.ssh_from and parts.ssh is not None:
         ssh_ports = {parts.ssh.port} | {n.port for n in parts.nodes if n and n.port}
-        for i, allowed in enumerate(firewall.allow):
-            span, _, proto = allowed.partition("/")
-            first, _, last = span.partition("-")
-            opened = sorted(p for p in ssh_ports if proto == "tcp" and int(first) <= p <= int(last or first))
+        for i, span in enumerate(firewall.spans()):
+            opened = sorted(p for p in ssh_ports if span.holds(p))
             if opened:
                 out.append((("firewall", "allow", i), f"lets sshd's port {opened[0]} in from anywhere, so "
                                                       "firewall.ssh_from narrows nothing (remove it from allow)"))

@@ -30,6 +30,7 @@ from sparkctl.inventory.checks import (
 from sparkctl.inventory.local_files import local_file_problems
 from sparkctl.inventory.model import Inventory
 from sparkctl.inventory.sections import Node
+from sparkctl.inventory.tls_check import tls_checks
 from sparkctl.secrets import looks_like_credential, mask_credentials
 
 # Sections the cross-field checks read; each is validated on its own when the whole file does not validate.
@@ -63,6 +64,8 @@ def load_inventory(path: str | Path) -> Inventory:
         parts = _valid_parts(data, [tuple(error["loc"]) for error in errors])
     problems += cross_check_problems(parts)
     problems += local_file_problems(parts)
+    tls_problems, tls_warnings = tls_checks(parts)
+    problems += tls_problems
     # a credential where it does not belong is the problem at its place, whatever else is wrong there
     secrets = credential_problems(data)
     pasted = {loc for loc, _ in secrets}
@@ -81,7 +84,7 @@ def load_inventory(path: str | Path) -> Inventory:
     inventory._source = path
     inventory._lines = lines
     inventory._warnings = [mask_credentials(f"{label}:{_nearest_line(lines, loc)}: {field_path(loc)}: {message}")
-                           for loc, message in cross_check_warnings(parts)]
+                           for loc, message in [*cross_check_warnings(parts), *tls_warnings]]
     return inventory
 
 

@@ -151,9 +151,12 @@ def _links(models: list[ServedModel], names: list[str], topology: str) -> Iterat
                 continue
             apart = _not_neighbours(world, names)
             if apart:
+                width = len(world.nodes)
+                instead = (f"place the world on neighbours, e.g. [{', '.join(names[:2])}]" if width == 2 else
+                           f"a world of {width} of the ring's {len(names)} nodes always holds two that are not "
+                           "cabled to each other: use 2 neighbours or the whole ring")
                 yield ((*model.loc, "nodes"), f"{apart[0]} and {apart[1]} are not cabled to each other (a ring "
-                                              "cables each node to the next): place the world on neighbours, "
-                                              f"e.g. [{', '.join(_neighbours(names, len(world.nodes)))}]")
+                                              f"cables each node to the next): {instead}")
                 break
 
 
@@ -165,10 +168,6 @@ def _not_neighbours(world: World, names: list[str]) -> tuple[str, str] | None:
             if a < b and min(gap, size - gap) != 1:
                 return a, b
     return None
-
-
-def _neighbours(names: list[str], width: int) -> list[str]:
-    return names[:width]
 
 
 def _fit(models: list[ServedModel], names: list[str]) -> Iterator[Problem]:

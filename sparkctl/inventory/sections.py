@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -326,6 +327,22 @@ class ModelEntry(ModelFields):
         "(instead of naming nodes); requests to the name go to the least busy"))
 
 
+class TlsSettings(_Section):
+    """HTTPS at the endpoint with a certificate the user provides (docs/gateway.md, "TLS"): files on this machine,
+    sent to the head like the other secrets (content on stdin, mode 600)."""
+
+    certificate: LocalPath = Field(description=(
+        "the server's certificate in PEM, its chain after it (NGINX's ssl_certificate); it must name the address or "
+        "name clients use (serve.tls.name)"))
+    key: LocalPath = Field(description="its private key in PEM, unencrypted (NGINX reads it at every start)")
+    ca: LocalPath | None = Field(None, description=(
+        "the CA certificate(s) sparkctl's own clients trust for it, on this machine and in the smoke test on the "
+        "head (default: the system roots: this machine's, and on the head the container image's)"))
+    name: HostName | None = Field(None, description=(
+        "the name clients reach the endpoint by, checked against the certificate (default: the head's host in "
+        "the inventory); sparkctl still connects to the head's address"))
+
+
 class ServeSettings(ModelFields):
     # Written as 8355 for code that reads it directly; when left out, ServeSpec.port is the preset's.
     port: Port = DEFAULT_SERVE_PORT
@@ -347,6 +364,9 @@ class ServeSettings(ModelFields):
         default_factory=WatchdogSettings, description=(
             "the head's check of a serving world: stuck (requests running and no token, or an idle canary "
             "unanswered), the whole world is ended and started again, and the end recorded as `stuck`; off: none"))
+    tls: TlsSettings | None = Field(None, description=(
+        "HTTPS on the endpoint's addresses with your certificate and key (plain HTTP there is refused); the head's "
+        "own loopback stays plain HTTP for what runs on the head"))
     distribute: Literal["download", "copy"] = Field(
         "download", description="how the model and draft reach the nodes: download (every node from the Hub, "
         "in parallel) or copy (the head downloads once, then sends them to the peers over the fabric)")
@@ -405,6 +425,29 @@ def _bad_source() -> str:
 
 
 AllowedPort = Annotated[str, PlainValidator(_allow)]
+
+
+@dataclass(frozen=True)
+class PortSpan:
+    """One `firewall.allow` entry as _allow wrote it (`9100-9110/tcp`), read back."""
+
+    first: int
+    last: int
+    proto: Literal["tcp", "udp"]
+
+    @classmethod
+    def of(cls, allowed: str) -> PortSpan:
+        span, _, proto = allowed.partition("/")
+        first, _, last = span.partition("-")
+        return cls(int(first), int(last or first), "udp" if proto == "udp" else "tcp")
+
+    @property
+    def nft(self) -> str:
+        """As nftables writes a port or a range: 8080, 9100-9110."""
+        return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+    def holds(self, port: int, proto: str = "tcp") -> bool:
+        return proto == self.proto and self.first <= port <= self.last
 SourceNetwork = Annotated[str, PlainValidator(_source)]
 
 
@@ -418,6 +461,9 @@ class FirewallSettings(_Section):
     ssh_from: list[SourceNetwork] | None = Field(None, min_length=1, max_length=64, description=(
         "the networks sshd is let in from (default: anywhere); the controller must be in one: a rule set that "
         "cuts its way in is put back by the node itself"))
+
+    def spans(self) -> list[PortSpan]:
+        return [PortSpan.of(allowed) for allowed in self.allow]
 
 
 def resolve_topology(explicit: str | None, node_count: int) -> str | None:

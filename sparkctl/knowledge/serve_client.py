@@ -1,4 +1,5 @@
-"""A small client for the OpenAI-compatible endpoint trtllm-serve exposes (stdlib only).
+"""A small client for the OpenAI-compatible endpoints the engines expose, through sparkctl's gateway (plain HTTP or
+HTTPS, the certificate checked: knowledge/certificates.py).
 
 /health, /v1/models, /version, /metrics (Prometheus text: the engine's, or the figures collector's through the
 gateway for TensorRT-LLM), chat completions plain and streamed (server-sent events). Eagle3 endpoints decode
@@ -14,6 +15,7 @@ import base64
 import http.client
 import json
 import shlex
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,9 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from sparkctl.knowledge.certificates import CertificateProblem, certificates_pem, client_context_for, read_pem
+
 
 class EndpointError(Exception):
-    """The endpoint could not be reached or answered with an error."""
+    """The endpoint could not be reached or answered with an error. `certificate`: it answered, with a certificate
+    the client refused (no other route should hide that)."""
+
+    def __init__(self, message: str, certificate: bool = False):
+        super().__init__(message)
+        self.certificate = certificate
 
 
 @dataclass
@@ -47,8 +56,42 @@ class Completion:
         return (tokens - 1) / (self.seconds - self.ttft)
 
 
-def endpoint_url(host: str, port: int) -> str:
-    return f"http://{host}:{int(port)}" if ":" not in host else f"http://[{host}]:{int(port)}"
+def endpoint_url(host: str, port: int, secure: bool = False) -> str:
+    scheme = "https" if secure else "http"
+    return f"{scheme}://{host}:{int(port)}" if ":" not in host else f"{scheme}://[{host}]:{int(port)}"
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How a client checks an https endpoint: the name the certificate must hold, and the CA file it trusts (None:
+    the system's roots), read when the client needs it."""
+
+    name: str
+    ca_file: str | None = None
+
+    def ca(self) -> str | None:
+        """The CA file's certificates (PEM, nothing else); None: the system's roots."""
+        if self.ca_file is None:
+            return None
+        try:
+            return certificates_pem(read_pem(self.ca_file))
+        except CertificateProblem as exc:
+            raise EndpointError(f"cannot read the CA file {self.ca_file}: {exc}") from None
+
+    def context(self) -> ssl.SSLContext:
+        return client_context_for(self.ca())
+
+
+class _VerifiedHttps(http.client.HTTPSConnection):
+    """HTTPS to an address, the certificate checked against the name clients use (which may not resolve here)."""
+
+    def __init__(self, host: str, port: int, timeout: float, context: ssl.SSLContext, name: str):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._verify, self._name = context, name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._verify.wrap_socket(self.sock, server_hostname=self._name)
 
 
 class Fetch(Protocol):
@@ -66,15 +109,20 @@ class Fetch(Protocol):
 
 
 class HttpFetch:
-    """Straight from this machine over HTTP (the endpoint must be routable from here)."""
+    """Straight from this machine over HTTP or HTTPS (the endpoint must be routable from here). `address`: where to
+    connect when the URL's host is a name the certificate holds but this machine need not resolve."""
 
-    def __init__(self, base_url: str, api_key: str | None = None):
+    def __init__(self, base_url: str, api_key: str | None = None, tls: Tls | None = None,
+                 address: str | None = None):
         parts = urlsplit(base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"not an http:// endpoint: {base_url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http:// or https:// endpoint: {base_url}")
         self.where = base_url.rstrip("/")
-        self.host, self.port = parts.hostname, parts.port or 80
+        secure = parts.scheme == "https"
+        self.host, self.port = address or parts.hostname, parts.port or (443 if secure else 80)
+        self.tls = (tls or Tls(parts.hostname)) if secure else None
         self.auth = bearer(api_key)
+        self._context: ssl.SSLContext | None = None  # made once: a bench's requests must not each pay for it
 
     def headers(self, body: bool, **more: str) -> dict[str, str]:
         out = {"Content-Type": "application/json"} if body else {}
@@ -83,7 +131,14 @@ class HttpFetch:
         return {**out, **more}
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if self.tls is None:
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if self._context is None:
+            try:
+                self._context = self.tls.context()
+            except ssl.SSLError as exc:
+                raise EndpointError(f"{self.where}: the CA certificates cannot be used: {exc}") from exc
+        return _VerifiedHttps(self.host, self.port, timeout, self._context, self.tls.name)
 
     def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
         conn = self.connection(timeout)
@@ -91,6 +146,9 @@ class HttpFetch:
             conn.request(method, path, body=body, headers=self.headers(body is not None))
             response = conn.getresponse()
             return response.status, response.read()
+        except ssl.SSLCertVerificationError as exc:
+            raise EndpointError(f"{self.where}{path}: the endpoint's certificate is refused: "
+                                f"{exc.verify_message or exc}", certificate=True) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise EndpointError(f"{self.where}{path}: {exc}") from exc
         finally:
@@ -137,26 +195,39 @@ def node_http_command(method: str, url: str, timeout: float) -> str:
 
 
 #: Several requests in one run of python3 in the container (one `docker exec` instead of one each): on stdin a JSON
-#: object, {"auth": Authorization value or "", "requests": [[method, url, body or null, timeout], ...]}; one JSON
-#: line per request, in order: [status, body (base64) or why nothing answered, seconds it took]. Status 0: nothing
-#: answered.
+#: object, {"auth": Authorization value or "", "tls": null or {"name": the name the certificate must hold, "ca": PEM
+#: or null for the image's roots}, "requests": [[method, url, body or null, timeout], ...]}; one JSON line per
+#: request, in order: [status, body (base64) or why nothing answered, seconds it took]. Status 0: nothing answered.
+#: http.client, which uses no proxy whatever HTTP_PROXY the image sets (the server is on the head itself).
 NODE_HTTP_BATCH_PY = """\
-import base64, json, sys, time, urllib.request as u, urllib.error as e
-o = u.build_opener(u.ProxyHandler({}))
+import base64, http.client, json, ssl, sys, time
+from urllib.parse import urlsplit
 w = json.load(sys.stdin)
+tls = w.get("tls")
+class V(http.client.HTTPConnection):
+    def connect(self):
+        http.client.HTTPConnection.connect(self)
+        c = ssl.create_default_context(cadata=tls["ca"]) if tls["ca"] else ssl.create_default_context()
+        self.sock = c.wrap_socket(self.sock, server_hostname=tls["name"])
 for m, url, body, t in w["requests"]:
-    data = body.encode() if body is not None else None
-    h = {"Content-Type": "application/json"} if data else {}
+    h = {"Content-Type": "application/json"} if body is not None else {}
     if w["auth"]:
         h["Authorization"] = w["auth"]
     s = time.monotonic()
+    c = None
     try:
-        x = o.open(u.Request(url, data=data, method=m, headers=h), timeout=t)
-        code, out = x.getcode(), base64.b64encode(x.read()).decode()
-    except e.HTTPError as x:
-        code, out = x.code, base64.b64encode(x.read()).decode()
+        p = urlsplit(url)
+        c = (V if p.scheme == "https" else http.client.HTTPConnection)(p.hostname, p.port, timeout=t)
+        c.request(m, (p.path or "/") + ("?" + p.query if p.query else ""),
+                  body=body.encode() if body is not None else None, headers=h)
+        x = c.getresponse()
+        code, out = x.status, base64.b64encode(x.read()).decode()
     except Exception as x:
-        code, out = 0, "%s: %s" % (type(x).__name__, getattr(x, "reason", x))
+        why = getattr(x, "verify_message", None) or getattr(x, "reason", None) or x
+        code, out = 0, "%s: %s" % (type(x).__name__, why)
+    finally:
+        if c is not None:
+            c.close()
     print(json.dumps([code, out, time.monotonic() - s]), flush=True)
 """
 
@@ -181,34 +252,24 @@ class NodeFetch:
     `api_key` goes with every request, on stdin."""
 
     def __init__(self, transport: Any, container: str, port: int, node: str | None = None,
-                 host: str = "127.0.0.1", api_key: str | None = None):
+                 host: str = "127.0.0.1", api_key: str | None = None, tls: Tls | None = None):
+        """`tls`: the gateway answers there over HTTPS, its certificate checked as `tls` says."""
         self.transport, self.container, self.port = transport, container, int(port)
         self.node = node or getattr(transport, "node", "the head")
-        self.base = endpoint_url(host, self.port)
+        self.base = endpoint_url(host, self.port, secure=tls is not None)
         self.where = f"{self.base} on {self.node}"
         self.auth = bearer(api_key)
+        self.tls = tls
 
     def __call__(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-        url = f"{self.base}{path}"
-        try:
-            result = self.transport.exec_in(self.container, node_http_command(method, url, timeout),
-                                            timeout=timeout + 15,
-                                            input=self.auth + "\n" + (body.decode() if body is not None else ""))
-        except Exception as exc:  # noqa: BLE001 - a lost connection is "nothing answered", said clearly
-            raise EndpointError(f"{self.where}{path}: {exc}") from exc
-        status, text = parse_node_http(result.stdout)
-        if not result.ok or not result.stdout.strip()[:1].isdigit():
-            why = (result.stderr or result.stdout).strip().splitlines()
-            raise EndpointError(f"{self.where}{path}: cannot run python3 in the container {self.container} on "
-                                f"{self.node}: {why[-1] if why else f'exit code {result.exit_code}'}")
-        if status == 0:
-            raise EndpointError(f"{self.where}{path}: {text.strip() or 'no answer'}")
-        return status, text.encode()
+        status, data, _seconds = self.batch([(method, path, body, timeout)])[0]
+        return status, data
 
 
     def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
         """The requests in order, in one run of python3 in the container: (status, body, seconds) each."""
-        payload = json.dumps({"auth": self.auth, "requests": [
+        tls = self.tls and {"name": self.tls.name, "ca": self.tls.ca()}
+        payload = json.dumps({"auth": self.auth, "tls": tls, "requests": [
             [m, self.base + path, body.decode() if body is not None else None, t] for m, path, body, t in requests]})
         try:
             result = self.transport.exec_in(self.container, f"python3 -c {shlex.quote(NODE_HTTP_BATCH_PY)}",
@@ -224,7 +285,8 @@ class NodeFetch:
         for (_m, path, _b, _t), line in zip(requests, lines, strict=True):
             status, body, seconds = json.loads(line)
             if status == 0:
-                raise EndpointError(f"{self.where}{path}: {body or 'no answer'}")
+                raise EndpointError(f"{self.where}{path}: {body or 'no answer'}",
+                                    certificate=str(body).startswith("SSLCertVerificationError"))
             out.append((int(status), base64.b64decode(body), float(seconds)))
         return out
 
@@ -263,10 +325,15 @@ class ServeClient:
 
     def health_detail(self, timeout: float = 5.0) -> tuple[int, str]:
         """(HTTP status of /health, why nothing answered): (0, reason) when nothing answers."""
+        status, why, _refused = self.reach(timeout)
+        return status, why
+
+    def reach(self, timeout: float = 5.0) -> tuple[int, str, bool]:
+        """health_detail, and whether what answered showed a certificate this client refuses."""
         try:
-            return self._request("GET", "/health", timeout=timeout)[0], ""
+            return self._request("GET", "/health", timeout=timeout)[0], "", False
         except EndpointError as exc:
-            return 0, str(exc)
+            return 0, str(exc), exc.certificate
 
     def health(self, timeout: float = 5.0) -> int:
         """The HTTP status of /health; 0 when nothing answers."""

@@ -64,9 +64,8 @@ def firewall_spec(inventory: Inventory, node: str, fabric: FabricPlan, serving: 
     if node == inventory.head.name and serving:
         tcp.append(str(inventory.serve_spec().port))  # the gateway's
     udp: list[str] = []
-    for allowed in settings.allow:
-        span, _, proto = allowed.partition("/")
-        (udp if proto == "udp" else tcp).append(span)
+    for span in settings.spans():
+        (udp if span.proto == "udp" else tcp).append(span.nft)
     ports = fabric.ports.get(node)
     return FirewallSpec(cluster=inventory.cluster.name, node=node, fabric=tuple(ports.interfaces) if ports else (),
                         ssh_port=target.port, ssh_from=tuple(settings.ssh_from) if settings.ssh_from else None,

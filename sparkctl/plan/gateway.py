@@ -24,8 +24,16 @@ GATEWAY_CONTAINER = "sparkctl-gateway"
 CONFIG_DIR_IN_CONTAINER = "/etc/sparkctl-gateway"
 CONFIG_NAME = "nginx.conf"
 ROUTER_NAME = "router.js"
+#: serve.tls's files beside the config (mode 600; the folder is the container's, read-only)
+CERTIFICATE_NAME = "tls-certificate.pem"
+KEY_NAME = "tls-key.pem"
 #: Where the engine answers: only the gateway (on the same host network) reaches it there.
 ENGINE_HOST = "127.0.0.1"
+
+
+def gateway_dir(state_dir: str) -> str:
+    """The gateway's folder on the head: its config, router and serve.tls's files (the container's, read-only)."""
+    return posixpath.join(state_dir, "gateway")
 
 
 class ListenUnknown(ValueError):
@@ -87,6 +95,8 @@ class GatewaySpec:
     metrics_port: int | None = None
     #: the models a request's `model` field chooses among (the first answers a request that names none)
     models: tuple[GatewayModel, ...] = ()
+    #: HTTPS on the listen addresses with serve.tls's certificate and key (the head's loopback stays plain)
+    tls: bool = False
 
     @property
     def bound(self) -> tuple[str, ...]:
@@ -101,11 +111,18 @@ class GatewaySpec:
     def router_path(self) -> str:
         return posixpath.join(self.config_dir, ROUTER_NAME)
 
+    @property
+    def tls_paths(self) -> tuple[str, str]:
+        """Where serve.tls's certificate and key are written on the head."""
+        return posixpath.join(self.config_dir, CERTIFICATE_NAME), posixpath.join(self.config_dir, KEY_NAME)
+
     def config(self, key: str | None) -> str:
         """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
-                      listen=self.bound, port=self.port, metrics_port=self.metrics_port, models=self.models,
-                      router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME))
+                      listen=self.listen, loopback=ENGINE_HOST, port=self.port, metrics_port=self.metrics_port,
+                      models=self.models, router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME),
+                      tls=self.tls, certificate=posixpath.join(CONFIG_DIR_IN_CONTAINER, CERTIFICATE_NAME),
+                      certificate_key=posixpath.join(CONFIG_DIR_IN_CONTAINER, KEY_NAME))
 
     def router(self) -> str:
         """njs's router: a request's `model` field -> the named location of that model's world."""
@@ -121,6 +138,10 @@ class GatewaySpec:
 
     def command(self) -> list[str]:
         return ["nginx", "-c", f"{CONFIG_DIR_IN_CONTAINER}/{CONFIG_NAME}", "-g", "daemon off;"]
+
+    def test_argv(self) -> list[str]:
+        """NGINX's own test of the (new) config and the files it names, inside the container (`nginx -t`)."""
+        return ["docker", "exec", GATEWAY_CONTAINER, "nginx", "-t", "-c", f"{CONFIG_DIR_IN_CONTAINER}/{CONFIG_NAME}"]
 
     def reload_argv(self) -> list[str]:
         """NGINX's graceful reload of the (new) config, asked inside the container (`nginx -s reload`)."""
@@ -156,6 +177,7 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
                        listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),
                        port=spec.port, engine_port=spec.engine_port,
-                       config_dir=posixpath.join(state_dir, "gateway"),
+                       config_dir=gateway_dir(state_dir),
                        authenticated=inventory.serve.auth == "key",
-                       metrics_port=collector_port(inventory), models=(model,))
+                       metrics_port=collector_port(inventory), models=(model,),
+                       tls=inventory.serve.tls is not None)

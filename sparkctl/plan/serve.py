@@ -4,15 +4,34 @@ fingerprint. Each engine's own launch: plan/launch.py."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.serve_client import endpoint_url
+from sparkctl.inventory.tls_check import tls_name
+from sparkctl.knowledge.serve_client import HttpFetch, Tls, endpoint_url
 from sparkctl.plan.paths import draft_dir
 
 
 def endpoint(inventory: Inventory) -> str:
-    """The endpoint as clients see it: http://<head's inventory host>:<port> (shown, and tried from here)."""
-    return endpoint_url(str(inventory.head.host), inventory.serve_spec().port)
+    """The endpoint as clients see it: http://<head's inventory host>:<port> (shown, and tried from here); with
+    serve.tls, https:// and the name the certificate holds (serve.tls.name, by default the same host)."""
+    tls = endpoint_tls(inventory)
+    return endpoint_url(tls.name if tls else str(inventory.head.host), inventory.serve_spec().port,
+                        secure=tls is not None)
+
+
+def endpoint_tls(inventory: Inventory) -> Tls | None:
+    """How sparkctl's clients check the endpoint's certificate (serve.tls), or None for plain HTTP."""
+    tls = inventory.serve.tls
+    if tls is None:
+        return None
+    return Tls(tls_name(tls, str(inventory.head.host)), os.path.expanduser(tls.ca) if tls.ca else None)
+
+
+def endpoint_fetch(inventory: Inventory, api_key: str | None) -> HttpFetch:
+    """Requests from this machine to the endpoint: to the head's inventory host, its certificate (with serve.tls)
+    checked against the name clients use."""
+    return HttpFetch(endpoint(inventory), api_key, tls=endpoint_tls(inventory), address=str(inventory.head.host))
 
 
 def wanted_repos(inventory: Inventory) -> list[tuple[str, str | None]]:

@@ -102,7 +102,7 @@ def exposure_script(addresses: list[str], port: int) -> str:
     """Shell (bash) that tries a TCP connection to each address's `port` from the node itself: `open <ip>` or
     `closed <ip>` per address."""
     return "\n".join(f"if timeout 2 bash -c '</dev/tcp/{ip}/{int(port)}' 2>/dev/null; then echo 'open {ip}'; "
-                     f"else echo 'closed {ip}'; fi" for ip in addresses if _is_ipv4(ip)) or "true"
+                     f"else echo 'closed {ip}'; fi" for ip in addresses if is_ipv4(ip)) or "true"
 
 
 def exposed(output: str) -> list[str]:
@@ -110,7 +110,7 @@ def exposed(output: str) -> list[str]:
     return [line.split()[1] for line in output.splitlines() if line.startswith("open ") and len(line.split()) == 2]
 
 
-def _is_ipv4(text: str) -> bool:
+def is_ipv4(text: str) -> bool:
     try:
         return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
     except ValueError:

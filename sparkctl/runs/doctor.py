@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory import Inventory
+from sparkctl.knowledge.certificates import CertificateProblem, read_pem
 from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
@@ -90,7 +92,19 @@ def take_snapshot(inventory: Inventory, request: DoctorRequest) -> Snapshot:
                     become_password_given=bool(request.become_password),
                     bench_history=bench_history(inventory.cluster.name),
                     limit=frozenset(request.limit) if request.limit else None,
-                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds}, busy=busy)
+                    unreachable_kinds={n: kinds[n] for n in unreachable if n in kinds}, busy=busy,
+                    tls_certificate=tls_certificate(inventory))
+
+
+def tls_certificate(inventory: Inventory) -> str | None:
+    """serve.tls's certificate as this machine has it now (what the gateway should serve)."""
+    tls = inventory.serve.tls
+    if tls is None:
+        return None
+    try:
+        return read_pem(os.path.expanduser(tls.certificate)).decode()
+    except (CertificateProblem, UnicodeDecodeError):
+        return None
 
 
 def diagnose(inventory: Inventory, request: DoctorRequest | None = None) -> tuple[Diagnosis, Snapshot]:

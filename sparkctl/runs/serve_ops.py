@@ -7,6 +7,7 @@ machine is used where it must be (streaming chat, bench timings) and reported ot
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,12 +15,13 @@ from dataclasses import dataclass, field
 
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
+from sparkctl.knowledge.certificates import CertificateProblem, certificate_info, read_pem
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.deployment import DeploymentRecord
 from sparkctl.plan.paths import state_dir
-from sparkctl.plan.serve import endpoint
+from sparkctl.plan.serve import endpoint, endpoint_fetch
 from sparkctl.plan.serve_unit import last_failure, unit_summary
 from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
@@ -85,14 +87,32 @@ def rotate_key(inventory: Inventory, verbosity: int, view: Callable[[Event], Non
     return journaled_run("serve key --rotate", inventory, bootstrap_graph(), request, view)
 
 
+CERTIFICATE_HINT = ("serve.tls.ca names the CA that signed the certificate, serve.tls.name the name it holds "
+                    "(`sparkctl inventory validate` checks both); then `sparkctl cluster bootstrap`")
+
+
+def _tls_text(inventory: Inventory) -> str:
+    """serve.tls's certificate as this machine has it: whom it names, until when, whom sparkctl's clients trust."""
+    tls = inventory.serve.tls
+    assert tls is not None
+    try:
+        info = certificate_info(read_pem(os.path.expanduser(tls.certificate)))
+    except CertificateProblem as exc:
+        return f"{tls.certificate} {exc}"
+    trusted = f"trusted through {tls.ca}" if tls.ca else "trusted through this machine's system roots"
+    return f"{info.subject}, until {info.ends()} ({info.days_left():.0f} days); {trusted}"
+
+
 def serve_status(inventory: Inventory) -> ServeStatus:
     """Endpoint, health (asked on the head), whether this machine reaches it, models, version, the running
     server's record and the acceptance length since the last read."""
     url = endpoint(inventory)
-    direct = ServeClient(url, timeout=10, api_key=endpoint_key(inventory))
+    direct = ServeClient(endpoint_fetch(inventory, endpoint_key(inventory)), timeout=10)
     reach, reach_why = direct.health_detail(timeout=DIRECT_TIMEOUT)
     out = ServeStatus([("endpoint", url), ("auth", "API key (`sparkctl serve key`)" if inventory.serve.auth == "key"
                                             else "none: anyone who reaches the endpoint can use it")])
+    if inventory.serve.tls is not None:
+        out.rows.append(("tls", _tls_text(inventory)))
     try:
         with connected(inventory, inventory.head.name) as transport:
             client = head_client(transport, inventory, timeout=10)
@@ -238,8 +258,11 @@ def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool =
     no streaming). `direct_only`: refuse instead (a benchmark through SSH would measure SSH)."""
     url = endpoint(inventory)
     model = inventory.serve_spec().served_name
-    direct = ServeClient(url, timeout=timeout, model=model, api_key=endpoint_key(inventory))
-    status, why = direct.health_detail(timeout=DIRECT_TIMEOUT)
+    direct = ServeClient(endpoint_fetch(inventory, endpoint_key(inventory)), timeout=timeout, model=model)
+    status, why, refused = direct.reach(timeout=DIRECT_TIMEOUT)
+    if refused:
+        # a route around it would hide what every other client of the endpoint meets
+        raise SparkctlError(why, hint=CERTIFICATE_HINT)
     if status == 200:
         yield direct
         return

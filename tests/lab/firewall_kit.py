@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.lab.lab_kit import sh
+from tests.lab.network_kit import port_open
 
 SCAN_TIMEOUT = 0.5
 SCAN_AT_ONCE = 8000
@@ -57,15 +57,9 @@ def answering(lab, full_scan: bool = False) -> dict[str, set[int]]:
     found = scan([n.mgmt_ip for n in lab.nodes]) if full_scan else {n.mgmt_ip: set() for n in lab.nodes}
     asked = [(n.mgmt_ip, port) for n in lab.nodes for port in listeners(lab, n.name)]
     with ThreadPoolExecutor(max_workers=64) as pool:
-        for (host, port), ok in zip(asked, pool.map(lambda target: _open(*target), asked), strict=True):
+        for (host, port), ok in zip(asked, pool.map(lambda target: port_open(*target, timeout=3), asked), strict=True):
             if ok:
                 found[host].add(port)
     return found
 
 
-def _open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=3):
-            return True
-    except OSError:
-        return False

@@ -122,9 +122,9 @@ def state_files(lab, node: str, cluster: str) -> list[str]:
     return lab.exec(node, ["ls", network_state_dir(cluster)]).stdout.split()
 
 
-def port_open(host: str, port: int = 22) -> bool:
+def port_open(host: str, port: int = 22, timeout: float = 1) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=1):
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False

@@ -4,7 +4,10 @@ unit failed or looping...)."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import tarfile
+from pathlib import Path
 
 from sparkctl.inventory import load_inventory
 from sparkctl.plan.serve_unit import LOOPING_RUNS, failing_early, parse_exits, parse_show, show_command, unit_name
@@ -12,7 +15,7 @@ from sparkctl.runs.serve_ops import connected, server_handle
 from sparkctl.tasks.serve.server import head_client
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import Seed
-from tests.lab.lab_kit import CONTAINER
+from tests.lab.lab_kit import CONTAINER, sh, sparkctl
 
 TOKEN = "hf_LabDoctorToken7c1e9a2b4d6f8a0c3e5b"
 SERVE = {"preset": "qwen3-235b-eagle3", "fit_check": "warn"}
@@ -142,3 +145,28 @@ SGLANG_SEEDS = {
     "sglang.wrong_address": ("ring3", "the worker's management address"),
     "sglang.ranks_one_node": ("pair", "the head's fabric address"),
 }
+
+
+def written_places(lab, env: dict[str, str], inventory: str, outputs: list[str], bundle: Path) -> dict[str, str]:
+    """Everywhere sparkctl shows or writes what it did, by name: its outputs so far, `cluster plan`, a support
+    bundle, the run journal on this machine, and on each node docker's log, the journal, the process list and the
+    gateway's `docker inspect` (where a secret must never be)."""
+    places = {"sparkctl output": "\n".join(outputs)}
+    code, _events, places["plan"] = sparkctl(["cluster", "plan", inventory], env)
+    assert code == 0, places["plan"][-2000:]
+    sparkctl(["doctor", inventory, "--bundle", str(bundle)], env)
+    with tarfile.open(bundle) as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                places[f"bundle {member.name}"] = archive.extractfile(member).read().decode(errors="replace")
+    for root, _dirs, files in os.walk(os.path.join(env["XDG_STATE_HOME"], "sparkctl", "runs")):
+        for name in files:
+            with open(os.path.join(root, name), errors="replace") as handle:
+                places[f"journal {name}"] = handle.read()
+    for n in lab.nodes:
+        places[f"{n.name} docker.log"] = sh(lab, n.name, "cat /run/lab/docker.log")
+        places[f"{n.name} journal"] = sh(lab, n.name, "journalctl --no-pager -o cat 2>/dev/null | tail -n 20000")
+        places[f"{n.name} ps"] = sh(lab, n.name, "ps -eww -o args")
+        places[f"{n.name} docker inspect"] = sh(lab, n.name, "docker inspect sparkctl-gateway 2>/dev/null; true")
+    assert any(k.startswith("bundle") for k in places) and any(k.startswith("journal") for k in places)
+    return places

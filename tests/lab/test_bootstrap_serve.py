@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import subprocess
-import tarfile
 import threading
 import time
 import urllib.error
@@ -31,6 +30,7 @@ from tests.lab.doctor_kit import doctor
 from tests.lab.lab_kit import CONTAINER, HF_TOKEN, changed, reboot, sparkctl, write_inventory
 from tests.lab.lab_kit import failures as failed
 from tests.lab.lab_kit import sh_output as sh
+from tests.lab.serve_kit import written_places
 
 pytestmark = pytest.mark.lab
 
@@ -245,25 +245,8 @@ def test_a_rotated_key_is_refused_at_once_and_the_new_one_works(lab_pair, served
 
 def test_the_key_is_in_no_process_list_log_journal_plan_or_bundle(lab_pair, served, env, tmp_path):
     key = api_key(served, env)
-    places = {"sparkctl output": "\n".join(served["outputs"])}
-    code, _events, places["plan"] = sparkctl(["cluster", "plan", served["inventory"]], env)
-    assert code == 0
-    bundle = tmp_path / "bundle.tgz"
-    sparkctl(["doctor", served["inventory"], "--bundle", str(bundle)], env)
-    with tarfile.open(bundle) as archive:
-        for member in archive.getmembers():
-            if member.isfile():
-                places[f"bundle {member.name}"] = archive.extractfile(member).read().decode(errors="replace")
-    for root, _dirs, files in os.walk(os.path.join(env["XDG_STATE_HOME"], "sparkctl", "runs")):
-        for name in files:
-            with open(os.path.join(root, name), errors="replace") as handle:
-                places[f"journal {name}"] = handle.read()
-    for n in lab_pair.nodes:
-        places[f"{n.name} docker.log"] = sh(lab_pair, n.name, "cat /run/lab/docker.log")
-        places[f"{n.name} journal"] = sh(lab_pair, n.name, "journalctl --no-pager -o cat 2>/dev/null | tail -n 20000")
-        places[f"{n.name} ps"] = sh(lab_pair, n.name, "ps -eww -o args")
-        places[f"{n.name} docker inspect"] = sh(lab_pair, n.name, "docker inspect sparkctl-gateway 2>/dev/null")
-    assert any(k.startswith("bundle") for k in places) and "nginx" in places["spark1 ps"]
+    places = written_places(lab_pair, env, served["inventory"], served["outputs"], tmp_path / "bundle.tgz")
+    assert "nginx" in places["spark1 ps"]
     assert [where for where, text in places.items() if key in text] == []
     # where it is: the gateway's config on the head, readable by its owner only, and the controller's key file
     config = "/home/nvidia/.local/state/sparkctl/" + yaml.safe_load(lab_pair.inventory_path.read_text())[

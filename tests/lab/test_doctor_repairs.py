@@ -99,13 +99,17 @@ ELSEWHERE = {
     "vllm.wrong_nic": "vllm", "vllm.ranks_one_node": "vllm",
     # SGLang's ranks, the same way: tests/lab/test_bootstrap_sglang.py (SGLANG_SEEDS)
     "sglang.wrong_address": "sglang", "sglang.ranks_one_node": "sglang",
+    # the gateway serving another certificate than serve.tls names, on a pair serving over HTTPS:
+    # tests/lab/test_management_network.py
+    "serve.tls_stale": "management",
 }
 
 
 #: What ELSEWHERE may name: the lab modules that seed repairable findings.
 LAB_MODULES = {"serve": "test_doctor_repairs_serve", "networkmanager": "test_networkmanager",
                "distribute": "test_model_distribute",
-               "vllm": "test_bootstrap_vllm", "sglang": "test_bootstrap_sglang"}
+               "vllm": "test_bootstrap_vllm", "sglang": "test_bootstrap_sglang",
+               "management": "test_management_network"}
 
 
 def test_every_repairable_id_is_seeded_here_or_said_where_it_is_tested():

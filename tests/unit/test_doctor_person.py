@@ -6,8 +6,12 @@ Where the lab can hold such a fault, tests/lab/test_doctor.py seeds it too.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -23,8 +27,10 @@ from sparkctl.doctor.node_probes import Setting
 from sparkctl.doctor.snapshot import LinkProbe, Snapshot, SshProbe, doctor_plan
 from sparkctl.facts import Lldp
 from sparkctl.facts.lldp import parse_lldp
+from sparkctl.inventory.sections import TlsSettings
 from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.runs import doctor as doctor_run
+from tests.certificates_kit import issue
 from tests.taskkit import REPO, inventory, spark_facts
 from tests.unit import doctor_snapshot_kit as base
 from tests.unit import nm_kit as nm_tests
@@ -223,6 +229,18 @@ def outside_unreadable(s):
     s.limit = frozenset({"spark1"})
 
 
+def tls_ending(s):
+    """serve.tls's certificate, served as it is, ends in 3 days."""
+    folder = tempfile.mkdtemp(prefix="sparkctl-test-tls-")
+    atexit.register(shutil.rmtree, folder, True)
+    issued = issue(Path(folder), ["10.0.0.11"], days=3)
+    tls = TlsSettings(certificate=str(issued.certificate), key=str(issued.key), ca=str(issued.ca))
+    s.inventory = s.inventory.model_copy(update={"serve": s.inventory.serve.model_copy(update={"tls": tls})})
+    s.tls_certificate = issued.certificate.read_text()
+    s.probes["spark1"] = dataclasses.replace(s.probes["spark1"], gateway="running",
+                                             served_certificate=s.tls_certificate)
+
+
 FAULTS = {
     "node.unreachable": base.fault_unreachable, "node.ssh_auth": base.fault_ssh_auth,
     "node.host_key_changed": host_key_changed, "node.user_mismatch": base.fault_user,
@@ -247,7 +265,7 @@ FAULTS = {
     "container.unread": container_unread, "fabric.lldp_unavailable": lldp_unavailable,
     "fabric.cable_wrong": cable_wrong, "nm.not_running": nm_not_running, "node.not_ssh": not_ssh,
     "node.ssh_refused": ssh_refused, "doctor.run_in_progress": run_in_progress,
-    "doctor.outside_unreadable": outside_unreadable, "nm.unread": nm_unread,
+    "doctor.outside_unreadable": outside_unreadable, "nm.unread": nm_unread, "serve.tls_ending": tls_ending,
 }
 #: found on two Sparks serving with vLLM
 VLLM_FAULTS = {"vllm.master_unreachable": base.fault_vllm_master_unreachable,

@@ -156,9 +156,16 @@ serve:
     - {model: Qwen/Qwen3-8B, tp_size: 2, nodes: [spark1, spark3]}
     - {model: Qwen/Qwen3-4B, nodes: [spark2]}
 """
-    assert "serve.models[0].nodes: spark1 and spark3 are not cabled to each other" in only_problem(inv_file(text))
+    problem = only_problem(inv_file(text))
+    assert "serve.models[0].nodes: spark1 and spark3 are not cabled to each other" in problem
+    assert problem.endswith("place the world on neighbours, e.g. [spark1, spark2]")
     # spark4 and spark1 close the ring
     assert load_inventory(inv_file(text.replace("[spark1, spark3]", "[spark4, spark1]")))
+    # three of a ring's four nodes: two of them are never cabled to each other
+    three = text.replace("tp_size: 2, nodes: [spark1, spark3]", "tp_size: 3, nodes: [spark1, spark2, spark3]")
+    three = three.replace("nodes: [spark2]}", "nodes: [spark4]}")
+    assert "always holds two that are not cabled to each other: use 2 neighbours or the whole ring" in \
+        only_problem(inv_file(three))
 
 
 def test_one_entry_serves_as_a_plain_serve_under_its_name(inv_file):

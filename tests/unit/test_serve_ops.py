@@ -89,7 +89,7 @@ def test_bench_refuses_a_route_through_ssh_and_says_how_to_open_one(tmp_path, no
 
 def test_chat_without_a_route_asks_the_head_inside_its_container(tmp_path, nodes):
     inv = pair(tmp_path, closed_port())
-    nodes["spark1"].respond(r"urllib", "503\n")
+    nodes["spark1"].respond(r"http.client", "[503, \"\", 0.01]\n")  # the one in-node client's line
     with pytest.raises(SparkctlError) as err, serve_ops.endpoint_client(inv, timeout=5):
         pass
     assert err.value.message.endswith("/health answers 503")

@@ -18,11 +18,9 @@ def meant_ports(s: Snapshot, node: str) -> set[int]:
     if node == inventory.head.name and serving_enabled(inventory):
         meant.add(inventory.serve_spec().port)
     if inventory.firewall != "off":
-        for allowed in inventory.firewall.allow:
-            span, _, proto = allowed.partition("/")
-            if proto == "tcp":
-                first, _, last = span.partition("-")
-                meant |= set(range(int(first), int(last or first) + 1))
+        for span in inventory.firewall.spans():
+            if span.proto == "tcp":
+                meant |= set(range(span.first, span.last + 1))
     return meant
 
 

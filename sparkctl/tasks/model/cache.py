@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 
 from sparkctl.plan.paths import CONTAINER_HF_HOME
-from sparkctl.plan.revisions import LOCAL_METADATA, pin_path
+from sparkctl.plan.revisions import LOCAL_METADATA, pin_path, repo_folder
 from sparkctl.rules.serving import copy_mode
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import q
@@ -33,7 +33,7 @@ def host_path(ctx: NodeContext, container_path: str) -> str:
 
 def hub_repo_dir(ctx: NodeContext, repo: str) -> str:
     """The node-side hub cache directory of a repo (refs/, snapshots/, blobs/)."""
-    return posixpath.join(ctx.hf_cache_dir(), "hub", "models--" + repo.replace("/", "--"))
+    return posixpath.join(ctx.hf_cache_dir(), "hub", repo_folder(repo))
 
 
 def repo_path(ctx: NodeContext, repo: str, local: str | None) -> str:

@@ -11,15 +11,26 @@ stopped by hand (moby's daemon/kill.go, ExitOnNext), and `unless-stopped` then l
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import time
+from dataclasses import dataclass
 
 from sparkctl.facts.parse import listening_on
+from sparkctl.inventory import Inventory
+from sparkctl.knowledge.certificates import (
+    KEY_LIMIT,
+    CertificateInfo,
+    CertificateProblem,
+    certificate_info,
+    certificates_pem,
+    read_pem,
+)
 from sparkctl.plan.collector import COLLECTOR_CONTAINER, CollectorSpec, collector_spec
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
-from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_spec
+from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_dir, gateway_spec
 from sparkctl.rules.serving import serving_enabled
-from sparkctl.secrets import MASK
+from sparkctl.secrets import MASK, register_private_key
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
@@ -31,6 +42,8 @@ from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 LISTEN_WAIT_S = 15.0
+#: what the removal's check prints when the gateway's folder is there (no container is named so: `sparkctl-` names)
+FOLDER_FOUND = "gateway-folder"
 #: stands for a key not made yet in what `--check` shows (shown masked, like any key)
 NO_KEY_YET = "0" * 43
 
@@ -43,9 +56,34 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
 
 
-def _files_hash(config: str, router: str) -> str:
-    """The sha256 of the config and the router as the head's `cat config router | sha256sum` reads them."""
-    return hashlib.sha256((config + router).encode()).hexdigest()
+def _files_hash(*contents: str) -> str:
+    """The sha256 of the config, the router and serve.tls's files as the head's `cat ... | sha256sum` reads them."""
+    return hashlib.sha256("".join(contents).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """serve.tls's files as the head gets them: the certificates written again (nothing else of the file), the
+    key as given (registered as a secret), and what the certificate says."""
+
+    certificate: str
+    key: str
+    info: CertificateInfo
+
+
+def tls_files(inventory: Inventory) -> TlsFiles | None:
+    """serve.tls's certificate and key as they are on this machine now."""
+    tls = inventory.serve.tls
+    if tls is None:
+        return None
+    try:
+        data = read_pem(os.path.expanduser(tls.certificate))
+        key = read_pem(os.path.expanduser(tls.key), KEY_LIMIT).decode("ascii")
+        register_private_key(key)
+        return TlsFiles(certificates_pem(data), key, certificate_info(data))
+    except (CertificateProblem, UnicodeDecodeError) as exc:
+        raise TaskFailed(f"serve.tls: {tls.certificate} or {tls.key} cannot be used now: {exc}",
+                         hint="put the files back (`sparkctl inventory validate` checks them)") from None
 
 
 class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
@@ -54,12 +92,14 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     scope = Scope.CLUSTER
     needs = ("serve.launch",)
     description = "put NGINX in front of the engine on the head: the API key on every path, the chosen addresses"
-    checks = ("<state>/gateway/nginx.conf and router.js (njs: a request's `model` picks its world) on the head have "
-              "the planned content (their sha256: the key never travels back), the sparkctl-gateway container runs "
+    checks = ("<state>/gateway/nginx.conf and router.js (njs: a request's `model` picks its world), and serve.tls's "
+              "certificate and key, on the head have the planned content (their sha256: no key travels back), the "
+              "sparkctl-gateway container runs "
               "from the planned spec (image, mount, command, --restart unless-stopped) and listens on every address "
               "serve.listen names (default: the head's management address), on the serve port; one read of the head")
-    changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config (mode "
-               "600, content on stdin), reloads NGINX in place (`nginx -s reload`) or runs the container again")
+    changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config and "
+               "serve.tls's files (mode 600, content on stdin), has NGINX test them (`nginx -t`), reloads it in place "
+               "(`nginx -s reload`) or runs the container again")
 
     def check(self, ctx: ClusterContext) -> list[Change[GatewayAction]]:
         inv = ctx.inventory
@@ -77,19 +117,24 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         state = framing.split(head.read(self.name, self._read_script(spec, collector, framing), framing,
                                         timeout=30).stdout)
         texts = Framing.texts_of(state)
-        have_hash = texts.get("config", "").strip()
+        have_hash, have_tls = texts.get("config", "").strip(), texts.get("tls", "").strip()
         inspected = texts.get("container", "").split()
         running = inspected[:1] == ["true"]
         label = inspected[1] if len(inspected) > 1 else ""
         policy = inspected[2] if len(inspected) > 2 else ""
         shown_key = key or NO_KEY_YET
         want = spec.config(shown_key)
+        tls = tls_files(inv)
         if (spec.authenticated and key is None) or _files_hash(want, spec.router()) != have_hash:
             before = "(absent)\n" if not have_hash else "(another config: its content stays on the node)\n"
+            scheme = f"https, {tls.info.subject}" if tls else "http"
             changes.append(Change(f"write the gateway's config on {head.name} (listen "
-                                  f"{', '.join(spec.listen)}:{spec.port}, auth {inv.serve.auth})",
+                                  f"{', '.join(spec.listen)}:{spec.port} {scheme}, auth {inv.serve.auth})",
                                   diff=unified_diff("nginx.conf", before, want.replace(shown_key, MASK)),
                                   node=head.name, payload="config"))
+        elif tls and _files_hash(tls.certificate, tls.key) != have_tls:
+            changes.append(Change(f"write serve.tls's certificate ({tls.info.subject}, until {tls.info.ends()}) and "
+                                  f"key on {head.name}", node=head.name, payload="config"))
         if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
             why = "absent" if not inspected else "made from another spec"
             changes.append(Change(f"run the gateway container {GATEWAY_CONTAINER} on {head.name} ({why})",
@@ -107,11 +152,14 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
 
     @staticmethod
     def _read_script(spec: GatewaySpec, collector: CollectorSpec | None, framing: Framing) -> str:
+        files = " ".join(q(path) for path in spec.tls_paths) if spec.tls else ""
         inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
                    "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
         return "\n".join([
             framing.section("config", f"[ -f {q(spec.config_path)} ] && cat {q(spec.config_path)} "
                                       f"{q(spec.router_path)} 2>/dev/null | sha256sum | cut -d' ' -f1"),
+            *([framing.section("tls", f"[ -f {files.split()[0]} ] && cat {files} 2>/dev/null | sha256sum | "
+                                      "cut -d' ' -f1")] if spec.tls else []),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             *collector_sections(collector, framing),
@@ -129,6 +177,12 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             return
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
         head.transport.put(spec.router_path, spec.router(), mode=0o600)
+        tls = tls_files(ctx.inventory)
+        if tls:
+            for path, content in zip(spec.tls_paths, (tls.certificate, tls.key), strict=True):
+                head.transport.put(path, content, mode=0o600)
+        else:
+            head.run(f"rm -f {' '.join(q(path) for path in spec.tls_paths)}", timeout=30)
         head.transport.put(spec.config_path, spec.config(key), mode=0o600)
         try:
             if "create" in actions:
@@ -138,6 +192,11 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             elif "start" in actions:
                 head.must(f"docker start {GATEWAY_CONTAINER}", f"docker start {GATEWAY_CONTAINER}", timeout=60)
             elif actions & {"config", "key", "reload"}:
+                # `nginx -s reload` succeeds even when the master refuses the new files and keeps serving the old
+                tested = head.run(shlex.join(spec.test_argv()) + " 2>&1", timeout=60)
+                if not tested.ok:
+                    raise TaskFailed(f"NGINX on {head.name} refuses the gateway's new files; it keeps serving the "
+                                     "ones before", details=tested.stdout.strip().splitlines()[-5:])
                 head.must(shlex.join(spec.reload_argv()), f"reloading {GATEWAY_CONTAINER}", timeout=60)
             self._wait_listening(head, spec)
         finally:
@@ -163,21 +222,30 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
 class GatewayRemoveTask(Task[NodeContext, str]):
     name = "serve.gateway_remove"
     phase = "container"
-    description = "stop and remove the cluster's gateway container and its figures collector"
+    description = "stop and remove the cluster's gateway container and its figures collector, and the gateway's files"
     checks = (f"whether a {GATEWAY_CONTAINER} or {COLLECTOR_CONTAINER} container labelled with this cluster exists "
-              "on the node")
-    changes = (f"`docker stop -t 0 NAME; docker rm -f NAME` for {GATEWAY_CONTAINER} and {COLLECTOR_CONTAINER}")
+              "on the node, and whether the gateway's folder (its config with the API key, serve.tls's key) is there")
+    changes = (f"`docker stop -t 0 NAME; docker rm -f NAME` for {GATEWAY_CONTAINER} and {COLLECTOR_CONTAINER}; "
+               "the gateway's folder removed")
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
         label = q(CLUSTER_LABEL + "=" + ctx.inventory.cluster.name)
-        found = ctx.run(f"docker ps -a --format '{{{{.Names}}}}' --filter label={label} 2>/dev/null",
-                        timeout=30).stdout.split()
-        return [Change(f"remove the {what} container {name}", payload=name) for name, what in
-                ((GATEWAY_CONTAINER, "gateway"), (COLLECTOR_CONTAINER, "figures collector")) if name in found]
+        folder = gateway_dir(ctx.state_dir())
+        found = ctx.run(f"docker ps -a --format '{{{{.Names}}}}' --filter label={label} 2>/dev/null; "
+                        f"[ -d {q(folder)} ] && echo {FOLDER_FOUND}", timeout=30).stdout.split()
+        out = [Change(f"remove the {what} container {name}", payload=name) for name, what in
+               ((GATEWAY_CONTAINER, "gateway"), (COLLECTOR_CONTAINER, "figures collector")) if name in found]
+        if FOLDER_FOUND in found:
+            out.append(Change(f"remove the gateway's files {folder} (the API key, serve.tls's key)",
+                              payload=FOLDER_FOUND))
+        return out
 
     def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         try:
             for change in changes:
-                ctx.must(remove_command(change.carried()), f"removing {change.carried()}", timeout=120)
+                if change.carried() == FOLDER_FOUND:
+                    ctx.must(f"rm -rf {q(gateway_dir(ctx.state_dir()))}", "removing the gateway's files")
+                else:
+                    ctx.must(remove_command(change.carried()), f"removing {change.carried()}", timeout=120)
         finally:
             ctx.invalidate()

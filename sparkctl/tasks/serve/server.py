@@ -20,6 +20,7 @@ from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.paths import serve_dir
+from sparkctl.plan.serve import endpoint_tls
 from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
@@ -58,7 +59,8 @@ def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
     inv = head.inventory
     spec = inv.serve_spec()
     host = head_gateway(head).listen[0]
-    fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv))
+    fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv),
+                      tls=endpoint_tls(inv))
     return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, is_degenerate
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
-from sparkctl.plan.serve import endpoint
+from sparkctl.plan.serve import endpoint, endpoint_fetch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -71,13 +71,18 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             acceptance = acceptance_since(metrics_reading(before, names), metrics_reading(after, names))
         shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
         url = endpoint(inv)
-        reach, reach_why = ServeClient(url, api_key=api_key(inv)).health_detail(timeout=REACH_TIMEOUT)
+        reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
         ctx.emit(Event(event="log", task=self.name,
                        message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
                        data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
                                        "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
                                        "reachable_from_here": reach == 200, "model": inv.serve_spec().model}}))
-        if reach != 200:
+        if refused:
+            ctx.emit(Event(event="log", task=self.name,
+                           message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
+                                   "certificate (serve.tls.ca names the CA that signed it, serve.tls.name the name it "
+                                   "holds)"))
+        elif reach != 200:
             port = inv.serve_spec().port
             ctx.emit(Event(event="log", task=self.name,
                            message=f"{url} does not answer from this machine ({reach or reach_why}); the server "
