@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 
 from sparkctl import __version__
 from sparkctl.errors import ClusterBusy, SparkctlError
+from sparkctl.plan.render import render
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.held import HeldCommand
 
@@ -38,41 +39,13 @@ ANSWER_TIMEOUT_S = 30.0
 MARK = "sparkctl-lock"
 
 
-#: The lock's folder on a node, $1 being the cluster's name: sparkctl's state dir (plan.paths.state_dir), next
-#: to what the container mounts, not in it.
-LOCK_DIR = 'd="$HOME/.local/state/sparkctl/$1"'
-
-#: $1: the cluster, $2: this run's holder record (one line of JSON), $3: the lease in seconds.
-HOLD_SCRIPT = f"""{LOCK_DIR}
-command -v flock >/dev/null 2>&1 || {{
-  echo "{MARK} error flock is not installed (sudo apt install util-linux)"; exit 1; }}
-mkdir -p "$d" 2>/dev/null && exec 9>>"$d/run.lock" || {{ echo "{MARK} error cannot open $d/run.lock"; exit 1; }}
-if ! flock -n 9; then
-  echo "{MARK} held $(cat "$d/run.holder" 2>/dev/null | head -c 2000)"
-  exit 0
-fi
-prev=$(head -c 2000 "$d/run.holder" 2>/dev/null)
-# the record only names the holder (the flock is the lock): a node whose disk is full is still locked, and the
-# run goes on to meet the full disk where it writes, on that node
-printf '%s\\n' "$2" > "$d/run.holder.new" && mv -f "$d/run.holder.new" "$d/run.holder" || {{
-  rm -f "$d/run.holder.new" "$d/run.holder"; echo "{MARK} unrecorded"; }}
-[ -n "$prev" ] && echo "{MARK} stale $prev"
-echo "{MARK} acquired"
-while IFS= read -r -t "$3" line; do
-  if [ "$line" = release ]; then
-    [ "$(head -c 2000 "$d/run.holder" 2>/dev/null)" = "$2" ] && rm -f "$d/run.holder"
-    echo "{MARK} released"
-    exit 0
-  fi
-done
-exit 0"""
-
-#: stdin: the run id of a holder whose process is gone from this controller. Its node-side holders (bash
-#: processes of this user whose command line carries that id) are ended, and awaited (at most 5 s), which frees
-#: their flock. The id comes on stdin, not in argv: pkill -f would match, and end, this very script.
-TAKEOVER_SCRIPT = """read -r r; u=$(id -u); pkill -u "$u" -f -- "$r"; n=0
-while pgrep -u "$u" -f -- "$r" >/dev/null && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
-true"""
+#: The node-side scripts (templates/lock-*.sh.j2): the holder left running ($1 the cluster, $2 this run's holder
+#: record, $3 the lease), the takeover of a holder gone from here (its run id on stdin), and the read-only peek ($1
+#: the cluster). The lock's folder is sparkctl's state dir on the node (plan.paths.state_dir), beside what the
+#: container mounts, not in it.
+HOLD_SCRIPT = render("lock-hold.sh.j2", mark=MARK)
+TAKEOVER_SCRIPT = render("lock-takeover.sh.j2")
+PEEK_SCRIPT = render("lock-peek.sh.j2")
 
 
 def no_answer(node: str, ended: bool) -> SparkctlError:
@@ -96,15 +69,6 @@ def gone_from_here(holder: Holder) -> bool:
     except (PermissionError, OverflowError, ValueError):
         return False
     return False
-
-
-#: Read-only: who holds the lock now (flock taken and released at once), nothing written.
-PEEK_SCRIPT = f"""{LOCK_DIR}
-[ -e "$d/run.lock" ] || exit 0
-exec 9<"$d/run.lock" || exit 0
-if flock -n 9; then exit 0; fi
-echo "held $(head -c 2000 "$d/run.holder" 2>/dev/null)"
-"""
 
 
 @dataclass

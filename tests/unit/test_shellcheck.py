@@ -13,6 +13,7 @@ import pytest
 
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
+from sparkctl.runs import lock
 from sparkctl.tasks.model.streams import streams_script
 from sparkctl.tasks.network.firewall_guard import guard_script
 from tests.taskkit import REPO
@@ -39,6 +40,9 @@ def rendered_scripts() -> dict[str, str]:
     out["copy streams off the fabric"] = streams_script("/src", "/dst", [("10.0.0.12", "-p 22 -i ~/.ssh/k")],
                                                         [["b"]], "/tmp/l", repo="org/m", peer="spark2")
     out["firewall revert guard"] = guard_script("1795970183756", 60)
+    out["cluster lock: holder"] = lock.HOLD_SCRIPT
+    out["cluster lock: takeover"] = lock.TAKEOVER_SCRIPT
+    out["cluster lock: peek"] = lock.PEEK_SCRIPT
     return out
 
 
