@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
 from sparkctl.plan.gateway import ENGINE_HOST
-from sparkctl.plan.render import templates_dir
 from sparkctl.plan.serve import collector_port
+from sparkctl.shipped import shipped_text
 
 COLLECTOR_CONTAINER = "sparkctl-collector"
 SCRIPT_NAME = "serve-collector.py"
@@ -26,7 +26,7 @@ INTERVAL_S = 1.0
 
 
 def collector_script() -> str:
-    return (templates_dir() / SCRIPT_NAME).read_text()
+    return shipped_text(SCRIPT_NAME)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Where the shipped templates live, in a wheel and in a source checkout alike, and the guard every value
-rendered into a shell script, an sshd/ssh config or a netplan file passes (`| word`)."""
+"""The shipped templates rendered (sparkctl/shipped.py says where they live), and the guard every value rendered
+into a shell script, an sshd/ssh config or a netplan file passes (`| word`)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,10 @@ import ipaddress
 import re
 import shlex
 from functools import lru_cache
-from pathlib import Path
 
 import jinja2
 
-
-def templates_dir() -> Path:
-    # A wheel carries them inside the package (force-include); an editable install
-    # imports the package from the checkout, where they sit at the top level.
-    package = Path(__file__).resolve().parent.parent
-    inside = package / "templates"
-    if inside.is_dir():
-        return inside
-    return package.parent / "templates"
-
+from sparkctl.shipped import templates_dir
 
 #: What a value rendered into a shell line, an sshd/ssh config line or a YAML scalar may hold: names, numbers,
 #: addresses (v4, v6, /prefix), paths. No whitespace, quote, `$`, backtick, `;`, `#`, newline or NUL.

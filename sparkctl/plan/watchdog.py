@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from sparkctl.inventory import Inventory
 from sparkctl.plan.gateway import ENGINE_HOST
-from sparkctl.plan.render import templates_dir
 from sparkctl.plan.serve import figures_port
+from sparkctl.shipped import shipped_text
 
 SCRIPT_NAME = "serve-watchdog.py"
 #: where the watchdog writes what it saw when the world is stuck (run/serve: unit.sh records it with the end)
@@ -18,7 +18,7 @@ EVIDENCE_NAME = "stuck.json"
 
 
 def watchdog_script() -> str:
-    return (templates_dir() / SCRIPT_NAME).read_text()
+    return shipped_text(SCRIPT_NAME)
 
 
 @dataclass(frozen=True)

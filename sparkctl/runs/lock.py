@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 from sparkctl import __version__
 from sparkctl.errors import ClusterBusy, SparkctlError
-from sparkctl.plan.render import render
+from sparkctl.shipped import shipped_text
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.held import HeldCommand
 
@@ -39,13 +39,23 @@ ANSWER_TIMEOUT_S = 30.0
 MARK = "sparkctl-lock"
 
 
-#: The node-side scripts (templates/lock-*.sh.j2): the holder left running ($1 the cluster, $2 this run's holder
-#: record, $3 the lease), the takeover of a holder gone from here (its run id on stdin), and the read-only peek ($1
-#: the cluster). The lock's folder is sparkctl's state dir on the node (plan.paths.state_dir), beside what the
-#: container mounts, not in it.
-HOLD_SCRIPT = render("lock-hold.sh.j2", mark=MARK)
-TAKEOVER_SCRIPT = render("lock-takeover.sh.j2")
-PEEK_SCRIPT = render("lock-peek.sh.j2")
+# The node-side scripts, shipped as files (templates/lock-*.sh): the holder left running ($1 the cluster, $2 this
+# run's holder record, $3 the lease; its lines start with MARK), the takeover of a holder gone from here (its run id
+# on stdin), and the read-only peek ($1 the cluster). The lock's folder is sparkctl's state dir on the node
+# (plan.paths.state_dir), beside what the container mounts. Read from the shipped files alone: the lock is taken in
+# the opening's own thread while the nodes are still being connected, before the planners are loaded.
+
+
+def hold_script() -> str:
+    return shipped_text("lock-hold.sh")
+
+
+def takeover_script() -> str:
+    return shipped_text("lock-takeover.sh")
+
+
+def peek_script() -> str:
+    return shipped_text("lock-peek.sh")
 
 
 def no_answer(node: str, ended: bool) -> SparkctlError:
@@ -173,7 +183,7 @@ class ClusterLock:
         self._beat.start()
 
     def _take(self, node: str, transport: Transport, retried: bool = False) -> None:
-        held = transport.hold(HOLD_SCRIPT, self.cluster, self.holder.record(), str(LEASE_S),
+        held = transport.hold(hold_script(), self.cluster, self.holder.record(), str(LEASE_S),
                               what=f"cluster lock on {node}")
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         while True:
@@ -191,7 +201,7 @@ class ClusterLock:
                 if not retried and gone is not None and gone_from_here(gone):
                     # a run of this controller that died with its link down: the node still waits for its
                     # heartbeat (no FIN ever came), so the lease would hold the cluster for LEASE_S more
-                    transport.run(f"bash -c {q(TAKEOVER_SCRIPT)}", input=gone.run + "\n", timeout=15)
+                    transport.run(f"bash -c {q(takeover_script())}", input=gone.run + "\n", timeout=15)
                     self._take(node, transport, retried=True)
                     with self._lock:
                         self.stale[node] = gone
@@ -242,7 +252,7 @@ def peek(cluster: str, transports: dict[str, Transport]) -> dict[str, str]:
     """Node -> who holds the cluster lock now, for the nodes where a run holds it (read-only)."""
     out = {}
     for node, transport in transports.items():
-        result = transport.run(f"bash -c {q(PEEK_SCRIPT)} sparkctl {q(cluster)}", timeout=15)
+        result = transport.run(f"bash -c {q(peek_script())} sparkctl {q(cluster)}", timeout=15)
         line = result.stdout.strip()
         if result.ok and line.startswith("held"):
             out[node] = describe_other(line[4:])

@@ -120,7 +120,7 @@ def test_the_takeover_ends_the_holders_awaits_them_and_is_not_ended_by_its_own_p
     run = "0123456789ab"
     holder = subprocess.Popen(["bash", "-c", "read -r -t 60 line", "sparkctl-holder", run], stdin=subprocess.PIPE)
     try:
-        result = LocalTransport("local").run(f"bash -c {q(lockmod.TAKEOVER_SCRIPT)}", input=run + "\n", timeout=15)
+        result = LocalTransport("local").run(f"bash -c {q(lockmod.takeover_script())}", input=run + "\n", timeout=15)
         assert result.exit_code == 0, result.stderr
         assert holder.poll() == -15  # ended, and already gone when the takeover returned
     finally:
@@ -225,7 +225,7 @@ def test_a_node_without_flock_is_told_so_not_that_the_cluster_is_busy(nodes, tmp
     bin_dir.mkdir()
     for tool in ("mkdir", "cat", "head", "mv", "rm"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
-    node = Scripted("spark1", nodes["spark1"].home, f"export PATH={q(str(bin_dir))}\n{lockmod.HOLD_SCRIPT}")
+    node = Scripted("spark1", nodes["spark1"].home, f"export PATH={q(str(bin_dir))}\n{lockmod.hold_script()}")
     with pytest.raises(SparkctlError) as failed:
         ClusterLock("lab", {"spark1": node}, Holder.now("bootstrap")).acquire()
     assert not isinstance(failed.value, ClusterBusy)
@@ -257,3 +257,8 @@ def test_the_lock_asks_no_more_nodes_at_once_than_forks(tmp_path):
     with ClusterLock("lab", nodes, Holder.now("bootstrap"), forks=2):
         pass
     assert peak[0] == 2
+
+
+def test_the_holder_script_speaks_with_the_mark_the_controller_reads():
+    printed = [line for line in lockmod.hold_script().splitlines() if "echo" in line]
+    assert printed and all(f'"{lockmod.MARK} ' in line for line in printed), printed

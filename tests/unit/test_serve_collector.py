@@ -19,7 +19,7 @@ import pytest
 from sparkctl.knowledge.metric_names import TRTLLM_COLLECTED
 from sparkctl.knowledge.serve_metrics import acceptance_since, parse_prometheus
 from sparkctl.plan.collector import SCRIPT_NAME
-from sparkctl.plan.render import templates_dir
+from sparkctl.shipped import templates_dir
 
 
 def iteration(gen: int = 1, per_step: float = 2.5, ctx: int = 0, used: int = 10, waiting: int = 2) -> dict:

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sparkctl.knowledge.metric_names import VLLM
-from sparkctl.plan.render import templates_dir
 from sparkctl.plan.watchdog import SCRIPT_NAME
+from sparkctl.shipped import templates_dir
 
 
 class Engine:

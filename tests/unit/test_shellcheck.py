@@ -40,9 +40,9 @@ def rendered_scripts() -> dict[str, str]:
     out["copy streams off the fabric"] = streams_script("/src", "/dst", [("10.0.0.12", "-p 22 -i ~/.ssh/k")],
                                                         [["b"]], "/tmp/l", repo="org/m", peer="spark2")
     out["firewall revert guard"] = guard_script("1795970183756", 60)
-    out["cluster lock: holder"] = lock.HOLD_SCRIPT
-    out["cluster lock: takeover"] = lock.TAKEOVER_SCRIPT
-    out["cluster lock: peek"] = lock.PEEK_SCRIPT
+    out["cluster lock: holder"] = lock.hold_script()
+    out["cluster lock: takeover"] = lock.takeover_script()
+    out["cluster lock: peek"] = lock.peek_script()
     return out
 
 

@@ -70,7 +70,7 @@ def test_installed_wheel_renders_a_plan_outside_the_checkout(wheel, tmp_path):
     shutil.copy2(REPO / "inventories" / "two-sparks.yaml", elsewhere / "two-sparks.yaml")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["HOME"] = str(tmp_path)
-    where = _run([str(python), "-c", "import sparkctl.plan.render as r; print(r.templates_dir())"], elsewhere, env)
+    where = _run([str(python), "-c", "import sparkctl.shipped as r; print(r.templates_dir())"], elsewhere, env)
     templates = Path(where.stdout.strip())
     assert templates.is_relative_to(venv), f"templates come from {templates}, not from the installed wheel"
     result = _run([str(venv / "bin" / "sparkctl"), "cluster", "plan", "two-sparks.yaml"], elsewhere, env)
