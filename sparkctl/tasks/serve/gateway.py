@@ -158,7 +158,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         return "\n".join([
             framing.section("config", f"[ -f {q(spec.config_path)} ] && cat {q(spec.config_path)} "
                                       f"{q(spec.router_path)} 2>/dev/null | sha256sum | cut -d' ' -f1"),
-            *([framing.section("tls", f"[ -f {files.split()[0]} ] && cat {files} 2>/dev/null | sha256sum | "
+            *([framing.section("tls", f"[ -f {q(spec.tls_paths[0])} ] && cat {files} 2>/dev/null | sha256sum | "
                                       "cut -d' ' -f1")] if spec.tls else []),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
