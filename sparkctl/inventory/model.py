@@ -54,6 +54,11 @@ class SshTarget:
     local: bool
 
 
+class SeveralModels(RuntimeError):
+    """A question with one answer per model asked of an inventory that serves several (a caller not yet made
+    per model: loud, never the default preset's answer in silence)."""
+
+
 class Inventory(_Section):
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     user: UserName = Field(description="the SSH user, the same on every node")
@@ -129,6 +134,10 @@ class Inventory(_Section):
         return self.serve_spec().tp_size
 
     def serve_spec(self) -> ServeSpec:
+        """The one model's spec (a plain serve:, or serve.models of one entry). With several models there is no one
+        answer: their fields are each entry's, and serve:'s own are unset (it would be the default preset's)."""
+        if self.serve.models and len(self.serve.models) > 1:
+            raise SeveralModels("the inventory serves several models: ask for each one's spec (served_models())")
         spec = resolve_serve(self.serve, len(self.nodes))
         if self.serve.models:
             entry = self.serve.models[0]
@@ -136,8 +145,9 @@ class Inventory(_Section):
         return spec
 
     def engine(self) -> Engine:
-        """The engine that serves (serve.engine, else the preset's, else the default)."""
-        return ENGINES[engine_of(self.serve, len(self.nodes))]
+        """The engine that serves (serve.engine, else the preset's, else the default); the models of serve.models
+        share one (checked), so the first entry's."""
+        return ENGINES[engine_of(model_sources(self.serve)[0].settings, len(self.nodes))]
 
     def served_models(self) -> list[ServedModel]:
         """Every model of serve: with its worlds placed (a plain serve: is one model, one world)."""

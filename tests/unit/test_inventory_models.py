@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import dump_inventory, load_inventory
+from sparkctl.inventory.model import SeveralModels
 from sparkctl.plan.fabric import plan_fabric
 from sparkctl.plan.vllm import vllm_launch
 from tests.unit.inventory_kit import only_problem, problems_of
@@ -221,3 +223,24 @@ def test_one_entry_of_its_own_serves_the_world_placement_planned(inv_file):
     named = load_inventory(inv_file(vllm + "serve:\n  models:\n    - {model: Qwen/Qwen3-8B, engine: vllm, "
                                            "nodes: [spark1, spark2]}\n"))
     assert named.serve_spec().tp_size == 2 and named.serving_nodes() == ["spark1", "spark2"]
+
+
+def test_several_models_answer_their_engine_and_refuse_one_spec_for_all(inv_file):
+    """serve:'s own model fields are unset beside models: the engine is the entries' (one per cluster, checked), and
+    a question with one answer per model fails loudly instead of answering with the default preset's model."""
+    inv = load_inventory(inv_file(NODES + """\
+serve:
+  models:
+    - {model: openai/gpt-oss-120b, engine: vllm, nodes: [spark1, spark2], tp_size: 2}
+    - {model: Qwen/Qwen3-8B, engine: vllm, name: small, nodes: [spark3]}
+"""))
+    assert inv.engine().name == "vllm" and inv.container.name == inv.engine().container_name
+    with pytest.raises(SeveralModels):
+        inv.serve_spec()
+    assert [m.name for m in inv.served_models()] == ["openai/gpt-oss-120b", "small"]
+    one = load_inventory(inv_file(NODES + """\
+serve:
+  models:
+    - {model: Qwen/Qwen3-8B, engine: vllm, name: small, nodes: [spark1]}
+"""))
+    assert one.engine().name == "vllm" and one.serve_spec().served_name == "small"
