@@ -10,16 +10,8 @@ import stat
 
 from sparkctl.inventory.checks import InventoryParts, Problem
 from sparkctl.inventory.sections import TlsSettings
-from sparkctl.knowledge.certificates import (
-    EXPIRY_WARNING_DAYS,
-    KEY_LIMIT,
-    CertificateProblem,
-    certificate_info,
-    certificates_pem,
-    client_handshake,
-    key_problem,
-    read_pem,
-)
+from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
+from sparkctl.knowledge.certificates import EXPIRY_WARNING_DAYS, client_handshake
 
 TLS = ("serve", "tls")
 
@@ -29,42 +21,21 @@ def tls_name(tls: TlsSettings, head_host: str) -> str:
     return tls.name or head_host
 
 
-def _read(tls: TlsSettings) -> tuple[dict[str, bytes], list[Problem]]:
-    read: dict[str, bytes] = {}
-    problems: list[Problem] = []
-    for field, path, limit in (("certificate", tls.certificate, None), ("key", tls.key, KEY_LIMIT),
-                               ("ca", tls.ca, None)):
-        if path is None:
-            continue
-        try:
-            read[field] = data = read_pem(os.path.expanduser(path), *([limit] if limit else []))
-            if field == "key":
-                data.decode("ascii")
-                why = key_problem(data)
-                if why:
-                    problems.append(((*TLS, field), f"{path} {why}"))
-            else:
-                certificates_pem(data)
-        except CertificateProblem as exc:
-            problems.append(((*TLS, field), f"{path} {exc}"))
-        except UnicodeDecodeError:
-            problems.append(((*TLS, field), f"{path} is not ASCII PEM"))
-    return read, problems
-
-
 def tls_checks(parts: InventoryParts) -> tuple[list[Problem], list[Problem]]:
     """(problems, warnings) of serve.tls."""
     tls = parts.serve.tls if parts.serve is not None else None
     if tls is None:
         return [], []
-    read, problems = _read(tls)
+    try:
+        files = tls_files(tls)
+    except TlsUnreadable as exc:
+        return [((*TLS, field), why) for field, why in exc.problems], []
     head = parts.nodes[0] if parts.nodes and parts.nodes[0] is not None else None
-    if problems or head is None:
-        return problems, []
+    if head is None:
+        return [], []
     name = tls_name(tls, str(head.host))
-    info = certificate_info(read["certificate"])
-    ca = certificates_pem(read["ca"]) if "ca" in read else None
-    handshake = client_handshake(os.path.expanduser(tls.certificate), os.path.expanduser(tls.key), ca, name)
+    info = files.info
+    handshake = client_handshake(os.path.expanduser(tls.certificate), os.path.expanduser(tls.key), files.ca, name)
     days = info.days_left()
     # only the server's own certificate being out of date is a warning; an ended CA or intermediate is not
     # something a rerun or doctor would explain

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sparkctl.knowledge.certificates import CertificateProblem, certificates_pem, client_context_for, read_pem
+from sparkctl.knowledge.certificates import client_context_for
 
 
 class EndpointError(Exception):
@@ -63,23 +63,14 @@ def endpoint_url(host: str, port: int, secure: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Tls:
-    """How a client checks an https endpoint: the name the certificate must hold, and the CA file it trusts (None:
-    the system's roots), read when the client needs it."""
+    """How a client checks an https endpoint: the name the certificate must hold, and the certificates of the CA it
+    trusts (PEM; None: the system's roots)."""
 
     name: str
-    ca_file: str | None = None
-
-    def ca(self) -> str | None:
-        """The CA file's certificates (PEM, nothing else); None: the system's roots."""
-        if self.ca_file is None:
-            return None
-        try:
-            return certificates_pem(read_pem(self.ca_file))
-        except CertificateProblem as exc:
-            raise EndpointError(f"cannot read the CA file {self.ca_file}: {exc}") from None
+    ca: str | None = None
 
     def context(self) -> ssl.SSLContext:
-        return client_context_for(self.ca())
+        return client_context_for(self.ca)
 
 
 class _VerifiedHttps(http.client.HTTPSConnection):
@@ -268,7 +259,7 @@ class NodeFetch:
 
     def batch(self, requests: list[Request]) -> list[tuple[int, bytes, float]]:
         """The requests in order, in one run of python3 in the container: (status, body, seconds) each."""
-        tls = self.tls and {"name": self.tls.name, "ca": self.tls.ca()}
+        tls = self.tls and {"name": self.tls.name, "ca": self.tls.ca}
         payload = json.dumps({"auth": self.auth, "tls": tls, "requests": [
             [m, self.base + path, body.decode() if body is not None else None, t] for m, path, body, t in requests]})
         try:

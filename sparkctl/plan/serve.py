@@ -4,10 +4,10 @@ fingerprint. Each engine's own launch: plan/launch.py."""
 from __future__ import annotations
 
 import hashlib
-import os
 
 from sparkctl.inventory import Inventory
 from sparkctl.inventory.tls_check import tls_name
+from sparkctl.inventory.tls_files import tls_files
 from sparkctl.knowledge.serve_client import HttpFetch, Tls, endpoint_url
 from sparkctl.plan.paths import draft_dir
 
@@ -15,17 +15,23 @@ from sparkctl.plan.paths import draft_dir
 def endpoint(inventory: Inventory) -> str:
     """The endpoint as clients see it: http://<head's inventory host>:<port> (shown, and tried from here); with
     serve.tls, https:// and the name the certificate holds (serve.tls.name, by default the same host)."""
-    tls = endpoint_tls(inventory)
-    return endpoint_url(tls.name if tls else str(inventory.head.host), inventory.serve_spec().port,
-                        secure=tls is not None)
+    tls = inventory.serve.tls
+    host = str(inventory.head.host)
+    return endpoint_url(tls_name(tls, host) if tls else host, inventory.serve_spec().port, secure=tls is not None)
+
+
+#: What to do when this machine refuses the endpoint's certificate (the clients stop there, the smoke test says it).
+CERTIFICATE_HINT = ("serve.tls.ca names the CA that signed the certificate, serve.tls.name the name it holds "
+                    "(`sparkctl inventory validate` checks both); then `sparkctl cluster bootstrap`")
 
 
 def endpoint_tls(inventory: Inventory) -> Tls | None:
-    """How sparkctl's clients check the endpoint's certificate (serve.tls), or None for plain HTTP."""
+    """How sparkctl's clients check the endpoint's certificate (serve.tls), or None for plain HTTP; TlsUnreadable
+    when serve.tls's files cannot be used now."""
     tls = inventory.serve.tls
     if tls is None:
         return None
-    return Tls(tls_name(tls, str(inventory.head.host)), os.path.expanduser(tls.ca) if tls.ca else None)
+    return Tls(tls_name(tls, str(inventory.head.host)), tls_files(tls).ca)
 
 
 def endpoint_fetch(inventory: Inventory, api_key: str | None) -> HttpFetch:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from sparkctl.doctor.probes import run_probes
 from sparkctl.doctor.snapshot import Snapshot, doctor_plan
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.certificates import CertificateProblem, read_pem
+from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
 from sparkctl.runs.bench_records import bench_history
 from sparkctl.runs.journal import Journal, latest_runs
 from sparkctl.runs.outputs import check_writable
@@ -102,8 +101,8 @@ def tls_certificate(inventory: Inventory) -> str | None:
     if tls is None:
         return None
     try:
-        return read_pem(os.path.expanduser(tls.certificate)).decode()
-    except (CertificateProblem, UnicodeDecodeError):
+        return tls_files(tls).certificates
+    except TlsUnreadable:
         return None
 
 

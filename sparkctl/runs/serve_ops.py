@@ -7,7 +7,6 @@ machine is used where it must be (streaming chat, bench timings) and reported ot
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,13 +14,13 @@ from dataclasses import dataclass, field
 
 from sparkctl.errors import BadInput, SparkctlError, Unreachable
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.certificates import CertificateProblem, certificate_info, read_pem
+from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.deployment import DeploymentRecord
 from sparkctl.plan.paths import state_dir
-from sparkctl.plan.serve import endpoint, endpoint_fetch
+from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
 from sparkctl.plan.serve_unit import last_failure, unit_summary
 from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
@@ -87,18 +86,14 @@ def rotate_key(inventory: Inventory, verbosity: int, view: Callable[[Event], Non
     return journaled_run("serve key --rotate", inventory, bootstrap_graph(), request, view)
 
 
-CERTIFICATE_HINT = ("serve.tls.ca names the CA that signed the certificate, serve.tls.name the name it holds "
-                    "(`sparkctl inventory validate` checks both); then `sparkctl cluster bootstrap`")
-
-
 def _tls_text(inventory: Inventory) -> str:
     """serve.tls's certificate as this machine has it: whom it names, until when, whom sparkctl's clients trust."""
     tls = inventory.serve.tls
     assert tls is not None
     try:
-        info = certificate_info(read_pem(os.path.expanduser(tls.certificate)))
-    except CertificateProblem as exc:
-        return f"{tls.certificate} {exc}"
+        info = tls_files(tls).info
+    except TlsUnreadable as exc:
+        return exc.message
     trusted = f"trusted through {tls.ca}" if tls.ca else "trusted through this machine's system roots"
     return f"{info.subject}, until {info.ends()} ({info.days_left():.0f} days); {trusted}"
 

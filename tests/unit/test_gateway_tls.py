@@ -22,7 +22,9 @@ from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.probes import SERVED_CERTIFICATE_PY, SERVED_NO_TLS
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.inventory.loader import load_inventory
+from sparkctl.inventory import tls_files as tls_reader
 from sparkctl.inventory.sections import TlsSettings
+from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
 from sparkctl.knowledge.certificates import leaf_fingerprint
 from sparkctl.knowledge.serve_client import EndpointError, HttpFetch, NodeFetch, ServeClient, Tls
 from sparkctl.plan.gateway import (
@@ -33,7 +35,7 @@ from sparkctl.plan.gateway import (
     GatewayModel,
     gateway_spec,
 )
-from sparkctl.plan.serve import endpoint, endpoint_fetch
+from sparkctl.plan.serve import endpoint, endpoint_fetch, endpoint_tls
 from sparkctl.runs import serve_ops
 from sparkctl.secrets import MASK, forget_secrets, redact_known
 from sparkctl.taskgraph.task import Change, TaskFailed
@@ -98,7 +100,7 @@ def test_a_name_clients_use_is_checked_and_the_endpoint_is_named_by_it(tmp_path)
     inv = load_inventory(write(tmp_path, tls_of(issued, name="spark.lab.example")))
     assert endpoint(inv) == "https://spark.lab.example:8355"
     fetch = endpoint_fetch(inv, None)
-    assert (fetch.host, fetch.tls) == (HEAD, Tls("spark.lab.example", str(issued.ca)))  # connects to the head
+    assert (fetch.host, fetch.tls) == (HEAD, Tls("spark.lab.example", issued.ca.read_text()))  # connects to the head
 
 
 def test_a_certificate_for_another_name_is_refused_at_its_line_saying_what_it_names(tmp_path):
@@ -163,7 +165,7 @@ def test_a_ca_bundle_with_comments_that_are_not_ascii_is_read(tmp_path):
     bundle.write_bytes("# Issuer: CN=Főtanúsítvány\n".encode() + issued.ca.read_bytes())
     inv = load_inventory(write(tmp_path, tls_of(issued, ca=str(bundle))))
     assert inv.warnings == []
-    assert Tls(HEAD, str(bundle)).ca() == issued.ca.read_text()  # the certificates alone, ASCII
+    assert tls_files(inv.serve.tls).ca == issued.ca.read_text()  # the certificates alone, ASCII
 
 
 def test_a_certificate_file_that_holds_its_key_too_is_refused(tmp_path):
@@ -323,10 +325,10 @@ def _wait(port: int, nginx: subprocess.Popen) -> None:
 
 def test_a_client_that_trusts_the_ca_is_served_over_https_by_address_or_by_name(served):
     port, issued, key = served["port"], served["issued"], served["key"]
-    by_address = ServeClient(HttpFetch(f"https://{HEAD}:{port}", key, tls=Tls(HEAD, str(issued.ca))))
+    by_address = ServeClient(HttpFetch(f"https://{HEAD}:{port}", key, tls=Tls(HEAD, issued.ca.read_text())))
     assert by_address.health() == 200 and by_address.chat("hi", max_tokens=8).text == "hello from the sparks"
     by_name = ServeClient(HttpFetch(f"https://spark.lab.example:{port}", key, tls=Tls("spark.lab.example",
-                                                                                        str(issued.ca)),
+                                                                                        issued.ca.read_text()),
                                     address=HEAD))
     assert by_name.models() == ["nvidia/Qwen3-235B-A22B-FP4"]
     assert "".join(by_name.stream_chat("hi", max_tokens=8).text) == "hello from the sparks"
@@ -346,8 +348,8 @@ def test_plain_http_to_the_endpoint_s_address_is_refused_and_the_head_s_loopback
 def test_a_client_that_does_not_trust_it_or_asks_another_name_is_refused(served, tmp_path):
     port, issued = served["port"], served["issued"]
     stranger = issue(tmp_path / "stranger", [HEAD], prefix="stranger")
-    for tls, reason in ((Tls(HEAD, str(stranger.ca)), "unable to get local issuer certificate"),
-                        (Tls("other.example", str(issued.ca)), "Hostname mismatch"),
+    for tls, reason in ((Tls(HEAD, stranger.ca.read_text()), "unable to get local issuer certificate"),
+                        (Tls("other.example", issued.ca.read_text()), "Hostname mismatch"),
                         (Tls(HEAD), "unable to get local issuer certificate")):
         status, why, refused = ServeClient(HttpFetch(f"https://{HEAD}:{port}", tls=tls)).reach()
         assert status == 0 and refused and "the endpoint's certificate is refused: " + reason in why, why
@@ -375,14 +377,14 @@ def test_the_smoke_test_s_client_on_the_head_checks_the_certificate_too(served, 
     port, issued, key = served["port"], served["issued"], served["key"]
     transport = HereTransport()
     client = ServeClient(NodeFetch(transport, "c", port, host=HEAD, api_key=key, tls=Tls("spark.lab.example",
-                                                                                       str(issued.ca))))
+                                                                                       issued.ca.read_text())))
     assert client.base_url == f"https://{HEAD}:{port} on spark1"
     reply, before, after = client.chat_between_metrics("hi", max_tokens=8)
     assert reply.text == "hello from the sparks"
     sent = json.loads(transport.inputs[-1])
     assert sent["tls"] == {"name": "spark.lab.example", "ca": issued.ca.read_text()}
     stranger = issue(tmp_path / "stranger", [HEAD], prefix="stranger")
-    refused = ServeClient(NodeFetch(transport, "c", port, host=HEAD, tls=Tls(HEAD, str(stranger.ca))))
+    refused = ServeClient(NodeFetch(transport, "c", port, host=HEAD, tls=Tls(HEAD, stranger.ca.read_text())))
     with pytest.raises(EndpointError, match="certificate") as raised:
         refused.models()
     assert raised.value.certificate
@@ -465,3 +467,30 @@ def test_chat_from_here_stops_at_a_refused_certificate_rather_than_go_round_it(s
         pass
     assert "the endpoint's certificate is refused: unable to get local issuer certificate" in refused.value.message
     assert "serve.tls.ca" in refused.value.hint
+
+
+def test_serve_tls_s_files_are_judged_once_per_content_and_a_renewed_certificate_is_new_content(tmp_path, monkeypatch):
+    issued = issue(tmp_path / "pki", [HEAD])
+    inv = load_inventory(write(tmp_path, tls_of(issued)))
+    judged = []
+    real = tls_reader._judge
+    monkeypatch.setattr(tls_reader, "_judge", lambda tls, raw: judged.append(raw) or real(tls, raw))
+    first = tls_files(inv.serve.tls)
+    assert tls_files(inv.serve.tls) is first and endpoint_tls(inv) == Tls(HEAD, issued.ca.read_text())
+    assert len(judged) <= 1  # the loader may have judged this content already
+    renewed = issue(tmp_path / "renewed", [HEAD])
+    issued.certificate.write_bytes(renewed.certificate.read_bytes())
+    issued.key.write_bytes(renewed.key.read_bytes())
+    assert tls_files(inv.serve.tls).certificates == renewed.certificate.read_text()
+    forget_secrets()
+    tls_files(inv.serve.tls)  # given out again, the key is a secret again
+    assert MASK in redact_known(renewed.key.read_text().splitlines()[1])
+
+
+def test_serve_tls_s_files_gone_after_load_fail_the_task_with_what_to_do(tmp_path):
+    issued = issue(tmp_path / "pki", [HEAD])
+    inv = load_inventory(write(tmp_path, tls_of(issued)))
+    issued.key.unlink()
+    with pytest.raises(TlsUnreadable, match=r"serve\.tls: key: .*server\.key") as raised:
+        tls_files(inv.serve.tls)
+    assert "inventory validate" in (raised.value.hint or "")

@@ -11,26 +11,17 @@ stopped by hand (moby's daemon/kill.go, ExitOnNext), and `unless-stopped` then l
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import time
-from dataclasses import dataclass
 
 from sparkctl.facts.parse import listening_on
 from sparkctl.inventory import Inventory
-from sparkctl.knowledge.certificates import (
-    KEY_LIMIT,
-    CertificateInfo,
-    CertificateProblem,
-    certificate_info,
-    certificates_pem,
-    read_pem,
-)
+from sparkctl.inventory.tls_files import TlsFiles, TlsUnreadable, tls_files
 from sparkctl.plan.collector import COLLECTOR_CONTAINER, CollectorSpec, collector_spec
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_dir, gateway_spec
 from sparkctl.rules.serving import serving_enabled
-from sparkctl.secrets import MASK, register_private_key
+from sparkctl.secrets import MASK
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
@@ -61,29 +52,15 @@ def _files_hash(*contents: str) -> str:
     return hashlib.sha256("".join(contents).encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """serve.tls's files as the head gets them: the certificates written again (nothing else of the file), the
-    key as given (registered as a secret), and what the certificate says."""
-
-    certificate: str
-    key: str
-    info: CertificateInfo
-
-
-def tls_files(inventory: Inventory) -> TlsFiles | None:
-    """serve.tls's certificate and key as they are on this machine now."""
+def head_tls(inventory: Inventory) -> TlsFiles | None:
+    """serve.tls's certificate and key as they are on this machine now (None: plain HTTP)."""
     tls = inventory.serve.tls
     if tls is None:
         return None
     try:
-        data = read_pem(os.path.expanduser(tls.certificate))
-        key = read_pem(os.path.expanduser(tls.key), KEY_LIMIT).decode("ascii")
-        register_private_key(key)
-        return TlsFiles(certificates_pem(data), key, certificate_info(data))
-    except (CertificateProblem, UnicodeDecodeError) as exc:
-        raise TaskFailed(f"serve.tls: {tls.certificate} or {tls.key} cannot be used now: {exc}",
-                         hint="put the files back (`sparkctl inventory validate` checks them)") from None
+        return tls_files(tls)
+    except TlsUnreadable as exc:
+        raise TaskFailed(exc.message, hint=exc.hint) from None
 
 
 class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
@@ -124,7 +101,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         policy = inspected[2] if len(inspected) > 2 else ""
         shown_key = key or NO_KEY_YET
         want = spec.config(shown_key)
-        tls = tls_files(inv)
+        tls = head_tls(inv)
         if (spec.authenticated and key is None) or _files_hash(want, spec.router()) != have_hash:
             before = "(absent)\n" if not have_hash else "(another config: its content stays on the node)\n"
             scheme = f"https, {tls.info.subject}" if tls else "http"
@@ -132,7 +109,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
                                   f"{', '.join(spec.listen)}:{spec.port} {scheme}, auth {inv.serve.auth})",
                                   diff=unified_diff("nginx.conf", before, want.replace(shown_key, MASK)),
                                   node=head.name, payload="config"))
-        elif tls and _files_hash(tls.certificate, tls.key) != have_tls:
+        elif tls and _files_hash(tls.certificates, tls.key) != have_tls:
             changes.append(Change(f"write serve.tls's certificate ({tls.info.subject}, until {tls.info.ends()}) and "
                                   f"key on {head.name}", node=head.name, payload="config"))
         if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
@@ -177,9 +154,9 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
             return
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
         head.transport.put(spec.router_path, spec.router(), mode=0o600)
-        tls = tls_files(ctx.inventory)
+        tls = head_tls(ctx.inventory)
         if tls:
-            for path, content in zip(spec.tls_paths, (tls.certificate, tls.key), strict=True):
+            for path, content in zip(spec.tls_paths, (tls.certificates, tls.key), strict=True):
                 head.transport.put(path, content, mode=0o600)
         else:
             head.run(f"rm -f {' '.join(q(path) for path in spec.tls_paths)}", timeout=30)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient, is_degenerate
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
-from sparkctl.plan.serve import endpoint, endpoint_fetch
+from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -80,8 +80,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         if refused:
             ctx.emit(Event(event="log", task=self.name,
                            message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
-                                   "certificate (serve.tls.ca names the CA that signed it, serve.tls.name the name it "
-                                   "holds)"))
+                                   f"certificate ({CERTIFICATE_HINT})"))
         elif reach != 200:
             port = inv.serve_spec().port
             ctx.emit(Event(event="log", task=self.name,
