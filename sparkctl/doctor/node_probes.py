@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from sparkctl.rules.sshd import SSHD_KEYS, keyword
+from sparkctl.transport.base import q
 
 ABSENT = "#absent"
 #: The variables whose settings sparkctl owns or NCCL/UCX/Open MPI read.
@@ -81,28 +82,9 @@ class SystemProbe:
 
 # --- scripts ---------------------------------------------------------------------------------------------------
 
-VERSIONS = r"""printf 'kernel %s\n' "$(uname -r)"
-if _has nvidia-smi; then
-  printf 'driver %s\n' "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
-  nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9.]*\).*/cuda \1/p' | head -n 1
-fi"""
-
+VERSIONS = "probe_versions"
 IBV_DEVINFO = f"if _has ibv_devinfo; then ibv_devinfo 2>&1; else echo '{ABSENT}'; fi"
-
-# show_gids where it is installed; otherwise the same rows read from sysfs (where show_gids itself reads them)
-GIDS = r"""if _has show_gids; then show_gids 2>&1
-elif [ -d /sys/class/infiniband ]; then
-  for d in /sys/class/infiniband/*; do [ -d "$d" ] || continue; dev=${d##*/}
-    for pp in "$d"/ports/*; do [ -d "$pp" ] || continue; port=${pp##*/}
-      for g in "$pp"/gids/*; do [ -e "$g" ] || continue; i=${g##*/}; gid=
-        read -r gid < "$g" 2>/dev/null || continue
-        case $gid in ""|0000:0000:0000:0000:0000:0000:0000:0000|fe80:0000:0000:0000:0000:0000:0000:0000) continue;; esac
-        nd=; read -r nd < "$pp/gid_attrs/ndevs/$i" 2>/dev/null; ty=; read -r ty < "$pp/gid_attrs/types/$i" 2>/dev/null
-        printf '%s\t%s\t%s\t%s\t\t%s\t%s\n' "$dev" "$port" "$i" "$gid" "$ty" "$nd"
-      done
-    done
-  done
-else echo '""" + ABSENT + "'; fi"
+GIDS = f"probe_gids '{ABSENT}'"
 
 
 def _grep_settings(files: str) -> str:
@@ -115,10 +97,7 @@ HOST_SETTINGS = _grep_settings('"$HOME/.bashrc" "$HOME/.profile" "$HOME/.bash_pr
 #: inside the container: NCCL reads ~/.nccl.conf and /etc/nccl.conf (NCCL docs, "Environment Variables")
 CONTAINER_SETTINGS = _grep_settings("/etc/nccl.conf /root/.nccl.conf /root/.bashrc /etc/environment")
 
-SSHD_DROPINS = (r"""for f in /etc/ssh/sshd_config.d/*.conf; do [ -e "$f" ] || continue
-  { if [ -r "$f" ]; then cat "$f"; else $_S cat "$f"; fi; } 2>/dev/null | grep -iE '^[[:space:]]*("""
-                + "|".join(SSHD_KEYS) + r""")[[:space:]=]' | sed "s|^|$f:|"
-done""")
+SSHD_DROPINS = "probe_sshd_dropins " + q("|".join(SSHD_KEYS))
 
 
 # --- parsers ---------------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from sparkctl.rules.mesh import (
     ping_script,
 )
 from sparkctl.rules.serving import has_unit, serving_enabled, without_mpi
+from sparkctl.shipped import shipped_text
 from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.transport.base import Transport, q
 from sparkctl.transport.framing import Framing, Section, held_output
@@ -56,10 +57,6 @@ PROBE_TIMEOUT = 60.0
 NCCL_LINES = 2000
 LOG_LINES = 20
 COMPLETION_PROMPT = "Reply with one short sentence about the sea."
-
-_PRELUDE = """_has() { command -v "$1" >/dev/null 2>&1; }
-if [ "$(id -u 2>/dev/null)" = 0 ]; then _S=""; elif sudo -n true >/dev/null 2>&1; then _S="sudo -n"; else _S=""; fi"""
-
 
 def _section(nonce: str, name: str, body: str) -> str:
     # a subshell: a body may `exit` early without ending the whole probe
@@ -96,13 +93,7 @@ def _model_lines(hf: str, repos: list[tuple[str, str]]) -> str:
     for role, repo in repos:
         hub = f"{hf}/hub/{repo_folder(repo)}"
         local = f"{hf}/{posixpath.relpath(draft_dir(repo), CONTAINER_HF_HOME)}"
-        lines.append(f"""d=""; for c in {q(local)} {q(hub)}; do [ -d "$c" ] && {{ d=$c; break; }}; done
-if [ -z "$d" ]; then echo {q('absent ' + repo)}
-elif [ -n "$(find "$d" -name '*.incomplete' 2>/dev/null | head -n 1)" ]; then
-  echo {q('incomplete ' + repo)} partial download in "$d"
-elif [ -z "$(find -L "$d" -name config.json 2>/dev/null | head -n 1)" ]; then
-  echo {q('incomplete ' + repo)} no config.json in "$d"
-else echo {q('complete ' + repo)}; fi""")
+        lines.append(f"probe_model {q(repo)} {q(local)} {q(hub)}")
         if role == "draft":
             changed = hub_hashes.changed_local_since_verified_script(local, hub_hashes.record_path(hf, local))
         else:
@@ -212,7 +203,7 @@ class ProbeSection:
 def _ports(w: Where) -> str:
     ports = sorted({int(w.inventory.container.ssh_port), serve_port(w.inventory)})
     port_filter = " or ".join(f"sport = :{p}" for p in ports)
-    return f"$_S ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH"
+    return f"\"${{_S[@]}}\" ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH"
 
 
 def _read_ports(p: NodeProbe, s: Section) -> None:
@@ -285,9 +276,8 @@ def _answers(w: Where) -> str | None:
     the other sections."""
     if not w.targets:
         return None
-    lines = [f"( timeout {ANSWER_WAIT_S} bash -c {q(f': </dev/tcp/{ip}/{int(port)}')} 2>/dev/null "
-             f"&& echo {q(f'open {node} {ip} {int(port)}')} ) &" for node, ip, port in w.targets]
-    return "\n".join([*lines, "wait"])
+    targets = " ".join(f"{q(node)} {q(ip)} {int(port)}" for node, ip, port in w.targets)
+    return f"probe_answers {ANSWER_WAIT_S} {targets}"
 
 
 def _answers_started(w: Where) -> str | None:
@@ -437,7 +427,7 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     management listeners to connect to."""
     w = Where(inventory, plan, facts, node, order, want_logs, targets)
     hold, send = held_output("$_O", 'rm -f "$_O"')
-    parts = [_PRELUDE, '_O=$(mktemp 2>/dev/null) || _O=""', hold]
+    parts = [shipped_text("probes.sh").rstrip(), "_probes_begin", '_O=$(mktemp 2>/dev/null) || _O=""', hold]
     inside = ""
     if w.running and plan is not None:
         inner = [_section(nonce, sec.name, body) for sec in CONTAINER_SECTIONS if (body := sec.script(w)) is not None]

@@ -1,7 +1,8 @@
-"""The facts, one registry entry per section of the gather script: its name, its shell (from what the script is
-rendered from; None where it does not run), and what its output sets in `Facts`. facts/script.py renders the
-entries in this order and facts/gather.py reads them back in the same order, so a read may use what an earlier
-entry set (a carrier joins the interface `ip-addr` read). A new fact is one entry here plus its test.
+"""The facts, one registry entry per section of the gather script: its name, the call of its function in
+templates/facts.sh (with what the script is rendered from as arguments; None where it does not run), and what its
+output sets in `Facts`. facts/script.py renders the entries in this order and facts/gather.py reads them back in the
+same order, so a read may use what an earlier entry set (a carrier joins the interface `ip-addr` read). A new fact
+is one entry here, its function there, and its test.
 """
 
 from __future__ import annotations
@@ -146,10 +147,8 @@ def _read_firewall(f: Facts, got: Got) -> None:
     f.firewall_digest = hashlib.sha256(got.text.encode()).hexdigest()[:16]
 
 
-#: sparkctl's firewall files (plan/firewall.py; 644, no secret in them): each after its marker, absent ones left out
-FIREWALL_FILES_SCRIPT = (f"for _f in {RULES_PATH} {LISTED_PATH} {UNIT_PATH}; do [ -f \"$_f\" ] && "
-                         "{ echo \"#file $_f\"; cat \"$_f\"; }; done; "
-                         f"echo '#enabled'; systemctl is-enabled {UNIT_NAME} 2>/dev/null; true")
+#: sparkctl's firewall files (plan/firewall.py; 644, no secret in them), each after its marker
+FIREWALL_FILES_CALL = f"fact_firewall_files {q(UNIT_NAME)} {q(RULES_PATH)} {q(LISTED_PATH)} {q(UNIT_PATH)}"
 
 
 def _read_firewall_files(f: Facts, got: Got) -> None:
@@ -166,7 +165,7 @@ def _inspected(request: FactsRequest) -> str:
 
 def _docker_ps(request: FactsRequest) -> str | None:
     """With nothing to inspect, `docker ps` tells whether this user can talk to the daemon (Docker and Podman)."""
-    return None if _inspected(request) else "_has docker && _t 15 docker ps -q 2>&1 >/dev/null"
+    return None if _inspected(request) else "fact_docker_info"
 
 
 def _docker_inspect(request: FactsRequest) -> str | None:
@@ -175,11 +174,7 @@ def _docker_inspect(request: FactsRequest) -> str | None:
     storage locks). Its stderr is kept, each line marked `#err `: "no such object" is an answer, a refused
     socket or a broken storage is not."""
     names = _inspected(request)
-    if not names:
-        return None
-    return f"""_has docker && {{ _e=$(mktemp 2>/dev/null || echo /tmp/.sfi.$$)
-_t 15 docker inspect {names} 2>"$_e"; _r=$?
-sed 's/^/#err /' "$_e"; rm -f "$_e"; (exit $_r); }}"""
+    return f"fact_docker {names}" if names else None
 
 
 def _unknown_docker(f: Facts, request: FactsRequest, status: str, error: str | None = None) -> None:
@@ -225,34 +220,18 @@ def _read_docker_inspect(f: Facts, got: Got) -> None:
     f.containers, f.images, f.image_digests = answer.containers, answer.images, answer.digests
 
 
-def _hf_cache_script(request: FactsRequest) -> str:
-    # `~` is expanded on the node; df needs an existing path, so walk up to the nearest existing parent.
-    return f"""p={q(request.hf_cache)}
-case $p in "~") p=$HOME ;; "~/"*) p=$HOME/${{p#"~/"}} ;; esac
-printf '%s\\n' "$p"
-d=$p; while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
-df -B1 --output=avail "$d" 2>/dev/null | tail -n 1
-for f in "$p"/sparkctl-pins/models--*; do
-  [ -f "$f" ] && printf 'pin\t%s\t%s\n' "${{f##*/}}" "$(head -n1 "$f")"
-done; true"""
-
-
-#: Netplan revert guards armed by a run and neither confirmed nor reverted, whose process still waits: a run cut
-#: (Ctrl-C, SIGKILL, a lost link) between `netplan apply` and its confirmation leaves one, and it reverts the
-#: files later unless confirmed. Run as root (the state dirs are 0700 root); prints one guard id per line.
-GUARDS_SCRIPT = r"""for d in "$@"; do for p in "$d"/guard-*.pid; do
-  [ -e "$p" ] || continue; id=${p##*/guard-}; id=${id%.pid}
-  if [ -e "$d/confirmed-$id" ] || [ -e "$d/reverted-$id" ]; then continue; fi
-  pid=; read -r pid < "$p" 2>/dev/null
-  [ -n "$pid" ] && grep -q "revert-$id.sh" /proc/"$pid"/cmdline 2>/dev/null && printf '%s\n' "$id"
-done; done; true"""
+def _home_path(path: str) -> str:
+    """A path as a shell word, a leading `~` left for the node's shell to expand (to the login's home)."""
+    if path == "~":
+        return "~"
+    # bash expands a tilde-prefix only when nothing up to the first unquoted slash is quoted
+    return "~/" + q(path[2:]) if path.startswith("~/") else q(path)
 
 
 def _guards_script(request: FactsRequest) -> str | None:
     if not request.guard_dirs:
         return None
-    dirs = " ".join(q(d) for d in request.guard_dirs)
-    return f"if [ \"$_SUDO_OK\" = 1 ]; then $_S sh -c {q(GUARDS_SCRIPT)} sh {dirs}; else echo '#unreadable'; fi"
+    return "fact_netplan_guards_pending " + " ".join(q(d) for d in request.guard_dirs)
 
 
 def _guards_pending(got: Got) -> list[str] | None:
@@ -261,101 +240,42 @@ def _guards_pending(got: Got) -> list[str] | None:
 
 
 FACT_SECTIONS: list[FactSection] = [
-    FactSection("hostname", _always("hostname 2>/dev/null || cat /proc/sys/kernel/hostname"),
-                lambda f, got: replace(f, hostname=got.text.strip())),
-    FactSection("os-release", _always("cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release"),
-                _read_os_release),
-    FactSection("dgx-release", _always("cat /etc/dgx-release 2>/dev/null"), _read_dgx_release),
-    FactSection("arch", _always("uname -m"), lambda f, got: replace(f, arch=got.text.strip())),
-    FactSection("id", _always("id -un; id -u; id -Gn"), _read_id),
-    FactSection("home", _always('printf "%s\\n" "$HOME"'), _read_home),
-    FactSection("ip-addr", _always("ip -j -d addr show"),
+    FactSection("hostname", _always("fact_hostname"), lambda f, got: replace(f, hostname=got.text.strip())),
+    FactSection("os-release", _always("fact_os_release"), _read_os_release),
+    FactSection("dgx-release", _always("fact_dgx_release"), _read_dgx_release),
+    FactSection("arch", _always("fact_arch"), lambda f, got: replace(f, arch=got.text.strip())),
+    FactSection("id", _always("fact_id"), _read_id),
+    FactSection("home", _always("fact_home"), _read_home),
+    FactSection("ip-addr", _always("fact_ip_addr"),
                 lambda f, got: replace(f, interfaces=got.parsed(parse.parse_ip_addr, {}))),
-    # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost).
-    FactSection("carrier", _always(r"""for f in /sys/class/net/*/carrier; do
-  [ -e "$f" ] || continue; n=${f%/carrier}; n=${n##*/}; c=
-  read -r c < "$f" 2>/dev/null
-  printf '%s %s\n' "$n" "$c"
-done"""), _read_carrier),
-    # ibdev2netdev prints the netdev's operstate; the sysfs fallback prints the same line shape.
-    FactSection("roce", _always(r"""if _has ibdev2netdev; then ibdev2netdev
-else for d in /sys/class/infiniband/*; do
-  [ -d "$d" ] || continue; dev=${d##*/}
-  port=1; for p in "$d"/ports/*; do [ -e "$p" ] && { port=${p##*/}; break; }; done
-  for n in "$d"/device/net/*; do
-    [ -e "$n" ] || continue; nd=${n##*/}
-    st=Down; o=; read -r o < /sys/class/net/"$nd"/operstate 2>/dev/null; [ "$o" = up ] && st=Up
-    printf '%s port %s ==> %s (%s)\n' "$dev" "$port" "$nd" "$st"
-  done
-done; fi"""), lambda f, got: replace(f, roce=got.parsed(parse.parse_ibdev2netdev, []))),
-    # lldpcli is setuid _lldpd, mode 4750 _lldpd:adm on Debian/Ubuntu (and /usr/sbin is not in a user's PATH over
-    # ssh): found by path, asked with sudo -n when that works. Only read: sparkctl never starts lldpd itself.
-    FactSection("lldp", _always(r"""_L=$(command -v lldpcli 2>/dev/null)
-for p in /usr/sbin/lldpcli /usr/local/sbin/lldpcli; do [ -z "$_L" ] && [ -e "$p" ] && _L=$p; done
-if [ -z "$_L" ]; then echo '#absent'; else _t 10 $_S "$_L" show neighbors -f json 2>&1; fi"""),
-                lambda f, got: replace(f, lldp=got.parsed(parse_lldp, None)), privileged=True),
-    FactSection("speed", _always(r"""for f in /sys/class/net/*/speed; do
-  [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}; v=
-  read -r v < "$f" 2>/dev/null
-  printf 'sysfs %s %s\n' "$n" "$v"
-done
-if _has ethtool; then for n in /sys/class/infiniband/*/device/net/*; do
-  [ -e "$n" ] || continue; nd=${n##*/}
-  sp=$(ethtool "$nd" 2>/dev/null | sed -n 's/^[[:space:]]*Speed:[[:space:]]*//p')
-  printf 'ethtool %s %s\n' "$nd" "$sp"
-done; fi"""), _read_speed, concurrent=True),
-    FactSection("ssh-connection", _always(r"""printf '%s\n' "${SSH_CONNECTION:-}" """),
+    FactSection("carrier", _always("fact_carrier"), _read_carrier),
+    FactSection("roce", _always("fact_roce"), lambda f, got: replace(f, roce=got.parsed(parse.parse_ibdev2netdev, []))),
+    FactSection("lldp", _always("fact_lldp"), lambda f, got: replace(f, lldp=got.parsed(parse_lldp, None)),
+                privileged=True),
+    FactSection("speed", _always("fact_speed"), _read_speed, concurrent=True),
+    FactSection("ssh-connection", _always("fact_ssh_connection"),
                 lambda f, got: replace(f, session_ip=got.parsed(parse.parse_ssh_connection, None))),
-    FactSection("routes", _always("ip -4 -o route show table main 2>/dev/null"),
-                lambda f, got: replace(f, routes=got.parsed(parse.parse_routes, []))),
-    # sparkctl's own sysctl.d files (a relaying ring node's forwarding): name and base64 content
-    FactSection("sparkctl-sysctl", _always(r"""for f in /etc/sysctl.d/*-sparkctl-*.conf; do
-  [ -f "$f" ] || continue; printf '%s ' "$f"; base64 < "$f" | tr -d '\n'; echo
-done"""), lambda f, got: replace(f, sysctl_files=got.parsed(parse.parse_named_files, {}))),
-    # forwarding and reverse-path filtering: a ring relays between neighbours (`read`: no fork per file)
-    FactSection("ipv4-conf", _always(r"""for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding \
-         /proc/sys/net/ipv4/conf/*/rp_filter; do
-  [ -e "$f" ] || continue; v=; read -r v < "$f" 2>/dev/null; printf '%s %s\n' "${f#/proc/sys/net/ipv4/}" "$v"
-done"""), lambda f, got: replace(f, ipv4_conf=got.parsed(parse.parse_ipv4_conf, {}))),
-    # Netplan files are 0600 root: read with sudo -n when needed; base64 keeps any content intact.
-    FactSection("netplan", _always(r"""for f in /etc/netplan/*.yaml; do
-  [ -e "$f" ] || continue
-  mode=$(stat -c %a "$f" 2>/dev/null || echo -)
-  if [ -r "$f" ]; then c=$(base64 < "$f" | tr -d '\n') && c="b64:$c" || c=-
-  elif [ "$_SUDO_OK" = 1 ]; then c=$($_S cat "$f" 2>/dev/null | base64 | tr -d '\n') && c="b64:$c" || c=-
-  else c=-; fi
-  printf '%s %s %s\n' "$mode" "$c" "$f"
-done"""), lambda f, got: replace(f, netplan_files=got.parsed(parse.parse_netplan, [])), privileged=True),
-    # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it
-    # prints; readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls:
-    # each costs ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
-    FactSection("nm", _always(r"""if _has nmcli; then ( export LC_ALL=C
-  echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || exit 0
-  echo '#connections'
-  _c=$(_t 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
-  printf '%s\n' "$_c"
-  echo '#settings'; _u=$(printf '%s\n' "$_c" | cut -d: -f1 | grep -E '^[0-9a-fA-F-]{36}$')
-  if [ -n "$_u" ]; then _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address \
-    connection show $_u 2>&1; fi )
-else echo '#absent'; fi"""), lambda f, got: replace(f, nm=got.parsed(parse_nmcli, None)), concurrent=True),
-    FactSection("docker-cli", _always("command -v docker"), _read_docker_cli),
+    FactSection("routes", _always("fact_routes"), lambda f, got: replace(f, routes=got.parsed(parse.parse_routes, []))),
+    FactSection("sparkctl-sysctl", _always("fact_sparkctl_sysctl"),
+                lambda f, got: replace(f, sysctl_files=got.parsed(parse.parse_named_files, {}))),
+    FactSection("ipv4-conf", _always("fact_ipv4_conf"),
+                lambda f, got: replace(f, ipv4_conf=got.parsed(parse.parse_ipv4_conf, {}))),
+    FactSection("netplan", _always("fact_netplan"),
+                lambda f, got: replace(f, netplan_files=got.parsed(parse.parse_netplan, [])), privileged=True),
+    FactSection("nm", _always("fact_nm"), lambda f, got: replace(f, nm=got.parsed(parse_nmcli, None)), concurrent=True),
+    FactSection("docker-cli", _always("fact_docker_cli"), _read_docker_cli),
     FactSection("docker-info", _docker_ps, _read_docker_ps, concurrent=True),
     FactSection("docker", _docker_inspect, _read_docker_inspect, concurrent=True),
-    FactSection("hf-cache", _hf_cache_script, _read_hf_cache),
+    FactSection("hf-cache", lambda request: f"fact_hf_cache {_home_path(request.hf_cache)}", _read_hf_cache),
     FactSection("netplan-guards", _guards_script,
                 lambda f, got: replace(f, netplan_guards_pending=_guards_pending(got)),
                 privileged=True),
-    FactSection("ss", _always("if [ \"$_SUDO_OK\" = 1 ]; then $_S ss -ltnpH 2>/dev/null || ss -ltnH; "
-                              "else ss -ltnpH; fi"), _read_ss, privileged=True),
-    # root already, or `sudo -n` ran the privileged shell (facts/script.py): sudo asked once, by that shell
-    FactSection("sudo", _always('[ "$_SUDO_OK" = 1 ]'), lambda f, got: replace(f, sudo_nopasswd=got.ok),
-                privileged=True),
-    FactSection("meminfo", _always("cat /proc/meminfo"), _read_meminfo),
-    FactSection("time", _always("date +%s.%N"), lambda f, got: replace(f, time=got.parsed(parse.parse_time, 0.0))),
-    FactSection("firewall-files", _always(FIREWALL_FILES_SCRIPT), _read_firewall_files),
-    FactSection("firewall", _always(r"""if _has ufw; then echo '#ufw'; $_S ufw status 2>&1; fi
-if _has nft; then echo '#nft'; $_S nft list ruleset 2>&1; fi
-if _has iptables; then echo '#iptables'; $_S iptables -S INPUT 2>&1; fi"""), _read_firewall, privileged=True),
+    FactSection("ss", _always("fact_ss"), _read_ss, privileged=True),
+    FactSection("sudo", _always("fact_sudo"), lambda f, got: replace(f, sudo_nopasswd=got.ok), privileged=True),
+    FactSection("meminfo", _always("fact_meminfo"), _read_meminfo),
+    FactSection("time", _always("fact_time"), lambda f, got: replace(f, time=got.parsed(parse.parse_time, 0.0))),
+    FactSection("firewall-files", _always(FIREWALL_FILES_CALL), _read_firewall_files),
+    FactSection("firewall", _always("fact_firewall"), _read_firewall, privileged=True),
 ]
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from sparkctl.inventory import Inventory
 from sparkctl.plan.fabric import FabricPlan
+from sparkctl.plan.render import render
 from sparkctl.plan.ssh import peer_route
+from sparkctl.shipped import shipped_text
 from sparkctl.transport.base import q
 
 #: Tries one node has in flight at once (and so, about the new connections one target receives at once).
@@ -42,41 +44,19 @@ _TRANSIENT = ("kex_exchange_identification", "Connection reset by peer", "Connec
 # try, one after another). A user's ControlMaster is bypassed: through a live master there would be no
 # authentication to prove. That the ranks' daemons really start over ssh is verify.fabric's MPI probe's to prove.
 AUTHENTICATED = "sparkctl-mesh-authenticated"
+# (rendered by hand in double quotes: the `$PPID` is the shell's that ssh runs LocalCommand under)
 _AUTHENTICATED_THEN_QUIT = ("-o ControlMaster=no -o ControlPath=none -o PermitLocalCommand=yes -o "
-                            + q(f"LocalCommand=echo {AUTHENTICATED} >&2; kill $PPID"))
+                            f'"LocalCommand=echo {AUTHENTICATED} >&2; kill \\$PPID"')
 #: A try still running after this long (a peer's sshd that accepted the connection and went silent) is stopped:
 #: the pair could not be checked.
 TRY_LIMIT = 30
 
-# The check's session carries nothing secret, so its key exchange only has to be cheap: OpenSSH 9.x offers
-# sntrup761x25519 first, which cost about 2x the CPU of curve25519 per connection on both ends in the lab
-# (measured: ~210 vs ~95 ms per host ssh). `^` puts curve25519 first and keeps every default behind it;
-# an ssh that does not know `^` (before OpenSSH 8.2) simply goes without. Sets $_K.
-CHEAP_KEX = '_K="-o KexAlgorithms=^curve25519-sha256"; ssh -G $_K _ >/dev/null 2>&1 || _K=""'
-_PRELUDE = CHEAP_KEX + r"""
-_T=""; command -v timeout >/dev/null 2>&1 && _T="timeout -k 2 TRY_LIMIT"
-_try() { _p=$1; _t=$2; shift 2; _n=0
-  while :; do _n=$((_n+1))
-    _e=$(SHELL=/bin/sh $_T "$@" </dev/null 2>&1 >/dev/null); _r=$?
-    case $_e in *AUTHED*) echo "ok $_p $_t"; return ;; esac
-    _l=$(printf '%s' "$_e" | tr -d '\r' | grep -v '^Warning: Permanently added' | tail -n 1)
-    case $_T:$_r in timeout*:124|timeout*:137)
-      echo "unknown $_p $_t no answer within TRY_LIMIT s${_l:+ ($_l)}"; return ;; esac
-    case $_e in
-      TRANSIENT)
-        if [ "$_n" -lt ATTEMPTS ]; then sleep "0.$((_n * 3))"; continue; fi
-        echo "unknown $_p $_t ${_l:-no answer}"; return ;;
-    esac
-    echo "fail $_p $_t ${_l:-exit status $_r}"; return
-  done
-}"""
-
 
 def prelude() -> str:
-    """The shell functions every mesh script starts with (`_try PEER TARGET argv...`)."""
-    patterns = "|".join(f"*{q(t)}*" for t in _TRANSIENT)
-    return (_PRELUDE.replace("TRANSIENT", patterns).replace("ATTEMPTS", str(ATTEMPTS))
-            .replace("AUTHED", AUTHENTICATED).replace("TRY_LIMIT", str(TRY_LIMIT)))
+    """What every mesh script starts with (templates/mesh-try.sh.j2): `$_K`, the cheap key exchange where ssh
+    knows it, and `_try PEER TARGET argv...`."""
+    return render("mesh-try.sh.j2", try_limit=TRY_LIMIT, authenticated=AUTHENTICATED, transient=_TRANSIENT,
+                  attempts=ATTEMPTS)
 
 
 def schedule(order: Sequence[str], node: str) -> list[str]:
@@ -98,8 +78,8 @@ def ssh_try(peer: str, target: str, options: str = "", user: str | None = None) 
     done once the peer has accepted the key (see _AUTHENTICATED_THEN_QUIT)."""
     where = f"{user}@{target}" if user else target
     extra = f" {options}" if options else ""
-    argv = (f"ssh -N -o BatchMode=yes -o ConnectTimeout={CONNECT_TIMEOUT} {_AUTHENTICATED_THEN_QUIT} $_K{extra} "
-            f"{q(where)}")
+    argv = (f"ssh -N -o BatchMode=yes -o ConnectTimeout={CONNECT_TIMEOUT} {_AUTHENTICATED_THEN_QUIT} "
+            f'${{_K:+"$_K"}}{extra} {q(where)}')
     return Try(peer, where, argv)
 
 
@@ -175,18 +155,10 @@ def missing_verdicts(node: str, tries: Sequence[Try], verdicts: Sequence[Verdict
 
 
 #: Pings one node has in flight at once (ICMP has no MaxStartups; this only keeps a big node's burst small). Each
-#: waits 1 s for its reply (`-W 1`): a cabled or switched fabric answers in well under a millisecond, so a second
-#: is only what a dropped jumbo frame or a dead link costs, three times over before it is called dead.
+#: waits 1 s for its reply (`-W 1`, templates/mesh-ping.sh): a cabled or switched fabric answers in well under a
+#: millisecond, so a second is only what a dropped jumbo frame or a dead link costs, three times over before it is
+#: called dead.
 PING_WAVE = 8
-
-_PING_PRELUDE = r"""_ping() { _i=$1; _p=$2; _a=$3; _s=$4; _n=0
-  while :; do _n=$((_n+1))
-    if ping -c 1 -W 1 -M do -s "$_s" -I "$_i" "$_a" >/dev/null 2>&1; then echo "ok $_i $_p $_a"; return; fi
-    [ "$_n" -lt 2 ] && continue
-    if ping -c 1 -W 1 -I "$_i" "$_a" >/dev/null 2>&1; then echo "mtu $_i $_p $_a"; else echo "dead $_i $_p $_a"; fi
-    return
-  done
-}"""
 
 
 @dataclass(frozen=True)
@@ -217,7 +189,7 @@ def ping_script(pings: Sequence[Ping], size: int, wave: int = PING_WAVE) -> str:
     problem (`mtu`) from a dead link (`dead`); one line per ping: `VERDICT IFACE PEER ADDRESS`."""
     if not pings:
         return ""
-    lines = [_PING_PRELUDE]
+    lines = [shipped_text("mesh-ping.sh").rstrip()]
     for start in range(0, len(pings), wave):
         lines += [f"_ping {q(p.interface)} {q(p.peer)} {q(p.address)} {int(size)} &" for p in pings[start:start + wave]]
         lines.append("wait")

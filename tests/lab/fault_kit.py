@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.runs.playbooks import bootstrap_graph
+from sparkctl.shipped import shipped_text
 from sparkctl.taskgraph.task import Scope
 from tests.lab.conftest import poll, ssh
 from tests.lab.network_kit import Run, sparkctl
@@ -181,7 +181,7 @@ def reachable(lab, node: str) -> bool:
 def pending_guards(lab, node: str) -> list[str]:
     """Netplan revert guards armed on the node and neither confirmed nor reverted (their process still waits)."""
     base = network_state_dir(lab.names.cluster_name)
-    return lab.exec(node, ["sh", "-c", GUARDS_SCRIPT, "sh", base]).stdout.split()
+    return lab.exec(node, ["sh", "-c", shipped_text("netplan-guards.sh"), "sh", base]).stdout.split()
 
 
 def applied_marker(lab, node: str) -> bool:

@@ -4,9 +4,12 @@ node's from this machine); what answers and is not meant to is a finding with it
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 
 from sparkctl.doctor.probes import answered_here, exposure_targets, management_listeners, probe_script
+from sparkctl.shipped import shipped_text
+from sparkctl.transport.base import q
 from tests.taskkit import spark_facts
 from tests.unit.doctor_snapshot_kit import diagnose, healthy_snapshot
 
@@ -35,7 +38,24 @@ def test_the_probe_asks_every_target_at_once_and_reads_what_accepted():
     s = healthy_snapshot()
     script = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"], nonce="N",
                           targets=(("spark2", "10.0.0.12", 1024),))
-    assert "timeout 2 bash -c ': </dev/tcp/10.0.0.12/1024'" in script and "wait" in script
+    assert "probe_answers 2 spark2 10.0.0.12 1024" in script
+
+
+def test_the_asking_says_which_targets_accepted_and_runs_nothing_it_is_given(tmp_path):
+    listener = socket.create_server(("127.0.0.1", 0))
+    open_port = listener.getsockname()[1]
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    try:
+        hostile = f"127.0.0.1/{open_port}; touch {tmp_path}/pwned #"
+        script = (f"{shipped_text('probes.sh')}\nprobe_answers 2 spark2 127.0.0.1 {open_port} spark3 127.0.0.1 "
+                  f"{closed_port} spark4 {q(hostile)} 1")
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stdout
+    finally:
+        listener.close()
+    assert out.splitlines() == [f"open spark2 127.0.0.1 {open_port}"]
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_an_engine_port_that_answers_is_a_finding_and_sshd_and_the_endpoint_are_not():

@@ -1,4 +1,4 @@
-"""doctor's probes: the one-round-trip script (valid sh, values quoted) and the parser of its output."""
+"""doctor's probes: the one-round-trip script (valid bash, values quoted) and the parser of its output."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ def section(name: str, body: str, rc: int = 0) -> str:
     return f"{MARKER}:{NONCE}:begin {name}@@\n{body}\n{MARKER}:{NONCE}:end {name} {rc}@@\n"
 
 
-def test_the_script_is_valid_sh_and_quotes_what_the_node_reported():
+def test_the_script_is_valid_bash_and_quotes_what_the_node_reported():
     s = healthy_snapshot()
     s.facts["spark1"].hf_cache = "/home/nvidia/it's; touch /tmp/pwned"
     script = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"], nonce=NONCE)
-    assert subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True).returncode == 0
+    assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
     assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
     # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
-    assert 'ping -c 1 -W 1 -M do -s "$_s" -I "$_i" "$_a"' in script
+    assert 'ping -c 1 -W 1 -M \'do\' -s "$_s" -I "$_i" "$_a"' in script
     assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
     assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
@@ -104,7 +104,7 @@ def test_the_whole_script_runs_to_the_end_with_stubbed_commands(tmp_path):
     s = healthy_snapshot()
     s.facts["spark1"].hf_cache = str(tmp_path / "hf")
     script = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"], nonce=NONCE)
-    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
                             env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)})
     p = parse_probe(result.stdout, NONCE)
     assert not p.serve_log_exists

@@ -21,8 +21,8 @@ import pytest
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.probes import SERVED_CERTIFICATE_PY, SERVED_NO_TLS
 from sparkctl.errors import InventoryError, SparkctlError
-from sparkctl.inventory.loader import load_inventory
 from sparkctl.inventory import tls_files as tls_reader
+from sparkctl.inventory.loader import load_inventory
 from sparkctl.inventory.sections import TlsSettings
 from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
 from sparkctl.knowledge.certificates import leaf_fingerprint

@@ -4,12 +4,13 @@ node-to-node pairs whose fingerprint changed; --reprove tries every pair; a pair
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
 import pytest
 
-from sparkctl.rules.mesh import host_tries
+from sparkctl.rules.mesh import host_tries, prelude
 from sparkctl.rules.sshd import blame, effective_settings, parse_config_lines, sshd_problem
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks import proof
@@ -26,6 +27,8 @@ FABRIC = {"spark1": {"enp1s0f1np1": ["192.168.100.10/24"], "enP2p1s0f1np1": ["19
 PEER = {"spark1": ("spark2", "192.168.100.11"), "spark2": ("spark1", "192.168.100.10")}
 TO_SPARK2 = pair_id("spark1", "spark2", "192.168.100.11")
 TO_SPARK1 = pair_id("spark2", "spark1", "192.168.100.10")
+#: how ssh.verify's own mesh scripts begin (its tries follow)
+MESH_SCRIPT = prelude()
 LOGIN = "boot b1\nkey 1 2 3\nclient c\nperms 750:1000 700:1000 600:1000 \nservice s\nfiles f\nsshd * d\n"
 
 
@@ -57,7 +60,7 @@ def kit_over(states, records, *, fail: set[str] = frozenset(), options: RunOptio
         verdict = (f"fail {peer} {address} Permission denied (publickey).\n" if pair in fail
                    else f"ok {peer} {address}\n")
         kit.transport(node).respond(r":begin pub@@", ssh_read_output(state))
-        kit.transport(node).respond(r"^_K=", verdict)
+        kit.transport(node).respond(rf"\A{re.escape(MESH_SCRIPT)}", verdict)
     return kit
 
 
@@ -77,7 +80,7 @@ def with_key(state: dict, mesh: str | None = None):
 def tried(kit) -> set[str]:
     """The pairs ssh.verify tried in this run (its own mesh scripts)."""
     return {pair_id(node, *PEER[node]) for node in PEER
-            if any(c.startswith("_K=") for c in kit.transport(node).commands)}
+            if any(c.startswith(MESH_SCRIPT) for c in kit.transport(node).commands)}
 
 
 def verify(kit) -> str:

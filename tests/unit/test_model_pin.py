@@ -216,13 +216,15 @@ def test_fetch_downloads_the_pin_online_and_points_refs_main_at_it(tmp_path):
 
 def test_the_facts_carry_each_nodes_pins(tmp_path):
     from sparkctl.facts.parse import parse_hf_cache
-    from sparkctl.facts.sections import FactsRequest, _hf_cache_script
+    from sparkctl.facts.sections import FACT_SECTIONS, FactsRequest
+    from sparkctl.shipped import shipped_text
 
     home = tmp_path / "hf"
     (home / "sparkctl-pins").mkdir(parents=True)
     (home / "sparkctl-pins" / "models--nvidia--Qwen3-235B-A22B-FP4").write_text(f"{A}\tmain\n")
     (home / "sparkctl-pins" / "models--x--broken").write_text("not a commit\n")
-    out = sh(_hf_cache_script(FactsRequest((), (), str(home), ())), home)
+    call = next(s.script for s in FACT_SECTIONS if s.name == "hf-cache")(FactsRequest((), (), str(home), ()))
+    out = sh(f"{shipped_text('facts.sh')}\n{call}", home)
     path, free, pins = parse_hf_cache(out)
     assert path == str(home) and free and pins == {"models--nvidia--Qwen3-235B-A22B-FP4": A}
 

@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.doctor.probes import probe_script
+from sparkctl.facts.script import render_script
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.runs import lock
+from sparkctl.shipped import shipped_text
 from sparkctl.tasks.model.streams import streams_script
 from sparkctl.tasks.network.firewall_guard import guard_script
 from tests.taskkit import REPO
+from tests.unit.doctor_snapshot_kit import healthy_snapshot
 
 INVENTORIES = sorted((REPO / "inventories").glob("*.yaml"))
 STATE = "/home/nvidia/.local/state/sparkctl/cluster"
@@ -43,6 +47,20 @@ def rendered_scripts() -> dict[str, str]:
     out["cluster lock: holder"] = lock.hold_script()
     out["cluster lock: takeover"] = lock.takeover_script()
     out["cluster lock: peek"] = lock.peek_script()
+    # the facts: every section, each way it is scheduled (in order, in the background, in the root shell), a side
+    # read's own text kept in a quoted here-document
+    out["facts"] = render_script("n0nce", container_names=["trtllm-multinode", "it's"], image_refs=["img:1"],
+                                 hf_cache="~/hf cache", guard_dirs=["/var/lib/sparkctl/c/network"],
+                                 side_reads={"container.state": ("cat /etc/hostname; echo \"$HOME\"", 5)})
+    out["facts, nothing to inspect"] = render_script("n0nce")
+    out["netplan revert guards"] = shipped_text("netplan-guards.sh")
+    # doctor's probe of a serving head (asking a peer's listeners) and of a worker whose container stopped
+    s = healthy_snapshot()
+    out["doctor's probe: head"] = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"],
+                                               nonce="n0nce", targets=(("spark2", "10.0.0.12", 22),))
+    s.facts["spark2"].containers["trtllm-multinode"].running = False
+    out["doctor's probe: worker"] = probe_script(s.inventory, s.plan, s.facts["spark2"], "spark2",
+                                                 ["spark1", "spark2"], nonce="n0nce")
     return out
 
 

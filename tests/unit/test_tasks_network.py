@@ -291,7 +291,7 @@ def test_verify_pings_every_peer_on_every_twin_with_dont_fragment():
     assert NetworkVerify().check(kit.cluster) == []
     script = kit.transport("spark1").commands[0]
     bash_n(script)
-    assert 'ping -c 1 -W 1 -M do -s "$_s" -I "$_i" "$_a"' in script
+    assert 'ping -c 1 -W 1 -M \'do\' -s "$_s" -I "$_i" "$_a"' in script
     assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
     assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
     assert "192.168.100.10" not in script  # not itself

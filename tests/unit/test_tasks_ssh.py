@@ -10,10 +10,12 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import subprocess
 
 import pytest
 
+from sparkctl.rules.mesh import prelude
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import RunOptions
 from sparkctl.tasks.ssh.files import (
@@ -202,7 +204,8 @@ def test_verify_reports_each_failed_connection():
     script = kit.transport("spark1").commands[-1]
     assert ("_try spark2 192.168.100.11 ssh -N -o BatchMode=yes -o ConnectTimeout=5 -o ControlMaster=no "
             "-o ControlPath=none -o PermitLocalCommand=yes "
-            "-o 'LocalCommand=echo sparkctl-mesh-authenticated >&2; kill $PPID' $_K 192.168.100.11 &") in script
+            '-o "LocalCommand=echo sparkctl-mesh-authenticated >&2; kill \\$PPID" '
+            '${_K:+"$_K"} 192.168.100.11 &') in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -284,7 +287,7 @@ def test_a_noop_ssh_phase_is_one_round_trip_per_node():
 
             answer_keys.wants_script = True
             kit.transport(node).respond(r"begin key@@", answer_keys)
-            kit.transport(node).respond(r"^_K=", f"ok {peer[node][0]} {peer[node][1]}\n")
+            kit.transport(node).respond(rf"\A{re.escape(prelude())}", f"ok {peer[node][0]} {peer[node][1]}\n")
         for node in files:
             assert SshKeyTask().check(kit.node(node)) == []
         assert SshMeshTask().check(kit.cluster) == []

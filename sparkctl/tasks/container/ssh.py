@@ -13,7 +13,15 @@ from collections.abc import Callable
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
-from sparkctl.rules.mesh import CHEAP_KEX, Try, Verdict, container_tries, fitting_fixes, mesh_script, mesh_timeout
+from sparkctl.rules.mesh import (
+    Try,
+    Verdict,
+    container_tries,
+    fitting_fixes,
+    mesh_script,
+    mesh_timeout,
+    prelude,
+)
 from sparkctl.rules.serving import without_mpi
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.events import Event
@@ -246,8 +254,9 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
     own = plan.fabric.first_address(name)
     if own is not None and not (mpirun and runs_mpirun(ctx, name)):
         # the files read are public (keys, known hosts, the hostfile): the tries' cheap key exchange will do
-        ssh_own = f"ssh {options} -o BatchMode=yes -o ConnectTimeout=5 $_K root@{own} {q('sh -c ' + q(inside))}"
-        reader = (f'{CHEAP_KEX}\nif _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; '
+        ssh_own = (f'ssh {options} -o BatchMode=yes -o ConnectTimeout=5 ${{_K:+"$_K"}} root@{own} '
+                   f"{q('sh -c ' + q(inside))}")
+        reader = (f'{prelude()}\nif _c=$({ssh_own} 2>/dev/null </dev/null); then printf "%s\\n" "$_c"; '
                   f'else {docker}; fi')
     else:
         reader = docker

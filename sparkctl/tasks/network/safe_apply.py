@@ -11,9 +11,9 @@ import posixpath
 import time
 
 from sparkctl.errors import Unreachable
-from sparkctl.facts.sections import GUARDS_SCRIPT
 from sparkctl.plan.paths import network_state_dir
 from sparkctl.rules.networkmanager import is_keyfile, is_uuid
+from sparkctl.shipped import shipped_text
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.transport.base import CommandResult, q
@@ -178,7 +178,8 @@ def pending_guards(ctx: NodeContext) -> list[str]:
     if pending is not None:
         return pending
     base = network_state_dir(ctx.inventory.cluster.name)
-    result = ctx.must(f"sh -c {q(GUARDS_SCRIPT)} sh {q(base)}", "reading the netplan revert guards", sudo=True)
+    result = ctx.must(f"sh -c {q(shipped_text('netplan-guards.sh'))} sh {q(base)}", "reading the netplan revert guards",
+                      sudo=True)
     return [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
 
 
