@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import README_MODULE
+
 
 def _lab_unavailable() -> str | None:
     if platform.system() != "Linux":
@@ -33,21 +35,41 @@ def _require_lab() -> None:
     pytest.skip(reason)
 
 
+def readme_done(tmp_path_factory) -> Path:
+    """Where the README's module says it is done, for the workers of this run (pytest-xdist gives each a temp dir
+    under one of the run's)."""
+    return tmp_path_factory.getbasetemp().parent / "readme-done"
+
+
+def after_the_readme(request) -> None:
+    """Split over workers, a lab waits for the README's lines to be done: they remove the lab image and build it
+    from nothing, which would pull it from under a running lab. Alone, the README's run first anyway."""
+    if not hasattr(request.config, "workerinput"):
+        return
+    if not any(item.nodeid.startswith(README_MODULE) for item in request.session.items):
+        return
+    done = readme_done(request.getfixturevalue("tmp_path_factory"))
+    if not poll(done.exists, timeout=1800, interval=1):
+        pytest.fail(f"the README's lines did not say they were done ({done}) within 30 minutes")
+
+
 @pytest.fixture(scope="session")
-def lab_image() -> str:
+def lab_image(request) -> str:
     """The lab's container image, built once per machine (cached by recipe hash)."""
     _require_lab()
+    after_the_readme(request)
     from sparkctl.lab.image import ensure_image
 
     return ensure_image()
 
 
 @pytest.fixture(scope="module")
-def lab_factory(tmp_path_factory) -> Iterator[Callable]:
+def lab_factory(tmp_path_factory, request) -> Iterator[Callable]:
     """lab_factory(nodes, topology, port=1, sudo_password=False, ring_order=None, renderer="networkd") -> Lab; every
     lab is torn down at the end. The renderer is named explicitly here: the lab's default is NetworkManager (DGX
     OS's), and tests/lab/test_networkmanager.py runs bootstrap, drift and doctor under both."""
     _require_lab()
+    after_the_readme(request)
     from sparkctl.lab.lab import Lab
 
     labs: list[Lab] = []

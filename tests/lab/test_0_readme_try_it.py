@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.lab import image
-from tests.lab.conftest import _require_lab
+from tests.lab.conftest import _require_lab, readme_done
 
 pytestmark = pytest.mark.lab
 
@@ -32,6 +32,13 @@ def try_it_line(engine: str = "trtllm") -> str:
     others = {"vllm", "sglang"} - {engine}
     (line,) = [x for x in try_it_lines() if not any(o in x for o in others) and (engine == "trtllm" or engine in x)]
     return line
+
+
+@pytest.fixture(scope="module", autouse=True)
+def say_when_done(tmp_path_factory):
+    """Split over workers, the labs wait for this module (tests/lab/conftest.py, after_the_readme)."""
+    yield
+    readme_done(tmp_path_factory).touch()
 
 
 @pytest.fixture

@@ -151,8 +151,17 @@ def test_the_bundle_holds_the_facts_and_findings_but_no_planted_token(lab, tmp_p
 
 
 def test_a_node_powered_off_mid_diagnosis_is_unreachable_and_the_rest_is_diagnosed(lab):
-    # power off = the node's init dies (the lab started that process; nothing else is touched)
-    timer = threading.Timer(0.3, lambda: os.kill(lab.pid_of("spark2"), signal.SIGKILL))
+    # power off = the node's init dies (the lab started that process; nothing else is touched), once doctor's
+    # session to it is open: a lab node killed before anyone connects refuses (its namespace stays), which a
+    # powered-off Spark never does
+    pid = lab.pid_of("spark2")
+
+    def power_off_once_connected():
+        poll(lambda: lab.exec("spark2", "ss -Htn state established '( sport = :22 )'").stdout.strip(),
+             timeout=60, interval=0.02)
+        os.kill(pid, signal.SIGKILL)
+
+    timer = threading.Thread(target=power_off_once_connected)
     timer.start()
     try:
         report = doctor(lab)

@@ -8,12 +8,14 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
 
 from sparkctl.lab import image
 from sparkctl.lab.standins import standin_path
+from tests.lab.conftest import after_the_readme
 
 pytestmark = [
     pytest.mark.lab,
@@ -33,7 +35,8 @@ def pinned_ulimits():
 
 
 @pytest.fixture(scope="module")
-def lab_image():
+def lab_image(request):
+    after_the_readme(request)
     started = time.monotonic()
     ref = image.ensure_image(log=print)
     print(f"ensure_image: {time.monotonic() - started:.1f} s")
@@ -44,8 +47,10 @@ def lab_image():
 def podman(lab_image, tmp_path_factory):
     """podman with a graphroot of its own and the shared store as a read-only image store, like a node."""
     root = tmp_path_factory.mktemp("podman")
+    # podman refuses a runroot longer than 50 characters (a pytest temp dir under xdist is longer)
+    runroot = tempfile.mkdtemp(prefix="slimg-", dir="/tmp")
     base = [
-        "podman", "--root", str(root / "graph"), "--runroot", str(root / "run"), "--storage-driver", "overlay",
+        "podman", "--root", str(root / "graph"), "--runroot", runroot, "--storage-driver", "overlay",
         "--storage-opt", f"overlay.imagestore={image.IMAGE_STORE}", "--cgroup-manager", "cgroupfs",
         "--events-backend", "file", "--runtime", "runc",
     ]  # fmt: skip
@@ -58,6 +63,7 @@ def podman(lab_image, tmp_path_factory):
 
     yield call
     call("rm", "-f", "-a", "-t", "0", check=False)
+    shutil.rmtree(runroot, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
 
 
