@@ -51,9 +51,10 @@ class Launch(ABC):
 
     @classmethod
     @abstractmethod
-    def leftovers(cls) -> str:
+    def leftovers(cls, marker: str) -> str:
         """A script that kills what an earlier server of the engine left in a container on any node (they would
-        hold GPU memory) and prints their PIDs. Needs no plan: `serve stop` runs it whatever the fabric's state."""
+        hold GPU memory), of the world `marker` names (serve_unit.world_marker) or of none, and prints their PIDs.
+        Needs no plan: `serve stop` runs it whatever the fabric's state."""
 
     @classmethod
     @abstractmethod

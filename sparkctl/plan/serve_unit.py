@@ -53,11 +53,25 @@ SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRe
                    "ExecMainStartTimestamp")
 
 
-def leftovers_script(patterns: tuple[str, ...]) -> str:
+#: The variable a world's processes carry (world.sh exports it; every process it starts inherits it): which world
+#: of which cluster they are, so that ending what one world left never ends another's.
+WORLD_VARIABLE = "SPARKCTL_WORLD"
+
+
+def world_marker(cluster: str) -> str:
+    """What WORLD_VARIABLE holds in the processes of the cluster's world."""
+    return cluster
+
+
+def leftovers_script(patterns: tuple[str, ...], marker: str) -> str:
     """Kill the processes of an earlier server that outlived it (they would hold GPU memory), found by `pgrep -f`
-    patterns of their command lines; prints their PIDs."""
+    patterns of their command lines, and not another world's (a process whose WORLD_VARIABLE names another world
+    is left alone; one with none was started before worlds were marked, or by mpirun on a peer); prints their
+    PIDs."""
     found = "; ".join(f"pgrep -f -- {shlex.quote(p)}" for p in patterns)
     return (f"for p in $({found}); do "
+            f"w=$(tr '\\0' '\\n' < /proc/\"$p\"/environ 2>/dev/null | sed -n 's/^{WORLD_VARIABLE}=//p'); "
+            f"[ -z \"$w\" ] || [ \"$w\" = {shlex.quote(marker)} ] || continue; "
             "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
 
 
@@ -133,6 +147,11 @@ class ServeUnitSpec:
         return self.run.world
 
     @property
+    def marker(self) -> str:
+        """What WORLD_VARIABLE holds in the processes of this world."""
+        return world_marker(self.cluster)
+
+    @property
     def serve_dir(self) -> str:
         return serve_dir(self.state_dir)
 
@@ -168,7 +187,7 @@ class ServeUnitSpec:
         template = "serve-world-mpirun.sh.j2" if self.run.mpirun else "serve-world-rank.sh.j2"
         return render(template, spec=self, run=self.run, dir=CONTAINER_SERVE_DIR, pid=PID_PATH, log=LOG_PATH,
                       hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
-                      watchdog=self.watchdog, evidence=EVIDENCE_NAME)
+                      watchdog=self.watchdog, evidence=EVIDENCE_NAME, world_variable=WORLD_VARIABLE)
 
 
 @dataclass(frozen=True)

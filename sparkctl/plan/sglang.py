@@ -25,7 +25,7 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import draft_dir
-from sparkctl.plan.serve_unit import UnitRun, leftovers_script
+from sparkctl.plan.serve_unit import UnitRun, leftovers_script, world_marker
 
 SERVER = ["python3", "-m", "sglang.launch_server"]
 #: SGLang names its processes `sglang::scheduler`, `sglang::detokenizer`... (setproctitle in
@@ -54,9 +54,9 @@ class SglangLaunch(Launch):
         return "\n".join(f"{node}: {shlex.join(argv)}" for node, argv in self.argv.items())
 
     @classmethod
-    def leftovers(cls) -> str:
+    def leftovers(cls, marker: str) -> str:
         # `[.]` matches the dot in a process's command line but not the script's own text
-        return leftovers_script(("sglang[.]launch_server", PROCESS_TITLE))
+        return leftovers_script(("sglang[.]launch_server", PROCESS_TITLE), marker)
 
     @classmethod
     def servers(cls) -> tuple[str, ...]:
@@ -68,7 +68,8 @@ class SglangLaunch(Launch):
         rank = names.index(node)
         role = "the API server" if rank == 0 else "its scheduler only"
         return UnitRun(
-            command=shlex.join(self.argv[node]), config="", ours=self.servers()[0], leftovers=self.leftovers(),
+            command=shlex.join(self.argv[node]), config="", ours=self.servers()[0],
+            leftovers=self.leftovers(world_marker(inventory.cluster.name)),
             world=f"SGLang TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} ({role})", rank=rank)
 
     def describe(self) -> list[str]:

@@ -29,7 +29,7 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import CONTAINER_HF_HOME, CONTAINER_STATE, draft_dir
-from sparkctl.plan.serve_unit import Peer, UnitRun, leftovers_script, own_pattern
+from sparkctl.plan.serve_unit import Peer, UnitRun, leftovers_script, own_pattern, world_marker
 
 #: The config file, in the node's run/serve dir
 TRTLLM_CONFIG_FILE = "extra-llm-api-config.yml"
@@ -154,10 +154,10 @@ class TrtllmLaunch(Launch):
         return shlex.join(self.argv)
 
     @classmethod
-    def leftovers(cls) -> str:
+    def leftovers(cls, marker: str) -> str:
         # ranks that outlived their mpirun name our config file; `[ ]` matches the space in their command line but
         # not the script's own text
-        return leftovers_script((f"--extra_llm_api_options[ ]{cls.config_path}",))
+        return leftovers_script((f"--extra_llm_api_options[ ]{cls.config_path}",), marker)
 
     @classmethod
     def servers(cls) -> tuple[str, ...]:
@@ -166,7 +166,8 @@ class TrtllmLaunch(Launch):
     def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
         return UnitRun(
             command=shlex.join(self.argv), config=self.config_path, world=self.world(inventory),
-            ours=self.servers()[0], leftovers=self.leftovers(), mpirun=True, peers=self.peers)
+            ours=self.servers()[0],
+            leftovers=self.leftovers(world_marker(inventory.cluster.name)), mpirun=True, peers=self.peers)
 
     def describe(self) -> list[str]:
         return ["--- TensorRT-LLM config (extra_llm_api_options)", self.config_text().rstrip(),

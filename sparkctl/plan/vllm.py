@@ -26,7 +26,7 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import CONTAINER_STATE, draft_dir
-from sparkctl.plan.serve_unit import UnitRun, leftovers_script, own_pattern
+from sparkctl.plan.serve_unit import UnitRun, leftovers_script, own_pattern, world_marker
 
 #: The --config file, in the node's run/serve dir (mounted in the container at CONTAINER_STATE)
 VLLM_CONFIG_FILE = "vllm.yaml"
@@ -69,9 +69,9 @@ class VllmLaunch(Launch):
         return "\n".join(lines)
 
     @classmethod
-    def leftovers(cls) -> str:
+    def leftovers(cls, marker: str) -> str:
         # `[ ]` matches the space in a process's command line but not the script's own text
-        return leftovers_script((f"--config[ ]{cls.config_path}", VLLM_TITLE))
+        return leftovers_script((f"--config[ ]{cls.config_path}", VLLM_TITLE), marker)
 
     @classmethod
     def servers(cls) -> tuple[str, ...]:
@@ -92,7 +92,7 @@ class VllmLaunch(Launch):
         return UnitRun(
             command=shlex.join(command), config=self.config_path, ours=ours,
             world=f"vLLM TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} ({role}, {self.executor})",
-            leftovers=self.leftovers(),
+            leftovers=self.leftovers(world_marker(inventory.cluster.name)),
             rank=rank, before=before, after="ray stop --force" if self.executor == "ray" else "")
 
     def describe(self) -> list[str]:

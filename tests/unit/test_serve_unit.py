@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.render import UnsafeValue
 from sparkctl.plan.serve_unit import (
     BACKOFF_MAX_S,
     LASTED_S,
+    WORLD_VARIABLE,
     WORLD_WAIT_S,
     failing_early,
+    leftovers_script,
     parse_exits,
 )
 from sparkctl.tasks.serve.unit import ServeUnitRemoveTask, ServeUnitTask
-from tests.taskkit import inventory_from_yaml, make_kit, spark_facts
+from tests.taskkit import REPO, inventory_from_yaml, make_kit, spark_facts
 
 PAIR = """
 user: nvidia
@@ -313,3 +318,51 @@ def test_a_unit_left_on_a_node_that_is_no_longer_the_head_is_removed(tmp_path):
     (down,) = ServeUnitRemoveTask().check(peer)
     assert down.summary == "stop and remove sparkctl-serve-duo.service"
     assert ServeUnitRemoveTask().check(kit.node("spark1")) == []
+
+
+def test_a_world_ends_only_what_it_or_no_world_left_never_another_world_s(tmp_path):
+    """Real processes: a world's leftovers (found by their command line or their process title) are killed when they
+    carry the world's own name or none (started before worlds were marked, or by mpirun on a peer); another world's,
+    in the same container, are left running."""
+    config, title = f"{tmp_path}/serve-config.yaml", f"SPTEST{os.getpid()}::"
+    script = leftovers_script((f"--config[ ]{config}", f"^{title}"), "duo")
+    started = {}
+    for name, marker, argv0 in (("mine", "duo", f"engine serve --config {config}"), ("unmarked", None, f"{title}Core"),
+                                ("other", "duo--small", f"engine serve --config {config}"),
+                                ("other-core", "duo--small", f"{title}Core")):
+        env = {k: v for k, v in os.environ.items() if k != WORLD_VARIABLE}
+        if marker:
+            env[WORLD_VARIABLE] = marker
+        started[name] = subprocess.Popen(["bash", "-c", f"exec -a {shlex.quote(argv0)} sleep 300"], env=env)
+    try:
+        assert poll_until(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"engine")
+                                      or title.encode() in Path(f"/proc/{p.pid}/cmdline").read_bytes()
+                                      for p in started.values()))
+        killed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stdout.split()
+        assert sorted(killed) == sorted(str(started[n].pid) for n in ("mine", "unmarked"))
+        assert started["mine"].wait(10) == -9 and started["unmarked"].wait(10) == -9
+        assert started["other"].poll() is None and started["other-core"].poll() is None
+    finally:
+        for process in started.values():
+            process.kill()
+            process.wait()
+
+
+def poll_until(check, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_every_world_script_marks_its_processes_with_the_world_s_name():
+    for name in ("two-sparks.yaml", "two-sparks-vllm.yaml", "two-sparks-sglang.yaml"):
+        inv = load_inventory(str(REPO / "inventories" / name))
+        plan = plan_cluster(inv)
+        for node in plan.launch.commands():
+            unit = plan.launch.unit(inv, node, state_dir="/s", user="nvidia", fingerprint="f")
+            text = unit.world_text()
+            assert f"export SPARKCTL_WORLD={inv.cluster.name}\n" in text, (name, node)
+            assert text.index("export SPARKCTL_WORLD") < text.index(unit.run.command)

@@ -128,9 +128,9 @@ def test_what_counts_as_our_server_and_what_is_left_over(tmp_path):
     assert is_our_server("mpirun -np 2 trtllm-llmapi-launch trtllm-serve --extra_llm_api_options "
                          "/sparkctl/serve/extra-llm-api-config.yml")
     _inv, plan = pair(tmp_path)
-    script = plan.launch.leftovers()
+    script = plan.launch.leftovers("duo")
     assert f"--config[ ]{VLLM_CONFIG_PATH}" in script and "'^VLLM::'" in script
-    assert "extra_llm_api_options" in plan_cluster(inventory("two-sparks.yaml")).launch.leftovers()
+    assert "extra_llm_api_options" in plan_cluster(inventory("two-sparks.yaml")).launch.leftovers("duo")
 
 
 def test_a_rank_s_env_must_name_its_own_node_s_fabric(tmp_path):
