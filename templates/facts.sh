@@ -158,11 +158,11 @@ fact_firewall() {
   if _has iptables; then echo '#iptables'; "${_S[@]}" iptables -S INPUT 2>&1; fi
 }
 
-# _held NAME: a background or privileged section's output and exit status, once the facts' own background jobs are
-# done (not the side reads)
+# _held NAME: a background or privileged section's output, and its exit status in _rc (empty: it was cut short), once
+# the facts' own background jobs are done (not the side reads)
 _held() {
   wait "${_FP[@]}"
-  cat "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"; return "$_rc"
+  cat "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"
 }
 
 # The script's start: its clock (bash's $SECONDS, whole seconds), its private temp dir (none: every section runs in
@@ -177,12 +177,14 @@ _facts_begin() {
   else _S=(); _SUDO_OK=0; fi
 }
 
-# The privileged sections (the function _privileged the script defines), in the background of ONE root shell writing
-# into the temp dir: `sudo -n` once, not once per command (each sudo costs ~10 ms of the node's CPU and a line in its
-# auth log). Refused (a password, or no rule for a shell), the same sections run as the user with `_SUDO_OK` 0.
+# The privileged sections (the function _privileged the script defines; _PF names it and every function it calls,
+# the only ones the root shell is given), in the background of ONE root shell writing into the temp dir: `sudo -n`
+# once, not once per command (each sudo costs ~10 ms of the node's CPU and a line in its auth log). Refused (a
+# password, or no rule for a shell), the same sections run as the user with `_SUDO_OK` 0.
 _privileged_job() {
   if [ "${#_S[@]}" -gt 0 ]; then
-    "${_S[@]}" bash -c "$(declare -f); _privileged \"\$@\"" _ "$_D" 1 2>/dev/null || [ -e "$_D/.privileged" ] ||
+    "${_S[@]}" bash -c "$(declare -f "${_PF[@]}"); _privileged \"\$@\"" _ "$_D" 1 2>/dev/null ||
+      [ -e "$_D/.privileged" ] ||
       ( _privileged "$_D" 0 )
   else
     ( _privileged "$_D" "$_SUDO_OK" )
@@ -228,10 +230,11 @@ _sides_wait() {
   wait "${_SP[@]}" 2>/dev/null; kill "$stopper" 2>/dev/null
 }
 
-# _side_out I: a side read's output and exit status (1 and nothing when it did not finish)
+# _side_out I: a side read's output, and its exit status in _rc (1 and nothing when it did not finish)
 _side_out() {
-  [ -n "$_D" ] && [ -e "$_D/side-$1.rc" ] || return 1
-  cat "$_D/side-$1"; _rc=1; read -r _rc <"$_D/side-$1.rc"; return "$_rc"
+  _rc=1
+  [ -n "$_D" ] && [ -e "$_D/side-$1.rc" ] || return 0
+  cat "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"
 }
 
 # _as_root FUNCTION [ARG...]: one of these functions run as root (in the privileged shell, or root already: as it is)

@@ -14,6 +14,8 @@ from sparkctl.transport.framing import Framing, held_output
 #: How much longer than the facts the side reads may take before they are left out, at least (whole seconds: bash's
 #: $SECONDS measures the facts); as long again as the facts took when that is longer.
 SIDE_GRACE_S = 3
+#: what the privileged sections' functions may call in the root shell (templates/facts.sh)
+_ROOT_HELPERS = {"_t", "_has", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
@@ -45,6 +47,9 @@ def render_request(nonce: str, request: FactsRequest,
         jobs = [f"  {{ {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc; }} &"
                 for entry, call in privileged]
         parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, "  wait", "}"]))
+        # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
+        called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
+        parts.append(f"_PF=({' '.join(called)})")
         parts.append('[ -n "$_D" ] && { _privileged_job </dev/null >/dev/null 2>&1 3>&- & _FP+=("$!"); }')
     if side:
         parts.append('if [ -n "$_D" ]; then')
@@ -53,21 +58,22 @@ def render_request(nonce: str, request: FactsRequest,
             while end in body:
                 end += "_"
             # a quoted here-document: the read's own text, nothing of it expanded here
-            parts.append(f"IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}\n"
-                         f"_side {i} {max(1.0, float(seconds)):g} \"$_b\"")
+            # (emptied first: a here-document that could not be made must not leave the last read's text in _b)
+            parts.append(f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}\n"
+                         f'[ -n "$_b" ] && _side {i} {max(1.0, float(seconds)):g} "$_b"')
         parts.append("fi")
     framing = Framing(nonce)
     for entry, call in sections:
         if entry.concurrent or entry.privileged:
             parts.append(f"{framing.begin(entry.name)}\n"
-                         f'if [ -n "$_D" ]; then _held {entry.name}; else {{\n{call}\n}}; fi; _rc=$?\n'
+                         f'if [ -n "$_D" ]; then _held {entry.name}; else {{\n{call}\n}}; _rc=$?; fi\n'
                          f"{framing.end(entry.name, '$_rc')}")
         else:
             parts.append(framing.section(entry.name, call))
     if side:
         parts.append(f"_sides_wait {SIDE_GRACE_S}")
     for i in range(len(side)):
-        parts.append(f"{framing.begin(f'side:{i}')}\n_side_out {i}; _rc=$?\n{framing.end(f'side:{i}', '$_rc')}")
+        parts.append(f"{framing.begin(f'side:{i}')}\n_side_out {i}\n{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + f"\n{send}\nexit 0\n"
 
 

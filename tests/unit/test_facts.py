@@ -392,13 +392,15 @@ def test_every_fact_section_has_one_name_and_runs_in_a_full_request():
     assert "docker" not in [s.name for s, _ in rendered(FactsRequest())]
 
 
-@pytest.mark.parametrize("who", ["nopasswd", "password", "nopasswd-no-tmp", "nopasswd-umask-077"])
+@pytest.mark.parametrize("who", ["nopasswd", "password", "nopasswd-no-tmp", "nopasswd-umask-077",
+                                 "nopasswd-own-function"])
 def test_root_only_sections_are_read_with_one_sudo(users, who):
     """Every section only root may read runs in ONE root shell: a user with passwordless sudo reads the firewall
     as root and asks sudo once per facts read (to run that shell), not once per command; a user whose sudo wants
     a password reads what a user may, and sudo is asked the same once. Without a temp dir (a full /tmp) every
     section runs in order, the privileged ones each with its own sudo. A strict umask of the user's does not hide
-    what root wrote from them."""
+    what root wrote from them. A function of the user's shell (one their environment exports) is not given to the
+    root shell: it runs the facts' functions and nothing else of the user's."""
     from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, counting_sudo
 
     if not shutil.which("iptables"):
@@ -407,15 +409,16 @@ def test_root_only_sections_are_read_with_one_sudo(users, who):
     script = ({"nopasswd-no-tmp": "mktemp() { return 1; }\n", "nopasswd-umask-077": "umask 077\n"}.get(who, "")
               + render_script("n"))
     with counting_sudo() as (path, sudo_calls):
-        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "bash", "-c", script],
+        exported = ["BASH_FUNC_iptables%%=() { echo the-user-s-own-function; }"] if who.endswith("function") else []
+        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", *exported, "bash", "-c", script],
                              capture_output=True, text=True, timeout=60).stdout
         asked = sudo_calls()
     f = facts_from_output(out, "n", "local")
     firewall = Framing("n").split(out)["firewall"].output
     assert f.user == user and f.raw_errors == []
-    if who in ("nopasswd", "nopasswd-umask-077"):
+    if who in ("nopasswd", "nopasswd-umask-077", "nopasswd-own-function"):
         assert f.sudo_nopasswd and asked == ["-n bash"], asked
-        assert "-P INPUT" in firewall, firewall
+        assert "-P INPUT" in firewall and "the-user-s-own-function" not in firewall, firewall
     elif who == "nopasswd-no-tmp":
         assert f.sudo_nopasswd and asked[0] == "-n true" and "-n iptables" in asked, asked
         assert "-P INPUT" in firewall, firewall
