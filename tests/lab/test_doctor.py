@@ -4,8 +4,6 @@ token. (Every repairable finding: tests/lab/test_doctor_repairs.py.)"""
 
 from __future__ import annotations
 
-import os
-import signal
 import tarfile
 import threading
 
@@ -13,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
+from sparkctl.lab.reboot import forget_memory, power_off
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import doctor, errors
 from tests.lab.seeds_kit import faults, system_faults
@@ -151,15 +150,13 @@ def test_the_bundle_holds_the_facts_and_findings_but_no_planted_token(lab, tmp_p
 
 
 def test_a_node_powered_off_mid_diagnosis_is_unreachable_and_the_rest_is_diagnosed(lab):
-    # power off = the node's init dies (the lab started that process; nothing else is touched), once doctor's
-    # session to it is open: a lab node killed before anyone connects refuses (its namespace stays), which a
-    # powered-off Spark never does
-    pid = lab.pid_of("spark2")
-
+    # a power cut once doctor's session to the node is open: every process of the node dies, and its interfaces
+    # go dark (a powered-off Spark answers nothing; a lab node whose processes alone died would refuse instead)
     def power_off_once_connected():
         poll(lambda: lab.exec("spark2", "ss -Htn state established '( sport = :22 )'").stdout.strip(),
              timeout=60, interval=0.02)
-        os.kill(pid, signal.SIGKILL)
+        power_off(lab, "spark2", hard=True)
+        forget_memory(lab, "spark2")
 
     timer = threading.Thread(target=power_off_once_connected)
     timer.start()

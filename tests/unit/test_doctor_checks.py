@@ -62,6 +62,7 @@ from tests.unit.doctor_snapshot_kit import (
     fault_unreachable,
     fault_user,
     healthy_snapshot,
+    with_system_probes,
 )
 
 
@@ -153,6 +154,31 @@ def test_files_changed_since_they_were_verified_are_a_warning_with_the_model_pha
     assert found.summary == ("2 file(s) of nvidia/Qwen3-235B-A22B-FP4 changed since they were verified against the "
                              "hashes the Hub recorded")
     assert "--only model" in found.fix and "sent again from the head" in found.fix
+
+
+def test_a_twin_without_carrier_toward_a_node_that_does_not_answer_blames_that_node_not_this_one():
+    """A node powered off leaves its cables without carrier: its peer's twins (and their RoCE ports) are told as
+    information beside node.unreachable, not as the peer's errors (a dead cable between two nodes that answer
+    stays an error)."""
+    s = healthy_snapshot()
+    fault_unreachable(s)
+    for twin in ("enp1s0f1np1", "enP2p1s0f1np1"):
+        nic = s.facts["spark1"].interfaces[twin]
+        nic.operstate, nic.carrier, nic.flags, nic.addresses = "DOWN", False, ["NO-CARRIER", "UP"], []
+    d = diagnose(s)
+    assert {(f.id, f.node) for f in d.errors} == {("node.unreachable", "spark2")}
+    (note,) = [f for f in d.findings if f.id == "fabric.no_carrier"]
+    assert note.node == "spark1" and note.severity == "info"
+    assert "spark2 does not answer (node.unreachable)" in note.evidence and "once spark2 answers" in note.fix
+    dead = healthy_snapshot()
+    fault_no_carrier(dead)
+    assert [(f.id, f.severity) for f in diagnose(dead).errors] == [("fabric.no_carrier", "error")]
+    # read a moment earlier, the twins still Up but their RoCE ports already down: the same silent node explains it
+    early = with_system_probes(healthy_snapshot())
+    fault_unreachable(early)
+    for hca in early.probes["spark1"].system.hcas.values():
+        hca.state = "PORT_DOWN"
+    assert {(f.id, f.node) for f in diagnose(early).errors} == {("node.unreachable", "spark2")}
 
 
 def test_a_twin_set_down_is_one_finding_with_what_it_causes_under_it():

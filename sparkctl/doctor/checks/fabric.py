@@ -64,8 +64,16 @@ def check_ports(s: Snapshot) -> list[Finding]:
         nics = [s.facts[fault.node].interfaces.get(i) for i in fault.interfaces]
         states = "; ".join(f"{i}: absent" if n is None else f"{i}: state {n.operstate}, <{','.join(n.flags)}>"
                            for i, n in zip(fault.interfaces, nics, strict=True))
-        out.append(finding(FINDINGS[_FAULT_IDS[fault.cause]], fault.node,
-                           f"fabric {'twins' if len(nics) > 1 else 'twin'} {names} {_SUMMARIES[fault.cause]}",
+        summary = f"fabric {'twins' if len(nics) > 1 else 'twin'} {names} {_SUMMARIES[fault.cause]}"
+        if _far_end_silent(s, fault):
+            # a node that is off leaves its cables without carrier: node.unreachable says it, on that node
+            far = " and ".join(fault.far_nodes)
+            out.append(finding(FINDINGS[_FAULT_IDS[fault.cause]], fault.node, summary, phase=PHASE, severity="info",
+                               evidence=f"{fault.sentence()} ({states}); {far} does not answer (node.unreachable)",
+                               fix=f"judged again once {far} answers: a node that is off has no carrier on its "
+                                   "cables"))
+            continue
+        out.append(finding(FINDINGS[_FAULT_IDS[fault.cause]], fault.node, summary,
                            evidence=f"{fault.sentence()} ({states})",
                            fix=s.bootstrap("network") if fault.repairable else fault.fix(), phase=PHASE,
                            details=(*fault.consequences, *_across(s, fault)), severity="error"))
@@ -84,6 +92,12 @@ def check_ports(s: Snapshot) -> list[Finding]:
                                evidence=", ".join(f"{n}: port {'/'.join(map(str, p))}" for n, p in used.items()),
                                fix="works (each node's settings use its own names); NVIDIA recommends the same port"))
     return out
+
+
+def _far_end_silent(s: Snapshot, fault: TwinFault) -> bool:
+    """No carrier, and every node at the cable's other end does not answer: nothing here to blame yet."""
+    return (fault.cause == NO_CARRIER and bool(fault.far_ends) and not fault.far_end_seen
+            and all(node in s.unreachable for node in fault.far_nodes))
 
 
 def _across(s: Snapshot, fault: TwinFault) -> list[str]:

@@ -17,9 +17,11 @@ def check_roce(s: Snapshot) -> list[Finding]:
         return []
     out = []
     # a RoCE port follows its link: where either end of a twin's cable is not Up, the link's finding (on the end
-    # that is down) is the cause, said once there
+    # that is down) is the cause, said once there; where the far end's node does not answer (powered off, its
+    # cables dark), node.unreachable is
     far_down = {(node, link.interface) for node in s.order for link in s.plan.fabric.links(node)
-                for peer, pif, _ in link.peers if peer in s.facts and not s.facts[peer].interface_up(pif)}
+                for peer, pif, _ in link.peers
+                if peer in s.unreachable or (peer in s.facts and not s.facts[peer].interface_up(pif))}
     for node in s.order:
         f, system = s.facts[node], s.probe(node).system
         ports = s.plan.fabric.ports.get(node)
