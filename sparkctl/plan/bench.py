@@ -12,6 +12,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.knowledge.spark import spark_port_of
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.mpi import mpirun_line
+from sparkctl.plan.render import render
 from sparkctl.transport.base import q
 
 #: perftest's default port is 18515 (linux-rdma/perftest README); iperf3's is 5201. One port per link of a round.
@@ -108,22 +109,8 @@ def gid_of(ip: str) -> str:
 def probe_script(interfaces: dict[str, str]) -> str:
     """Per fabric twin (name -> IPv4): PCIe width, qdisc, the RoCE v2 GID index of its address; the tools present.
     One `key value` line each, prefixed by the interface."""
-    lines = [f"for t in {' '.join(TOOLS)}; do command -v $t >/dev/null 2>&1 && echo \"tool $t\"; done"]
-    for iface, ip in interfaces.items():
-        n, want = q(iface), q(gid_of(ip))
-        lines.append(f"""n={n}; want={want}
-printf '%s width %s\\n' "$n" "$(cat /sys/class/net/$n/device/current_link_width 2>/dev/null)"
-printf '%s maxwidth %s\\n' "$n" "$(cat /sys/class/net/$n/device/max_link_width 2>/dev/null)"
-printf '%s qdisc %s\\n' "$n" "$(tc qdisc show dev "$n" 2>/dev/null | tr '\\n' ';')"
-for d in /sys/class/infiniband/*/device/net/$n; do
-  [ -e "$d" ] || continue; ib=${{d%/device/net/*}}
-  for g in "$ib"/ports/1/gids/*; do
-    i=${{g##*/}}; v=$(cat "$g" 2>/dev/null) || continue
-    [ "$v" = "$want" ] || continue
-    [ "$(cat "$ib"/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && printf '%s gid %s\\n' "$n" "$i" && break
-  done
-done""")
-    return "\n".join(lines) + "\ntrue"
+    twins = [{"interface": iface, "gid": gid_of(ip)} for iface, ip in interfaces.items()]
+    return render("bench-probe.sh.j2", tools=TOOLS, twins=twins)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from sparkctl.plan.paths import CONTAINER_STATE
-from sparkctl.transport.base import q
+from sparkctl.plan.render import render
 
 #: github.com/NVIDIA/nccl-tests, its newest release tag when this was written
 NCCL_TESTS_TAG = "v2.19.6"
@@ -44,38 +44,12 @@ def cached_binary(image_id: str) -> str:
 
 
 def build_script(image_id: str) -> str:
-    """Shell for one node's container: print READY when the cached binary is there (or once built), MISSING and
-    what is missing (git, make, nvcc, MPI's or NCCL's headers), CLONE_FAILED or BUILD_FAILED and the tail of the
-    output. Built in a temp directory beside the cache, then renamed into place."""
+    """Shell for one node's container (templates/nccl-tests-build.sh.j2): READY, MISSING, CLONE_FAILED or
+    BUILD_FAILED and why."""
     final = f"{CACHE_ROOT}/{cache_key(image_id)}"
-    binary = f"{final}/build/all_reduce_perf"
-    homes = " ".join(q(h) for h in MPI_HOMES)
-    return f"""binary={q(binary)}; final={q(final)}
-[ -x "$binary" ] && {{ echo {READY}; exit 0; }}
-missing=
-command -v git >/dev/null 2>&1 || missing="$missing git"
-command -v make >/dev/null 2>&1 || missing="$missing make"
-cuda=${{CUDA_HOME:-{q(CUDA_HOME)}}}
-[ -x "$cuda/bin/nvcc" ] || missing="$missing nvcc($cuda/bin/nvcc)"
-mpi=
-for c in "${{MPI_HOME:-}}" "$(mpicc --showme:incdirs 2>/dev/null | cut -d' ' -f1 | xargs -r dirname)" {homes}; do
-  [ -n "$c" ] && [ -e "$c/include/mpi.h" ] && {{ mpi=$c; break; }}
-done
-[ -n "$mpi" ] || missing="$missing mpi.h(MPI's headers)"
-nccl=${{NCCL_HOME:-/usr}}
-[ -e "$nccl/include/nccl.h" ] || missing="$missing nccl.h($nccl/include)"
-[ -z "$missing" ] || {{ echo "{MISSING}$missing"; exit 0; }}
-mkdir -p {q(CACHE_ROOT)} && work=$(mktemp -d {q(CACHE_ROOT + "/.build-XXXXXX")}) || {{
-  echo "{BUILD_FAILED} cannot make a build directory under {CACHE_ROOT}"; exit 0; }}
-if ! out=$(git clone -q --depth 1 -b {q(NCCL_TESTS_TAG)} {q(NCCL_TESTS_REPO)} "$work" 2>&1); then
-  rm -rf "$work"; echo "{CLONE_FAILED} $(printf '%s' "$out" | tail -n 3 | tr '\\n' ' ')"; exit 0
-fi
-if ! out=$(make -C "$work" -j"$(nproc)" MPI=1 MPI_HOME="$mpi" CUDA_HOME="$cuda" NCCL_HOME="$nccl" 2>&1); then
-  rm -rf "$work"; echo "{BUILD_FAILED} $(printf '%s' "$out" | tail -n 5 | tr '\\n' ' ')"; exit 0
-fi
-if [ -e "$final" ]; then rm -rf "$work"; else mv "$work" "$final" || {{ rm -rf "$work"; exit 1; }}; fi
-[ -x "$binary" ] && echo {READY} || echo "{BUILD_FAILED} make left no build/all_reduce_perf"
-"""
+    return render("nccl-tests-build.sh.j2", binary=f"{final}/build/all_reduce_perf", final=final, ready=READY,
+                  cuda_home=CUDA_HOME, mpi_homes=MPI_HOMES, missing_mark=MISSING, cache_root=CACHE_ROOT,
+                  build_failed=BUILD_FAILED, clone_failed=CLONE_FAILED, tag=NCCL_TESTS_TAG, repo=NCCL_TESTS_REPO)
 
 
 def build_outcome(output: str) -> tuple[str, str]:

@@ -63,6 +63,11 @@ def quoted(value: object) -> str:
     return shlex.quote(one_line(value))
 
 
+def quoted_script(value: object) -> str:
+    """A script's whole text, lines and all, as one shell word (for `sh -c`): only what sparkctl ships."""
+    return shlex.quote(str(value))
+
+
 #: RFC 6750's b64token: what a Bearer credential may hold, and so all a rendered key may hold
 BEARER_RE = re.compile(r"[A-Za-z0-9._~+/-]{16,512}=*\Z")
 
@@ -96,6 +101,7 @@ def template_env() -> jinja2.Environment:
     env.filters["option"] = option
     env.filters["one_line"] = one_line
     env.filters["quoted"] = quoted
+    env.filters["quoted_script"] = quoted_script
     env.filters["bearer"] = bearer
     env.filters["listen_address"] = listen_address
     return env

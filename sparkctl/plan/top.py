@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from sparkctl.plan.render import render
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
-#: nvidia-smi(1) --query-gpu fields, in the order knowledge/node_metrics.parse_gpu_query reads them
-GPU_QUERY = ("nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw "
-             "--format=csv,noheader,nounits")
 #: docker inspect is the expensive read (a CLI start and a daemon round trip): once every this many refreshes
 CONTAINER_EVERY = 15
 #: the serve log's NCCL lines (which twins the world runs on) change only when the server restarts
@@ -59,43 +57,11 @@ def _links(twins: tuple[Twin, ...]) -> str:
             counters = f"/sys/class/infiniband/{twin.device}/ports/{int(twin.port)}/counters"
             lines.append(f"if [ -r {q(counters + '/port_rcv_data')} ]; then printf 'roce %s' {q(twin.interface)}; "
                          f"{_cat(counters + '/port_rcv_data')}; {_cat(counters + '/port_xmit_data')}; echo; fi")
-    return "\n".join(lines) or "true"
+    return "\n".join([*lines, "true"])
 
 
 #: the line that ends each answer of the agent
 END = "@@sparkctl-top-end@@"
-
-_AGENT = r"""set -u
-IFS= read -r _auth || exit 0
-_d=$(mktemp -d 2>/dev/null) || exit 1
-_cs='unknown 0'; _pid=0
-set -m
-# NVML initialised once: nvidia-smi's own loop, its last line kept (a pipeline in a process group of its own)
-GPU_QUERY -lms LOOP_MS 2>/dev/null | while IFS= read -r _l; do printf '%s\n' "$_l" > "$_d/gpu"; done &
-trap 'kill -- -$(jobs -p) 2>/dev/null; rm -rf "$_d"' EXIT
-while IFS= read -r _ask; do
-SECTIONS
-printf '%s\n' END_LINE
-done
-"""
-
-_CONTAINER = r"""case $_ask in
-*c*) _cs=$(docker inspect -f '{{.State.Status}} {{.State.Pid}}' NAME 2>/dev/null) || _cs='absent 0'
-     _pid=${_cs#* };;
-esac
-if [ "$_pid" != 0 ] && [ -d "/proc/$_pid" ]; then echo "running $_pid"; else echo "${_cs% *} 0"; fi"""
-
-#: the engine's /metrics through the gateway over bash's own /dev/tcp, the whole HTTP/1.0 response as it came (the
-#: gateway closes after the body) read by one `cat` (bash's `read` takes a socket a byte at a time: three times the
-#: CPU, curl's start-up more still); nothing when nothing answered
-_METRICS = r"""if exec 3<>/dev/tcp/HOST/PORT; then
-  if [ -n "$_auth" ]; then printf 'GET PATH HTTP/1.0\r\nHost: HOST\r\n%s\r\n\r\n' "$_auth" >&3
-  else printf 'GET PATH HTTP/1.0\r\nHost: HOST\r\n\r\n' >&3; fi
-  timeout 3 cat <&3
-  exec 3<&-
-fi 2>/dev/null
-true"""
-
 
 def _http_target(url: str) -> tuple[str, int, str]:
     """(IPv4 host, port, path) of an http://host:port/path URL sparkctl made itself (checked: it is put in a script)."""
@@ -108,24 +74,23 @@ def _http_target(url: str) -> tuple[str, int, str]:
 
 
 def agent_script(read: NodeRead, framing: Framing, interval_s: float) -> str:
-    """The node's side of `top`, started once (Transport.hold) and ended when its stdin closes. Its first line of
-    input is the Authorization header for the metrics (empty without one); then each line asks for one refresh,
-    answered with the sections and END: `c` in it asks docker for the container's state (else the PID docker gave
-    last is looked for in /proc), `n` the serve log's NCCL lines."""
+    """The node's side of `top` (templates/top-agent.sh.j2), started once (Transport.hold) and ended when its stdin
+    closes; each refresh it answers is the sections framed here, then END."""
     sections = [
         framing.section("gpu", """{ IFS= read -r _g < "$_d/gpu" && printf '%s\\n' "$_g"; } 2>/dev/null; true"""),
-        framing.section("cpu", '{ read -r _l < /proc/stat; echo "$_l"; }'),
+        framing.section("cpu", 'read -r _l < /proc/stat; echo "$_l"; true'),
         framing.section("mem", "while read -r _k _n _u; do case $_k in MemTotal:|MemAvailable:) "
                                'echo "$_k $_n";; esac; done < /proc/meminfo'),
         framing.section("links", _links(read.twins)),
-        framing.section("container", _CONTAINER.replace("NAME", q(read.container))),
+        framing.section("container", "_container"),
     ]
+    metrics = None
     if read.metrics_url:
         host, port, path = _http_target(read.metrics_url)
-        sections.append(framing.section("metrics", _METRICS.replace("HOST", host).replace("PORT", str(port))
-                                        .replace("PATH", path)))
+        metrics = {"host": host, "port": port, "path": path}
+        sections.append(framing.section("metrics", "_metrics"))
     if read.nccl_log:
         sections.append(framing.section("nccl", f"case $_ask in *n*) grep -E 'NCCL|NET/' {q(read.nccl_log)} "
                                                 "2>/dev/null | tail -n 2000;; esac"))
-    return (_AGENT.replace("GPU_QUERY", GPU_QUERY).replace("LOOP_MS", str(max(100, int(interval_s * 1000))))
-            .replace("SECTIONS", "\n".join(sections)).replace("END_LINE", q(END)))
+    return render("top-agent.sh.j2", loop_ms=max(100, int(interval_s * 1000)),
+                  container=read.container, metrics=metrics, sections="\n".join(sections), end=END)

@@ -15,11 +15,19 @@ from sparkctl.doctor.probes import probe_script
 from sparkctl.facts.script import render_script
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
+from sparkctl.plan.bench import probe_script as bench_probe
+from sparkctl.plan.nccl_tests import build_script
+from sparkctl.plan.top import NodeRead, Twin, agent_script
 from sparkctl.runs import lock
 from sparkctl.shipped import shipped_text
 from sparkctl.tasks.model.streams import streams_script
 from sparkctl.tasks.network.firewall_guard import guard_script
-from tests.taskkit import REPO
+from sparkctl.tasks.network.safe_apply import revert_script
+from sparkctl.tasks.ssh.proofs import login_script
+from sparkctl.tasks.ssh.refusals import refusal_script
+from sparkctl.transport.framing import Framing
+from tests.taskkit import REPO, make_kit, spark_facts
+from tests.taskkit import inventory as pair_inventory
 from tests.unit.doctor_snapshot_kit import healthy_snapshot
 
 INVENTORIES = sorted((REPO / "inventories").glob("*.yaml"))
@@ -54,6 +62,23 @@ def rendered_scripts() -> dict[str, str]:
                                  side_reads={"container.state": ("cat /etc/hostname; echo \"$HOME\"", 5)})
     out["facts, nothing to inspect"] = render_script("n0nce")
     out["netplan revert guards"] = shipped_text("netplan-guards.sh")
+    out["netplan revert guard"] = revert_script("/var/lib/sparkctl/c/network", "1795970183756", 60)
+    # top's agent, with the metrics and the NCCL lines to read
+    read = NodeRead(twins=(Twin("enp1s0f1np1", "rocep1s0f1"), Twin("enP2p1s0f1np1", None)),
+                    container="trtllm-multinode", metrics_url="http://127.0.0.1:8355/metrics", authorized=True,
+                    nccl_log=f"{STATE}/run/serve/serve.log")
+    out["top's agent"] = agent_script(read, Framing("n0nce"), 2.0)
+    # what a node's cluster logins depend on (its proofs on record), and sshd's digests read as root
+    fabric = {n: {"enp1s0f1np1": [f"192.168.100.1{i}/24"], "enP2p1s0f1np1": [f"192.168.101.1{i}/24"]}
+              for i, n in enumerate(("spark1", "spark2"))}
+    kit = make_kit(pair_inventory(), {n: spark_facts(n, addresses=fabric[n], mtu=9000) for n in fabric})
+    out["ssh login state"] = login_script(kit.cluster, "spark2", "sparkctl-spark-pair_ed25519")
+    out["sshd digests"] = shipped_text("sshd-digest.sh")
+    # a read the transport runs with bash, as the others
+    out["why a peer's sshd refused a key"] = "#!/bin/bash\n" + refusal_script(kit.cluster, "spark2", {"spark1"},
+                                                                              Framing("n0nce"))
+    out["fabric bench's probe"] = bench_probe({"enp1s0f1np1": "192.168.100.10", "enP2p1s0f1np1": "192.168.101.10"})
+    out["nccl-tests build"] = build_script("sha256:" + "a" * 64)
     # doctor's probe of a serving head (asking a peer's listeners) and of a worker whose container stopped
     s = healthy_snapshot()
     out["doctor's probe: head"] = probe_script(s.inventory, s.plan, s.facts["spark1"], "spark1", ["spark1", "spark2"],

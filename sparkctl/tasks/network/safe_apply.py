@@ -12,6 +12,7 @@ import time
 
 from sparkctl.errors import Unreachable
 from sparkctl.plan.paths import network_state_dir
+from sparkctl.plan.render import render
 from sparkctl.rules.networkmanager import is_keyfile, is_uuid
 from sparkctl.shipped import shipped_text
 from sparkctl.taskgraph.task import TaskFailed
@@ -21,20 +22,6 @@ from sparkctl.transport.base import CommandResult, q
 #: where the original of each NetworkManager profile sparkctl removed is kept, under the network record
 NM_BACKUP = "nm"
 
-REVERT_SCRIPT = """#!/bin/sh
-# sparkctl netplan revert guard (like `netplan try`): once the apply is done, restores {backup} unless
-# {confirmed} appears within {timeout}s. Waits for the apply at most {wait_apply}s (a session cut mid-apply).
-echo $$ > {pidfile}
-i=0
-while [ ! -e {applied} ] && [ "$i" -lt {wait_apply} ]; do sleep 1; i=$((i+1)); done
-sleep {timeout}
-[ -e {confirmed} ] && exit 0
-[ -d {backup} ] || exit 0
-for f in {backup}/*.yaml; do [ -e "$f" ] && cp -p "$f" /etc/netplan/; done
-if [ -f {backup}/absent ]; then while read -r f; do rm -f "$f"; done < {backup}/absent; fi
-netplan apply
-date +%s > {reverted}
-"""
 #: how long `netplan apply` may take before the guard starts its confirm window anyway
 APPLY_TIMEOUT = 120
 #: how long after the apply a confirm keeps trying to connect: under NetworkManager `netplan apply` disconnects
@@ -67,6 +54,14 @@ def record_originals(ctx: NodeContext, paths: list[str], interfaces: list[str]) 
     ctx.must("\n".join(lines), "recording the original netplan files", sudo=True)
 
 
+def revert_script(base: str, run_id: str, timeout: float) -> str:
+    """The node-side guard of one apply (templates/netplan-revert.sh.j2)."""
+    return render("netplan-revert.sh.j2", backup=posixpath.join(base, f"revert-{run_id}"),
+                  confirmed=_marker(base, "confirmed", run_id), reverted=_marker(base, "reverted", run_id),
+                  applied=_marker(base, "applied", run_id), pidfile=_marker(base, "guard", run_id) + ".pid",
+                  timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30)
+
+
 def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
     """Back up the current files and start the node-side timer. Returns the id to confirm with.
 
@@ -81,11 +76,7 @@ def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
     base = network_state_dir(ctx.inventory.cluster.name)
     backup = posixpath.join(base, f"revert-{run_id}")
     script = posixpath.join(base, f"revert-{run_id}.sh")
-    body = REVERT_SCRIPT.format(
-        backup=q(backup), confirmed=q(_marker(base, "confirmed", run_id)),
-        reverted=q(_marker(base, "reverted", run_id)), applied=q(_marker(base, "applied", run_id)),
-        pidfile=q(_marker(base, "guard", run_id) + ".pid"), timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30,
-    )
+    body = revert_script(base, run_id, timeout)
     absent_temp = posixpath.join(backup, ".absent.tmp")
     lines = ["set -e", f"install -d -m 700 {q(backup)}"]
     for path in paths:

@@ -20,49 +20,16 @@ from __future__ import annotations
 import ipaddress
 
 from sparkctl import __version__
+from sparkctl.plan.render import render
 from sparkctl.rules.mesh import Try
+from sparkctl.shipped import shipped_text
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.proof import digest, fabric_state, pair_id
-from sparkctl.transport.base import q
 
 #: the record's key for the node-to-node mesh (runs/proofs.py keeps it beside the MPI proof)
 HOST_MESH = "ssh-mesh"
 #: the section of ssh.keys' read that holds what login_script prints
 SECTION = "login"
-
-# What only root may read: sshd's files (0600 drop-ins) and `sshd -T` (it loads the host keys). ONE shell reads it
-# all, as root where that takes no password (`sudo -n` once, not once per command: each sudo costs ~10 ms of the
-# node's CPU and a line in its auth log), else as the user: then only the readable files' digest counts.
-# $1: the cluster user, $2: sshd's port, then "source/local" address pairs.
-_AS_ROOT = r"""_h() { sha256sum | cut -c1-16; }
-_U=$1; _P=$2; shift 2
-printf 'files %s\n' "$(cat /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf 2>/dev/null | _h)"
-_D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-if grep -qisE '^[[:space:]]*match[[:space:]]' /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf; then
-  for _a in "$@"; do
-    _src=${_a%%/*}; _l=${_a#*/}
-    printf 'sshd %s %s\n' "$_src" "$("$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=$_P" 2>&1 | _h)"
-  done
-else
-  printf 'sshd * %s\n' "$("$_D" -T 2>&1 | _h)"
-fi
-exit 0"""
-
-_LOGIN = r"""_h() { sha256sum | cut -c1-16; }
-printf 'boot %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
-printf 'key %s\n' "$(stat -c '%i %s %Y %a %u' "$HOME"/.ssh/KEY 2>/dev/null)"
-printf 'client %s\n' "$(cat /etc/ssh/ssh_config /etc/ssh/ssh_config.d/*.conf 2>/dev/null | _h)"
-printf 'perms %s\n' "$(stat -c '%a:%u' "$HOME" "$HOME"/.ssh "$HOME"/.ssh/authorized_keys 2>/dev/null | tr '\n' ' ')"
-printf 'written %s\n' "$(cd "$HOME"/.ssh 2>/dev/null && stat -c '%i:%Y:%a:%u' authorized_keys known_hosts config \
-  2>/dev/null | tr '\n' ' ')"
-printf 'account %s\n' "$(id -Gn 2>/dev/null | tr ' ' ,) $(getent passwd "$(id -un)" | cut -d: -f7) \
-$([ -e /etc/nologin ] && echo nologin)"
-printf 'service %s\n' "$(systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ExecReload ssh.service \
-  ssh.socket 2>/dev/null | _h)"
-_R=AS_ROOT
-if [ "$(id -u)" = 0 ]; then sh -c "$_R" sh USER PORT SOURCES
-else sudo -n sh -c "$_R" sh USER PORT SOURCES 2>/dev/null || sh -c "$_R" sh USER PORT SOURCES; fi"""
-
 
 def _ip(host: object) -> str | None:
     try:
@@ -96,9 +63,9 @@ def login_script(ctx: ClusterContext, node: str, key: str) -> str:
     """The `login` section's shell for `node` (key: the cluster key's file name in ~/.ssh)."""
     inv = ctx.inventory
     port = int(inv.node(node).port or inv.ssh.port or 22)
-    sources = " ".join(q(f"{src}/{local}") for src, local in source_addresses(ctx, node)) or "none/none"
-    return (_LOGIN.replace("AS_ROOT", q(_AS_ROOT)).replace("KEY", q(key)).replace("SOURCES", sources)
-            .replace("USER", q(inv.user)).replace("PORT", str(port)))
+    sources = [f"{src}/{local}" for src, local in source_addresses(ctx, node)] or ["none/none"]
+    return render("ssh-login-state.sh.j2", key=key, user=inv.user, port=port, sources=sources,
+                  digest=shipped_text("sshd-digest.sh").rstrip())
 
 
 def parse_login(text: str | None) -> dict[str, str]:

@@ -4,22 +4,14 @@ Asked only of the peers that refused a pair (one round trip each, all at once)."
 
 from __future__ import annotations
 
+from sparkctl.plan.render import render
 from sparkctl.rules.mesh import Verdict
 from sparkctl.rules.sshd import SSHD_KEYS, blame, effective_settings, keyword, parse_config_lines, sshd_problem
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.ssh.proofs import source_addresses
-from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
 _KEYS = "|".join(k.lower() for k in SSHD_KEYS if k != "MaxStartups")  # a refused key, not a dropped connection
-_SCRIPT = r"""_U=USER
-_S=; [ "$(id -u)" = 0 ] || { sudo -n true >/dev/null 2>&1 && _S="sudo -n"; }
-_D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-for _a in SOURCES; do
-  _src=${_a%%/*}; _l=${_a#*/}
-  $_S "$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=PORT" 2>/dev/null | grep -iE '^(KEYS) ' \
-    | sed "s|^|$_src |"
-done"""
 _LINES = (r"""$_S grep -nHiE '^[[:space:]]*(match|KEYS)([[:space:]]|=)' /etc/ssh/sshd_config """
           r"""/etc/ssh/sshd_config.d/*.conf 2>/dev/null; true""")
 
@@ -31,9 +23,8 @@ def refusal_script(ctx: ClusterContext, peer: str, sources: set[str], framing: F
     port = int(inv.node(peer).port or inv.ssh.port or 22)
     theirs = {str(a.ip) for node in sources for a in ctx.plan().fabric.addresses.get(node, {}).values()}
     theirs |= {str(inv.node(node).host) for node in sources}  # a peer reached over management (no shared link)
-    pairs = " ".join(q(f"{src}/{local}") for src, local in source_addresses(ctx, peer) if src in theirs)
-    effective = (_SCRIPT.replace("USER", q(inv.user)).replace("SOURCES", pairs or "none/none")
-                 .replace("PORT", str(port)).replace("KEYS", _KEYS))
+    pairs = [f"{src}/{local}" for src, local in source_addresses(ctx, peer) if src in theirs] or ["none/none"]
+    effective = render("sshd-effective.sh.j2", user=inv.user, sources=pairs, port=port, keys=_KEYS)
     return "\n".join([framing.section("effective", effective), framing.section("lines", _LINES.replace("KEYS", _KEYS))])
 
 
