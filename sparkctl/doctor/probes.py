@@ -311,22 +311,8 @@ def _read_versions(p: NodeProbe, s: Section) -> None:
     p.system.kernel, p.system.driver, p.system.cuda = (versions.get(k, "") for k in ("kernel", "driver", "cuda"))
 
 
-#: The node's own sections, in the order they run.
-#: What the gateway really serves (not the file beside its config: a reload NGINX refused keeps the old one): the
-#: certificate a TLS client is shown at the first listen address, unchecked (doctor compares it), as PEM; or
-#: SERVED_NO_TLS and why, when nothing there speaks TLS. argv: address, port, SERVED_NO_TLS.
+#: what served-certificate.py prints when nothing at the address speaks TLS
 SERVED_NO_TLS = "no TLS:"
-SERVED_CERTIFICATE_PY = """\
-import socket, ssl, sys
-c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-c.check_hostname = False
-c.verify_mode = ssl.CERT_NONE
-try:
-    with socket.create_connection((sys.argv[1], int(sys.argv[2])), 5) as s, c.wrap_socket(s) as t:
-        print(ssl.DER_cert_to_PEM_cert(t.getpeercert(True)))
-except (OSError, ValueError) as x:
-    print("%s %s: %s" % (sys.argv[3], type(x).__name__, x))
-"""
 
 
 def _served_certificate(w: Where) -> str | None:
@@ -336,11 +322,11 @@ def _served_certificate(w: Where) -> str | None:
         address = listen_addresses(w.inventory, w.facts)[0]
     except ListenUnknown:
         return None
-    return (f"python3 -c {q(SERVED_CERTIFICATE_PY)} {q(address)} {int(w.inventory.serve_spec().port)} "
-            f"{q(SERVED_NO_TLS)}")
+    return (f"python3 -c {q(shipped_text('served-certificate.py'))} {q(address)} "
+            f"{int(w.inventory.serve_spec().port)} {q(SERVED_NO_TLS)}")
 
 
-
+#: The node's own sections, in the order they run.
 HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("ports", _ports, _read_ports),
     ProbeSection("versions", lambda w: node_probes.VERSIONS, _read_versions),

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sparkctl.knowledge.certificates import client_context_for
+from sparkctl.shipped import shipped_text
 
 
 class EndpointError(Exception):
@@ -154,80 +155,19 @@ class HttpFetch:
         return out
 
 
-#: The one in-node HTTP client (doctor's probes and the serve tasks both run it inside the head's container,
-#: which shares the host's network): argv = method, url, timeout; on stdin (never argv) the Authorization value
-#: on the first line (empty: none), then the request body; prints the status (0: nothing answered) on the first
-#: line, then the body or the error. No proxy: the server is on the head itself, whatever HTTP_PROXY the image
-#: sets.
-NODE_HTTP_PY = """\
-import sys, urllib.request as u, urllib.error as e
-m, url, t = sys.argv[1], sys.argv[2], float(sys.argv[3])
-a = sys.stdin.buffer.readline().strip().decode()
-data = sys.stdin.buffer.read() if m == "POST" else None
-h = {"Content-Type": "application/json"} if data else {}
-if a:
-    h["Authorization"] = a
-try:
-    x = u.build_opener(u.ProxyHandler({})).open(u.Request(url, data=data, method=m, headers=h), timeout=t)
-    code, body = x.getcode(), x.read()
-except e.HTTPError as x:
-    code, body = x.code, x.read()
-except Exception as x:
-    code, body = 0, ("%s: %s" % (type(x).__name__, getattr(x, "reason", x))).encode()
-sys.stdout.write("%d\\n" % code)
-sys.stdout.flush()
-sys.stdout.buffer.write(body)
-"""
-
-
 def node_http_command(method: str, url: str, timeout: float) -> str:
-    """The shell words that run NODE_HTTP_PY (feed the body of a POST on its stdin)."""
-    return f"python3 -c {shlex.quote(NODE_HTTP_PY)} {shlex.quote(method)} {shlex.quote(url)} {float(timeout):g}"
+    """The shell words that run the one in-node HTTP client (templates/node-http.py; feed the body of a POST on
+    its stdin)."""
+    return (f"python3 -c {shlex.quote(shipped_text('node-http.py'))} {shlex.quote(method)} {shlex.quote(url)} "
+            f"{float(timeout):g}")
 
-
-#: Several requests in one run of python3 in the container (one `docker exec` instead of one each): on stdin a JSON
-#: object, {"auth": Authorization value or "", "tls": null or {"name": the name the certificate must hold, "ca": PEM
-#: or null for the image's roots}, "requests": [[method, url, body or null, timeout], ...]}; one JSON line per
-#: request, in order: [status, body (base64) or why nothing answered, seconds it took]. Status 0: nothing answered.
-#: http.client, which uses no proxy whatever HTTP_PROXY the image sets (the server is on the head itself).
-NODE_HTTP_BATCH_PY = """\
-import base64, http.client, json, ssl, sys, time
-from urllib.parse import urlsplit
-w = json.load(sys.stdin)
-tls = w.get("tls")
-class V(http.client.HTTPConnection):
-    def connect(self):
-        http.client.HTTPConnection.connect(self)
-        c = ssl.create_default_context(cadata=tls["ca"]) if tls["ca"] else ssl.create_default_context()
-        self.sock = c.wrap_socket(self.sock, server_hostname=tls["name"])
-for m, url, body, t in w["requests"]:
-    h = {"Content-Type": "application/json"} if body is not None else {}
-    if w["auth"]:
-        h["Authorization"] = w["auth"]
-    s = time.monotonic()
-    c = None
-    try:
-        p = urlsplit(url)
-        c = (V if p.scheme == "https" else http.client.HTTPConnection)(p.hostname, p.port, timeout=t)
-        c.request(m, (p.path or "/") + ("?" + p.query if p.query else ""),
-                  body=body.encode() if body is not None else None, headers=h)
-        x = c.getresponse()
-        code, out = x.status, base64.b64encode(x.read()).decode()
-    except Exception as x:
-        why = getattr(x, "verify_message", None) or getattr(x, "reason", None) or x
-        code, out = 0, "%s: %s" % (type(x).__name__, why)
-    finally:
-        if c is not None:
-            c.close()
-    print(json.dumps([code, out, time.monotonic() - s]), flush=True)
-"""
 
 #: One request of a batch: (method, path, body, timeout)
 Request = tuple[str, str, bytes | None, float]
 
 
 def parse_node_http(output: str) -> tuple[int, str]:
-    """(status, body) from what NODE_HTTP_PY printed; status 0 when the output is not its."""
+    """(status, body) from what node-http.py printed; status 0 when the output is not its."""
     status, _, body = output.partition("\n")
     return (int(status.strip()), body) if status.strip().isdigit() else (0, output.strip())
 
@@ -263,7 +203,8 @@ class NodeFetch:
         payload = json.dumps({"auth": self.auth, "tls": tls, "requests": [
             [m, self.base + path, body.decode() if body is not None else None, t] for m, path, body, t in requests]})
         try:
-            result = self.transport.exec_in(self.container, f"python3 -c {shlex.quote(NODE_HTTP_BATCH_PY)}",
+            program = shlex.quote(shipped_text("node-http-batch.py"))
+            result = self.transport.exec_in(self.container, f"python3 -c {program}",
                                             timeout=sum(t for *_, t in requests) + 15, input=payload)
         except Exception as exc:  # noqa: BLE001 - a lost connection is "nothing answered", said clearly
             raise EndpointError(f"{self.where}: {exc}") from exc

@@ -84,7 +84,7 @@ STUBS = {
     "ping": "echo stub-ping",
     "ssh": "echo 'Permission denied (publickey).' >&2; exit 255",
     "ss": "echo 'LISTEN 0 128 0.0.0.0:2233 0.0.0.0:* users:((\"sshd\",pid=7,fd=3))'",
-    # the in-container HTTP client (serve_client.NODE_HTTP_PY): the request body must come on stdin
+    # the in-container HTTP client (templates/node-http.py): the request body must come on stdin
     "python3": "case \"$*\" in *health*) printf '200\\n' ;; "
                "*) if grep -q '\"messages\"'; then "
                "printf '200\\n{\"choices\":[{\"message\":{\"content\":\"Waves roll.\"}}]}'; "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.doctor.diagnose import run_checks
-from sparkctl.doctor.probes import SERVED_CERTIFICATE_PY, SERVED_NO_TLS
+from sparkctl.doctor.probes import SERVED_NO_TLS
 from sparkctl.errors import InventoryError, SparkctlError
 from sparkctl.inventory import tls_files as tls_reader
 from sparkctl.inventory.loader import load_inventory
@@ -38,6 +38,7 @@ from sparkctl.plan.gateway import (
 from sparkctl.plan.serve import endpoint, endpoint_fetch, endpoint_tls
 from sparkctl.runs import serve_ops
 from sparkctl.secrets import MASK, forget_secrets, redact_known
+from sparkctl.shipped import shipped_text
 from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.serve import api_key as keys
 from sparkctl.tasks.serve.gateway import ServeGatewayTask
@@ -443,10 +444,11 @@ def test_doctor_finds_the_gateway_serving_another_certificate_or_none_and_bootst
 
 def test_doctor_s_probe_reads_the_certificate_the_gateway_really_shows(served):
     port, issued = served["port"], served["issued"]
-    shown = subprocess.run(["python3", "-c", SERVED_CERTIFICATE_PY, HEAD, str(port), SERVED_NO_TLS],
+    program = shipped_text("served-certificate.py")
+    shown = subprocess.run(["python3", "-c", program, HEAD, str(port), SERVED_NO_TLS],
                            capture_output=True, text=True, timeout=30).stdout
     assert leaf_fingerprint(shown.encode()) == leaf_fingerprint(issued.certificate.read_bytes())
-    plain = subprocess.run(["python3", "-c", SERVED_CERTIFICATE_PY, "127.0.0.1", str(port), SERVED_NO_TLS],
+    plain = subprocess.run(["python3", "-c", program, "127.0.0.1", str(port), SERVED_NO_TLS],
                            capture_output=True, text=True, timeout=30).stdout
     assert plain.startswith(f"{SERVED_NO_TLS} SSLError"), plain
 

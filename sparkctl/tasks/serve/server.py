@@ -182,7 +182,7 @@ class ServerHandle:
             exec_error = f"docker exec: {lines[-1] if lines else 'no answer'}"
         alive = "cmdline" in found and found["cmdline"].ok and is_our_server(texts["cmdline"])
         health = texts.get("health", "")
-        if health.partition("\n")[0].strip().isdigit():  # NODE_HTTP_PY ran: a status, 0 with why nothing answered
+        if health.partition("\n")[0].strip().isdigit():  # node-http.py ran: a status, 0 with why nothing answered
             status, body = parse_node_http(health)
             why = "" if status else (body.strip() or "no answer")
         else:
