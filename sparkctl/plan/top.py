@@ -68,7 +68,7 @@ def _http_target(url: str) -> tuple[str, int, str]:
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
     if parts.scheme != "http" or not host.replace(".", "").isdigit() or not parts.path.startswith("/") or \
-            not all(c.isalnum() or c in "/_-." for c in parts.path):
+            not all(c.isascii() and (c.isalnum() or c in "/_-.") for c in parts.path):
         raise ValueError(f"not a metrics URL top can read: {url!r}")
     return host, int(port), parts.path
 

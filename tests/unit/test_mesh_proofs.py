@@ -229,6 +229,8 @@ def test_parse_login():
 def test_the_login_section_runs_for_real(tmp_path):
     kit = kit_over(converged_states(), Records())
     script = login_script(kit.cluster, "spark2", "sparkctl-spark-pair_ed25519")
+    # what goes through `sudo -n sh -c` (a line of the auth log) carries no comments
+    assert "What only root may read" not in script and "_U=$1; _P=$2" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "sparkctl-spark-pair_ed25519").write_text("k")
