@@ -22,3 +22,9 @@ def templates_dir() -> Path:
 def shipped_text(name: str) -> str:
     """A shipped file's text, as it is (no rendering)."""
     return (templates_dir() / name).read_text()
+
+
+def without_comments(script: str) -> str:
+    """A shipped script's lines but its comments (the shebang too), for a script embedded in another or sent as
+    one command line (sudo logs the whole line: past about 960 bytes, in two auth-log lines)."""
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))

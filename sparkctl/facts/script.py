@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, rendered
-from sparkctl.shipped import shipped_text
+from sparkctl.shipped import shipped_text, without_comments
 from sparkctl.transport.framing import Framing, held_output
 
 #: How much longer than the facts the side reads may take before they are left out, at least (whole seconds: bash's
@@ -79,5 +79,4 @@ def render_request(nonce: str, request: FactsRequest,
 
 def _guards_function() -> str:
     """The netplan guards' reader (a file of its own: network.netplan runs it too) as the facts' function."""
-    body = "\n".join(line for line in shipped_text("netplan-guards.sh").splitlines() if not line.startswith("#"))
-    return f"fact_netplan_guards() {{\n{body}\n}}"
+    return f"fact_netplan_guards() {{\n{without_comments(shipped_text('netplan-guards.sh'))}\n}}"

@@ -22,7 +22,7 @@ import ipaddress
 from sparkctl import __version__
 from sparkctl.plan.render import render
 from sparkctl.rules.mesh import Try
-from sparkctl.shipped import shipped_text
+from sparkctl.shipped import shipped_text, without_comments
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.proof import digest, fabric_state, pair_id
 
@@ -65,13 +65,7 @@ def login_script(ctx: ClusterContext, node: str, key: str) -> str:
     port = int(inv.node(node).port or inv.ssh.port or 22)
     sources = [f"{src}/{local}" for src, local in source_addresses(ctx, node)] or ["none/none"]
     return render("ssh-login-state.sh.j2", key=key, user=inv.user, port=port, sources=sources,
-                  digest=_without_comments(shipped_text("sshd-digest.sh")))
-
-
-def _without_comments(script: str) -> str:
-    """A script's lines but its comments: it travels as `sudo -n sh -c ...`, whose whole line sudo logs (past about
-    960 bytes, in two auth-log lines)."""
-    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+                  digest=without_comments(shipped_text("sshd-digest.sh")))
 
 
 def parse_login(text: str | None) -> dict[str, str]:
