@@ -26,9 +26,10 @@ from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan, hub_hashes
 from sparkctl.plan.collector import COLLECTOR_CONTAINER
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, ListenUnknown, listen_addresses
-from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, SERVE_LOG, draft_dir, node_home, state_dir
+from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, draft_dir, node_home, state_dir
 from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.fabric import (
     exposed,
     exposure_script,
@@ -64,7 +65,8 @@ def _section(nonce: str, name: str, body: str) -> str:
 
 
 def serve_log_path(inventory: Inventory, node: Node, facts: Facts | None) -> str:
-    return posixpath.join(state_dir(inventory, node_home(inventory, node, facts)), SERVE_LOG)
+    home = node_home(inventory, node, facts)
+    return posixpath.join(state_dir(inventory, home), WorldNames(inventory.cluster.name).log)
 
 
 def serve_port(inventory: Inventory) -> int:

@@ -17,7 +17,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, model_
 
 from sparkctl.engines import ENGINES, Engine
 from sparkctl.inventory.checks import SKIP_CROSS_CHECKS, InventoryParts, cross_check_problems, field_path
-from sparkctl.inventory.placement import ServedModel, model_sources, served_models
+from sparkctl.inventory.placement import ServedModel, World, model_sources, served_models
 from sparkctl.inventory.sections import (
     MAX_NODES,
     MODEL_FIELD_NAMES,
@@ -76,6 +76,9 @@ class Inventory(_Section):
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
     _warnings: list[str] = PrivateAttr(default_factory=list)
+    #: the one world this inventory is a view of (for_world), with its model's spec; None: the whole inventory
+    _world: World | None = PrivateAttr(default=None)
+    _world_spec: ServeSpec | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _one_entry(self) -> Inventory:
@@ -136,6 +139,8 @@ class Inventory(_Section):
     def serve_spec(self) -> ServeSpec:
         """The one model's spec (a plain serve:, or serve.models of one entry). With several models there is no one
         answer: their fields are each entry's, and serve:'s own are unset (it would be the default preset's)."""
+        if self._world_spec is not None:
+            return self._world_spec
         if self.serve.models and len(self.serve.models) > 1:
             raise SeveralModels("the inventory serves several models: ask for each one's spec (served_models())")
         spec = resolve_serve(self.serve, len(self.nodes))
@@ -152,6 +157,26 @@ class Inventory(_Section):
     def served_models(self) -> list[ServedModel]:
         """Every model of serve: with its worlds placed (a plain serve: is one model, one world)."""
         return served_models(self.serve, [n.name for n in self.nodes], SPARK_USABLE_GB)
+
+    def worlds(self) -> list[World]:
+        """Every world of every model, in the order of serve.models (a plain serve: has one)."""
+        return [world for model in self.served_models() for world in model.worlds]
+
+    def for_world(self, world: World) -> Inventory:
+        """The inventory as one of its worlds sees it: serve: is its model's settings (serve:'s shared ones around
+        them) and serve.nodes its nodes; the cluster (nodes, head, fabric, container) stays whole. What plans or
+        runs one world (its launch, unit, config) reads this."""
+        model = next(m for m in self.served_models() if world in m.worlds)
+        settings = model.settings.model_copy()
+        settings.__dict__.update(nodes=list(world.nodes), models=None)
+        view = self.model_copy(update={"serve": settings})
+        view._world, view._world_spec = world, model.spec
+        return view
+
+    @property
+    def world_key(self) -> str:
+        """Which world this inventory is a view of (World.key); "" for the whole inventory (its first world)."""
+        return self._world.key if self._world is not None else ""
 
     def serving_nodes(self) -> list[str]:
         """The nodes the model runs on, in rank order (the head first): serve.nodes, else the first

@@ -37,7 +37,7 @@ def models_problems(serve: ServeSettings, names: list[str], topology: str | None
         return problems
     models = served_models(serve, names, SPARK_USABLE_GB)
     topology = resolve_topology(topology, count) or "switch"
-    return [*_ports(serve, models, count), *_links(models, names, topology), *_fit(models, names)]
+    return [*_keys(models), *_ports(serve, models, count), *_links(models, names, topology), *_fit(models, names)]
 
 
 def _written_twice(serve: ServeSettings) -> Iterator[Problem]:
@@ -94,6 +94,19 @@ def _replicas(serve: ServeSettings, count: int) -> Iterator[Problem]:
         elif entry.replicas > count:
             yield (loc, f"{entry.replicas} replicas need {entry.replicas} nodes, the inventory has {count} (at most "
                         f"{count})")
+
+
+def _keys(models: list[ServedModel]) -> Iterator[Problem]:
+    """Two worlds whose names would be one word (`org/m.1` and `org-m-1`) would share a unit and a directory."""
+    seen: dict[str, int] = {}
+    for i, model in enumerate(models):
+        for world in model.worlds:
+            j = seen.setdefault(world.key, i)
+            if j != i:
+                yield ((*model.loc, "name"), f"{model.name!r} makes the same unit and directory name "
+                                             f"({world.key!r}) as serve.models[{j}]'s {models[j].name!r}: give this "
+                                             "model a name of its own (name: ...)")
+                break
 
 
 def _ports(serve: ServeSettings, models: list[ServedModel], count: int) -> Iterator[Problem]:

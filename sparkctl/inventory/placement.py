@@ -11,6 +11,7 @@ of its nodes is the fit check's figure (knowledge/fitcheck.py), summed over ever
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from sparkctl.inventory.sections import MODEL_FIELD_NAMES, ModelEntry, ServeSettings
@@ -18,6 +19,8 @@ from sparkctl.inventory.serve import ServeSpec, engine_port, resolve_serve
 from sparkctl.knowledge.fitcheck import needed_per_node_gb
 
 Loc = tuple[str | int, ...]
+#: A world's key, as long as it may be in a unit's name and a directory's.
+WORLD_KEY_MAX = 80
 #: How far apart the engines of two models are by default: the engine's port and the collector's after it.
 ENGINE_PORT_STRIDE = 2
 
@@ -39,6 +42,10 @@ class World:
     model: str
     nodes: tuple[str, ...]
     replica: int = 0
+    #: what tells its things apart on a node (its unit, its run/serve dir, its processes' marker): "" for the first
+    #: world of serve.models[0] (the names a cluster of one model always had, so adding a model renames nothing that
+    #: runs), else its model's name as a word (world_key)
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,9 +137,17 @@ def served_models(serve: ServeSettings, node_names: list[str], budget_gb: float)
             take((best,), spec)
     out = []
     for i, (source, spec) in enumerate(zip(sources, specs, strict=True)):
-        worlds = tuple(World(spec.served_name, nodes, r) for r, nodes in enumerate(placed[i]))
+        worlds = tuple(World(spec.served_name, nodes, r, "" if i == r == 0 else world_key(spec.served_name, r))
+                       for r, nodes in enumerate(placed[i]))
         out.append(ServedModel(spec.served_name, spec.aliases, source.loc, source.settings, spec, worlds))
     return out
+
+
+def world_key(name: str, replica: int) -> str:
+    """A world's key from its model's name: lowercase letters, digits and '-' (a repo id's '/' and '.' as '-'),
+    then its replica's number from the second on (`gpt-oss`, `gpt-oss-2`)."""
+    word = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:WORLD_KEY_MAX - 4].strip("-") or "model"
+    return f"{word}-{replica + 1}" if replica else word
 
 
 def _auto_placed(source: ModelSource, spec: ServeSpec) -> int | None:

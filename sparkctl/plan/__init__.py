@@ -36,8 +36,14 @@ class ClusterPlan:
     #: "" where the engine's ranks meet by themselves
     hostfile: str
     entrypoint: str
-    #: the engine's launch: its config file and each serving node's line (plan/launch.py)
-    launch: Launch
+    #: each world's launch, by its key (World.key; "" the first), in the order of serve.models: its config file
+    #: and each of its nodes' line (plan/launch.py)
+    launches: dict[str, Launch]
+
+    @property
+    def launch(self) -> Launch:
+        """The first world's launch (a cluster of one model has no other)."""
+        return self.launches[""]
 
 
 def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
@@ -60,4 +66,5 @@ def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = 
     mpi = inventory.engine().needs_mpi
     return ClusterPlan(
         fabric=fabric, nodes=nodes, hostfile=render_hostfile(inventory, fabric) if mpi else "",
-        entrypoint=render_entrypoint(inventory) if mpi else "", launch=plan_launch(inventory, fabric))
+        entrypoint=render_entrypoint(inventory) if mpi else "",
+        launches={world.key: plan_launch(inventory.for_world(world), fabric) for world in inventory.worlds()})

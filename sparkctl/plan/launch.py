@@ -15,18 +15,23 @@ from typing import ClassVar
 
 from sparkctl.engines import Engine
 from sparkctl.inventory import Inventory
+from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve_unit import ServeUnitSpec, UnitRun
 from sparkctl.plan.watchdog import watchdog_run
+from sparkctl.plan.world import WorldNames
 
 
 @dataclass(frozen=True, kw_only=True)
 class Launch(ABC):
-    #: its name in the node's run/serve dir, and where the container reads it (CONTAINER_STATE/serve); None: the
-    #: engine reads no config file, its command lines are its whole setup
+    #: its name in the world's run/serve dir (plan/world.py); None: the engine reads no config file, its command lines
+    #: are its whole setup
     config_file: ClassVar[str | None]
-    config_path: ClassVar[str | None]
 
     engine: Engine
+    #: the world's names on its nodes: its unit, its dir, its processes' marker (plan/world.py)
+    names: WorldNames
+    #: where its API server answers (world.engine_host): the head's loopback, else its node's fabric address
+    host: str = ENGINE_HOST
     #: the release the launch was planned for (shown as the engine numbers it); None: not known from the image
     release: object | None
     #: the preset's keys or flags the release does not have, left out (not the user's to fix)
@@ -35,6 +40,11 @@ class Launch(ABC):
     refused: list[str] = field(default_factory=list)
     #: which known release an unknown one is judged as
     note: str = ""
+
+    @property
+    def config_path(self) -> str | None:
+        """The config file as the containers read it."""
+        return self.names.in_container(self.config_file) if self.config_file else None
 
     @abstractmethod
     def config_text(self) -> str:
@@ -51,15 +61,15 @@ class Launch(ABC):
 
     @classmethod
     @abstractmethod
-    def leftovers(cls, marker: str) -> str:
+    def leftovers(cls, names: WorldNames) -> str:
         """A script that kills what an earlier server of the engine left in a container on any node (they would
-        hold GPU memory), of the world `marker` names (serve_unit.world_marker) or of none, and prints their PIDs.
-        Needs no plan: `serve stop` runs it whatever the fabric's state."""
+        hold GPU memory), of the world `names` names (its marker) or of none, and prints their PIDs. Needs no plan:
+        `serve stop` runs it whatever the fabric's state."""
 
     @classmethod
     @abstractmethod
-    def servers(cls) -> tuple[str, ...]:
-        """The command lines (regexes) of what the engine's units run."""
+    def servers(cls, names: WorldNames | None = None) -> tuple[str, ...]:
+        """The command lines (regexes) of what the engine's units run: of the world `names` names, or of any."""
 
     @abstractmethod
     def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
@@ -78,7 +88,8 @@ class Launch(ABC):
         return ServeUnitSpec(
             cluster=inventory.cluster.name, user=user, container=inventory.container.name, state_dir=state_dir,
             model=inventory.serve_spec().model, run=self.unit_run(inventory, node), fingerprint=fingerprint,
-            node=node, watchdog=watchdog_run(inventory) if node == inventory.head.name else None)
+            node=node, key=self.names.key,
+            watchdog=watchdog_run(inventory, self.host) if node == inventory.serving_nodes()[0] else None)
 
     def rendezvous(self) -> str | None:
         """`address:port` on the head that every other rank connects to over the fabric (None: none of its own)."""

@@ -15,12 +15,6 @@ HOSTFILE_PATH = "/etc/openmpi-hostfile"
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_STATE = "/sparkctl"
 ENTRYPOINT_PATH = "/opt/sparkctl/entrypoint.sh"
-#: The serve files, inside the container (the state dir's run/ is mounted at CONTAINER_STATE).
-CONFIG_PATH = f"{CONTAINER_STATE}/serve/extra-llm-api-config.yml"
-LOG_PATH = f"{CONTAINER_STATE}/serve/serve.log"
-PID_PATH = f"{CONTAINER_STATE}/serve/serve.pid"
-#: serve.log as the node sees it, relative to the state dir.
-SERVE_LOG = "run/serve/serve.log"
 #: Root-owned record of what sparkctl changed in the network (for `cluster down --network`) and the revert guard.
 NETWORK_STATE_ROOT = "/var/lib/sparkctl"
 
@@ -75,7 +69,8 @@ def cluster_key_name(cluster: str) -> str:
 
 
 def serve_dir(state_dir: str) -> str:
-    """A node's serving state: the engine's config, the units' scripts, the launch and deployment records."""
+    """A node's serving state for the cluster's first world: the engine's config, the units' scripts, the launch and
+    deployment records (every world's: plan/world.py, WorldNames.node_dir)."""
     return posixpath.join(state_dir, "run", "serve")
 
 

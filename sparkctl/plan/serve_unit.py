@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 import shlex
 from dataclasses import dataclass
 
-from sparkctl.plan.paths import CONTAINER_STATE, HOSTFILE_PATH, LOG_PATH, PID_PATH, serve_dir
+from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.plan.render import render
 from sparkctl.plan.watchdog import EVIDENCE_NAME, WatchdogRun, watchdog_script
+from sparkctl.plan.world import LOG_FILE, PID_FILE, WorldNames, literal
 
-UNIT_DIR = "/etc/systemd/system"
 #: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
 #: then (RestartPreventExitStatus), only a bootstrap repairs it
 EXIT_NOT_SET_UP = 78
-#: run/serve as the container sees it
-CONTAINER_SERVE_DIR = f"{CONTAINER_STATE}/serve"
 #: How long the start waits for every serving node's container to answer before it fails (then restarts)
 WORLD_WAIT_S = 300
 #: The wait between a run's end and the next start, doubled after each run that lasted less than LASTED_S,
@@ -58,11 +55,6 @@ SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRe
 WORLD_VARIABLE = "SPARKCTL_WORLD"
 
 
-def world_marker(cluster: str) -> str:
-    """What WORLD_VARIABLE holds in the processes of the cluster's world."""
-    return cluster
-
-
 def leftovers_script(patterns: tuple[str, ...], marker: str) -> str:
     """Kill the processes of an earlier server that outlived it (they would hold GPU memory), found by `pgrep -f`
     patterns of their command lines, and not another world's (a process whose WORLD_VARIABLE names another world
@@ -75,23 +67,19 @@ def leftovers_script(patterns: tuple[str, ...], marker: str) -> str:
             "kill -KILL \"$p\" 2>/dev/null && echo \"$p\"; done; true")
 
 
-def own_pattern(program: str, config_path: str) -> str:
-    """A server's command line as `grep -E` and re.search read it: the program, then our config file."""
-    return f"{_literal(program)}.*{_literal(config_path)}"
-
-
-def _literal(text: str) -> str:
-    """`text` matched as itself by POSIX extended regexes and Python's alike (re.escape also escapes `-`, and GNU
-    grep warns of a stray backslash before it)."""
-    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
+def own_pattern(program: str, config: str) -> str:
+    """A server's command line as `grep -E` and re.search read it: the program, then our config file (`config`, a
+    regex: world.config_pattern)."""
+    return f"{literal(program)}.*{config}"
 
 
 def unit_name(cluster: str) -> str:
-    return f"sparkctl-serve-{cluster}.service"
+    """The cluster's first world's unit (every world's: WorldNames.unit_name)."""
+    return WorldNames(cluster).unit_name
 
 
 def unit_path(cluster: str) -> str:
-    return posixpath.join(UNIT_DIR, unit_name(cluster))
+    return WorldNames(cluster).unit_path
 
 
 def show_command(cluster: str) -> str:
@@ -131,16 +119,22 @@ class ServeUnitSpec:
     run: UnitRun
     fingerprint: str
     node: str = ""       # whose unit
-    #: the head's watchdog of the world (plan/watchdog.py); None: off, or not the head
+    #: the world's head's watchdog (plan/watchdog.py); None: off, or not the world's head
     watchdog: WatchdogRun | None = None
+    #: which world of the cluster (plan/world.py): "" for the first
+    key: str = ""
+
+    @property
+    def names(self) -> WorldNames:
+        return WorldNames(self.cluster, self.key)
 
     @property
     def name(self) -> str:
-        return unit_name(self.cluster)
+        return self.names.unit_name
 
     @property
     def unit_path(self) -> str:
-        return unit_path(self.cluster)
+        return self.names.unit_path
 
     @property
     def world(self) -> str:
@@ -149,11 +143,11 @@ class ServeUnitSpec:
     @property
     def marker(self) -> str:
         """What WORLD_VARIABLE holds in the processes of this world."""
-        return world_marker(self.cluster)
+        return self.names.marker
 
     @property
     def serve_dir(self) -> str:
-        return serve_dir(self.state_dir)
+        return self.names.node_dir(self.state_dir)
 
     @property
     def host_script(self) -> str:
@@ -174,18 +168,20 @@ class ServeUnitSpec:
                 self.unit_path: self.unit_text()}
 
     def unit_text(self) -> str:
-        return render("serve-unit.service.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
+        return render("serve-unit.service.j2", spec=self, world_script=self.names.in_container("world.sh"),
                       restart_s=RESTART_S, start_timeout=BACKOFF_MAX_S + WORLD_WAIT_S + 60,
                       stop_timeout=STOP_WAIT_S + 15, not_set_up=EXIT_NOT_SET_UP)
 
     def host_text(self) -> str:
-        return render("serve-unit.sh.j2", spec=self, world_script=f"{CONTAINER_SERVE_DIR}/world.sh",
+        return render("serve-unit.sh.j2", spec=self, world_script=self.names.in_container("world.sh"),
                       exits_log=EXITS_LOG, world_wait=WORLD_WAIT_S, base=BACKOFF_BASE_S, most=BACKOFF_MAX_S,
                       lasted=LASTED_S, evidence=EVIDENCE_NAME)
 
     def world_text(self) -> str:
         template = "serve-world-mpirun.sh.j2" if self.run.mpirun else "serve-world-rank.sh.j2"
-        return render(template, spec=self, run=self.run, dir=CONTAINER_SERVE_DIR, pid=PID_PATH, log=LOG_PATH,
+        names = self.names
+        return render(template, spec=self, run=self.run, dir=names.container_dir, pid=names.in_container(PID_FILE),
+                      log=names.in_container(LOG_FILE),
                       hostfile=HOSTFILE_PATH, stop_wait=STOP_WAIT_S, not_set_up=EXIT_NOT_SET_UP,
                       watchdog=self.watchdog, evidence=EVIDENCE_NAME, world_variable=WORLD_VARIABLE)
 

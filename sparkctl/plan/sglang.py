@@ -25,7 +25,8 @@ from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.paths import draft_dir
-from sparkctl.plan.serve_unit import UnitRun, leftovers_script, world_marker
+from sparkctl.plan.serve_unit import UnitRun, leftovers_script
+from sparkctl.plan.world import WorldNames, engine_host, world_names
 
 SERVER = ["python3", "-m", "sglang.launch_server"]
 #: SGLang names its processes `sglang::scheduler`, `sglang::detokenizer`... (setproctitle in
@@ -37,7 +38,6 @@ PROCESS_TITLE = "^sglang::"
 @dataclass(frozen=True, kw_only=True)
 class SglangLaunch(Launch):
     config_file: ClassVar[str | None] = None
-    config_path: ClassVar[str | None] = None
 
     flags: dict[str, Any]              # serve.config resolved (flag -> value), the draft's path in it
     argv: dict[str, list[str]]         # serving node -> its launch_server line
@@ -54,12 +54,13 @@ class SglangLaunch(Launch):
         return "\n".join(f"{node}: {shlex.join(argv)}" for node, argv in self.argv.items())
 
     @classmethod
-    def leftovers(cls, marker: str) -> str:
-        # `[.]` matches the dot in a process's command line but not the script's own text
-        return leftovers_script(("sglang[.]launch_server", PROCESS_TITLE), marker)
+    def leftovers(cls, names: WorldNames) -> str:
+        # `[.]` matches the dot in a process's command line but not the script's own text; with no config file of
+        # its own, a world's processes are told apart by their marker alone
+        return leftovers_script(("sglang[.]launch_server", PROCESS_TITLE), names.marker)
 
     @classmethod
-    def servers(cls) -> tuple[str, ...]:
+    def servers(cls, names: WorldNames | None = None) -> tuple[str, ...]:
         return (r"sglang\.launch_server",)
 
     def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
@@ -68,8 +69,8 @@ class SglangLaunch(Launch):
         rank = names.index(node)
         role = "the API server" if rank == 0 else "its scheduler only"
         return UnitRun(
-            command=shlex.join(self.argv[node]), config="", ours=self.servers()[0],
-            leftovers=self.leftovers(world_marker(inventory.cluster.name)),
+            command=shlex.join(self.argv[node]), config="", ours=self.servers(self.names)[0],
+            leftovers=self.leftovers(self.names),
             world=f"SGLang TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} ({role})", rank=rank)
 
     def describe(self) -> list[str]:
@@ -111,10 +112,10 @@ def sglang_launch(inventory: Inventory, fabric: FabricPlan, release: SglangVersi
     flags, dropped = sglang_flags(inventory, schema)
     spec = inventory.serve_spec()
     nodes = inventory.serving_nodes()
-    head = nodes[0]
+    head, host = nodes[0], engine_host(inventory, fabric)
     dist = None
     if len(nodes) > 1:
-        dist = f"{fabric.first_address(head) or inventory.head.host}:{inventory.serve.sglang.dist_port}"
+        dist = f"{fabric.first_address(head) or inventory.node(head).host}:{inventory.serve.sglang.dist_port}"
     common = [*SERVER, "--model-path", spec.model, "--served-model-name", spec.served_name,
               "--tp-size", str(spec.tp_size), *(["--pp-size", str(spec.pp_size)] if spec.pp_size > 1 else []),
               # the engine's own figures for top, serve status and serve bench (off by default)
@@ -122,8 +123,9 @@ def sglang_launch(inventory: Inventory, fabric: FabricPlan, release: SglangVersi
     argv: dict[str, list[str]] = {}
     for rank, node in enumerate(nodes):
         multi = ["--nnodes", str(len(nodes)), "--node-rank", str(rank), "--dist-init-addr", dist] if dist else []
-        argv[node] = [*common, *multi, "--host", ENGINE_HOST, "--port", str(spec.engine_port), *flag_argv(flags),
-                      *spec.args]
-    return SglangLaunch(engine=ENGINES["sglang"], release=release, dropped=dropped,
-                        note=judged_note(release, schema) if release and schema else "", flags=flags, argv=argv,
-                        dist=dist)
+        # a worker's own address is never the head's: it keeps loopback (its HTTP side is not asked)
+        own = host if rank == 0 else ENGINE_HOST
+        argv[node] = [*common, *multi, "--host", own, "--port", str(spec.engine_port), *flag_argv(flags), *spec.args]
+    return SglangLaunch(engine=ENGINES["sglang"], names=world_names(inventory), host=host, release=release,
+                        dropped=dropped, note=judged_note(release, schema) if release and schema else "",
+                        flags=flags, argv=argv, dist=dist)

@@ -28,12 +28,14 @@ from sparkctl.plan.container import serving_hosts
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
-from sparkctl.plan.paths import CONTAINER_HF_HOME, CONTAINER_STATE, draft_dir
-from sparkctl.plan.serve_unit import Peer, UnitRun, leftovers_script, own_pattern, world_marker
+from sparkctl.plan.paths import CONTAINER_HF_HOME, draft_dir
+from sparkctl.plan.serve_unit import Peer, UnitRun, leftovers_script, own_pattern
+from sparkctl.plan.world import WorldNames, config_pattern, engine_host, world_names
 
-#: The config file, in the node's run/serve dir
+#: The config file, in the world's run/serve dir
 TRTLLM_CONFIG_FILE = "extra-llm-api-config.yml"
-TRTLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/{TRTLLM_CONFIG_FILE}"
+#: the first world's (plan/world.py)
+TRTLLM_CONFIG_PATH = WorldNames("").in_container(TRTLLM_CONFIG_FILE)
 
 
 def serve_config(inventory: Inventory, release: Release | None = None) -> dict:
@@ -60,12 +62,13 @@ def image_release(inventory: Inventory) -> Release | None:
     return release_of(inventory.container.image)
 
 
-def launch_argv(inventory: Inventory, hosts: list[str] | None = None) -> list[str]:
+def launch_argv(inventory: Inventory, hosts: list[str] | None = None, host: str = ENGINE_HOST) -> list[str]:
     """mpirun from the head container; each rank takes its node's NCCL/UCX settings from its own container.
 
     One rank per serving node. When the model runs on fewer nodes than the cluster has (tp_size x pp_size
     below the node count), `-np` and `--host` (the serving nodes' hostfile addresses, `hosts`) keep the launch
-    on them: trtllm-serve refuses a world size that is not tp_size x pp_size."""
+    on them: trtllm-serve refuses a world size that is not tp_size x pp_size. The server answers at `host`
+    (world.engine_host)."""
     spec = inventory.serve_spec()
     ranks: list[str] = []
     if spec.world_size < len(inventory.nodes):
@@ -85,10 +88,10 @@ def launch_argv(inventory: Inventory, hosts: list[str] | None = None) -> list[st
         "--max_num_tokens", str(spec.max_num_tokens),
         # Every release's trtllm-serve has the flag; cuda_graph_config.max_batch_size only bounds graph capture.
         "--max_batch_size", str(spec.max_batch_size),
-        "--extra_llm_api_options", TRTLLM_CONFIG_PATH,
+        "--extra_llm_api_options", world_names(inventory).in_container(TRTLLM_CONFIG_FILE),
         "--port", str(spec.engine_port),
         # only the gateway on the head reaches it (sparkctl/plan/gateway.py); NVIDIA's playbook: 0.0.0.0
-        "--host", ENGINE_HOST,
+        "--host", host,
     ]
 
 
@@ -137,7 +140,6 @@ class TrtllmLaunch(Launch):
     """mpirun from the head's container: one rank per serving node, each with its node's own settings."""
 
     config_file: ClassVar[str] = TRTLLM_CONFIG_FILE
-    config_path: ClassVar[str] = TRTLLM_CONFIG_PATH
 
     config: dict
     head: str
@@ -154,20 +156,21 @@ class TrtllmLaunch(Launch):
         return shlex.join(self.argv)
 
     @classmethod
-    def leftovers(cls, marker: str) -> str:
-        # ranks that outlived their mpirun name our config file; `[ ]` matches the space in their command line but
-        # not the script's own text
-        return leftovers_script((f"--extra_llm_api_options[ ]{cls.config_path}",), marker)
+    def leftovers(cls, names: WorldNames) -> str:
+        # ranks that outlived their mpirun name their world's config file; `[ ]` matches the space in their command
+        # line but not the script's own text
+        return leftovers_script((f"--extra_llm_api_options[ ]{names.in_container(TRTLLM_CONFIG_FILE)}",),
+                                names.marker)
 
     @classmethod
-    def servers(cls) -> tuple[str, ...]:
-        return (own_pattern("mpirun", cls.config_path),)
+    def servers(cls, names: WorldNames | None = None) -> tuple[str, ...]:
+        return (own_pattern("mpirun", config_pattern(names, TRTLLM_CONFIG_FILE)),)
 
     def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
         return UnitRun(
-            command=shlex.join(self.argv), config=self.config_path, world=self.world(inventory),
-            ours=self.servers()[0],
-            leftovers=self.leftovers(world_marker(inventory.cluster.name)), mpirun=True, peers=self.peers)
+            command=shlex.join(self.argv), config=self.names.in_container(TRTLLM_CONFIG_FILE),
+            world=self.world(inventory), ours=self.servers(self.names)[0], leftovers=self.leftovers(self.names),
+            mpirun=True, peers=self.peers)
 
     def describe(self) -> list[str]:
         return ["--- TensorRT-LLM config (extra_llm_api_options)", self.config_text().rstrip(),
@@ -187,11 +190,12 @@ def _config_fields(rc: ReleaseConfig) -> dict:
 
 def trtllm_launch(inventory: Inventory, fabric: FabricPlan) -> TrtllmLaunch:
     """The launch for the release the image's tag names (serve.config checks the running image's label)."""
-    names = inventory.serving_nodes()
+    nodes = inventory.serving_nodes()
     hosts = serving_hosts(inventory, fabric)
-    addresses = dict(zip(names, hosts, strict=True))
-    head = inventory.head.name
+    addresses = dict(zip(nodes, hosts, strict=True))
+    head, host = nodes[0], engine_host(inventory, fabric)
     return TrtllmLaunch(
-        engine=ENGINES["trtllm"], head=head, argv=launch_argv(inventory, hosts),
-        peers=tuple(Peer(name, addresses[name]) for name in names if name != head),
+        engine=ENGINES["trtllm"], names=world_names(inventory), host=host, head=head,
+        argv=launch_argv(inventory, hosts, host),
+        peers=tuple(Peer(name, addresses[name]) for name in nodes if name != head),
         **_config_fields(release_config(inventory, image_release(inventory))))

@@ -23,14 +23,15 @@ from sparkctl.engines import ENGINES
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.vllm_releases import VllmSchema, VllmVersion, judged_note, release_of, schema_for
 from sparkctl.plan.fabric import FabricPlan
-from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launch import Launch
-from sparkctl.plan.paths import CONTAINER_STATE, draft_dir
-from sparkctl.plan.serve_unit import UnitRun, leftovers_script, own_pattern, world_marker
+from sparkctl.plan.paths import draft_dir
+from sparkctl.plan.serve_unit import UnitRun, leftovers_script, own_pattern
+from sparkctl.plan.world import WorldNames, config_pattern, engine_host, world_names
 
-#: The --config file, in the node's run/serve dir (mounted in the container at CONTAINER_STATE)
+#: The --config file, in the world's run/serve dir (mounted in the container at CONTAINER_STATE)
 VLLM_CONFIG_FILE = "vllm.yaml"
-VLLM_CONFIG_PATH = f"{CONTAINER_STATE}/serve/{VLLM_CONFIG_FILE}"
+#: the first world's (plan/world.py)
+VLLM_CONFIG_PATH = WorldNames("").in_container(VLLM_CONFIG_FILE)
 #: vLLM names its processes `VLLM::EngineCore`, `VLLM::Worker_TP0`... (set_process_title, prefix
 #: VLLM_PROCESS_NAME_PREFIX, default VLLM: vllm/utils/system_utils.py at v0.20.1): the ones left in our container
 #: after their `vllm serve` ended are ours
@@ -46,7 +47,6 @@ class VllmPlanError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class VllmLaunch(Launch):
     config_file: ClassVar[str] = VLLM_CONFIG_FILE
-    config_path: ClassVar[str] = VLLM_CONFIG_PATH
 
     executor: Literal["mp", "ray"]
     why: str                            # why that executor, in words
@@ -69,20 +69,20 @@ class VllmLaunch(Launch):
         return "\n".join(lines)
 
     @classmethod
-    def leftovers(cls, marker: str) -> str:
+    def leftovers(cls, names: WorldNames) -> str:
         # `[ ]` matches the space in a process's command line but not the script's own text
-        return leftovers_script((f"--config[ ]{cls.config_path}", VLLM_TITLE), marker)
+        return leftovers_script((f"--config[ ]{names.in_container(VLLM_CONFIG_FILE)}", VLLM_TITLE), names.marker)
 
     @classmethod
-    def servers(cls) -> tuple[str, ...]:
-        return own_pattern("vllm", cls.config_path), RAY_WORKER
+    def servers(cls, names: WorldNames | None = None) -> tuple[str, ...]:
+        return own_pattern("vllm", config_pattern(names, VLLM_CONFIG_FILE)), RAY_WORKER
 
     def unit_run(self, inventory: Inventory, node: str) -> UnitRun:
         """`node`'s own `vllm serve` (or its Ray node; the head's Ray node in the background, under its vllm serve)."""
         spec = inventory.serve_spec()
         names = inventory.serving_nodes()
         rank = names.index(node)
-        command, before, ours = self.serve.get(node), "", self.servers()[0]
+        command, before, ours = self.serve.get(node), "", self.servers(self.names)[0]
         if self.executor == "ray" and command is None:
             command, ours = self.ray[node], RAY_WORKER
         elif self.executor == "ray":
@@ -90,9 +90,9 @@ class VllmLaunch(Launch):
         assert command is not None
         role = "the API server" if rank == 0 else "headless"
         return UnitRun(
-            command=shlex.join(command), config=self.config_path, ours=ours,
+            command=shlex.join(command), config=self.names.in_container(VLLM_CONFIG_FILE), ours=ours,
             world=f"vLLM TP={spec.tp_size} x PP={spec.pp_size}, rank {rank} of {len(names)} ({role}, {self.executor})",
-            leftovers=self.leftovers(world_marker(inventory.cluster.name)),
+            leftovers=self.leftovers(self.names),
             rank=rank, before=before, after="ray stop --force" if self.executor == "ray" else "")
 
     def describe(self) -> list[str]:
@@ -166,11 +166,12 @@ def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion |
     spec = inventory.serve_spec()
     nodes = inventory.serving_nodes()
     head = nodes[0]
-    master = str(fabric.first_address(head) or inventory.head.host)
-    common = ["vllm", "serve", spec.model, "--config", VLLM_CONFIG_PATH,
+    names, host = world_names(inventory), engine_host(inventory, fabric)
+    master = str(fabric.first_address(head) or inventory.node(head).host)
+    common = ["vllm", "serve", spec.model, "--config", names.in_container(VLLM_CONFIG_FILE),
               "--tensor-parallel-size", str(spec.tp_size),
               *(["--pipeline-parallel-size", str(spec.pp_size)] if spec.pp_size > 1 else [])]
-    front = ["--served-model-name", spec.served_name, *spec.aliases, "--host", ENGINE_HOST,
+    front = ["--served-model-name", spec.served_name, *spec.aliases, "--host", host,
              "--port", str(spec.engine_port)]
     serve: dict[str, list[str]] = {}
     ray: dict[str, list[str]] = {}
@@ -189,6 +190,6 @@ def vllm_launch(inventory: Inventory, fabric: FabricPlan, release: VllmVersion |
             ray[node] = (["ray", "start", "--head", "--port", port, *own_node] if rank == 0
                          else ["ray", "start", "--address", f"{master}:{port}", *own_node])
         serve[head] = [*common, "--distributed-executor-backend", "ray", *front, *spec.args]
-    return VllmLaunch(engine=ENGINES["vllm"], release=release, dropped=dropped,
+    return VllmLaunch(engine=ENGINES["vllm"], names=names, host=host, release=release, dropped=dropped,
                       note=judged_note(release, schema) if release and schema else "", executor=executor, why=why,
                       config=config, serve=serve, ray=ray)

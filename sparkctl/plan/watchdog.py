@@ -39,13 +39,15 @@ class WatchdogRun:
                 "--canary-s", str(self.canary_s), "--canary-deadline-s", str(self.canary_deadline_s)]
 
 
-def watchdog_run(inventory: Inventory) -> WatchdogRun | None:
-    """The head's watchdog, or None with serve.watchdog: off."""
+def watchdog_run(inventory: Inventory, host: str = ENGINE_HOST) -> WatchdogRun | None:
+    """The watchdog on the world's head, which asks its server at `host` (world.engine_host), or None with
+    serve.watchdog: off."""
     settings = inventory.serve.watchdog
     if settings == "off":
         return None
     spec, engine = inventory.serve_spec(), inventory.engine()
-    return WatchdogRun(metrics=f"http://{ENGINE_HOST}:{figures_port(inventory)}/metrics",
-                       running=engine.metrics.running, tokens=engine.metrics.generation_tokens, engine=f"http://{ENGINE_HOST}:{spec.engine_port}",
+    return WatchdogRun(metrics=f"http://{host}:{figures_port(inventory)}/metrics",
+                       running=engine.metrics.running, tokens=engine.metrics.generation_tokens,
+                       engine=f"http://{host}:{spec.engine_port}",
                        model=spec.served_name, stall_s=settings.stall_s, canary_s=settings.canary_s,
                        canary_deadline_s=settings.canary_deadline_s)

@@ -20,6 +20,7 @@ from sparkctl.knowledge.sglang_releases import known_releases, release_of, schem
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.sglang import SglangLaunch
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.interface_settings import node_mismatches
 from sparkctl.rules.serving import has_unit, without_mpi
 from tests.taskkit import spark_facts
@@ -122,7 +123,7 @@ def test_every_serving_node_runs_its_own_rank_under_its_unit(tmp_path):
         assert f"rank {rank} of 2" in unit.unit_text() and "mpirun" not in world and "ray" not in world
         assert "docker exec sglang-multinode bash /sparkctl/serve/world.sh run" in unit.unit_text()
         assert subprocess.run(["bash", "-n"], input=world, capture_output=True, text=True).returncode == 0
-        assert is_our_server(unit.run.command) and "'^sglang::'" in launch.leftovers("duo")
+        assert is_our_server(unit.run.command) and "'^sglang::'" in launch.leftovers(WorldNames("duo"))
     assert launch.config_file is None and launch.config_text() == ""
 
 

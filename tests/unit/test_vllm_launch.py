@@ -5,6 +5,7 @@ say about its node; and doctor's vLLM findings."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from sparkctl.knowledge.vllm_releases import image_tags, known_releases, schema_
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.vllm import VLLM_CONFIG_PATH, VllmLaunch
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.interface_settings import node_mismatches
 from sparkctl.rules.serving import has_unit
 from sparkctl.transport.framing import Framing
@@ -127,10 +129,16 @@ def test_what_counts_as_our_server_and_what_is_left_over(tmp_path):
     assert not is_our_server("python3 /usr/local/bin/vllm serve m --config /tmp/other.yaml")
     assert is_our_server("mpirun -np 2 trtllm-llmapi-launch trtllm-serve --extra_llm_api_options "
                          "/sparkctl/serve/extra-llm-api-config.yml")
+    # another world's server is ours too (`serve stop` of every world), but not the first world's own
+    other = "python3 /usr/local/bin/vllm serve m --config /sparkctl/serve--gpt-oss-2/vllm.yaml"
+    assert is_our_server(other)
+    assert not re.search(VllmLaunch.servers(WorldNames("duo"))[0], other)
+    assert re.search(VllmLaunch.servers(WorldNames("duo", "gpt-oss-2"))[0], other)
     _inv, plan = pair(tmp_path)
-    script = plan.launch.leftovers("duo")
+    script = plan.launch.leftovers(WorldNames("duo"))
     assert f"--config[ ]{VLLM_CONFIG_PATH}" in script and "'^VLLM::'" in script
-    assert "extra_llm_api_options" in plan_cluster(inventory("two-sparks.yaml")).launch.leftovers("duo")
+    assert "SPARKCTL_WORLD=//p'); [ -z \"$w\" ] || [ \"$w\" = duo ]" in script
+    assert "extra_llm_api_options" in plan_cluster(inventory("two-sparks.yaml")).launch.leftovers(WorldNames("duo"))
 
 
 def test_a_rank_s_env_must_name_its_own_node_s_fabric(tmp_path):

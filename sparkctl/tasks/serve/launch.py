@@ -22,7 +22,8 @@ from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import launch_type
 from sparkctl.plan.serve import endpoint
-from sparkctl.plan.serve_unit import unit_summary, world_marker
+from sparkctl.plan.serve_unit import unit_summary
+from sparkctl.plan.world import world_names
 from sparkctl.rules.serving import fell_back_to_sockets, left_out, rdma_up, serving_enabled
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.events import Event
@@ -236,7 +237,7 @@ def kill_leftover_ranks(ctx: ClusterContext) -> list[str]:
 
     `ctx`: a ClusterContext (the task's, or `sparkctl serve stop`'s); returns `node: pid` per rank."""
     container = ctx.inventory.container.name
-    script = launch_type(ctx.inventory).leftovers(world_marker(ctx.inventory.cluster.name))
+    script = launch_type(ctx.inventory).leftovers(world_names(ctx.inventory))
     line = f"docker exec {q(container)} sh -c {q(script)} 2>/dev/null; true"
     results = ctx.run_on_all({n: line for n in ctx.nodes}, timeout=30)
     return [f"{n}: {p}" for n, r in results.items() for p in r.stdout.split()]

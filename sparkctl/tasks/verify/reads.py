@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.plan.paths import HOSTFILE_PATH, SERVE_LOG
+from sparkctl.plan.paths import HOSTFILE_PATH
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.fabric import exposure_script, management_addresses
 from sparkctl.tasks.context import HandOver, NodeContext
 from sparkctl.transport.base import q
@@ -27,7 +28,7 @@ def container_reads(framing: Framing) -> str:
 def node_reads(ctx: NodeContext, framing: Framing, *, exposure: bool = True) -> str:
     """Shell for the node: the serve log's NCCL lines, and (`exposure`) whether the container's sshd answers on
     the node's management address."""
-    log = posixpath.join(ctx.state_dir(), SERVE_LOG)
+    log = posixpath.join(ctx.state_dir(), WorldNames(ctx.inventory.cluster.name).log)
     sections = [framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")]
     if exposure:
         script = exposure_script(management_addresses(ctx.facts()), ctx.inventory.container.ssh_port)
