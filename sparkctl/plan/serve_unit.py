@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.plan.render import render
 from sparkctl.plan.watchdog import EVIDENCE_NAME, WatchdogRun, watchdog_script
-from sparkctl.plan.world import LOG_FILE, PID_FILE, WorldNames, literal
+from sparkctl.plan.world import LOG_FILE, PID_FILE, UNIT_DIR, WorldNames, literal
 
 #: world.sh exits with it when what sparkctl wrote is missing (EX_CONFIG, sysexits.h): the unit does not restart
 #: then (RestartPreventExitStatus), only a bootstrap repairs it
@@ -48,6 +48,29 @@ STOP_WAIT_S = 15
 #: what `systemctl show` is asked for, by the launch, doctor and `serve status`
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRestarts", "Result",
                    "ExecMainStartTimestamp")
+
+
+#: The key of a serving unit's [Unit] section that names its cluster (systemd ignores X- keys).
+CLUSTER_KEY = "X-Sparkctl-Cluster"
+
+
+def units_of_cluster(cluster: str) -> str:
+    """A script printing the name of every serving unit of the cluster on a node, one per line: the first world's by
+    its name, every other world's by its name and the cluster its file names (CLUSTER_KEY)."""
+    first = WorldNames(cluster)
+    others = shlex.quote(posixpath.join(UNIT_DIR, f"{first.unit_name.removesuffix('.service')}--")) + "*.service"
+    return (f"test -e {shlex.quote(first.unit_path)} && echo {shlex.quote(first.unit_name)}; "
+            f"for f in {others}; do grep -qx {shlex.quote(f'{CLUSTER_KEY}={cluster}')} \"$f\" 2>/dev/null && "
+            "echo \"${f##*/}\"; done; true")
+
+
+def world_key_of(cluster: str, unit: str) -> str | None:
+    """The key of the world whose unit `unit` is (a name units_of_cluster printed); None: not one of the
+    cluster's."""
+    stem = unit.removeprefix(f"sparkctl-serve-{cluster}").removesuffix(".service")
+    if stem == "" and unit == WorldNames(cluster).unit_name:
+        return ""
+    return stem[2:] if stem.startswith("--") and stem[2:] and unit.endswith(".service") else None
 
 
 #: The variable a world's processes carry (world.sh exports it; every process it starts inherits it): which world
@@ -82,9 +105,10 @@ def unit_path(cluster: str) -> str:
     return WorldNames(cluster).unit_path
 
 
-def show_command(cluster: str) -> str:
-    """`systemctl show` of the unit: KEY=VALUE lines (LoadState=not-found when there is none)."""
-    return f"systemctl show --timestamp=unix -p {','.join(SHOW_PROPERTIES)} {unit_name(cluster)}"
+def show_command(cluster: str, key: str = "") -> str:
+    """`systemctl show` of a world's unit (plan/world.py): KEY=VALUE lines (LoadState=not-found when there is
+    none)."""
+    return f"systemctl show --timestamp=unix -p {','.join(SHOW_PROPERTIES)} {WorldNames(cluster, key).unit_name}"
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,7 @@ class ServeUnitSpec:
 
     def unit_text(self) -> str:
         return render("serve-unit.service.j2", spec=self, world_script=self.names.in_container("world.sh"),
+                      cluster_key=CLUSTER_KEY,
                       restart_s=RESTART_S, start_timeout=BACKOFF_MAX_S + WORLD_WAIT_S + 60,
                       stop_timeout=STOP_WAIT_S + 15, not_set_up=EXIT_NOT_SET_UP)
 

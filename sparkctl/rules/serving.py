@@ -24,24 +24,30 @@ def without_mpi(inventory: Inventory) -> str | None:
 
 
 def serves(inventory: Inventory, node: str) -> bool:
-    """Does `node` take part in the launch (it needs the model, the token and the config)?"""
-    return serving_enabled(inventory) and node in inventory.serving_nodes()
+    """Does `node` take part in a launch, of any world (it needs the model, the token and the config)?"""
+    return serving_enabled(inventory) and any(node in world.nodes for world in inventory.worlds())
+
+
+def unit_nodes(inventory: Inventory) -> list[str]:
+    """The nodes that run a serving unit of any world, in inventory order: every node of a world with an engine of
+    one unit per rank, else each world's head (its mpirun reaches the others)."""
+    if not serving_enabled(inventory):
+        return []
+    per_rank = inventory.engine().unit_per_rank
+    held = {node for world in inventory.worlds() for node in (world.nodes if per_rank else world.nodes[:1])}
+    return [n.name for n in inventory.nodes if n.name in held]
 
 
 def has_unit(inventory: Inventory, node: str) -> bool:
-    """Does `node` run a serving unit: every serving node with an engine of one unit per rank, else the head (its
-    mpirun reaches the others)."""
-    if inventory.engine().unit_per_rank:
-        return serves(inventory, node)
-    return serving_enabled(inventory) and node == inventory.head.name
+    """Does `node` run a serving unit of any world (unit_nodes)?"""
+    return node in unit_nodes(inventory)
 
 
 def left_out(inventory: Inventory) -> list[str]:
-    """The nodes of a serving cluster that the model does not run on (more nodes than tp_size x pp_size)."""
+    """The nodes of a serving cluster that no model runs on (more nodes than its worlds take)."""
     if not serving_enabled(inventory):
         return []
-    serving = inventory.serving_nodes()
-    return [n.name for n in inventory.nodes if n.name not in serving]
+    return [n.name for n in inventory.nodes if not serves(inventory, n.name)]
 
 
 def relay_mode(inventory: Inventory) -> bool:

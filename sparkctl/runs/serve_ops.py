@@ -22,6 +22,7 @@ from sparkctl.plan.deployment import DeploymentRecord
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
 from sparkctl.plan.serve_unit import last_failure, unit_summary
+from sparkctl.plan.world import world_names
 from sparkctl.runs.bootstrap import journaled_run
 from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.playbooks import bootstrap_graph
@@ -55,7 +56,7 @@ def connected(inventory: Inventory, node_name: str) -> Iterator[Transport]:
 def server_handle(inventory: Inventory, transport: Transport) -> ServerHandle:
     home = transport.run('printf %s "$HOME"', timeout=15).stdout.strip() or f"/home/{inventory.user}"
     return ServerHandle(transport.run, transport.put, inventory.container.name, state_dir(inventory, home),
-                        inventory.cluster.name)
+                        world_names(inventory))
 
 
 # --- status -------------------------------------------------------------------------------------------------

@@ -17,16 +17,17 @@ from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.server import ServerHandle
+from sparkctl.tasks.worlds import node_worlds, world_launch
 from sparkctl.transport.base import q
 
 
 def node_launch(ctx: NodeContext) -> Launch:
-    """The launch for the release of the image the node's container runs (its version label), else of the
-    inventory's tag."""
+    """The launch of the world `ctx` sees (tasks/worlds.py) for the release of the image the node's container runs
+    (its version label), else of the inventory's tag."""
     inv = ctx.inventory
     info = ctx.facts().containers.get(inv.container.name)
     labels = info.labels if info is not None and info.exists else {}
-    return ctx.plan().launch.configured(inv, labels)
+    return world_launch(ctx).configured(inv, labels)
 
 
 def refuse_rejected(launch: Launch) -> None:
@@ -39,7 +40,8 @@ def refuse_rejected(launch: Launch) -> None:
 
 
 def desired_launch(head: NodeContext) -> tuple[str, str, str]:
-    """(config text, launch command, fingerprint) the head should be serving with. The command is every unit's
+    """(config text, launch command, fingerprint) the head of the world `head` sees should be serving with. The
+    command is every unit's
     line (`node: ...` where each serving node runs its own): a worker's changed line restarts the world too, and so
     does a model pinned at another commit (model.pin)."""
     launch = node_launch(head)
@@ -70,15 +72,17 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
     def check(self, ctx: NodeContext) -> list[Change[tuple[str, str]]]:
         if not serves(ctx.inventory, ctx.name):
             return []
-        desired = self._desired(ctx)
-        if desired is None:
-            return []
-        path, want = desired
-        current = ctx.read_file(self.name, path)
-        if current == want:
-            return []
-        return [Change(f"{'update' if current is not None else 'create'} {path}",
-                       diff=unified_diff(path, current, want), payload=(path, want))]
+        changes = []
+        for world in node_worlds(ctx):
+            desired = self._desired(world)
+            if desired is None:
+                continue
+            path, want = desired
+            current = ctx.read_file(self.name, path)
+            if current != want:
+                changes.append(Change(f"{'update' if current is not None else 'create'} {path}",
+                                      diff=unified_diff(path, current, want), payload=(path, want)))
+        return changes
 
     def _desired(self, ctx: NodeContext) -> tuple[str, str] | None:
         """(path on the node, content) of the engine's config file; None: the engine reads none."""
@@ -98,7 +102,7 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
         return posixpath.join(handle.dir, launch.config_file), launch.config_text()
 
     def apply(self, ctx: NodeContext, changes: list[Change[tuple[str, str]]]) -> None:
-        handle = ServerHandle.of(ctx)
-        ctx.must(f"mkdir -p {q(handle.dir)}", "creating the serve dir")
-        path, text = changes[0].carried()
-        ctx.transport.put(path, text, mode=0o644)
+        for change in changes:
+            path, text = change.carried()
+            ctx.must(f"mkdir -p {q(posixpath.dirname(path))}", "creating the serve dir")
+            ctx.transport.put(path, text, mode=0o644)

@@ -33,6 +33,7 @@ from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.tasks.serve.server import ServerHandle, ServingState, head_client
 from sparkctl.tasks.serve.unit import node_unit
+from sparkctl.tasks.worlds import cluster_worlds, world_launch
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -43,7 +44,7 @@ POLL_S = 1.0
 STATE_READ_S = 30.0
 
 
-class ServeLaunchTask(Task[ClusterContext, None]):
+class ServeLaunchTask(Task[ClusterContext, str]):
     name = "serve.launch"
     phase = "serve"
     scope = Scope.CLUSTER
@@ -62,20 +63,43 @@ class ServeLaunchTask(Task[ClusterContext, None]):
                "trtllm-serve ..., logging to run/serve/serve.log); waits for /health 200 with progress, or fails "
                "with the log's last lines and the likely cause")
 
-    def check(self, ctx: ClusterContext) -> list[Change[None]]:
+    def check(self, ctx: ClusterContext) -> list[Change[str]]:
+        """Each world's changes, carrying its key."""
         if not serving_enabled(ctx.inventory):
             return []
+        worlds = cluster_worlds(ctx)
+        spared = left_out(ctx.inventory)
+        if spared and len(worlds) == 1:
+            spec, serving = ctx.inventory.serve_spec(), ctx.inventory.serving_nodes()
+            ctx.emit(Event(event="log", task=self.name, message=(
+                f"the model runs on {', '.join(serving)} (tp_size {spec.tp_size} x pp_size {spec.pp_size} = "
+                f"{spec.world_size} rank(s)); left out of the launch: {', '.join(spared)}"),
+                data={"serving_nodes": serving, "left_out": spared}))
+        elif spared:
+            ctx.emit(Event(event="log", task=self.name, message=f"no model runs on {', '.join(spared)}",
+                           data={"left_out": spared}))
+        return [Change(c.summary, diff=c.diff, payload=world.inventory.world_key, node=c.node)
+                for world in worlds for c in self._check_world(world)]
+
+    def apply(self, ctx: ClusterContext, changes: list[Change[str]]) -> None:
+        """Each world that changes is started again in turn, the others left serving; a world that fails does not
+        keep the next from starting (the first failure is raised once all were tried)."""
+        keys = {c.carried() for c in changes}
+        failed: list[TaskFailed] = []
+        for world in cluster_worlds(ctx):
+            if world.inventory.world_key in keys:
+                try:
+                    self._apply_world(world)
+                except TaskFailed as exc:
+                    failed.append(exc)
+        if failed:
+            raise failed[0]
+
+    def _check_world(self, ctx: ClusterContext) -> list[Change[None]]:
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)
-        spared = left_out(ctx.inventory)
-        if spared:
-            spec = ctx.inventory.serve_spec()
-            ctx.emit(Event(event="log", task=self.name, message=(
-                f"the model runs on {', '.join(ctx.inventory.serving_nodes())} (tp_size {spec.tp_size} x pp_size "
-                f"{spec.pp_size} = {spec.world_size} rank(s)); left out of the launch: {', '.join(spared)}"),
-                data={"serving_nodes": ctx.inventory.serving_nodes(), "left_out": spared}))
         handle = ServerHandle.of(head)
-        states = read_states(ctx, self.name, [head.name, *worker_ranks(ctx.inventory)])
+        states = read_states(ctx, self.name, [head.name, *worker_ranks(ctx.inventory)], world_launch(ctx).host)
         state = states[head.name]
         record = state.record
         if record is None:
@@ -87,7 +111,7 @@ class ServeLaunchTask(Task[ClusterContext, None]):
             if not each.alive:
                 why = f"; {each.exec_error}" if each.exec_error else ""
                 return [Change(f"restart the server on {node}: {server_process(ctx.inventory)} (pid "
-                               f"{each.pid or '-'}) is gone (its log: run/serve/serve.log{why})", node=node)]
+                               f"{each.pid or '-'}) is gone (its log: {handle.names.log}{why})", node=node)]
         if record.get("fingerprint") != fingerprint:
             diff = unified_diff("running config", record.get("config"), text) or ""
             if record.get("command") != command:
@@ -105,7 +129,7 @@ class ServeLaunchTask(Task[ClusterContext, None]):
                            node=head.name)]
         return []
 
-    def apply(self, ctx: ClusterContext, changes: list[Change[None]]) -> None:
+    def _apply_world(self, ctx: ClusterContext) -> None:
         inv = ctx.inventory
         head = ctx.head()
         text, command, fingerprint = desired_launch(head)
@@ -116,7 +140,7 @@ class ServeLaunchTask(Task[ClusterContext, None]):
             ctx.emit(Event(event="log", task=self.name, node=node, message=f"stopped the server (pid {pid})"))
         kill_leftover_ranks(ctx)
         port = inv.serve_spec().engine_port
-        self._wait_port_free(head, port)
+        self._wait_port_free(head, port, world_launch(ctx).host)
         handle.write_record({"fingerprint": fingerprint, "model": inv.serve_spec().model, "config": text,
                              "command": command, "started": time.time(), "endpoint": endpoint(inv)})
         for node in [*workers, head.name]:  # a worker's rank waits for the master; the master not for it
@@ -127,12 +151,12 @@ class ServeLaunchTask(Task[ClusterContext, None]):
                 raise TaskFailed(f"starting the server on {node} failed: {exc}") from exc
         self._wait_healthy(ctx, head, handle)
 
-    def _wait_port_free(self, head: NodeContext, port: int) -> None:
+    def _wait_port_free(self, head: NodeContext, port: int, host: str) -> None:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             # the engine's own address, or a wildcard that holds it too (the gateway's addresses do not)
             listening = listening_on(head.run(f"ss -ltnH 'sport = :{int(port)}'", timeout=15).stdout, port)
-            if not listening & {ENGINE_HOST, "0.0.0.0", "*", "::"}:
+            if not listening & {host, "0.0.0.0", "*", "::"}:
                 return
             time.sleep(0.5)
         head.invalidate()
@@ -141,7 +165,7 @@ class ServeLaunchTask(Task[ClusterContext, None]):
                          hint="stop that process, or set serve.port in the inventory")
 
     def _wait_healthy(self, ctx: ClusterContext, head: NodeContext, handle: ServerHandle) -> None:
-        client = head_client(head.transport, ctx.inventory)
+        client = head_client(head.transport, ctx.inventory, host=world_launch(ctx).host)
         url = client.base_url
         started = time.monotonic()
         next_note = started + PROGRESS_EVERY_S / 2
@@ -185,23 +209,24 @@ def worker_ranks(inventory: Inventory) -> list[str]:
     starts the ranks there."""
     if not inventory.engine().unit_per_rank:
         return []
-    return [n for n in inventory.serving_nodes() if n != inventory.head.name]
+    return inventory.serving_nodes()[1:]
 
 
 def server_process(inventory: Inventory) -> str:
     return inventory.engine().server
 
 
-def read_states(ctx: ClusterContext, task: str, nodes: list[str]) -> dict[str, ServingState]:
-    """Each node's serving state (ServerHandle.state_script), one read per node, all at once; on a rerun read
-    ahead with its facts."""
+def read_states(ctx: ClusterContext, task: str, nodes: list[str], host: str = ENGINE_HOST) -> dict[str, ServingState]:
+    """Each node's serving state of the world `ctx` sees (ServerHandle.state_script; its API server at `host` on
+    its head), one read per node, all at once; on a rerun read ahead with its facts."""
     states: dict[str, ServingState] = {}
 
     def read(node: NodeContext) -> None:
         handle = ServerHandle.of(node)
         framing = Framing()
-        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing)
-        result = node.read(task, script, framing, timeout=STATE_READ_S)
+        head = node.name == ctx.inventory.serving_nodes()[0]
+        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing, host if head else ENGINE_HOST)
+        result = node.read(task + handle.names.suffix, script, framing, timeout=STATE_READ_S)
         if result.timed_out:  # not known to be down: a restart would meet the same hung docker
             raise TaskFailed(f"reading the server's state on {node.name} timed out after {STATE_READ_S:g} s",
                              hint=f"is docker answering on {node.name}? (`docker ps`, `docker exec "

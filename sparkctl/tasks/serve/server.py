@@ -19,9 +19,9 @@ from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_co
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.launches import is_our_server
-from sparkctl.plan.paths import serve_dir
 from sparkctl.plan.serve import endpoint_tls
-from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command, unit_name
+from sparkctl.plan.serve_unit import EXITS_LOG, STOP_WAIT_S, parse_show, show_command
+from sparkctl.plan.world import WorldNames, world_names
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.gateway import head_gateway
@@ -35,12 +35,13 @@ NCCL_LINES = 2000
 STATE_SCRIPT_NAME = "sparkctl-serve-state"
 
 
-def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.0) -> ServeClient:
-    """A client of the engine itself, on the head's loopback behind the gateway: its requests run on the head,
-    inside its container (host network), over `transport` (an SSH login: what the controller can route to does not
-    matter, and no key is needed there)."""
+def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.0,
+                host: str = ENGINE_HOST) -> ServeClient:
+    """A client of the engine itself, behind the gateway, on the world's head (the head's loopback, or `host`:
+    world.engine_host): its requests run there, inside its container (host network), over `transport` (an SSH
+    login: what the controller can route to does not matter, and no key is needed there)."""
     spec = inventory.serve_spec()
-    fetch = NodeFetch(transport, inventory.container.name, spec.engine_port, inventory.head.name)
+    fetch = NodeFetch(transport, inventory.container.name, spec.engine_port, inventory.serving_nodes()[0], host=host)
     return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 
@@ -79,15 +80,17 @@ class ServingState:
 
 
 class ServerHandle:
-    """The server on the head: what runs (serve.pid, written by world.sh run inside the container), what it was
-    started from (launch.json), its log, and its unit (plan/serve_unit.py), which starts and stops it."""
+    """A world's server on one of its nodes: what runs (serve.pid, written by world.sh run inside the container),
+    what it was started from (launch.json, on the world's head), its log, and its unit (plan/serve_unit.py), which
+    starts and stops it. `names`: the world's (plan/world.py)."""
 
-    def __init__(self, run: RunFn, put: Callable[..., Any], container: str, state_dir: str, cluster: str):
+    def __init__(self, run: RunFn, put: Callable[..., Any], container: str, state_dir: str, names: WorldNames):
         self._run, self._put = run, put
         self.container = container
-        self.unit = unit_name(cluster)
-        self.cluster = cluster
-        self.dir = serve_dir(state_dir)
+        self.names = names
+        self.unit = names.unit_name
+        self.cluster = names.cluster
+        self.dir = names.node_dir(state_dir)
         self.log_path = posixpath.join(self.dir, "serve.log")
         self.record_path = posixpath.join(self.dir, "launch.json")
         self.pid_path = posixpath.join(self.dir, "serve.pid")
@@ -97,7 +100,7 @@ class ServerHandle:
     @classmethod
     def of(cls, ctx: NodeContext) -> ServerHandle:
         return cls(ctx.run, ctx.transport.put, ctx.inventory.container.name, ctx.state_dir(),
-                   ctx.inventory.cluster.name)
+                   world_names(ctx.inventory))
 
     def _exec(self, script: str, timeout: float = 30.0) -> CommandResult:
         return self._run(f"docker exec {q(self.container)} sh -c {q(script)}", timeout=timeout)
@@ -129,7 +132,7 @@ class ServerHandle:
         return result.ok and is_our_server(result.stdout)
 
     def unit_state(self) -> dict[str, str]:
-        return parse_show(self._run(show_command(self.cluster), timeout=30).stdout)
+        return parse_show(self._run(show_command(self.cluster, self.names.key), timeout=30).stdout)
 
     def exits(self, lines: int = 5) -> list[str]:
         """The unit's last runs, one line each: `<time> <epoch> <result> <code> <status> <seconds>` (unit.sh)."""
@@ -141,12 +144,12 @@ class ServerHandle:
         result = self._run(f"tail -n {int(lines)} {q(path)} 2>/dev/null", timeout=30)
         return result.stdout.splitlines()
 
-    def state_script(self, port: int, framing: Framing) -> str:
+    def state_script(self, port: int, framing: Framing, host: str = ENGINE_HOST) -> str:
         """One read of everything serve.launch checks, in one round trip and one `docker exec`: the record, the
         unit's state, the command line of the PID serve.pid names, /health, and the serve log's NCCL/NET lines
         (there with NCCL_DEBUG=INFO). What `docker exec` itself says (a container that is not running) is its
         own section."""
-        url = f"http://127.0.0.1:{int(port)}/health"
+        url = f"http://{host}:{int(port)}/health"
         inside = "\n".join([
             framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
             # python's stderr kept apart: a warning it prints must not stand before the status line
@@ -160,7 +163,7 @@ class ServerHandle:
         return "\n".join([
             framing.section("record", f"cat {q(self.record_path)}"), pid,
             framing.section("pid", 'printf \'%s\' "$_pid"'),
-            framing.section("unit", show_command(self.cluster)), inspect,
+            framing.section("unit", show_command(self.cluster, self.names.key)), inspect,
             framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),
             framing.section("nccl", f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {NCCL_LINES}"),
             "true"])
