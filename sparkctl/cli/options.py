@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -98,16 +98,22 @@ def _run_option_list() -> list[tuple[str, Callable]]:
     ]
 
 
-def load(file: str, warn: bool = True, several_models: bool = False) -> Inventory:
+def load(file: str, warn: bool = True, several: Literal["", "serve", "read"] = "") -> Inventory:
     """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr.
-    `several_models`: the command reads every model of serve.models (the others serve one)."""
+    `several`: the command works with every world of serve.models: "serve" serves them (the engines that can),
+    "read" only reads the inventory; "": the command works with one world."""
     inventory = load_inventory(file)
-    worlds = [w for m in inventory.served_models() for w in m.worlds] if inventory.serve.models else []
-    if len(worlds) > 1 and not several_models:
-        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this release "
-                       "validates and places several models and replicas, but serves one world per cluster",
-                       hint="keep one entry to serve it (`sparkctl inventory validate` shows where the others "
-                            "would run)")
+    worlds = inventory.worlds() if inventory.serve.models else []
+    if len(worlds) > 1 and not several:
+        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this command "
+                       "works with one world per cluster in this release (cluster bootstrap, plan and down, and "
+                       "inventory validate, work with several)",
+                       hint="keep one entry for this command")
+    if len(worlds) > 1 and several == "serve" and inventory.engine().needs_mpi:
+        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds of "
+                       f"{inventory.engine().label}: one world per cluster in this release (its mpirun hostfile and "
+                       "figures collector are the cluster's); vLLM and SGLang serve several",
+                       hint="keep one entry, or serve the models with vLLM or SGLang")
     for line in inventory.warnings if warn else ():
         click.echo(f"sparkctl: warning: {line}", err=True)
     return inventory

@@ -75,12 +75,26 @@ def render_plan_text(inventory: Inventory, plan: ClusterPlan, graph: Graph | Non
         out.append(plan.entrypoint.rstrip())
         out.append("--- /etc/openmpi-hostfile (in every container)")
         out.append(plan.hostfile.rstrip())
-    out += plan.launch.describe()
+    worlds = inventory.worlds()
+    for world in worlds:
+        view, launch = inventory.for_world(world), plan.launches[world.key]
+        if len(worlds) > 1:
+            out.append(_section(f"world {world.key or '(the first)'}: {view.serve_spec().served_name} on "
+                                f"{', '.join(world.nodes)}"))
+        out += launch.describe()
+        if serving_enabled(inventory):
+            out += _unit_lines(view, launch)
     if serving_enabled(inventory):
-        out += _unit_lines(inventory, plan.launch)
-        out += _gateway_lines(inventory)
+        if len(worlds) > 1:
+            out.append(_section("endpoint"))
+        out += _gateway_lines(inventory, plan)
         out += _deployment_lines(inventory, recorded)
     return "\n".join(out) + "\n"
+
+
+def _models(inventory: Inventory) -> str:
+    """The models a deployment serves, by repo id."""
+    return ", ".join(m.spec.model for m in inventory.served_models())
 
 
 def recorded_deployments(inventory: Inventory) -> DeploymentRecord | None:
@@ -92,7 +106,7 @@ def recorded_deployments(inventory: Inventory) -> DeploymentRecord | None:
 def _deployment_lines(inventory: Inventory, recorded: DeploymentRecord | None) -> list[str]:
     """The deployment this inventory names, and the one in use as this machine last recorded it."""
     lines = [f"--- deployment: image {inventory.container.image}, {inventory.engine().name} "
-             f"{inventory.serve_spec().model} (bootstrap switches to it only once the image has one ID on every "
+             f"{_models(inventory)} (bootstrap switches to it only once the image has one ID on every "
              "node, and puts the one in use back if it does not answer)",
              f"model revision: {inventory.serve.revision or 'main'}, pinned by model.pin on every serving node at "
              "the commit it is resolved to once (a later run serves that commit until serve.revision changes or "
@@ -127,21 +141,24 @@ def _unit_lines(inventory: Inventory, launch: Launch) -> list[str]:
                            user=node.user or inventory.user, fingerprint=fingerprint)
         out += [f"--- {unit.unit_path} on {name} (enabled; `sparkctl serve stop` disables it)",
                 unit.unit_text().rstrip(),
-                f"--- {unit.world_script} on {name} (mounted at /sparkctl/serve/world.sh in the container)",
+                f"--- {unit.world_script} on {name} (mounted at {unit.names.in_container('world.sh')} in the "
+                "container)",
                 unit.world_text().rstrip()]
     return out
 
 
-def _gateway_lines(inventory: Inventory) -> list[str]:
+def _gateway_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
     """The gateway on the head: its container and its config, the key masked (bootstrap writes the real one)."""
     home = node_home(inventory, inventory.head, None)
     listen = offline_listen(inventory)
     where = ", ".join(listen) if listen else ("every address of the head" if inventory.serve.listen == "all" else
                                               "the head's management address")
+    hosts = {key: launch.host for key, launch in plan.launches.items()}
+    spec = gateway_spec(inventory, None, state_dir(inventory, home), listen=listen or ["192.0.2.1"], hosts=hosts)
+    engines = "; ".join(f"{m.name} on " + ", ".join(f"{host}:{port}" for host, port in m.servers) for m in spec.models)
+    engines = engines if len(spec.models) > 1 else "the engine on " + engines.partition(" on ")[2]
     lines = [f"--- gateway on {inventory.head.name} (NGINX; listens on {where} and 127.0.0.1, port "
-             f"{inventory.serve_spec().port}; the engine on 127.0.0.1:{inventory.serve_spec().engine_port}; "
-             f"auth {inventory.serve.auth})"]
-    spec = gateway_spec(inventory, None, state_dir(inventory, home), listen=listen or ["192.0.2.1"])
+             f"{spec.port}; {engines}; auth {inventory.serve.auth})"]
     lines.append(" \\\n    ".join(_argv_lines(spec.run_argv())))
     lines.append(f"--- {spec.config_path} (mode 600)" + ("" if listen else "; 192.0.2.1 stands for " + where))
     lines.append(spec.config(PLAN_KEY).replace(PLAN_KEY, MASK).rstrip())
@@ -196,9 +213,13 @@ def plan_data(inventory: Inventory, plan: ClusterPlan, graph: Graph, recorded: D
                        "netplan": node.netplan, "container": {"image": node.container.image,
                                                               "env": dict(node.container.env),
                                                               "argv": node.container.run_argv()}}
+    worlds = [{"key": world.key, "model": world.model, "nodes": list(world.nodes),
+               "serve_config": plan.launches[world.key].config_text(),
+               "launch": plan.launches[world.key].head_command()} for world in inventory.worlds()]
     return {"cluster": inventory.cluster.name, "topology": inventory.topology, "head": inventory.head.name,
             "phases": phases, "nodes": nodes, "hostfile": plan.hostfile, "serve_config": plan.launch.config_text(),
-            "launch": plan.launch.head_command(), "deployment": _deployment_data(inventory, recorded)}
+            "launch": plan.launch.head_command(), "worlds": worlds,
+            "deployment": _deployment_data(inventory, recorded)}
 
 
 def _deployment_data(inventory: Inventory, recorded: DeploymentRecord | None) -> dict | None:
@@ -207,5 +228,5 @@ def _deployment_data(inventory: Inventory, recorded: DeploymentRecord | None) ->
     current = recorded.current if recorded is not None else None
     previous = recorded.previous if recorded is not None else None
     return {"image": inventory.container.image, "engine": inventory.engine().name,
-            "model": inventory.serve_spec().model, "in_use": current.data() if current else None,
+            "model": _models(inventory), "in_use": current.data() if current else None,
             "previous": previous.data() if previous else None}

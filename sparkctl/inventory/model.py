@@ -158,6 +158,10 @@ class Inventory(_Section):
         """Every model of serve: with its worlds placed (a plain serve: is one model, one world)."""
         return served_models(self.serve, [n.name for n in self.nodes], SPARK_USABLE_GB)
 
+    def endpoint_port(self) -> int:
+        """Where the endpoint answers: serve.port (a plain serve: of a preset, the preset's unless written)."""
+        return self.served_models()[0].spec.port
+
     def worlds(self) -> list[World]:
         """Every world of every model, in the order of serve.models (a plain serve: has one)."""
         return [world for model in self.served_models() for world in model.worlds]

@@ -37,7 +37,8 @@ def models_problems(serve: ServeSettings, names: list[str], topology: str | None
         return problems
     models = served_models(serve, names, SPARK_USABLE_GB)
     topology = resolve_topology(topology, count) or "switch"
-    return [*_keys(models), *_ports(serve, models, count), *_links(models, names, topology), *_fit(models, names)]
+    return [*_keys(models), *_copied(serve, models), *_ports(serve, models, count), *_links(models, names, topology),
+            *_fit(models, names)]
 
 
 def _written_twice(serve: ServeSettings) -> Iterator[Problem]:
@@ -107,6 +108,14 @@ def _keys(models: list[ServedModel]) -> Iterator[Problem]:
                                              f"({world.key!r}) as serve.models[{j}]'s {models[j].name!r}: give this "
                                              "model a name of its own (name: ...)")
                 break
+
+
+def _copied(serve: ServeSettings, models: list[ServedModel]) -> Iterator[Problem]:
+    """model.copy sends one model's files from the head to the nodes of its world: not yet each world's own."""
+    if serve.distribute == "copy" and sum(len(m.worlds) for m in models) > 1:
+        yield (("serve", "distribute"), "copy sends the head's model to the other nodes of its world, and several "
+                                        "worlds are not copied yet: each node downloads its own (remove "
+                                        "`distribute: copy`)")
 
 
 def _ports(serve: ServeSettings, models: list[ServedModel], count: int) -> Iterator[Problem]:

@@ -62,7 +62,7 @@ def firewall_spec(inventory: Inventory, node: str, fabric: FabricPlan, serving: 
     target = inventory.ssh_target(node)
     tcp: list[str] = []
     if node == inventory.head.name and serving:
-        tcp.append(str(inventory.serve_spec().port))  # the gateway's
+        tcp.append(str(inventory.endpoint_port()))  # the gateway's
     udp: list[str] = []
     for span in settings.spans():
         (udp if span.proto == "udp" else tcp).append(span.nft)

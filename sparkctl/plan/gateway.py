@@ -170,14 +170,18 @@ def offline_listen(inventory: Inventory) -> list[str] | None:
 
 
 def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
-                 listen: list[str] | None = None) -> GatewaySpec:
-    """`listen`: the addresses when they are known without facts (`cluster plan`)."""
-    spec = inventory.serve_spec()
-    model = GatewayModel(names=(spec.served_name, *spec.aliases), servers=((ENGINE_HOST, spec.engine_port),))
+                 listen: list[str] | None = None, hosts: dict[str, str] | None = None) -> GatewaySpec:
+    """`listen`: the addresses when they are known without facts (`cluster plan`); `hosts`: where each world's API
+    server answers, by its key (Launch.host; the head's loopback where not given)."""
+    hosts = hosts or {}
+    served = inventory.served_models()
+    models = tuple(GatewayModel(names=(m.spec.served_name, *m.spec.aliases),
+                                servers=tuple((hosts.get(w.key, ENGINE_HOST), m.spec.engine_port) for w in m.worlds))
+                   for m in served)
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
                        listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),
-                       port=spec.port, engine_port=spec.engine_port,
+                       port=inventory.endpoint_port(), engine_port=served[0].spec.engine_port,
                        config_dir=gateway_dir(state_dir),
                        authenticated=inventory.serve.auth == "key",
-                       metrics_port=collector_port(inventory), models=(model,),
+                       metrics_port=collector_port(inventory), models=models,
                        tls=inventory.serve.tls is not None)

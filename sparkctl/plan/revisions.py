@@ -68,6 +68,30 @@ def asked_revisions(inventory: Inventory) -> list[tuple[str, str | None, str]]:
             for index, (repo, local) in enumerate(wanted_repos(inventory))]
 
 
+@dataclass(frozen=True)
+class PinnedRepo:
+    """A repo some world loads, the revision asked of it, and the nodes that load it."""
+    repo: str
+    local: str | None
+    asked: str
+    nodes: tuple[str, ...]
+    #: the first world's model: moving its pin on the head switches the deployment (runs/rollback.py)
+    model: bool
+
+
+def pinned_repos(inventory: Inventory) -> list[PinnedRepo]:
+    """asked_revisions of every world, each repo and revision once, with every node that loads it."""
+    out: dict[tuple[str, str | None, str], PinnedRepo] = {}
+    for world in inventory.worlds():
+        for i, (repo, local, asked) in enumerate(asked_revisions(inventory.for_world(world))):
+            key = (repo, local, asked)
+            held = out.get(key)
+            nodes = tuple(dict.fromkeys([*(held.nodes if held else ()), *world.nodes]))
+            out[key] = PinnedRepo(repo, local, asked, nodes, (held is not None and held.model)
+                                  or (world.key == "" and i == 0))
+    return list(out.values())
+
+
 def commit_in_path(printed: str) -> str | None:
     """The commit of the snapshot path `hf download` printed last (its stdout), None when it printed none."""
     for line in reversed(printed.strip().splitlines()):

@@ -17,7 +17,7 @@ def endpoint(inventory: Inventory) -> str:
     serve.tls, https:// and the name the certificate holds (serve.tls.name, by default the same host)."""
     tls = inventory.serve.tls
     host = str(inventory.head.host)
-    return endpoint_url(tls_name(tls, host) if tls else host, inventory.serve_spec().port, secure=tls is not None)
+    return endpoint_url(tls_name(tls, host) if tls else host, inventory.endpoint_port(), secure=tls is not None)
 
 
 #: What to do when this machine refuses the endpoint's certificate (the clients stop there, the smoke test says it).
@@ -49,10 +49,21 @@ def wanted_repos(inventory: Inventory) -> list[tuple[str, str | None]]:
     return out
 
 
+def node_repos(inventory: Inventory, node: str) -> list[tuple[str, str | None]]:
+    """What the worlds on `node` load (wanted_repos of each), each repo once."""
+    out: list[tuple[str, str | None]] = []
+    for world in inventory.worlds():
+        if node in world.nodes:
+            out += [repo for repo in wanted_repos(inventory.for_world(world)) if repo not in out]
+    return out
+
+
 def collector_port(inventory: Inventory) -> int | None:
     """Where the figures collector answers on the head's loopback, or None when the engine needs none (its own
     /metrics keeps its counters, and every reader can ask it)."""
-    return inventory.serve_spec().collector_port if inventory.engine().metrics_drained else None
+    if not inventory.engine().metrics_drained:
+        return None
+    return inventory.serve_spec().collector_port
 
 
 def figures_port(inventory: Inventory) -> int:

@@ -15,7 +15,7 @@ from sparkctl.exitcodes import ExitStatus
 
 
 def test_ctrl_c_outside_a_run_is_one_line_and_exit_130(monkeypatch, tmp_path):
-    def interrupted(_file):
+    def interrupted(_file, **_options):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cluster_cmd, "load", interrupted)

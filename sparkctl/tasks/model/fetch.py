@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sparkctl.plan.paths import CONTAINER_HF_HOME
 from sparkctl.plan.revisions import repo_folder
-from sparkctl.plan.serve import wanted_repos
+from sparkctl.plan.serve import node_repos
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
@@ -75,7 +75,7 @@ class ModelFetchTask(Task[NodeContext, FetchStep]):
     def check(self, ctx: NodeContext) -> list[Change[FetchStep]]:
         if not serves(ctx.inventory, ctx.name) or in_copy_mode_peer(ctx):
             return []
-        repos = wanted_repos(ctx.inventory)
+        repos = node_repos(ctx.inventory, ctx.name)
         result = ctx.raise_unless_ok(ctx.read_output(self.name, snapshot_check_script(ctx, repos), timeout=60),
                                      "checking the HF cache")
         changes = []

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.paths import serve_dir
-from sparkctl.plan.revisions import LOCAL_METADATA, Pin, asked_revisions, commit_in_path, pin_path, wanted_pin
+from sparkctl.plan.revisions import LOCAL_METADATA, Pin, commit_in_path, pin_path, pinned_repos, wanted_pin
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -97,10 +97,13 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
         inv = ctx.inventory
         head = ctx.head()
         nodes = [n for n in ctx.nodes if serves(inv, n) and n not in ctx.lost]
-        if head.name not in nodes:
+        if head.name in ctx.lost or not nodes:
             return []
-        repos = asked_revisions(inv)
-        reads = ctx.read_on_all(self.name, {n: read_script(ctx.nodes[n], repos, n == head.name) for n in nodes})
+        pinned = pinned_repos(inv)
+        repos = [(p.repo, p.local, p.asked) for p in pinned]
+        # the head resolves and holds the reference pins, whether or not a world of its own loads them
+        read = [head.name, *(n for n in nodes if n != head.name)]
+        reads = ctx.read_on_all(self.name, {n: read_script(ctx.nodes[n], repos, n == head.name) for n in read})
         found = {}
         for name, result in reads.items():
             if not result.ok:
@@ -111,7 +114,7 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
         changes = []
         for i, (repo, _local, asked) in enumerate(repos):
             pin = wanted_pin(asked, head_pins.get(i), held.get(i), ctx.options.refresh)
-            if i == 0 and ctx.options.model_commit:
+            if pinned[i].model and ctx.options.model_commit:
                 pin = Pin(ctx.options.model_commit, asked)  # a rollback's: the commit the deployment served
             if pin is None:
                 key = f"{PIN_TASK}:{repo}@{asked}"
@@ -121,13 +124,13 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
                                    message=f"{repo}@{asked} is {ctx.asked_once[key]} on the Hub"))
                 pin = Pin(ctx.asked_once[key], asked)
             for name in nodes:
-                if found[name][0].get(i) == pin:
+                if name not in pinned[i].nodes or found[name][0].get(i) == pin:
                     continue
                 was = found[name][0].get(i)
                 moved = f" (was {was.short()})" if was else ""
                 changes.append(Change(f"pin {repo} at {pin.short()} on {name}{moved}",
                                       payload=PinStep(repo, pin, pin_path(ctx.nodes[name].hf_cache_dir(), repo),
-                                                      was, i == 0),
+                                                      was, pinned[i].model),
                                       node=name))
         return changes
 

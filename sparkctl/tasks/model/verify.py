@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.plan import hub_hashes
-from sparkctl.plan.serve import wanted_repos
+from sparkctl.plan.serve import node_repos
 from sparkctl.rules.serving import copy_mode, serves
 from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
@@ -54,7 +54,7 @@ class ModelVerifyTask(Task[NodeContext, VerifyStep]):
         inv = ctx.inventory
         if not serves(inv, ctx.name) or copy_mode(inv):
             return []
-        repos = [(repo, repo_path(ctx, repo, local), local is None) for repo, local in wanted_repos(inv)]
+        repos = [(repo, repo_path(ctx, repo, local), local is None) for repo, local in node_repos(inv, ctx.name)]
         framing = Framing()
         records = {repo: hub_hashes.record_path(ctx.hf_cache_dir(), path) for repo, path, _hub in repos}
         script = "\n".join([*(framing.section(f"repo{i}", (snapshot_blobs_script(path) if hub else

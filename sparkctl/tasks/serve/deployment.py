@@ -11,15 +11,17 @@ Both read the head's record once (`cat`, read ahead with the facts on a rerun): 
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from sparkctl.plan.deployment import COPY_KEY, Deployment, DeploymentRecord, deployment_inputs
-from sparkctl.rules.serving import serving_enabled
+from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.model.cache import hub_repo_dir
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.tasks.serve.server import ServerHandle
+from sparkctl.tasks.worlds import cluster_worlds
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -52,10 +54,19 @@ def planned_deployment(ctx: ClusterContext, revision: str | None = None,
                        agreed: tuple[str | None, str | None, list[str]] | None = None) -> Deployment:
     inv = ctx.inventory
     image_id, digest, _without = agreed or agreed_image(ctx)
-    _text, _command, fingerprint = desired_launch(ctx.head())
     return Deployment(image=inv.container.image, image_id=image_id, digest=digest, engine=inv.engine().name,
-                      model=inv.serve_spec().model, fingerprint=fingerprint, inputs=deployment_inputs(inv),
-                      revision=revision)
+                      model=", ".join(m.spec.model for m in inv.served_models()), fingerprint=worlds_fingerprint(ctx),
+                      inputs=deployment_inputs(inv), revision=revision)
+
+
+def worlds_fingerprint(ctx: ClusterContext) -> str:
+    """What the deployment's worlds are started from: the one world's launch fingerprint, or of several, one over
+    each world's (any world's changed launch is a new deployment)."""
+    worlds = cluster_worlds(ctx)
+    if len(worlds) == 1:
+        return desired_launch(worlds[0].head())[2]
+    each = "\n".join(f"{w.inventory.world_key}:{desired_launch(w.head())[2]}" for w in worlds)
+    return hashlib.sha256(each.encode()).hexdigest()[:16]
 
 
 def record_path(head: NodeContext) -> str:
@@ -64,7 +75,7 @@ def record_path(head: NodeContext) -> str:
 
 def read_record(head: NodeContext, task: str) -> tuple[DeploymentRecord, str | None]:
     """The head's record and the model's revision in its hub cache (None: not there), one read."""
-    model = head.inventory.serve_spec().model
+    model = head.inventory.served_models()[0].spec.model
     framing = Framing()
     script = "\n".join([framing.section("record", f"cat {q(record_path(head))} 2>/dev/null; true"),
                         framing.section("revision", f"cat {q(hub_repo_dir(head, model))}/refs/main 2>/dev/null; true"),
@@ -111,8 +122,8 @@ class ServeSwitchTask(Task[ClusterContext, DeploymentRecord]):
         if current is None or planned.same_world(current) or planned.same_world(record.switching):
             return []
         without = agreed[2]
-        missing = [n for n in without if n in ctx.inventory.serving_nodes()] + \
-            [n for n in ctx.inventory.serving_nodes() if n in ctx.lost]
+        serving = [n.name for n in ctx.inventory.nodes if serves(ctx.inventory, n.name)]
+        missing = [n for n in without if n in serving] + [n for n in serving if n in ctx.lost]
         if missing and not ctx.options.check:
             raise TaskFailed(f"{ctx.inventory.container.image} is not on {', '.join(missing)} (its pull failed or "
                              "did not run): nothing was switched, the old world serves",

@@ -54,15 +54,16 @@ def figures_client(transport: Transport, inventory: Inventory, timeout: float = 
     return ServeClient(fetch, timeout=timeout, model=spec.served_name)
 
 
-def gateway_client(head: NodeContext, timeout: float = 60.0) -> ServeClient:
+def gateway_client(head: NodeContext, timeout: float = 60.0, model: str | None = None) -> ServeClient:
     """A client of the endpoint as its users reach it: through the gateway, on the first address it answers on,
-    with the key; its requests run on the head, inside its container (host network)."""
+    with the key, asking for `model` (by default the first); its requests run on the head, inside its container
+    (host network)."""
     inv = head.inventory
-    spec = inv.serve_spec()
+    first = inv.served_models()[0].spec
     host = head_gateway(head).listen[0]
-    fetch = NodeFetch(head.transport, inv.container.name, spec.port, head.name, host=host, api_key=api_key(inv),
+    fetch = NodeFetch(head.transport, inv.container.name, first.port, head.name, host=host, api_key=api_key(inv),
                       tls=endpoint_tls(inv))
-    return ServeClient(fetch, timeout=timeout, model=spec.served_name)
+    return ServeClient(fetch, timeout=timeout, model=model or first.served_name)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ and `serve bench` need it; the head does not).
 
 from __future__ import annotations
 
-from sparkctl.knowledge.serve_client import EndpointError, ServeClient, is_degenerate
+from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient, is_degenerate
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
 from sparkctl.rules.serving import serving_enabled
@@ -31,9 +31,9 @@ class ServeSmokeTask(Task[ClusterContext, None]):
     phase = "serve"
     scope = Scope.CLUSTER
     needs = ("serve.gateway",)
-    description = "prove the endpoint answers a chat completion with text"
-    checks = ("POST /v1/chat/completions through the gateway with the API key, asked on the head (from inside its "
-              "container, over SSH), returns text that is "
+    description = "prove the endpoint answers a chat completion with text, for every model"
+    checks = ("POST /v1/chat/completions through the gateway with the API key, for each model by its name, asked on "
+              "the head (from inside its container, over SSH), returns text that is "
               "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
               "length when the server gives it (/metrics read before and after, all in one run of python3 in the "
               "container: the collector's counters for TensorRT-LLM), and whether this machine reaches the "
@@ -46,7 +46,35 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         if not serving_enabled(inv):
             return []
         head = ctx.head()
-        client = gateway_client(head, timeout=300)
+        url = endpoint(inv)
+        reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
+        models = inv.served_models()
+        for model in models:
+            reply, acceptance, where = self._ask(ctx, gateway_client(head, timeout=300, model=model.name))
+            shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
+            named = f" as {model.name}" if len(models) > 1 else ""
+            ctx.emit(Event(event="log", task=self.name,
+                           message=f"{where} answered{named} in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
+                           data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
+                                           "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
+                                           "reachable_from_here": reach == 200, "model": model.spec.model,
+                                           "name": model.name}}))
+        if refused:
+            ctx.emit(Event(event="log", task=self.name,
+                           message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
+                                   f"certificate ({CERTIFICATE_HINT})"))
+        elif reach != 200:
+            port = inv.served_models()[0].spec.port
+            ctx.emit(Event(event="log", task=self.name,
+                           message=f"{url} does not answer from this machine ({reach or reach_why}); the server "
+                                   f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
+                                   f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
+        return []
+
+    @staticmethod
+    def _ask(ctx: ClusterContext, client: ServeClient) -> tuple[Completion, float | None, str]:
+        """One chat completion of the client's model through the gateway: its reply, the acceptance length when the
+        server gives it, and where it was asked."""
         where = client.base_url
         try:
             # /metrics read before and after, in the same exec: the acceptance length is this request's
@@ -58,33 +86,15 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             if status != 200:
                 raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
                                  hint="see `sparkctl serve logs` for the server's log") from exc
-            raise TaskFailed(f"a chat completion from {where} failed: {exc}") from exc
+            raise TaskFailed(f"a chat completion of {client.model} from {where} failed: {exc}") from exc
         if not reply.text.strip():
-            raise TaskFailed(f"{where} answered a chat completion with no text",
+            raise TaskFailed(f"{where} answered a chat completion of {client.model} with no text",
                              hint="see `sparkctl serve logs` for the server's log")
         if is_degenerate(reply.text):
             raise TaskFailed(f"{where} answered with one repeated character: {reply.text[:40]!r}",
                              hint=DEGENERATE_HINT)
         acceptance = reply.acceptance_length
         if acceptance is None and before is not None and after is not None:
-            names = inv.engine().metrics
+            names = ctx.inventory.engine().metrics
             acceptance = acceptance_since(metrics_reading(before, names), metrics_reading(after, names))
-        shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
-        url = endpoint(inv)
-        reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
-        ctx.emit(Event(event="log", task=self.name,
-                       message=f"{where} answered in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
-                       data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
-                                       "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
-                                       "reachable_from_here": reach == 200, "model": inv.serve_spec().model}}))
-        if refused:
-            ctx.emit(Event(event="log", task=self.name,
-                           message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
-                                   f"certificate ({CERTIFICATE_HINT})"))
-        elif reach != 200:
-            port = inv.serve_spec().port
-            ctx.emit(Event(event="log", task=self.name,
-                           message=f"{url} does not answer from this machine ({reach or reach_why}); the server "
-                                   f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
-                                   f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
-        return []
+        return reply, acceptance, where
