@@ -97,6 +97,8 @@ class GatewaySpec:
     models: tuple[GatewayModel, ...] = ()
     #: HTTPS on the listen addresses with serve.tls's certificate and key (the head's loopback stays plain)
     tls: bool = False
+    #: the engine that serves them (`owned_by` of a model whose world did not list it)
+    engine: str = ""
 
     @property
     def bound(self) -> tuple[str, ...]:
@@ -121,14 +123,22 @@ class GatewaySpec:
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
                       listen=self.listen, loopback=ENGINE_HOST, port=self.port, metrics_port=self.metrics_port,
                       models=self.models, router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME),
+                      lists=[self.list_location(i) for i in range(len(self.models))] if len(self.models) > 1 else [],
                       tls=self.tls, certificate=posixpath.join(CONFIG_DIR_IN_CONTAINER, CERTIFICATE_NAME),
                       certificate_key=posixpath.join(CONFIG_DIR_IN_CONTAINER, KEY_NAME))
 
     def router(self) -> str:
         """njs's router: a request's `model` field -> the named location of that model's world."""
         routes = {name: f"@model_{i}" for i, model in enumerate(self.models) for name in model.names}
+        lists = [self.list_location(i) for i in range(len(self.models))] if len(self.models) > 1 else []
         return render("gateway-router.js.j2", cluster=self.cluster, routes=routes,
-                      served=[name for model in self.models for name in model.names], first="@model_0")
+                      served=[name for model in self.models for name in model.names], first="@model_0",
+                      lists=lists, owner=self.engine or "sparkctl")
+
+    @staticmethod
+    def list_location(index: int) -> str:
+        """The internal location that asks model `index`'s worlds for their /v1/models (the router merges them)."""
+        return f"/sparkctl-models/{index}"
 
     def spec_hash(self) -> str:
         """What a running gateway must have been made from (its config, which holds the key, is judged apart)."""
@@ -184,4 +194,4 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
                        config_dir=gateway_dir(state_dir),
                        authenticated=inventory.serve.auth == "key",
                        metrics_port=collector_port(inventory), models=models,
-                       tls=inventory.serve.tls is not None)
+                       tls=inventory.serve.tls is not None, engine=inventory.engine().name)

@@ -37,6 +37,12 @@ class _Engine(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path == "/v1/models":
+            # an engine that lists its first name only: the gateway's own card stands for the others
+            self._answer({"object": "list", "data": [{"id": self.server.names[0], "object": "model",
+                                                      "owned_by": "vllm", "max_model_len": 4096,
+                                                      "authorization": self.headers.get("Authorization")}]})
+            return
         self._answer({"port": self.server.server_port, "path": self.path})
 
     def do_POST(self):  # noqa: N802
@@ -82,11 +88,14 @@ def gateway(tmp_path_factory):
         threading.Thread(target=server.serve_forever, daemon=True).start()
         engines.append(server)
     big, small_a, small_b = (e.server_port for e in engines)
+    for engine, names in zip(engines, (("qwen3-235b", "big"), ("gpt-oss",), ("gpt-oss",)), strict=True):
+        engine.names = names
     port = _free_port()
     spec = GatewaySpec(cluster="lab", image="nginx", listen=(), port=port, engine_port=big, config_dir=str(folder),
                        authenticated=True, models=(
                            GatewayModel(("qwen3-235b", "big"), (("127.0.0.1", big),)),
-                           GatewayModel(("gpt-oss",), (("127.0.0.1", small_a), ("127.0.0.1", small_b)))))
+                           GatewayModel(("gpt-oss",), (("127.0.0.1", small_a), ("127.0.0.1", small_b)))),
+                       engine="vllm")
     config = spec.config(KEY).replace(f"{CONFIG_DIR_IN_CONTAINER}/{ROUTER_NAME}", str(folder / ROUTER_NAME))
     config = config.replace("/tmp/sparkctl-gateway", str(folder / "run"))
     (folder / "nginx.conf").write_text(config)
@@ -156,9 +165,26 @@ def test_an_unknown_model_gets_an_openai_404_naming_the_models_served(gateway):
 def test_a_request_that_names_no_model_goes_to_the_first(gateway):
     port, big = gateway["port"], gateway["engines"][0]
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    assert json.loads(connection.getresponse().read()) == {"port": big.server_port, "path": "/v1/models"}
+    connection.request("GET", "/v1/completions/ping", headers={"Authorization": f"Bearer {KEY}"})
+    assert json.loads(connection.getresponse().read()) == {"port": big.server_port, "path": "/v1/completions/ping"}
     assert _post(port, {"messages": []})[1]["port"] == big.server_port
+
+
+def test_the_models_list_names_every_model_served_with_its_owner(gateway):
+    """GET /v1/models: each model's own card where its world lists it (the engine's fields kept, the key never sent
+    on), a card of the gateway's for a name no world listed (an alias), in the order served."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway["port"], timeout=30)
+    connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("Content-Type") == "application/json"
+    listed = json.loads(response.read())
+    assert listed == {"object": "list", "data": [
+        {"id": "qwen3-235b", "object": "model", "owned_by": "vllm", "max_model_len": 4096, "authorization": None},
+        {"id": "big", "object": "model", "created": 0, "owned_by": "vllm"},
+        {"id": "gpt-oss", "object": "model", "owned_by": "vllm", "max_model_len": 4096, "authorization": None}]}
+    # without the key, nothing is listed
+    connection.request("GET", "/v1/models")
+    assert connection.getresponse().status == 401
 
 
 def test_a_stream_passes_through_as_it_is_written(gateway):
