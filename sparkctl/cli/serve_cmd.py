@@ -78,7 +78,7 @@ def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
     """Print the endpoint's API key (clients send `Authorization: Bearer <key>`); --rotate replaces it."""
     from sparkctl.runs.serve_ops import endpoint_key, rotate_key
 
-    inventory = load(file)
+    inventory = load(file, several="serve")
     if inventory.serve.auth == "none":
         raise BadInput(f"{file}: serve.auth is none: the endpoint takes no key",
                        hint="remove `auth: none` from serve: and run `sparkctl cluster bootstrap` to lock it")
@@ -148,13 +148,15 @@ def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: in
 @FILE
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True)
+@click.option("--model", "model", metavar="NAME", help="The model to ask, by its name or an alias (default: the "
+                                                       "first of serve.models).")
 @verbose_option
-def chat(file: str, prompt: str, max_tokens: int, verbose: int) -> None:
+def chat(file: str, prompt: str, max_tokens: int, model: str | None, verbose: int) -> None:
     """One chat completion, streamed as it is generated."""
     from sparkctl.runs.serve_ops import endpoint_client
 
-    inventory = load(file)
-    with endpoint_client(inventory, timeout=600) as client:
+    inventory = load(file, several="serve")
+    with endpoint_client(inventory, timeout=600, model=model) as client:
         if not client.streams:
             click.echo(f"(not reachable from here: asking {client.base_url}, not streamed)", err=True)
         try:
@@ -252,14 +254,15 @@ def _f(value: float | None, scale: float = 1.0) -> str:
 @json_option
 @verbose_option
 def stop(file: str, as_json: bool, verbose: int) -> None:
-    """Stop serving (mpirun and its ranks on every node); the containers stay. Bootstrap starts it again.
+    """Stop serving (every model's world: mpirun and its ranks on every node); the containers stay. Bootstrap starts
+    it again.
 
     No --limit: mpirun on the head takes down the ranks of every node it launched (one TP/PP world does not stop
     in part), and leftover ranks are looked for on every reachable node.
     """
     from sparkctl.runs.serve_ops import stop_server
 
-    inventory = load(file)
+    inventory = load(file, several="serve")
     result = stop_server(inventory)
     if as_json:
         report_line("serve stop", ExitStatus.SUCCESS, stopped_pid=result.pid, leftovers=result.leftovers,

@@ -33,7 +33,8 @@ from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.tasks.serve.api_key import api_key, key_source, new_key
 from sparkctl.tasks.serve.launch import kill_leftover_ranks, stop_ranks, worker_ranks
-from sparkctl.tasks.serve.server import ServerHandle, figures_client, head_client
+from sparkctl.tasks.serve.server import ServerHandle, figures_client, gateway_loopback_client, head_client
+from sparkctl.tasks.worlds import cluster_worlds
 from sparkctl.transport.base import Transport, q
 
 #: How long this machine waits for the endpoint before it goes through the head instead.
@@ -248,12 +249,27 @@ def follow_log(transport: Transport, container: str, log: LogRead, every: float 
 
 # --- chat and bench -----------------------------------------------------------------------------------------
 
+def served_name(inventory: Inventory, asked: str | None) -> str:
+    """The name a client asks for: `asked` when a model of the inventory answers to it (its name or an alias), by
+    default the first model's; BadInput naming the models otherwise."""
+    models = inventory.served_models()
+    if asked is None:
+        return models[0].name
+    if any(asked in (m.name, *m.aliases) for m in models):
+        return asked
+    names = ", ".join(name for m in models for name in (m.name, *m.aliases))
+    raise BadInput(f"--model {asked}: no model of the inventory answers to that name (served are {names})",
+                   hint="name one of them (serve.models' name and aliases in the inventory)")
+
+
 @contextmanager
-def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool = False) -> Iterator[ServeClient]:
-    """A client from this machine when the endpoint answers here; else one through the head (over SSH,
-    no streaming). `direct_only`: refuse instead (a benchmark through SSH would measure SSH)."""
+def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool = False,
+                    model: str | None = None) -> Iterator[ServeClient]:
+    """A client of `model` (by default the first; served_name) from this machine when the endpoint answers here;
+    else one through the head (over SSH, no streaming). `direct_only`: refuse instead (a benchmark through SSH would
+    measure SSH)."""
     url = endpoint(inventory)
-    model = inventory.serve_spec().served_name
+    model = served_name(inventory, model)
     direct = ServeClient(endpoint_fetch(inventory, endpoint_key(inventory)), timeout=timeout, model=model)
     status, why, refused = direct.reach(timeout=DIRECT_TIMEOUT)
     if refused:
@@ -262,13 +278,15 @@ def endpoint_client(inventory: Inventory, timeout: float, *, direct_only: bool =
     if status == 200:
         yield direct
         return
-    port = inventory.serve_spec().port
+    port = inventory.endpoint_port()
     tunnel = (f"open a route, e.g. `ssh -N -L {port}:127.0.0.1:{port} {inventory.head.host}` and point at it, "
               "or see `sparkctl serve status`")
     if direct_only:
         raise SparkctlError(f"{url} does not answer from this machine ({status or why})", hint=tunnel)
     with connected(inventory, inventory.head.name) as transport:
-        client = head_client(transport, inventory, timeout=timeout)
+        # one model: its engine itself; several: the gateway on the head's loopback, which routes by the name
+        client = (head_client(transport, inventory, timeout=timeout) if len(inventory.worlds()) == 1 else
+                  gateway_loopback_client(transport, inventory, timeout=timeout, model=model))
         health, head_why = client.health_detail()
         if health != 200:
             raise SparkctlError(f"{client.base_url}/health answers {health or 'nothing'}"
@@ -303,6 +321,12 @@ def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
             for node in inventory.nodes:
                 if node.name in session.transports:
                     cluster.add(NodeContext(cluster, node, session.transports[node.name]))
-            result.pid = stop_ranks(cluster, [head, *worker_ranks(inventory)], disable=True).get(head)
-            result.leftovers = kill_leftover_ranks(cluster)
+            for world in cluster_worlds(cluster):
+                # every world's head, then its workers; the first world's PID is the one told
+                nodes = [world.inventory.serving_nodes()[0], *worker_ranks(world.inventory)]
+                if nodes[0] not in cluster.nodes:
+                    continue  # its head is among the unreachable, said with them
+                pid = stop_ranks(world, nodes, disable=True).get(nodes[0])
+                result.pid = result.pid if result.pid is not None else pid
+                result.leftovers += kill_leftover_ranks(world)
             return result

@@ -48,10 +48,16 @@ def head_client(transport: Transport, inventory: Inventory, timeout: float = 60.
 def figures_client(transport: Transport, inventory: Inventory, timeout: float = 10.0) -> ServeClient:
     """A client of the gateway on the head's own loopback, with the key: its /metrics is what every reader of the
     engine's figures shares (the collector's, for an engine whose own /metrics a read empties)."""
-    spec = inventory.serve_spec()
-    fetch = NodeFetch(transport, inventory.container.name, spec.port, inventory.head.name, host=ENGINE_HOST,
-                      api_key=api_key(inventory))
-    return ServeClient(fetch, timeout=timeout, model=spec.served_name)
+    return gateway_loopback_client(transport, inventory, timeout)
+
+
+def gateway_loopback_client(transport: Transport, inventory: Inventory, timeout: float = 10.0,
+                            model: str | None = None) -> ServeClient:
+    """A client of the gateway on the head's own loopback, with the key, asking for `model` (by default the first):
+    the endpoint as the head itself reaches it, routed by the name like any request."""
+    fetch = NodeFetch(transport, inventory.container.name, inventory.endpoint_port(), inventory.head.name,
+                      host=ENGINE_HOST, api_key=api_key(inventory))
+    return ServeClient(fetch, timeout=timeout, model=model or inventory.served_models()[0].name)
 
 
 def gateway_client(head: NodeContext, timeout: float = 60.0, model: str | None = None) -> ServeClient:
