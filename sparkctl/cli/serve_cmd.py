@@ -58,7 +58,7 @@ def status(file: str, as_json: bool, verbose: int) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
-    report = serve_status(load(file))
+    report = serve_status(load(file, several="serve"))
     exit_status = ExitStatus.SUCCESS if report.healthy else ExitStatus.TASK_FAILED
     if as_json:
         report_line("serve status", exit_status, healthy=report.healthy, rows=dict(report.rows))

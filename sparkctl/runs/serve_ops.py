@@ -18,6 +18,7 @@ from sparkctl.inventory.tls_files import TlsUnreadable, tls_files
 from sparkctl.knowledge.serve_client import EndpointError, ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
+from sparkctl.plan import plan_cluster
 from sparkctl.plan.deployment import DeploymentRecord
 from sparkctl.plan.paths import state_dir
 from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
@@ -102,7 +103,10 @@ def _tls_text(inventory: Inventory) -> str:
 
 def serve_status(inventory: Inventory) -> ServeStatus:
     """Endpoint, health (asked on the head), whether this machine reaches it, models, version, the running
-    server's record and the acceptance length since the last read."""
+    server's record and the acceptance length since the last read; with several worlds, each world's row
+    (several_status)."""
+    if len(inventory.worlds()) > 1:
+        return several_status(inventory)
     url = endpoint(inventory)
     direct = ServeClient(endpoint_fetch(inventory, endpoint_key(inventory)), timeout=10)
     reach, reach_why = direct.health_detail(timeout=DIRECT_TIMEOUT)
@@ -146,6 +150,52 @@ def serve_status(inventory: Inventory) -> ServeStatus:
     out.rows += _deployment_rows(deployments)
     out.healthy = health == 200
     return out
+
+
+def several_status(inventory: Inventory) -> ServeStatus:
+    """The endpoint's rows, then one row per world: where it runs, its health asked on its head, its unit and its
+    server; healthy when every world is."""
+    direct = ServeClient(endpoint_fetch(inventory, endpoint_key(inventory)), timeout=10)
+    reach, reach_why = direct.health_detail(timeout=DIRECT_TIMEOUT)
+    out = ServeStatus([("endpoint", endpoint(inventory)),
+                       ("auth", "API key (`sparkctl serve key`)" if inventory.serve.auth == "key"
+                        else "none: anyone who reaches the endpoint can use it")])
+    if inventory.serve.tls is not None:
+        out.rows.append(("tls", _tls_text(inventory)))
+    hosts = {key: launch.host for key, launch in plan_cluster(inventory).launches.items()}
+    healthy = True
+    for model in inventory.served_models():
+        for world in model.worlds:
+            row, health = _world_row(inventory.for_world(world), hosts[world.key])
+            healthy = healthy and health == 200
+            replica = f" (replica {world.replica + 1})" if len(model.worlds) > 1 else ""
+            out.rows.append((f"model {model.name}{replica}", row))
+    out.rows.append(("from here", "reachable" if reach == 200 else
+                     f"not reachable ({reach or reach_why}); `serve chat` goes through the head"))
+    try:
+        with connected(inventory, inventory.head.name) as transport:
+            deployments = server_handle(inventory, transport).read_deployments()
+    except SparkctlError:
+        deployments = DeploymentRecord()
+    out.rows += _deployment_rows(deployments)
+    out.healthy = healthy
+    return out
+
+
+def _world_row(view: Inventory, host: str) -> tuple[str, int]:
+    """One world's row (where, health, unit, server) and its health, asked on its head."""
+    nodes = view.serving_nodes()
+    where = f"on {', '.join(nodes)}"
+    try:
+        with connected(view, nodes[0]) as transport:
+            health, why = head_client(transport, view, timeout=10, host=host).health_detail()
+            handle = server_handle(view, transport)
+            unit, pid = handle.unit_state(), handle.read_pid()
+            alive = handle.alive(pid)
+    except SparkctlError as exc:
+        return f"{where}: {nodes[0]} not reachable over ssh: {exc.message}", 0
+    return (f"{where}: {_health_text(health, why)}; unit {handle.unit} {unit_summary(unit)}; pid {pid or '-'} "
+            f"({'running' if alive else 'gone'})"), health
 
 
 def _deployment_rows(record: DeploymentRecord) -> list[tuple[str, str]]:

@@ -38,11 +38,12 @@ def run_identity(inventory: Inventory, command: str, request: RunRequest, sessio
 
 def with_endpoint(emit: Callable[[Event], None]) -> Callable[[Event], None]:
     """`emit`, whose recap also carries the endpoint and the smoke test's result when the run served (the
-    closing lines of a serving run say where to send requests)."""
+    closing lines of a serving run say where to send requests): the first model's, as a request that names none
+    gets it."""
     smoke: dict[str, Any] = {}
 
     def sink(event: Event) -> None:
-        if event.event == "log" and isinstance(event.data.get("smoke"), dict):
+        if event.event == "log" and isinstance(event.data.get("smoke"), dict) and not smoke:
             smoke.update(event.data["smoke"])
         if event.event == "recap" and smoke:
             event.data.setdefault("endpoint", smoke.get("endpoint"))

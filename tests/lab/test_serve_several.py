@@ -84,8 +84,10 @@ def test_each_model_answers_by_its_name_at_the_one_endpoint(served):
     status, answer = chat(served, "openai/gpt-oss-120b")
     assert status == 404 and answer["error"]["code"] == "model_not_found", answer
     assert answer["error"]["message"].endswith("served are llama, oss"), answer
-    smoke = [e["data"]["smoke"]["name"] for e in served["events"] if e.get("task") == "serve.smoke" and e.get("data")]
+    smoke = [e["smoke"]["name"] for e in served["events"] if e.get("task") == "serve.smoke" and "smoke" in e]
     assert smoke == ["llama", "oss"], smoke
+    recap = served["events"][-1]
+    assert recap["event"] == "recap" and recap["smoke"]["name"] == "llama", recap
 
 
 def test_each_world_has_its_own_unit_and_the_one_off_the_head_answers_on_the_fabric(served):
