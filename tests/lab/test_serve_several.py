@@ -1,9 +1,10 @@
-"""Several models on one cluster (serve.models), on the lab's pair: one vLLM world per node, one endpoint, one key.
-Each model answers by its name through the head's gateway (real NGINX and njs), which reaches the world off the head
-over the fabric; /v1/models lists both; a name served by neither gets the OpenAI-style 404 naming them. Each world
-has its own unit, dir and engine port; a rerun changes nothing. Switching the second model by bootstrap, under a
-steady request loop against the first, loses none of the first's requests and leaves its server running; cluster
-down removes every world's unit.
+"""Several models on one cluster (serve.models), on a lab of three: a TP=2 vLLM world on spark1 and spark2 and a
+one-node world on spark3, one endpoint, one key. Each model answers by its name through the head's gateway (real
+NGINX and njs), which reaches the world off the head over the fabric; /v1/models lists both; a name served by
+neither gets the OpenAI-style 404 naming them. Each world has its own units, dir and engine port; serve status
+shows each; a rerun changes nothing. Switching the one-node model by bootstrap, under a steady request loop against
+the TP=2 one, loses none of its requests and leaves its servers running; serve stop ends every world, a bootstrap
+serves them again; cluster down removes every world's unit.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from tests.lab.ranks_kit import engine_inventory, run
 pytestmark = pytest.mark.lab
 
 CONTAINER = "vllm-multinode"
-FIRST = {"preset": "llama-3.3-70b-vllm", "name": "llama", "tp_size": 1, "nodes": ["spark1"], "fit_check": "warn",
+FIRST = {"preset": "llama-3.3-70b-vllm", "name": "llama", "nodes": ["spark1", "spark2"], "fit_check": "warn",
          "ready_timeout": 300}
-SECOND = {"model": "openai/gpt-oss-120b", "engine": "vllm", "name": "oss", "nodes": ["spark2"], "ready_timeout": 300}
-SWITCHED = {"model": "nvidia/Llama-3.1-8B-Instruct-FP4", "engine": "vllm", "name": "small", "nodes": ["spark2"],
+SECOND = {"model": "openai/gpt-oss-120b", "engine": "vllm", "name": "oss", "nodes": ["spark3"], "ready_timeout": 300}
+SWITCHED = {"model": "nvidia/Llama-3.1-8B-Instruct-FP4", "engine": "vllm", "name": "small", "nodes": ["spark3"],
             "ready_timeout": 300}
 
 
@@ -37,7 +38,7 @@ def inventory_of(lab, path, *models: dict) -> str:
 
 @pytest.fixture(scope="module")
 def served(lab_factory, tmp_path_factory):
-    lab = lab_factory(2, "pair", port=1)
+    lab = lab_factory(3, "ring")
     env = {**os.environ, "HF_TOKEN": HF_TOKEN, "XDG_STATE_HOME": str(tmp_path_factory.mktemp("several-state"))}
     folder = tmp_path_factory.mktemp("inv")
     inventory = inventory_of(lab, folder / "two.yaml", FIRST, SECOND)
@@ -58,7 +59,9 @@ def ask(served, path: str, body: dict | None = None) -> tuple[int, dict]:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status, json.load(answer)
     except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
+        body = error.read()
+        # NGINX's own error page where no world answers (a 502) is not JSON
+        return error.code, json.loads(body) if body.startswith(b"{") else {"text": body.decode(errors="replace")}
 
 
 def chat(served, model: str) -> tuple[int, dict]:
@@ -90,18 +93,31 @@ def test_each_model_answers_by_its_name_at_the_one_endpoint(served):
     assert recap["event"] == "recap" and recap["smoke"]["name"] == "llama", recap
 
 
-def test_each_world_has_its_own_unit_and_the_one_off_the_head_answers_on_the_fabric(served):
+def test_each_world_has_its_own_units_and_the_one_off_the_head_answers_on_the_fabric(served):
     lab = served["lab"]
-    assert unit(served, "spark1")["ActiveState"] == "active"
-    assert unit(served, "spark2", "oss")["ActiveState"] == "active"
-    # neither node has the other's unit
-    assert unit(served, "spark2")["LoadState"] == "not-found"
-    assert unit(served, "spark1", "oss")["LoadState"] == "not-found"
-    # the off-head engine listens on spark2's fabric address alone (the gateway reaches it there)
-    listening = sh(lab, "spark2", "ss -ltnH 'sport = :18357'")
-    fabric = sh(lab, "spark2", "ip -4 -o addr show | awk '$2 != \"lo\" {print $4}'").split()
-    assert listening.strip() and lab.nodes[1].mgmt_ip not in listening, listening
+    # the TP=2 world: a unit per rank on spark1 and spark2; the one-node world's on spark3; no node has another's
+    for node in ("spark1", "spark2"):
+        assert unit(served, node)["ActiveState"] == "active"
+        assert unit(served, node, "oss")["LoadState"] == "not-found"
+    assert unit(served, "spark3", "oss")["ActiveState"] == "active"
+    assert unit(served, "spark3")["LoadState"] == "not-found"
+    # the off-head engine listens on spark3's fabric address alone (the gateway reaches it there)
+    listening = sh(lab, "spark3", "ss -ltnH 'sport = :18357'")
+    fabric = sh(lab, "spark3", "ip -4 -o addr show | awk '$2 != \"lo\" {print $4}'").split()
+    assert listening.strip() and lab.nodes[2].mgmt_ip not in listening, listening
     assert any(address.split("/")[0] in listening for address in fabric), (listening, fabric)
+
+
+def test_serve_status_shows_each_world_and_chat_asks_the_model_named(served):
+    code, _events, output = sparkctl(["serve", "status", served["inventory"]], served["env"])
+    assert code == 0, output
+    assert "model llama  on spark1, spark2: 200 OK; unit " in output, output
+    assert "model oss    on spark3: 200 OK; unit sparkctl-serve-" in output, output
+    code, _events, output = sparkctl(["serve", "chat", "--model", "oss", served["inventory"], "hello"], served["env"])
+    assert code == 0 and output.strip(), output
+    code, _events, output = sparkctl(["serve", "chat", "--model", "nope", served["inventory"], "hello"], served["env"])
+    assert code == 2 and "--model nope: no model of the inventory answers to that name (served are llama, oss)" \
+        in output, output
 
 
 def test_a_rerun_changes_nothing(served):
@@ -130,16 +146,28 @@ def test_switching_the_second_model_keeps_the_first_serving_throughout(served):
         thread.join(timeout=60)
     assert results and set(results) == {200}, [r for r in results if r != 200][:5]
     assert server_pid(served, "spark1") == before
-    assert ("serve.unit", "spark1") not in changed(events), changed(events)
-    assert unit(served, "spark2", "oss")["LoadState"] == "not-found"
-    assert unit(served, "spark2", "small")["ActiveState"] == "active"
+    assert not {node for task, node in changed(events) if task == "serve.unit"} & {"spark1", "spark2"}, \
+        changed(events)
+    assert unit(served, "spark3", "oss")["LoadState"] == "not-found"
+    assert unit(served, "spark3", "small")["ActiveState"] == "active"
     status, answer = chat(served, "small")
     assert status == 200 and answer["model"] == "small", answer
     assert changed(run(switched, served["env"], "cluster", "bootstrap")) == set()
     served["inventory"] = switched
 
 
+def test_serve_stop_ends_every_world_and_bootstrap_serves_them_again(served):
+    code, _events, output = sparkctl(["serve", "stop", served["inventory"]], served["env"])
+    assert code == 0, output
+    assert unit(served, "spark1")["ActiveState"] == "inactive"
+    assert unit(served, "spark3", "small")["ActiveState"] == "inactive"
+    assert chat(served, "small")[0] == 502
+    run(served["inventory"], served["env"], "cluster", "bootstrap")
+    assert chat(served, "small")[0] == chat(served, "llama")[0] == 200
+
+
 def test_cluster_down_removes_every_world_s_unit(served):
     run(served["inventory"], served["env"], "cluster", "down")
-    assert unit(served, "spark1")["LoadState"] == "not-found"
-    assert unit(served, "spark2", "small")["LoadState"] == "not-found"
+    for node in ("spark1", "spark2"):
+        assert unit(served, node)["LoadState"] == "not-found"
+    assert unit(served, "spark3", "small")["LoadState"] == "not-found"
