@@ -99,7 +99,7 @@ def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int
     from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
     from sparkctl.runs.status import cluster_status
 
-    inventory = load(file)
+    inventory = load(file, several="read")
     found = cluster_status(inventory, csv_set(limit), forks)
     nodes = status_nodes(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown)
     exit_status = ExitStatus.UNREACHABLE if any(not n["reachable"] for n in nodes) else ExitStatus.SUCCESS

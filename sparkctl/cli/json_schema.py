@@ -275,7 +275,8 @@ class ServeBench(ReportBase):
     report: Literal["serve bench"]
     time: str = Field(description="when the bench ran (UTC, ISO 8601)")
     endpoint: str
-    model: str
+    model: str = Field(description="the repo id of the model measured")
+    name: str = Field(description="the name it was asked by (--model; by default the first model's)")
     engine: EngineName
     max_tokens: int
     levels: list[dict[str, Any]] = Field(description="per concurrency: requests, failed, seconds, completion_tokens, "

@@ -106,8 +106,8 @@ def load(file: str, warn: bool = True, several: Literal["", "serve", "read"] = "
     worlds = inventory.worlds() if inventory.serve.models else []
     if len(worlds) > 1 and not several:
         raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this command "
-                       "works with one world per cluster in this release (cluster bootstrap, plan and down, serve "
-                       "status, chat, key and stop, and inventory validate work with several)",
+                       "works with one world per cluster in this release (cluster bootstrap, plan, status and down, "
+                       "serve status, chat, bench, key and stop, and inventory validate work with several)",
                        hint="keep one entry for this command")
     if len(worlds) > 1 and several == "serve" and inventory.engine().needs_mpi:
         raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds of "

@@ -185,10 +185,12 @@ def chat(file: str, prompt: str, max_tokens: int, model: str | None, verbose: in
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Also write the results as JSON here ('-': stdout, the table then goes to stderr). They are always "
                    "recorded with the cluster's other records ($XDG_STATE_HOME/sparkctl/serve-bench/<cluster>/).")
+@click.option("--model", "model", metavar="NAME", help="The model to measure, by its name or an alias (default: the "
+                                                       "first of serve.models).")
 @json_option
 @verbose_option
-def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str | None, as_json: bool,
-          verbose: int) -> None:
+def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: str | None, model: str | None,
+          as_json: bool, verbose: int) -> None:
     """Decode tokens/s per request and in aggregate, TTFT p50/p95 and acceptance length per concurrency.
 
     Exit 0 when every request answered, 1 when one failed. With --json: one `report` line (docs/events.md).
@@ -196,7 +198,7 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
     from sparkctl.knowledge.bench import parse_concurrency, run_bench
     from sparkctl.runs.bench_records import record_bench
     from sparkctl.runs.outputs import check_writable
-    from sparkctl.runs.serve_ops import endpoint_client
+    from sparkctl.runs.serve_ops import endpoint_client, served_name
 
     if output == STDOUT and as_json:
         raise BadInput("-o - and --json both want stdout", hint="write the results to a file with -o FILE")
@@ -206,16 +208,20 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
         raise BadInput(f"--concurrency: {exc}") from exc
     if output is not None and output != STDOUT:
         check_writable(output, "--output")
-    inventory = load(file, warn=not as_json)
-    with endpoint_client(inventory, timeout=600, direct_only=True) as client:
+    inventory = load(file, warn=not as_json, several="serve")
+    name = served_name(inventory, model)
+    served = next(m for m in inventory.served_models() if name in (m.name, *m.aliases))
+    # the endpoint's /metrics is the first model's engine's: another model's acceptance is not read
+    metrics = inventory.engine().metrics if served is inventory.served_models()[0] else None
+    with endpoint_client(inventory, timeout=600, direct_only=True, model=name) as client:
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,
                             on_level=lambda s: click.echo(f"  concurrency {s.concurrency}: {s.requests} requests in "
                                                           f"{s.seconds:.1f}s", err=True),
-                            metrics=inventory.engine().metrics)
+                            metrics=metrics)
     document = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "endpoint": url,
-                "model": inventory.serve_spec().model, "engine": inventory.engine().name, "max_tokens": max_tokens,
-                "levels": [s.as_dict() for s in results]}
+                "model": served.spec.model, "name": served.name, "engine": inventory.engine().name,
+                "max_tokens": max_tokens, "levels": [s.as_dict() for s in results]}
     try:
         recorded = record_bench(inventory.cluster.name, document, kind="serve-bench")
     except OSError as exc:
