@@ -117,18 +117,22 @@ def rollback(file: str, **params) -> None:
 @click.option("--limit", "limit", metavar="NODE", help="Read this node (default: the head, which holds serve.log).")
 @click.option("--node", metavar="NODE", hidden=True, help="The same as --limit (kept for old scripts).")
 @click.option("-n", "--lines", type=click.IntRange(1, 100000), default=100, show_default=True)
+@click.option("--model", "model", metavar="NAME", help="The world of this model, by its name or an alias (default: "
+                                                       "the first of serve.models; a replica's: the first).")
 @verbose_option
-def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int, verbose: int) -> None:
-    """The server's log (run/serve/serve.log on the head); on another node (--limit), its container's log."""
-    from sparkctl.runs.serve_ops import connected, follow_log, read_log
+def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: int, model: str | None,
+         verbose: int) -> None:
+    """The server's log (run/serve/serve.log on the world's head); on another node (--limit), its container's log."""
+    from sparkctl.runs.serve_ops import connected, follow_log, read_log, world_of
 
-    inventory = load(file)
+    whole = load(file, several="serve")
+    inventory = world_of(whole, model)
     limit = limit or node
     chosen = csv_set(limit) or set()
     if len(chosen) > 1:
         raise BadInput(f"--limit {limit}: one node at a time", hint="run serve logs once per node")
     check_limit(inventory, chosen or None)
-    name = next(iter(chosen), None) or inventory.head.name
+    name = next(iter(chosen), None) or inventory.serving_nodes()[0]
     with connected(inventory, name) as transport:
         log = read_log(inventory, transport, name, lines)
         if log.text:

@@ -268,9 +268,17 @@ class LogRead:
     missing: bool = False
 
 
+def world_of(inventory: Inventory, model: str | None) -> Inventory:
+    """The inventory as the world of `model` sees it (served_name; a replicated model's first world)."""
+    name = served_name(inventory, model)
+    world = next(w for m in inventory.served_models() if name in (m.name, *m.aliases) for w in m.worlds)
+    return inventory.for_world(world)
+
+
 def read_log(inventory: Inventory, transport: Transport, node: str, lines: int) -> LogRead:
-    """The last `lines` of serve.log on the head, or of the container's log on another node."""
-    if node != inventory.head.name:
+    """The last `lines` of serve.log on the head of the world `inventory` sees, or of the container's log on another
+    node."""
+    if node != inventory.serving_nodes()[0]:
         result = transport.run(f"docker logs --tail {int(lines)} {q(inventory.container.name)} 2>&1", timeout=60)
         return LogRead(result.stdout, None)
     path = server_handle(inventory, transport).log_path

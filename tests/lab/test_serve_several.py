@@ -108,7 +108,7 @@ def test_each_world_has_its_own_units_and_the_one_off_the_head_answers_on_the_fa
     assert any(address.split("/")[0] in listening for address in fabric), (listening, fabric)
 
 
-def test_serve_status_shows_each_world_and_chat_and_bench_ask_the_model_named(served):
+def test_serve_status_shows_each_world_and_chat_bench_and_logs_take_the_model_named(served):
     code, _events, output = sparkctl(["serve", "status", served["inventory"]], served["env"])
     assert code == 0, output
     assert "model llama  on spark1, spark2: 200 OK; unit " in output, output
@@ -118,6 +118,8 @@ def test_serve_status_shows_each_world_and_chat_and_bench_ask_the_model_named(se
     code, _events, output = sparkctl(["serve", "chat", "--model", "nope", served["inventory"], "hello"], served["env"])
     assert code == 2 and "--model nope: no model of the inventory answers to that name (served are llama, oss)" \
         in output, output
+    code, _events, output = sparkctl(["serve", "logs", "--model", "oss", "-n", "5", served["inventory"]], served["env"])
+    assert code == 0 and output.strip(), output
     code, events, output = sparkctl(["serve", "bench", "--model", "oss", "--concurrency", "2", "--requests", "4",
                                      "--max-tokens", "8", served["inventory"], "--json"], served["env"])
     assert code == 0, output
