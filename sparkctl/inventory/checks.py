@@ -107,7 +107,8 @@ def cross_check_problems(parts: InventoryParts) -> list[Problem]:
                 *_container_problems(parts), *_per_model(parts, _port_problems)]
     names = [n.name for n in parts.nodes if n is not None]
     if parts.serve is not None and parts.serve.models and names and len(names) == parts.node_count and not problems:
-        problems += models_problems(parts.serve, names, parts.fabric.topology if parts.fabric else None)
+        problems += models_problems(parts.serve, names, parts.fabric.topology if parts.fabric else None,
+                                    parts.container.image if parts.container else "")
     return list(dict.fromkeys(problems))  # a shared setting's problem is met once per model
 
 

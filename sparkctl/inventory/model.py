@@ -174,6 +174,8 @@ class Inventory(_Section):
         settings = model.settings.model_copy()
         settings.__dict__.update(nodes=list(world.nodes), models=None)
         view = self.model_copy(update={"serve": settings})
+        # the copy marks serve: as written; a bare inventory's view must still serve nothing (serving_enabled)
+        view.__pydantic_fields_set__ = set(self.model_fields_set)
         view._world, view._world_spec = world, model.spec
         return view
 

@@ -14,6 +14,8 @@ from sparkctl.inventory.placement import ServedModel, World, model_sources, node
 from sparkctl.inventory.sections import MODEL_FIELD_NAMES, ServeSettings, resolve_topology
 from sparkctl.inventory.serve import collector_port, engine_of, engine_port, resolve_serve
 from sparkctl.knowledge.fitcheck import SPARK_USABLE_GB
+from sparkctl.knowledge.vllm_releases import release_of
+from sparkctl.knowledge.vllm_releases import schema_for as vllm_schema_for
 
 Loc = tuple
 Problem = tuple[Loc, str]
@@ -29,16 +31,16 @@ def entry_loc(loc: Loc, entry: Loc) -> Loc:
     return loc
 
 
-def models_problems(serve: ServeSettings, names: list[str], topology: str | None) -> list[Problem]:
-    """serve.models's problems as a whole, on nodes `names` cabled as `topology`."""
+def models_problems(serve: ServeSettings, names: list[str], topology: str | None, image: str = "") -> list[Problem]:
+    """serve.models's problems as a whole, on nodes `names` cabled as `topology`, served from `image`."""
     count = len(names)
     problems = [*_written_twice(serve), *_names(serve), *_engines(serve, count), *_replicas(serve, count)]
     if problems:
         return problems
     models = served_models(serve, names, SPARK_USABLE_GB)
     topology = resolve_topology(topology, count) or "switch"
-    return [*_keys(models), *_copied(serve, models), *_ports(serve, models, count), *_links(models, names, topology),
-            *_fit(models, names)]
+    return [*_keys(models), *_revisions(models), *_rays(models, image), *_copied(serve, models),
+            *_ports(serve, models, count), *_links(models, names, topology), *_fit(models, names)]
 
 
 def _written_twice(serve: ServeSettings) -> Iterator[Problem]:
@@ -108,6 +110,42 @@ def _keys(models: list[ServedModel]) -> Iterator[Problem]:
                                              f"({world.key!r}) as serve.models[{j}]'s {models[j].name!r}: give this "
                                              "model a name of its own (name: ...)")
                 break
+
+
+def _revisions(models: list[ServedModel]) -> Iterator[Problem]:
+    """A node's HF cache keeps one pin and one refs/main per repo: one repo is served at one revision."""
+    asked: dict[str, tuple[str, int]] = {}
+    for i, model in enumerate(models):
+        revision = model.settings.revision or "main"
+        first = asked.setdefault(model.spec.model, (revision, i))
+        if first[0] != revision:
+            loc = (*model.loc, "revision") if model.settings.revision else model.loc
+            yield (loc, f"{model.spec.model} is served at {first[0]} by serve.models[{first[1]}]: a node keeps one "
+                        f"pinned commit of a repo, so its models serve one revision of it (write revision: "
+                        f"{first[0]} here, or serve the other revision from another repo)")
+
+
+def _rays(models: list[ServedModel], image: str) -> Iterator[Problem]:
+    """A Ray world stops every Ray of its node's container when it ends (`ray stop --force`): two Ray worlds never
+    share a node."""
+    version = release_of(image) if image else None
+    schema = vllm_schema_for(version) if version else None
+    held: dict[str, int] = {}
+    for i, model in enumerate(models):
+        executor = model.settings.vllm.executor
+        # serve.vllm is vLLM's section; an image of another engine names no vLLM release
+        ray = model.spec.world_size > 1 and (
+            executor == "ray" or (executor == "auto" and schema is not None and not schema.has_nnodes))
+        if not ray:
+            continue
+        shared = sorted({n for w in model.worlds for n in w.nodes if n in held})
+        if shared:
+            loc = (*model.loc, "vllm", "executor") if executor == "ray" else model.loc
+            yield (loc, f"runs on Ray on {', '.join(shared)}, as serve.models[{held[shared[0]]}] does: a Ray world "
+                        "stops every Ray of the node's container when it ends (place them on nodes of their own, or "
+                        "use vllm.executor: mp)")
+        for world in model.worlds:
+            held.update({n: i for n in world.nodes if n not in held})
 
 
 def _copied(serve: ServeSettings, models: list[ServedModel]) -> Iterator[Problem]:

@@ -2,8 +2,9 @@
 
 A plain `serve:` is one model. `serve.models` lists several; each entry holds what a plain `serve:` says of its
 model and is read with serve:'s shared settings (port, listen, auth, ...) around it. Every model gets one world
-per placement: its `nodes`, else `replicas` one-node worlds placed where the most memory is left (a model's
-replicas on different nodes), else the first tp_size x pp_size nodes of the inventory.
+per placement: its `nodes`, else `replicas` one-node worlds placed where the most memory is left after the models
+before it in the list (a model's replicas on different nodes), else the first tp_size x pp_size nodes of the
+inventory.
 
 Memory is a node's usable memory as DGX OS reports it on a Spark (knowledge/spark.py); what a world takes on each
 of its nodes is the fit check's figure (knowledge/fitcheck.py), summed over every world on the node.
@@ -118,14 +119,13 @@ def served_models(serve: ServeSettings, node_names: list[str], budget_gb: float)
             load[node] += model_needed_gb(spec) or 0.0
             held[node] += 1
 
-    for i, (source, spec) in enumerate(zip(sources, specs, strict=True)):
-        if _auto_placed(source, spec) is None:
-            nodes = tuple(source.settings.nodes or node_names[:spec.world_size])
-            placed[i] = [nodes]
-            take(nodes, spec)
+    # in list order: a model appended later moves none placed before it (a world moved would start again elsewhere)
     for i, (source, spec) in enumerate(zip(sources, specs, strict=True)):
         replicas = _auto_placed(source, spec)
         if replicas is None:
+            nodes = tuple(source.settings.nodes or node_names[:spec.world_size])
+            placed[i] = [nodes]
+            take(nodes, spec)
             continue
         placed[i] = []
         for _ in range(replicas):

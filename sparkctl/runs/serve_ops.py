@@ -380,11 +380,11 @@ def stop_server(inventory: Inventory, forks: int = DEFAULT_FORKS) -> StopResult:
                 if node.name in session.transports:
                     cluster.add(NodeContext(cluster, node, session.transports[node.name]))
             for world in cluster_worlds(cluster):
-                # every world's head, then its workers; the first world's PID is the one told
-                nodes = [world.inventory.serving_nodes()[0], *worker_ranks(world.inventory)]
-                if nodes[0] not in cluster.nodes:
-                    continue  # its head is among the unreachable, said with them
-                pid = stop_ranks(world, nodes, disable=True).get(nodes[0])
+                # every world's head, then its workers, those that answer (the others are said with the
+                # unreachable); the first world's PID is the one told
+                nodes = [n for n in [world.inventory.serving_nodes()[0], *worker_ranks(world.inventory)]
+                         if n in cluster.nodes]
+                pid = stop_ranks(world, nodes, disable=True).get(world.inventory.serving_nodes()[0])
                 result.pid = result.pid if result.pid is not None else pid
                 result.leftovers += kill_leftover_ranks(world)
             return result

@@ -248,3 +248,44 @@ serve:
     - {model: Qwen/Qwen3-8B, engine: vllm, name: small, nodes: [spark1]}
 """))
     assert one.engine().name == "vllm" and one.serve_spec().served_name == "small"
+
+
+def test_a_model_appended_moves_none_placed_before_it(inv_file):
+    vllm = NODES + 'container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}\nserve:\n  models:\n' \
+        '    - {model: Qwen/Qwen3-4B, engine: vllm, name: small, replicas: 2}\n'
+    before = _worlds(load_inventory(inv_file(vllm)))
+    after = _worlds(load_inventory(inv_file(vllm + "    - {model: Qwen/Qwen3-8B, engine: vllm, nodes: [spark1]}\n")))
+    assert before["small"] == after["small"] == [("spark1",), ("spark2",)]
+    assert after["Qwen/Qwen3-8B"] == [("spark1",)]
+
+
+def test_one_repo_is_served_at_one_revision(inv_file):
+    text = NODES + """\
+container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
+serve:
+  models:
+    - {model: Qwen/Qwen3-8B, engine: vllm, nodes: [spark1]}
+    - {model: Qwen/Qwen3-8B, engine: vllm, name: old, revision: v1.0, nodes: [spark2]}
+"""
+    assert only_problem(inv_file(text)).startswith(
+        "inv.yaml:12: serve.models[1].revision: Qwen/Qwen3-8B is served at main by serve.models[0]: a node keeps one "
+        "pinned commit of a repo")
+    assert load_inventory(inv_file(text.replace("revision: v1.0", "revision: main")))
+
+
+def test_two_ray_worlds_never_share_a_node(inv_file):
+    text = NODES + """\
+container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
+serve:
+  models:
+    - {model: Qwen/Qwen3-8B, engine: vllm, tp_size: 2, nodes: [spark1, spark2], vllm: {executor: ray}}
+    - {model: Qwen/Qwen3-4B, engine: vllm, tp_size: 2, nodes: [spark2, spark3],
+       vllm: {executor: ray, master_port: 29601, ray_port: 6380}}
+"""
+    assert "serve.models[1].vllm.executor: runs on Ray on spark2, as serve.models[0] does: a Ray world stops every " \
+           "Ray of the node's container when it ends" in only_problem(inv_file(text))
+    apart = text.replace("nodes: [spark2, spark3]", "nodes: [spark3, spark4]")
+    assert len(load_inventory(inv_file(apart)).worlds()) == 2
+    # one Ray world beside an mp one is fine: ray stop ends Ray's processes only
+    mixed = text.replace("vllm: {executor: ray, master_port", "vllm: {executor: mp, master_port")
+    assert len(load_inventory(inv_file(mixed)).worlds()) == 2

@@ -306,3 +306,35 @@ def test_two_files_with_the_same_bytes_keep_a_line_each_in_the_record(tmp_path):
     recorded = frozenset({f"{same}\t10\t1.0\t100", f"{same}\t10\t1.0\t200"})
     keep_verified(node, "/r.tsv", recorded, [f"{same}\t10\t2.0\t100"])
     assert kit.transport("spark1").files["/r.tsv"] == f"{same}\t10\t1.0\t200\n{same}\t10\t2.0\t100\n"
+
+
+SEVERAL = """
+user: nvidia
+nodes: [{name: spark1, host: 10.0.0.11}, {name: spark2, host: 10.0.0.12}]
+container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
+serve:
+  models:
+    - {model: Qwen/Qwen3-8B, engine: vllm, nodes: [spark1]}
+    - {model: Qwen/Qwen3-4B, engine: vllm, name: small, nodes: [spark2]}
+"""
+
+
+def test_with_several_worlds_each_node_pins_its_own_repos_and_the_head_keeps_every_pin(tmp_path):
+    """A repo served only off the head is pinned on its node and on the head, whose pins the next run keeps: it is
+    not resolved on the Hub again."""
+    inv = inventory_from_yaml(SEVERAL, tmp_path)
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+    kit.transport("spark1").respond(r"sparkctl-pins", pins_answer({}, {0: A}))
+    kit.transport("spark1").respond(r"hf download", f"{HF}/hub/models--Qwen--Qwen3-4B/snapshots/{B}\n")
+    changes = ModelPinTask().check(kit.cluster)
+    assert sorted((c.node, c.carried().repo, c.carried().pin.commit) for c in changes) == [
+        ("spark1", "Qwen/Qwen3-4B", B), ("spark1", "Qwen/Qwen3-8B", A), ("spark2", "Qwen/Qwen3-4B", B)]
+    # the next run: the head holds both pins, spark2 its own: nothing changes and the Hub is not asked
+    pins = {0: Pin(A, "main"), 1: Pin(B, "main")}
+    for name, answer in (("spark1", pins_answer(pins, {0: A})), ("spark2", pins_answer({1: pins[1]}))):
+        kit.transport(name).rules.clear()
+        kit.transport(name).respond(r"sparkctl-pins", answer)
+    kit.cluster.asked_once.clear()
+    asked = len([c for c in kit.transport("spark1").calls if c.kind == "exec_in"])
+    assert ModelPinTask().check(kit.cluster) == []
+    assert len([c for c in kit.transport("spark1").calls if c.kind == "exec_in"]) == asked

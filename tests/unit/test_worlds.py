@@ -13,6 +13,7 @@ from sparkctl.plan.paths import serve_dir
 from sparkctl.plan.serve_unit import unit_name, unit_path
 from sparkctl.plan.vllm import VllmLaunch
 from sparkctl.plan.world import WorldNames
+from sparkctl.rules.serving import serving_enabled
 from tests.unit.inventory_kit import only_problem
 
 VLLM_PAIR = """\
@@ -120,3 +121,9 @@ def test_a_world_leaves_the_others_processes_alone(inv_file):
 
 def shlex_line(argv: list[str]) -> str:
     return " ".join(argv)
+
+
+def test_a_bare_inventory_s_world_serves_nothing(inv_file):
+    inv = load_inventory(inv_file(VLLM_PAIR.split("container:")[0]))
+    view = inv.for_world(inv.worlds()[0])
+    assert not serving_enabled(inv) and not serving_enabled(view)

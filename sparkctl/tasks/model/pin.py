@@ -123,8 +123,10 @@ class ModelPinTask(Task[ClusterContext, PinStep]):
                     ctx.emit(Event("log", task=self.name, node=head.name,
                                    message=f"{repo}@{asked} is {ctx.asked_once[key]} on the Hub"))
                 pin = Pin(ctx.asked_once[key], asked)
-            for name in nodes:
-                if name not in pinned[i].nodes or found[name][0].get(i) == pin:
+            # the head keeps every pin, whether or not a world of its own loads the repo: it is the reference the
+            # next run keeps (without it a repo served only elsewhere would be resolved again on every run)
+            for name in read:
+                if (name not in pinned[i].nodes and name != head.name) or found[name][0].get(i) == pin:
                     continue
                 was = found[name][0].get(i)
                 moved = f" (was {was.short()})" if was else ""

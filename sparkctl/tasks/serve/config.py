@@ -12,6 +12,7 @@ import posixpath
 from sparkctl.plan.launch import Launch
 from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve import launch_fingerprint
+from sparkctl.plan.world import world_names
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
@@ -78,7 +79,7 @@ class ServeConfigTask(Task[NodeContext, tuple[str, str]]):
             if desired is None:
                 continue
             path, want = desired
-            current = ctx.read_file(self.name, path)
+            current = ctx.read_file(self.name + world_names(world.inventory).suffix, path)
             if current != want:
                 changes.append(Change(f"{'update' if current is not None else 'create'} {path}",
                                       diff=unified_diff(path, current, want), payload=(path, want)))
