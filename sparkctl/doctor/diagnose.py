@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from sparkctl.doctor.catalog import DOCTOR_CHECK_FAILED, DOCTOR_OUTSIDE_UNREADABLE
 from sparkctl.doctor.checks import bench as checks_bench
@@ -24,6 +25,7 @@ from sparkctl.doctor.checks import tls as checks_tls
 from sparkctl.doctor.checks import vllm as checks_vllm
 from sparkctl.doctor.findings import CLUSTER, Diagnosis, Finding, finding, sort_findings
 from sparkctl.doctor.snapshot import Snapshot
+from sparkctl.inventory.placement import World
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +35,25 @@ CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_bench.CHECKS, *checks_system.CHECKS,
     *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_ranks.CHECKS, *checks_vllm.CHECKS,
 ]
+#: The checks of one serving world (its server, unit, NCCL lines, ranks): with several worlds, run on each world's
+#: view of the snapshot (Snapshot.for_world), their findings naming the model
+WORLD_CHECKS: frozenset[Callable[[Snapshot], list[Finding]]] = frozenset({
+    checks_serve.check_server, checks_serve.check_unit, checks_serve.check_nccl, *checks_ranks.CHECKS,
+    checks_vllm.check_ranks_one_node})
 
 
 def run_checks(snapshot: Snapshot) -> Diagnosis:
     findings: list[Finding] = []
+    worlds = snapshot.inventory.worlds()
+    several = len(worlds) > 1
     for check in CHECKS:
-        try:
-            findings += check(snapshot)
-        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' findings
-            log.debug("check %s failed", check.__name__, exc_info=True)
-            findings.append(finding(DOCTOR_CHECK_FAILED, CLUSTER, f"check {check.__name__} failed",
-                                    evidence=f"{type(exc).__name__}: {exc}",
-                                    fix="please report this with `sparkctl doctor --bundle`"))
+        if several and check in WORLD_CHECKS:
+            for world in worlds:
+                named = _named_world(snapshot, world)
+                findings += [replace(f, summary=f"{named}: {f.summary}")
+                             for f in _run(check, snapshot.for_world(world))]
+        else:
+            findings += _run(check, snapshot)
     nodes = snapshot.diagnosed
     if snapshot.limit is not None:
         findings = [f for f in findings if f.node in snapshot.limit or f.node == CLUSTER]
@@ -54,6 +63,22 @@ def run_checks(snapshot: Snapshot) -> Diagnosis:
     except Exception:  # noqa: BLE001 - the map is a view; check_cabling has reported why it failed
         cabling = None
     return Diagnosis(sort_findings(findings, nodes), nodes=nodes, cabling=cabling)
+
+
+def _run(check: Callable[[Snapshot], list[Finding]], snapshot: Snapshot) -> list[Finding]:
+    try:
+        return check(snapshot)
+    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others' findings
+        log.debug("check %s failed", check.__name__, exc_info=True)
+        return [finding(DOCTOR_CHECK_FAILED, CLUSTER, f"check {check.__name__} failed",
+                        evidence=f"{type(exc).__name__}: {exc}",
+                        fix="please report this with `sparkctl doctor --bundle`")]
+
+
+def _named_world(snapshot: Snapshot, world: World) -> str:
+    """A world as findings name it: its model's name, and its replica's number when it has several."""
+    replicas = sum(1 for w in snapshot.inventory.worlds() if w.model == world.model)
+    return world.model + (f" (replica {world.replica + 1})" if replicas > 1 else "")
 
 
 def outside_unreadable(snapshot: Snapshot) -> list[Finding]:

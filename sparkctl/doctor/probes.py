@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from sparkctl.doctor import node_probes
-from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe
+from sparkctl.doctor.snapshot import LinkProbe, ModelCache, NodeProbe, SshProbe, without_world
 from sparkctl.errors import Unreachable
 from sparkctl.facts import ContainerInfo, Facts
 from sparkctl.inventory import Inventory, Node
@@ -25,11 +25,11 @@ from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan, hub_hashes
 from sparkctl.plan.collector import COLLECTOR_CONTAINER
-from sparkctl.plan.gateway import GATEWAY_CONTAINER, ListenUnknown, listen_addresses
+from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, draft_dir, node_home, state_dir
 from sparkctl.plan.revisions import repo_folder
 from sparkctl.plan.serve_unit import EXITS_LOG, parse_show, show_command
-from sparkctl.plan.world import WorldNames
+from sparkctl.plan.world import world_names
 from sparkctl.rules.fabric import (
     exposed,
     exposure_script,
@@ -65,8 +65,9 @@ def _section(nonce: str, name: str, body: str) -> str:
 
 
 def serve_log_path(inventory: Inventory, node: Node, facts: Facts | None) -> str:
+    """The serve log of the world `inventory` sees (the first world's for the whole inventory) on `node`."""
     home = node_home(inventory, node, facts)
-    return posixpath.join(state_dir(inventory, home), WorldNames(inventory.cluster.name).log)
+    return posixpath.join(state_dir(inventory, home), world_names(inventory).log)
 
 
 def serve_port(inventory: Inventory) -> int:
@@ -74,8 +75,11 @@ def serve_port(inventory: Inventory) -> int:
     return engine_port(inventory.serve, len(inventory.nodes))
 
 
-def model_repos(inventory: Inventory) -> list[tuple[str, str]]:
-    """(role, repo) the serve spec needs in every node's HF cache."""
+def model_repos(inventory: Inventory, node: str | None = None) -> list[tuple[str, str]]:
+    """(role, repo) the serve spec needs in a node's HF cache: of every world on `node` (None: the first world's)."""
+    if node is not None and len(inventory.worlds()) > 1:
+        views = [inventory.for_world(w) for w in inventory.worlds() if node in w.nodes]
+        return list(dict.fromkeys(repo for view in views for repo in model_repos(view)))
     try:
         spec = inventory.serve_spec()
     except Exception:  # noqa: BLE001 - an inventory without a servable model has nothing to check
@@ -157,6 +161,10 @@ class Where:
     want_logs: bool = False
     #: (node, address, port) this node asks over the management network (another node's listeners)
     targets: tuple[tuple[str, str, int], ...] = ()
+    #: with several worlds, the one a world section reads (Inventory.for_world; None: the inventory's only one)
+    world: Inventory | None = None
+    #: where that world's API server answers (Launch.host)
+    world_host: str = ENGINE_HOST
 
     @property
     def container(self) -> ContainerInfo | None:
@@ -168,7 +176,27 @@ class Where:
 
     @property
     def head(self) -> bool:
+        """The cluster's head: the gateway's node."""
         return self.node == self.inventory.head.name
+
+    @property
+    def served(self) -> Inventory:
+        """The inventory as the world a world section reads sees it."""
+        return self.world or self.inventory
+
+    @property
+    def world_head(self) -> bool:
+        """The node of the world's rank 0 (its API server)."""
+        return self.served.serving_nodes()[0] == self.node
+
+    @property
+    def suffix(self) -> str:
+        """What a world section's name, and its shell variables, add for a world other than the first."""
+        return world_names(self.served).suffix
+
+    @property
+    def health_var(self) -> str:
+        return "_health" + self.suffix.replace("-", "_")
 
     @property
     def serving(self) -> bool:
@@ -176,7 +204,7 @@ class Where:
 
     @property
     def log(self) -> str:
-        return serve_log_path(self.inventory, self.inventory.node(self.node), self.facts)
+        return serve_log_path(self.served, self.inventory.node(self.node), self.facts)
 
     @property
     def hf(self) -> str:
@@ -203,7 +231,9 @@ class ProbeSection:
 
 
 def _ports(w: Where) -> str:
-    ports = sorted({int(w.inventory.container.ssh_port), serve_port(w.inventory)})
+    engines = {serve_port(w.inventory.for_world(world)) for world in w.inventory.worlds() if w.node in world.nodes} \
+        if len(w.inventory.worlds()) > 1 else {serve_port(w.inventory)}
+    ports = sorted({int(w.inventory.container.ssh_port), *engines})
     port_filter = " or ".join(f"sport = :{p}" for p in ports)
     return f"\"${{_S[@]}}\" ss -ltnpH {q('( ' + port_filter + ' )')} 2>/dev/null || ss -ltnpH"
 
@@ -242,13 +272,13 @@ def _read_serve_log(p: NodeProbe, s: Section) -> None:
 
 
 def _unit_here(w: Where) -> bool:
-    return (w.head and w.serving) or (has_unit(w.inventory, w.node) and not w.head)
+    return (w.world_head and w.serving) or (has_unit(w.served, w.node) and not w.world_head)
 
 
 def _rendezvous(w: Where) -> str | None:
-    if w.head or not has_unit(w.inventory, w.node) or w.plan is None:
+    if w.world_head or not has_unit(w.served, w.node) or w.plan is None:
         return None
-    where = w.plan.launch.rendezvous()
+    where = w.plan.launches[w.served.world_key].rendezvous()
     return _reach(where) if where else None
 
 
@@ -258,12 +288,12 @@ def _read_rendezvous(p: NodeProbe, s: Section) -> None:
 
 
 def _completion(w: Where) -> str | None:
-    if not (w.head and w.serving):
+    if not (w.world_head and w.serving):
         return None
-    body = json.dumps({"model": w.inventory.serve_spec().served_name, "max_tokens": 24,
+    body = json.dumps({"model": w.served.serve_spec().served_name, "max_tokens": 24,
                        "messages": [{"role": "user", "content": COMPLETION_PROMPT}]})
-    url = f"http://127.0.0.1:{serve_port(w.inventory)}/v1/chat/completions"
-    return "[ \"$_health\" = 200 ] || exit 3\n" + _http(w.inventory.container.name, url, body, 60)
+    url = f"http://{w.world_host}:{serve_port(w.served)}/v1/chat/completions"
+    return f"[ \"${w.health_var}\" = 200 ] || exit 3\n" + _http(w.inventory.container.name, url, body, 60)
 
 
 def _read_completion(p: NodeProbe, s: Section) -> None:
@@ -325,8 +355,12 @@ def _served_certificate(w: Where) -> str | None:
     except ListenUnknown:
         return None
     return (f"python3 -c {q(shipped_text('served-certificate.py'))} {q(address)} "
-            f"{int(w.inventory.serve_spec().port)} {q(SERVED_NO_TLS)}")
+            f"{w.inventory.endpoint_port()} {q(SERVED_NO_TLS)}")
 
+
+#: The sections that read one world (its log, /health, completion, unit, a worker's rendezvous): with several worlds,
+#: run once per world on the node, each named with the world's suffix (Where.suffix).
+WORLD_SECTIONS = frozenset({"serve-log", "nccl", "rendezvous", "health", "unit", "unit-exits", "completion"})
 
 #: The node's own sections, in the order they run.
 HOST_SECTIONS: list[ProbeSection] = [
@@ -353,17 +387,17 @@ HOST_SECTIONS: list[ProbeSection] = [
                  lambda p, s: replace(p, container_logs=s.output.strip())),
     ProbeSection("hf-token", lambda w: f'[ -s {q(w.hf + "/token")} ] && echo yes || echo no',
                  lambda p, s: replace(p, hf_token_file={"yes": True, "no": False}.get(s.output.strip()))),
-    ProbeSection("models", lambda w: _model_lines(w.hf, model_repos(w.inventory) if w.serving else []),
+    ProbeSection("models", lambda w: _model_lines(w.hf, model_repos(w.inventory, w.node) if w.serving else []),
                  _read_models),
     ProbeSection("serve-log", lambda w: f"[ -f {q(w.log)} ] || exit 3; tail -n {LOG_LINES} {q(w.log)}",
                  _read_serve_log),
     ProbeSection("nccl", lambda w: f"grep -E 'NCCL|NET/' {q(w.log)} 2>/dev/null | tail -n {NCCL_LINES}",
                  lambda p, s: replace(p, nccl_log=s.output)),
     ProbeSection("rendezvous", _rendezvous, _read_rendezvous),
-    ProbeSection("health", lambda w: "printf '%s\\n' \"$_health\"" if w.head and w.serving else None,
+    ProbeSection("health", lambda w: f"printf '%s\\n' \"${w.health_var}\"" if w.world_head and w.serving else None,
                  lambda p, s: replace(p, health_status=int(s.output.strip()) if s.output.strip().isdigit() else 0),
-                 before=lambda w: "_health=$(" + _http(w.inventory.container.name,
-                                                      f"http://127.0.0.1:{serve_port(w.inventory)}/health")
+                 before=lambda w: f"{w.health_var}=$(" + _http(w.inventory.container.name,
+                                                              f"http://{w.world_host}:{serve_port(w.served)}/health")
                  + " | head -n 1)"),
     ProbeSection("gateway", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
                  "|| echo absent" if w.head and w.serving else None,
@@ -374,9 +408,10 @@ HOST_SECTIONS: list[ProbeSection] = [
                  lambda p, s: replace(p, collector=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
     ProbeSection("tls-certificate", _served_certificate, lambda p, s: replace(p, served_certificate=(
         s.output.strip() if s.output.startswith(("-----BEGIN CERTIFICATE", SERVED_NO_TLS)) else None))),
-    ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{int(w.inventory.serve_spec().port)}'"
+    ProbeSection("gateway-listen", lambda w: f"ss -ltnH 'sport = :{w.inventory.endpoint_port()}'"
                  if w.head and w.serving else None, lambda p, s: replace(p, gateway_ss=s.output)),
-    ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name) if _unit_here(w) else None,
+    ProbeSection("unit", lambda w: show_command(w.inventory.cluster.name, w.served.world_key) if _unit_here(w)
+                 else None,
                  lambda p, s: replace(p, unit=parse_show(s.output))),
     ProbeSection("unit-exits", lambda w: f"tail -n 20 {q(posixpath.join(posixpath.dirname(w.log), EXITS_LOG))}"
                  if _unit_here(w) else None, lambda p, s: replace(p, unit_exits=s.output)),
@@ -384,6 +419,16 @@ HOST_SECTIONS: list[ProbeSection] = [
     # started with the probe (probe_script): collected last
     ProbeSection("answers", _answers_collected, _read_answers),
 ]
+
+def _ray_here(w: Where) -> bool:
+    """A launch with Ray runs here: the only world's (on any node, as before), or one of several on this node."""
+    if w.plan is None:
+        return False
+    worlds = w.inventory.worlds()
+    if len(worlds) == 1:
+        return "ray" in w.plan.launch.programs()
+    return any("ray" in w.plan.launches[world.key].programs() for world in worlds if w.node in world.nodes)
+
 
 def _mpi(w: Where) -> bool:
     return without_mpi(w.inventory) is None
@@ -393,8 +438,8 @@ def _mpi(w: Where) -> bool:
 #: (where mpirun starts the ranks; an engine whose ranks meet over their own sockets has none: whether its image
 #: has Ray where Ray is chosen instead), and the settings files that override sparkctl's.
 CONTAINER_SECTIONS: list[ProbeSection] = [
-    ProbeSection("c-ray", lambda w: "command -v ray" if w.plan is not None and "ray" in w.plan.launch.programs()
-                 else None, lambda p, s: replace(p, ray_found=s.ok)),
+    ProbeSection("c-ray", lambda w: "command -v ray" if _ray_here(w) else None,
+                 lambda p, s: replace(p, ray_found=s.ok)),
     ProbeSection("c-hostfile", lambda w: f"cat {HOSTFILE_PATH}" if w.plan is not None and _mpi(w) else None,
                  lambda p, s: replace(p, container_hostfile=s.output if s.ok else "")),
     ProbeSection("c-authkeys", lambda w: "cat /root/.ssh/authorized_keys" if w.plan is not None and _mpi(w)
@@ -426,28 +471,54 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     started = _answers_started(w)
     if started is not None:
         parts.append(started)
+    worlds = world_wheres(w)
     for sec in HOST_SECTIONS:
-        body = sec.script(w)
-        if body is None:
-            continue
-        if sec.before is not None:
-            parts.append(sec.before(w))
-        parts.append(_section(nonce, sec.name, body))
+        for seen in (worlds if sec.name in WORLD_SECTIONS else [w]):
+            body = sec.script(seen)
+            if body is None:
+                continue
+            if sec.before is not None:
+                parts.append(sec.before(seen))
+            parts.append(_section(nonce, sec.name + seen.suffix, body))
     if inside:
         parts.append(f'if [ -n "$_C" ]; then wait; cat "$_C"; rm -f "$_C"; else {inside}; fi')
     return "\n".join([*parts, send]) + "\nexit 0\n"
 
 
+def world_wheres(w: Where) -> list[Where]:
+    """What each world's sections are rendered from: `w` itself with one world, else one per world (the first's
+    named as the only one's)."""
+    worlds = w.inventory.worlds()
+    if len(worlds) == 1:
+        return [w]
+    hosts = {key: launch.host for key, launch in w.plan.launches.items()} if w.plan is not None else {}
+    return [replace(w, world=w.inventory.for_world(world), world_host=hosts.get(world.key, ENGINE_HOST))
+            for world in worlds]
+
+
+def world_keys(inventory: Inventory) -> list[str]:
+    """The keys of the worlds other than the first (their probe sections' suffixes), with several worlds."""
+    return [world.key for world in inventory.worlds()[1:]] if len(inventory.worlds()) > 1 else []
+
+
 _SS_OWNER = re.compile(r':(?P<port>\d+)\s.*users:\(\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
 
 
-def parse_probe(stdout: str, nonce: str) -> NodeProbe:
-    """Each section that came back, read by its registry entry."""
+def parse_probe(stdout: str, nonce: str, worlds: list[str] | tuple[str, ...] = ()) -> NodeProbe:
+    """Each section that came back, read by its registry entry; with several worlds, each world's sections (named
+    with its suffix) read into the probe as that world sees it (NodeProbe.worlds; `worlds`: their keys)."""
     sections = Framing(nonce).split(stdout)
     probe = NodeProbe()
     for sec in (*HOST_SECTIONS, *CONTAINER_SECTIONS):
         if sec.name in sections:
             probe = sec.read(probe, sections[sec.name]) or probe
+    for key in worlds:
+        seen = without_world(probe)
+        for sec in HOST_SECTIONS:
+            name = f"{sec.name}--{key}"
+            if sec.name in WORLD_SECTIONS and name in sections:
+                seen = sec.read(seen, sections[name]) or seen
+        probe.worlds[key] = seen
     return probe
 
 
@@ -464,7 +535,7 @@ def probe_node(transport: Transport, inventory: Inventory, plan: ClusterPlan | N
         return NodeProbe(error=str(exc) or type(exc).__name__, lost=True)
     except Exception as exc:  # noqa: BLE001 - whatever else went wrong is said on the node, not raised
         return NodeProbe(error=str(exc) or type(exc).__name__)
-    probe = parse_probe(result.stdout, nonce)
+    probe = parse_probe(result.stdout, nonce, world_keys(inventory))
     if result.timed_out:
         probe.error = f"the probes timed out after {timeout:g}s"
     if plan is not None and inventory.topology != "single":

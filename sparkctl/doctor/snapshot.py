@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sparkctl.doctor.node_probes import SystemProbe
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory, Node
+from sparkctl.inventory.placement import World
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.fabric import select_ports
 
@@ -97,6 +98,20 @@ class NodeProbe:
     rendezvous: tuple[str, bool] | None = None
     #: kernel, driver, CUDA, RoCE devices and GIDs, settings that override sparkctl's
     system: SystemProbe = field(default_factory=SystemProbe)
+    #: with several worlds, the node as each other world sees it (by World.key; the fields of WORLD_FIELDS are that
+    #: world's, the rest the node's); the probe's own world fields are the first world's
+    worlds: dict[str, NodeProbe] = field(default_factory=dict)
+
+
+#: What a node's probe reads of one world: its unit, log, /health and completion, a worker's rendezvous.
+WORLD_FIELDS = ("serve_log_exists", "serve_log_tail", "nccl_log", "health_status", "health_error", "completion",
+                "completion_error", "unit", "unit_exits", "rendezvous")
+
+
+def without_world(probe: NodeProbe) -> NodeProbe:
+    """The probe with no world's fields read (a node outside a world, as that world sees it)."""
+    blank = NodeProbe()
+    return replace(probe, worlds={}, **{name: getattr(blank, name) for name in WORLD_FIELDS})
 
 
 @dataclass
@@ -137,6 +152,13 @@ class Snapshot:
 
     def probe(self, node: str) -> NodeProbe:
         return self.probes.get(node) or NodeProbe()
+
+    def for_world(self, world: World) -> Snapshot:
+        """The snapshot as one world of several sees it: its inventory (Inventory.for_world) and each node's probe
+        with that world's fields (NodeProbe.worlds; the first world's are the probe's own)."""
+        probes = {node: probe if not world.key else probe.worlds.get(world.key) or without_world(probe)
+                  for node, probe in self.probes.items()}
+        return replace(self, inventory=self.inventory.for_world(world), probes=probes)
 
     def node(self, name: str) -> Node:
         return self.inventory.node(name)

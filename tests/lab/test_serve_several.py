@@ -2,7 +2,8 @@
 one-node world on spark3, one endpoint, one key. Each model answers by its name through the head's gateway (real
 NGINX and njs), which reaches the world off the head over the fabric; /v1/models lists both; a name served by
 neither gets the OpenAI-style 404 naming them. Each world has its own units, dir and engine port; serve status
-shows each; a rerun changes nothing. Switching the one-node model by bootstrap, under a steady request loop against
+shows each, doctor reads each (a world's server down is found on its node, named by its model); a rerun changes
+nothing. Switching the one-node model by bootstrap, under a steady request loop against
 the TP=2 one, loses none of its requests and leaves its servers running; serve stop ends every world, a bootstrap
 serves them again; cluster down removes every world's unit.
 """
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from sparkctl.plan.serve_unit import parse_show, show_command
+from tests.lab.doctor_kit import doctor, problems
 from tests.lab.lab_kit import HF_TOKEN, changed, sh, sparkctl
 from tests.lab.ranks_kit import engine_inventory, run
 
@@ -126,6 +128,20 @@ def test_serve_status_shows_each_world_and_chat_bench_and_logs_take_the_model_na
     (report,) = [e for e in events if e.get("report") == "serve bench"]
     assert (report["name"], report["model"]) == ("oss", "openai/gpt-oss-120b")
     assert report["levels"][0]["requests"] == 4 and report["levels"][0]["failed"] == 0, report
+
+
+def test_doctor_names_the_world_whose_server_is_down_and_bootstrap_starts_it_again(served):
+    """doctor reads every world on its nodes: healthy, no serving finding; the one-node world's unit stopped by hand
+    on spark3 is found there, named by its model, and the next bootstrap starts it again."""
+    report = doctor(served["lab"], env=served["env"], inventory=served["inventory"])
+    assert not {f for f in problems(report) if f[0].startswith("serve.")}, report["findings"]
+    sh(served["lab"], "spark3", f"systemctl stop sparkctl-serve-{served['cluster']}--oss.service")
+    report = doctor(served["lab"], env=served["env"], inventory=served["inventory"])
+    down = [f for f in report["findings"] if f["id"].startswith("serve.") and f["severity"] == "error"]
+    assert down and all(f["node"] == "spark3" and f["summary"].startswith("oss: ") for f in down), down
+    events = run(served["inventory"], served["env"], "cluster", "bootstrap")
+    assert ("serve.launch", None) in changed(events)
+    assert chat(served, "oss")[0] == 200
 
 
 def test_a_rerun_changes_nothing(served):

@@ -16,7 +16,7 @@ def meant_ports(s: Snapshot, node: str) -> set[int]:
     inventory = s.inventory
     meant = {inventory.ssh_target(node).port, int(inventory.container.ssh_port)}
     if node == inventory.head.name and serving_enabled(inventory):
-        meant.add(inventory.serve_spec().port)
+        meant.add(inventory.endpoint_port())
     if inventory.firewall != "off":
         for span in inventory.firewall.spans():
             if span.proto == "tcp":

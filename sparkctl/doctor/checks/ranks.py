@@ -59,7 +59,7 @@ def check_rendezvous(s: Snapshot) -> list[Finding]:
     engine = _own_ranks(s)
     if engine is None:
         return []
-    head = s.inventory.head.name
+    head = s.inventory.serving_nodes()[0]  # the world's
     head_serves = head in s.facts and s.probe(head).health_status == 200
     out = []
     for node in s.order:

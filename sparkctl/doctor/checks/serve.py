@@ -48,8 +48,8 @@ SERVER_NAMES = ("trtllm-serve", "python", "python3", "mpirun", "trtllm-llmapi-la
 
 
 def serving_expected(s: Snapshot) -> bool:
-    """sparkctl launched a server here before (its log exists on the head)."""
-    return s.probe(s.inventory.head.name).serve_log_exists
+    """sparkctl launched a server here before (its log exists on the world's head)."""
+    return s.probe(s.inventory.serving_nodes()[0]).serve_log_exists
 
 
 def is_gated(repo: str) -> bool:
@@ -95,7 +95,15 @@ def check_models(s: Snapshot) -> list[Finding]:
 
 
 def serving_head(s: Snapshot) -> tuple[str, NodeProbe] | None:
-    """The head and its probe, when the inventory serves and the head was read."""
+    """The world's head and its probe, when the inventory serves and that node was read."""
+    if not serving_enabled(s.inventory):
+        return None
+    head = s.inventory.serving_nodes()[0]
+    return (head, s.probe(head)) if head in s.facts else None
+
+
+def gateway_head(s: Snapshot) -> tuple[str, NodeProbe] | None:
+    """The cluster's head (the gateway's node) and its probe, when the inventory serves and the head was read."""
     head = s.inventory.head.name
     if head not in s.facts or not serving_enabled(s.inventory):
         return None
@@ -166,15 +174,15 @@ def check_nccl(s: Snapshot) -> list[Finding]:
 
 def check_gateway(s: Snapshot) -> list[Finding]:
     """The gateway runs on the head and listens where the plan says: without it the endpoint answers nowhere."""
-    if (found := serving_head(s)) is None or found[1].gateway is None:
+    if (found := gateway_head(s)) is None or found[1].gateway is None:
         return []
     head, probe = found
     try:
         wanted = {*listen_addresses(s.inventory, s.facts[head]), ENGINE_HOST}
     except ListenUnknown:
         return []
-    port = int(s.inventory.serve_spec().port)
-    severity: Severity = "error" if serving_expected(s) else "info"
+    port = s.inventory.endpoint_port()
+    severity: Severity = "error" if _any_world_served(s) else "info"
     if probe.gateway != "running":
         state = "absent" if probe.gateway == "absent" else probe.gateway
         return [finding(SERVE_GATEWAY_DOWN, head, f"the gateway in front of the engine is {state}",
@@ -192,7 +200,7 @@ def check_gateway(s: Snapshot) -> list[Finding]:
 
 def check_collector(s: Snapshot) -> list[Finding]:
     """The figures collector runs on the head where the engine's own /metrics empties on read (plan/collector.py)."""
-    if (found := serving_head(s)) is None or found[1].collector is None:
+    if (found := gateway_head(s)) is None or found[1].collector is None:
         return []
     head, probe = found
     if probe.collector == "running":
@@ -200,7 +208,16 @@ def check_collector(s: Snapshot) -> list[Finding]:
     return [finding(SERVE_COLLECTOR_DOWN, head, f"the figures collector is {probe.collector}",
                     evidence=f"container {COLLECTOR_CONTAINER}: {probe.collector}; the engine's iteration stats pile "
                              "up unread and /metrics through the gateway answers 502",
-                    fix=s.bootstrap("serve"), severity="error" if serving_expected(s) else "info")]
+                    fix=s.bootstrap("serve"), severity="error" if _any_world_served(s) else "info")]
+
+
+def _any_world_served(s: Snapshot) -> bool:
+    """sparkctl launched a world of the cluster before (its log exists on its head): serving_expected of any."""
+    for world in s.inventory.worlds():
+        probe = s.probe(world.nodes[0])
+        if (probe.worlds.get(world.key, probe) if world.key else probe).serve_log_exists:
+            return True
+    return False
 
 
 #: this many stuck ends among the unit's recorded runs: it keeps getting stuck (an error, not history)

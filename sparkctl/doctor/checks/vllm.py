@@ -19,7 +19,7 @@ PHASE: Phase = "serve"
 
 
 def _vllm(s: Snapshot) -> bool:
-    return s.plan is not None and isinstance(s.plan.launch, VllmLaunch)
+    return s.plan is not None and isinstance(s.plan.launches[s.inventory.world_key], VllmLaunch)
 
 
 def check_ranks_one_node(s: Snapshot) -> list[Finding]:
