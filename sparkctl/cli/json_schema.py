@@ -378,6 +378,10 @@ class TopServing(BaseModel):
         "counter every reader of /metrics through the gateway shares"))
 
 
+class TopWorld(TopServing):
+    model: str = Field(description="the model's name clients ask for, `#<n>` after it for a replica of several")
+
+
 class Top(Line):
     """One refresh of `sparkctl top --json`."""
 
@@ -385,7 +389,11 @@ class Top(Line):
     cluster: str
     seconds: float = Field(description="since the refresh before")
     nodes: dict[str, TopNode]
-    serving: TopServing | None = Field(description="null when the inventory does not serve")
+    serving: TopServing | None = Field(description="null when the inventory does not serve; with several worlds, the "
+                                                    "first's")
+    worlds: list[TopWorld] | None = Field(None, description="with several worlds only: each world's figures, in the "
+                                                            "order of serve.models (the first's through the gateway, "
+                                                            "the others' from their engine on their head)")
 
 
 AnyLine = Annotated[RunStart | TaskStart | TaskChanges | TaskResult | Warning | NodeLost | Interrupt | Log | Recap |

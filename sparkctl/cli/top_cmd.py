@@ -62,14 +62,18 @@ def link_rows(frame) -> list[list[str | Text]]:
     return rows
 
 
-def serving_row(frame) -> list[str] | None:
-    s = frame.serving
-    if not s:
-        return None
+def serving_rows(frame) -> list[list[str]]:
+    """One row of the serving figures, or with several worlds one per world, named by its model."""
+    if frame.worlds:
+        return [_serving_row(w, f"{w['model']} ({w['engine']})") for w in frame.worlds]
+    return [_serving_row(frame.serving, frame.serving["engine"])] if frame.serving else []
+
+
+def _serving_row(s: dict, name: str) -> list[str]:
     if s.get("metrics_status") != 200:
-        return [s["engine"], f"/metrics answered {s.get('metrics_status') or 'nothing'}", "", "", "", "", ""]
+        return [name, f"/metrics answered {s.get('metrics_status') or 'nothing'}", "", "", "", "", ""]
     kv = s.get("kv_cache_fraction")
-    return [s["engine"], f"{_n(s.get('running'))} / {_n(s.get('waiting'))}",
+    return [name, f"{_n(s.get('running'))} / {_n(s.get('waiting'))}",
             _n(s.get("prompt_tps"), "{:.1f}"), _n(s.get("generation_tps"), "{:.1f}"),
             _n(None if s.get("ttft_p50_s") is None else s["ttft_p50_s"] * 1000, "{:.0f}", " ms"),
             _n(None if kv is None else kv * 100, "{:.0f}", "%"), _n(s.get("acceptance"), "{:.2f}")]
@@ -92,18 +96,18 @@ def _table(title: str, headers: tuple[str, ...], rows) -> Table:
 def view(frame) -> Group:
     parts = [_table(f"{frame.cluster}: nodes", NODE_HEADERS, node_rows(frame)),
              _table("links", LINK_HEADERS, link_rows(frame))]
-    serving = serving_row(frame)
+    serving = serving_rows(frame)
     if serving:
-        parts.append(_table("serving", SERVE_HEADERS, [serving]))
+        parts.append(_table("serving", SERVE_HEADERS, serving))
     return Group(*parts)
 
 
 def print_once(frame) -> None:
     print_table(f"{frame.cluster}: nodes", NODE_HEADERS, node_rows(frame))
     print_table("links", LINK_HEADERS, link_rows(frame))
-    serving = serving_row(frame)
+    serving = serving_rows(frame)
     if serving:
-        print_table("serving", SERVE_HEADERS, [serving])
+        print_table("serving", SERVE_HEADERS, serving)
 
 
 @click.command("top")
@@ -126,7 +130,7 @@ def top_command(file: str, interval: float, once: bool, limit: str | None, forks
     from sparkctl.runs.top import open_top
 
     address = _address(serve_metrics)
-    inventory = load(file)
+    inventory = load(file, several="serve")
     with open_top(inventory, limit=csv_set(limit), forks=forks, interval=interval) as top:
         exporter = None
         if address is not None:

@@ -49,14 +49,17 @@ def bundle_files(diagnosis: Diagnosis, snapshot: Snapshot, journals: list[Path])
         for name, info in facts.containers.items():
             files[f"{node}/container-{name}.json"] = _json(info)
     for node, probe in snapshot.probes.items():
+        worlds = {key: dataclasses.replace(seen, serve_log_tail="", nccl_log="") for key, seen in probe.worlds.items()}
         files[f"{node}/probes.json"] = _json(dataclasses.replace(probe, container_logs="", serve_log_tail="",
-                                                                 nccl_log=""))
+                                                                 nccl_log="", worlds=worlds))
         if probe.container_logs:
             files[f"{node}/container.log"] = probe.container_logs + "\n"
-        if probe.serve_log_tail:
-            files[f"{node}/serve.log"] = probe.serve_log_tail + "\n"
-        if probe.nccl_log:
-            files[f"{node}/nccl.log"] = probe.nccl_log
+        # each world's log beside the first's (serve--<key>.log: its dir's name on the node)
+        for suffix, seen in (("", probe), *((f"--{key}", seen) for key, seen in probe.worlds.items())):
+            if seen.serve_log_tail:
+                files[f"{node}/serve{suffix}.log"] = seen.serve_log_tail + "\n"
+            if seen.nccl_log:
+                files[f"{node}/nccl{suffix}.log"] = seen.nccl_log
     for journal in journals:
         try:
             files[f"journals/{journal.name}"] = journal.read_text(encoding="utf-8", errors="replace")

@@ -38,8 +38,8 @@ CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
 #: The checks of one serving world (its server, unit, NCCL lines, ranks): with several worlds, run on each world's
 #: view of the snapshot (Snapshot.for_world), their findings naming the model
 WORLD_CHECKS: frozenset[Callable[[Snapshot], list[Finding]]] = frozenset({
-    checks_serve.check_server, checks_serve.check_unit, checks_serve.check_nccl, *checks_ranks.CHECKS,
-    checks_vllm.check_ranks_one_node})
+    checks_serve.check_server, checks_serve.check_unit, checks_serve.check_nccl, checks_ranks.check_rendezvous,
+    checks_ranks.check_flags, checks_vllm.check_ranks_one_node})
 
 
 def run_checks(snapshot: Snapshot) -> Diagnosis:

@@ -474,6 +474,8 @@ def probe_script(inventory: Inventory, plan: ClusterPlan | None, facts: Facts, n
     worlds = world_wheres(w)
     for sec in HOST_SECTIONS:
         for seen in (worlds if sec.name in WORLD_SECTIONS else [w]):
+            if seen.world is not None and node not in seen.world.serving_nodes():
+                continue  # a world of several is read on its own nodes only
             body = sec.script(seen)
             if body is None:
                 continue

@@ -40,6 +40,9 @@ class NodeRead:
     metrics_url: str | None = None     # the head's engine /metrics through the gateway
     authorized: bool = False           # the key goes on curl's stdin
     nccl_log: str | None = None        # the serve log, when its NCCL lines are wanted this time
+    #: with several worlds, the /metrics of each other world whose API server runs here, by its key: read from the
+    #: engine itself where it answers (no key: the gateway is not in the way)
+    engines: tuple[tuple[str, str], ...] = ()
 
 
 def _cat(path: str) -> str:
@@ -73,6 +76,12 @@ def _http_target(url: str) -> tuple[str, int, str]:
     return host, int(port), parts.path
 
 
+def _metrics_call(url: str, *, authorized: bool) -> str:
+    """The agent's read of one /metrics (its `_metrics` function), with the key where the gateway wants it."""
+    host, port, path = _http_target(url)
+    return f"_metrics {q(host)} {int(port)} {q(path)}" + (' "$_auth"' if authorized else "")
+
+
 def agent_script(read: NodeRead, framing: Framing, interval_s: float) -> str:
     """The node's side of `top` (templates/top-agent.sh.j2), started once (Transport.hold) and ended when its stdin
     closes; each refresh it answers is the sections framed here, then END."""
@@ -84,11 +93,11 @@ def agent_script(read: NodeRead, framing: Framing, interval_s: float) -> str:
         framing.section("links", _links(read.twins)),
         framing.section("container", "_container"),
     ]
-    metrics = None
+    metrics = bool(read.metrics_url or read.engines)
     if read.metrics_url:
-        host, port, path = _http_target(read.metrics_url)
-        metrics = {"host": host, "port": port, "path": path}
-        sections.append(framing.section("metrics", "_metrics"))
+        sections.append(framing.section("metrics", _metrics_call(read.metrics_url, authorized=True)))
+    for key, url in read.engines:
+        sections.append(framing.section(f"metrics--{key}", _metrics_call(url, authorized=False)))
     if read.nccl_log:
         sections.append(framing.section("nccl", f"case $_ask in *n*) grep -E 'NCCL|NET/' {q(read.nccl_log)} "
                                                 "2>/dev/null | tail -n 2000;; esac"))

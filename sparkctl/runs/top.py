@@ -39,6 +39,7 @@ from sparkctl.knowledge.serve_metrics import (
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import node_home, state_dir
 from sparkctl.plan.top import CONTAINER_EVERY, END, NCCL_EVERY, NodeRead, Twin, agent_script
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.serving import serves, serving_enabled
 from sparkctl.runs.session import DEFAULT_FORKS, Session
 from sparkctl.tasks.serve.api_key import api_key
@@ -88,11 +89,15 @@ class Frame:
     seconds: float
     nodes: list[NodeFigures]
     serving: dict | None        # ServingFigures as a dict, with "engine" and "endpoint_status"
+    #: with several worlds, every world's figures in the order of serve.models, each with its "model" (its name, and
+    #: "replica" when it has several); `serving` is the first's
+    worlds: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"cluster": self.cluster, "seconds": round(self.seconds, 3),
-                "nodes": {n.node: {k: v for k, v in asdict(n).items() if k != "node"} for n in self.nodes},
-                "serving": self.serving}
+        out = {"cluster": self.cluster, "seconds": round(self.seconds, 3),
+               "nodes": {n.node: {k: v for k, v in asdict(n).items() if k != "node"} for n in self.nodes},
+               "serving": self.serving}
+        return {**out, "worlds": self.worlds} if self.worlds else out
 
 
 @dataclass
@@ -107,6 +112,8 @@ class _Reading:
     metrics: str | None = None
     metrics_status: int = 0
     nccl: str | None = None
+    #: with several worlds, each other world's /metrics read on this node: key -> (status, body or None)
+    engines: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
 
 class Top:
@@ -119,6 +126,18 @@ class Top:
         self.twins: dict[str, tuple[Twin, ...]] = {}
         self.management: dict[str, tuple[str, ...]] = {}
         self.logs: dict[str, str] = {}
+        worlds = inventory.worlds() if self.engine else []
+        #: with several worlds, each other world's engine /metrics by the node of its API server, and its name
+        self.engines: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.world_names: list[tuple[str, str]] = []
+        if len(worlds) > 1:
+            for world in worlds:
+                view = inventory.for_world(world)
+                replicas = sum(1 for w in worlds if w.model == world.model)
+                self.world_names.append((world.key, world.model + (f" #{world.replica + 1}" if replicas > 1 else "")))
+                if world.key:
+                    url = f"http://{plan.launches[world.key].host}:{view.serve_spec().engine_port}/metrics"
+                    self.engines[world.nodes[0]] = (*self.engines.get(world.nodes[0], ()), (world.key, url))
         for name in nodes:
             ports = plan.fabric.ports[name]
             devices = list(ports.roce_devices) + [""] * len(ports.interfaces)
@@ -126,13 +145,17 @@ class Top:
             node_facts = facts.get(name)
             self.management[name] = tuple(node_facts.management_interfaces) if node_facts else ()
             home = node_home(inventory, inventory.node(name), node_facts)
-            self.logs[name] = f"{state_dir(inventory, home)}/run/serve/serve.log"
+            # the NCCL lines of the first world on the node (any world's name the node's own twins)
+            here = next((w for w in worlds if name in w.nodes), None)
+            log = WorldNames(inventory.cluster.name, here.key if here else "").log
+            self.logs[name] = f"{state_dir(inventory, home)}/{log}"
         self.key = api_key(inventory) if self.engine else None
         self.count = 0
         self.last: dict[str, _Reading] = {}
         self.lost: dict[str, str] = {n: why for n, why in session.unreachable.items() if n in nodes}
         self.nccl_twins: dict[str, set[str]] = {}
         self.serve_before: tuple[float, ServeSample] | None = None
+        self.engines_before: dict[str, tuple[float, ServeSample]] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(session.forks, len(nodes))))
 
     # --- reading ---------------------------------------------------------------------------------------------
@@ -161,13 +184,14 @@ class Top:
         endpoint's metrics."""
         if name not in self.agents:
             serving_head = self.engine is not None and name == self.inventory.head.name
-            port = self.inventory.serve_spec().port if serving_head else None
+            port = self.inventory.endpoint_port() if serving_head else None
             read = NodeRead(
                 twins=self.twins[name] + tuple(Twin(m, None) for m in self.management[name]),
                 container=self.inventory.container.name,
                 metrics_url=f"http://127.0.0.1:{port}/metrics" if port else None,
                 authorized=bool(self.key) and serving_head,
-                nccl_log=self.logs[name] if self.engine and serves(self.inventory, name) else None)
+                nccl_log=self.logs[name] if self.engine and serves(self.inventory, name) else None,
+                engines=self.engines.get(name, ()))
             framing = Framing()
             agent = self._transport(name).hold(agent_script(read, framing, self.interval), what="top")
             agent.send(f"Authorization: Bearer {self.key}" if read.authorized else "")
@@ -208,6 +232,10 @@ class Top:
         if "metrics" in texts:
             now.metrics_status, body = _http_response(texts["metrics"])
             now.metrics = body if now.metrics_status == 200 else None
+        for name, text in texts.items():
+            if name.startswith("metrics--"):
+                status, body = _http_response(text)
+                now.engines[name.removeprefix("metrics--")] = (status, body if status == 200 else None)
         now.nccl = texts.get("nccl") or None  # asked every NCCL_EVERY refreshes; empty in between
         return now
 
@@ -245,7 +273,8 @@ class Top:
                 self.nccl_twins[name] = _nccl_interfaces(now.nccl)
             nodes.append(self._node_figures(name, now, before))
         seconds = max(spans) if spans else 0.0
-        return Frame(self.inventory.cluster.name, seconds, nodes, self._serving(readings))
+        serving = self._serving(readings)
+        return Frame(self.inventory.cluster.name, seconds, nodes, serving, self._worlds(readings, serving))
 
     def _node_figures(self, name: str, now: _Reading, before: _Reading | None) -> NodeFigures:
         out = NodeFigures(name, answering=True, container=now.container)
@@ -284,6 +313,31 @@ class Top:
             out["generated_tokens"] = sample.generation_tokens
         if figures is not None:
             out.update(asdict(figures))
+        return out
+
+
+    def _worlds(self, readings: dict[str, _Reading], first: dict | None) -> list[dict]:
+        """With several worlds, each world's figures: the first's are `first` (through the gateway), every other's
+        read from its engine on its head."""
+        if self.engine is None or not self.world_names:
+            return []
+        out = []
+        for key, name in self.world_names:
+            if not key:
+                out.append({"model": name, **(first or {"engine": self.engine.name, "metrics_status": 0})})
+                continue
+            head = next((n for n, urls in self.engines.items() if any(k == key for k, _u in urls)), "")
+            status, text = readings[head].engines.get(key, (0, None)) if head in readings else (0, None)
+            figures: dict = {"model": name, "engine": self.engine.name, "metrics_status": status}
+            if text is not None:
+                sample = parse_prometheus(text, self.engine.metrics)
+                now = readings[head].at
+                if key in self.engines_before:
+                    before_at, before = self.engines_before[key]
+                    figures.update(asdict(prometheus_figures(before, sample, now - before_at)))
+                self.engines_before[key] = (now, sample)
+                figures["generated_tokens"] = sample.generation_tokens
+            out.append(figures)
         return out
 
 

@@ -2,7 +2,7 @@
 one-node world on spark3, one endpoint, one key. Each model answers by its name through the head's gateway (real
 NGINX and njs), which reaches the world off the head over the fabric; /v1/models lists both; a name served by
 neither gets the OpenAI-style 404 naming them. Each world has its own units, dir and engine port; serve status
-shows each, doctor reads each (a world's server down is found on its node, named by its model); a rerun changes
+and top show each, doctor reads each (a world's server down is found on its node, named by its model); a rerun changes
 nothing. Switching the one-node model by bootstrap, under a steady request loop against
 the TP=2 one, loses none of its requests and leaves its servers running; serve stop ends every world, a bootstrap
 serves them again; cluster down removes every world's unit.
@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 import yaml
 
+from sparkctl.cli.json_schema import validate_line
 from sparkctl.plan.serve_unit import parse_show, show_command
 from tests.lab.doctor_kit import doctor, problems
 from tests.lab.lab_kit import HF_TOKEN, changed, sh, sparkctl
@@ -128,6 +129,15 @@ def test_serve_status_shows_each_world_and_chat_bench_and_logs_take_the_model_na
     (report,) = [e for e in events if e.get("report") == "serve bench"]
     assert (report["name"], report["model"]) == ("oss", "openai/gpt-oss-120b")
     assert report["levels"][0]["requests"] == 4 and report["levels"][0]["failed"] == 0, report
+
+
+def test_top_shows_each_world_s_figures(served):
+    code, events, output = sparkctl(["top", served["inventory"], "--once", "--json", "--interval", "1"], served["env"])
+    assert code == 0, output[-2000:]
+    (frame,) = [e for e in events if e["event"] == "top"]
+    validate_line(frame)
+    assert [(w["model"], w["metrics_status"]) for w in frame["worlds"]] == [("llama", 200), ("oss", 200)], frame
+    assert frame["serving"]["metrics_status"] == 200 and "model" not in frame["serving"]
 
 
 def test_doctor_names_the_world_whose_server_is_down_and_bootstrap_starts_it_again(served):

@@ -8,6 +8,7 @@ import dataclasses
 import shlex
 import subprocess
 
+from sparkctl.doctor.bundle import bundle_files
 from sparkctl.doctor.diagnose import run_checks
 from sparkctl.doctor.probes import parse_probe, probe_script, world_keys
 from sparkctl.doctor.snapshot import ModelCache, NodeProbe, Snapshot, doctor_plan
@@ -49,6 +50,8 @@ def test_each_world_s_sections_are_read_under_its_own_names(inv_file):
     assert f"http://{address}:18357/v1/chat/completions" in other and "sparkctl-gateway" not in other
     # the engine port of its own world is the one whose owner is read
     assert "sport = :18357" in other and "sport = :18355" not in other
+    # a world is read on its own nodes only: a log another world left on a node is not taken for its own
+    assert "run/serve--small/serve.log" not in head and "run/serve/serve.log" not in other
     framing = Framing(nonce)
     printed = {"health--small": "200", "unit--small": "ActiveState=failed\nLoadState=loaded"}
     script = "\n".join(framing.section(name, f"printf '%s\\n' {shlex.quote(text)}") for name, text in printed.items())
@@ -76,8 +79,18 @@ def healthy(inv, facts, plan) -> Snapshot:
 
 def test_a_healthy_cluster_of_two_worlds_has_no_serving_finding(inv_file):
     snapshot = healthy(*several(inv_file))
-    found = [(f.id, f.node, f.summary) for f in run_checks(snapshot).findings if f.severity != "info"]
+    findings = run_checks(snapshot).findings
+    found = [(f.id, f.node, f.summary) for f in findings if f.severity != "info"]
     assert not [f for f in found if f[0].startswith(("serve.", "model."))], found
+    assert not [f for f in findings if f.id == "doctor.check_failed"], findings
+
+
+def test_a_checkpoint_missing_on_a_world_s_node_is_an_error_once_any_world_served(inv_file):
+    snapshot = healthy(*several(inv_file))
+    snapshot.probes["spark2"] = dataclasses.replace(snapshot.probes["spark2"],
+                                                    models=[ModelCache("Qwen/Qwen3-4B", "absent")])
+    found = [(f.id, f.node, f.severity) for f in run_checks(snapshot).findings if f.id.startswith("model.")]
+    assert found == [("model.absent", "spark2", "error")], found
 
 
 def test_a_world_s_failed_unit_is_found_on_its_node_and_names_its_model(inv_file):
@@ -90,6 +103,21 @@ def test_a_world_s_failed_unit_is_found_on_its_node_and_names_its_model(inv_file
     found = [(f.id, f.node, f.summary) for f in run_checks(snapshot).findings if f.id.startswith("serve.")]
     assert found and all(node == "spark2" and summary.startswith("small: ") for _id, node, summary in found), found
     assert ("serve.unit_failed", "spark2") in {(i, n) for i, n, _s in found}, found
+    missing = dataclasses.replace(broken, unit={"LoadState": "not-found"})
+    snapshot.probes["spark2"] = dataclasses.replace(spark2, worlds={"small": missing})
+    (unit,) = [f for f in run_checks(snapshot).findings if f.id == "serve.unit_missing"]
+    assert unit.summary == "small: the serving unit sparkctl-serve-sparks--small.service is not installed", unit
+    assert unit.evidence.startswith("no /etc/systemd/system/sparkctl-serve-sparks--small.service")
+
+
+def test_the_bundle_keeps_each_world_s_log_apart(inv_file):
+    snapshot = healthy(*several(inv_file))
+    spark2 = snapshot.probes["spark2"]
+    logged = dataclasses.replace(spark2.worlds["small"], serve_log_tail="small's log", nccl_log="NCCL INFO small")
+    snapshot.probes["spark2"] = dataclasses.replace(spark2, worlds={"small": logged})
+    files = bundle_files(run_checks(snapshot), snapshot, [])
+    assert files["spark2/serve--small.log"] == "small's log\n" and files["spark2/nccl--small.log"] == "NCCL INFO small"
+    assert "small's log" not in files["spark2/probes.json"]
 
 
 def test_the_plan_doctor_makes_has_every_world(inv_file):

@@ -45,7 +45,7 @@ def test_the_node_agent_answers_each_refresh_with_sections_that_parse(tmp_path):
     read = NodeRead(twins=(Twin("enp1s0f1np1", "rocep1s0f1"), Twin("enP7s7", None)), container="trtllm-multinode",
                     metrics_url="http://127.0.0.1:9/metrics", authorized=True)
     script = agent_script(read, framing, 2.0).replace("/sys/class", f"{root}/sys/class")
-    assert "Bearer" not in script and "/dev/tcp/127.0.0.1/9" in script
+    assert "Bearer" not in script and '_metrics 127.0.0.1 9 /metrics "$_auth"' in script
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker").write_text("#!/bin/sh\necho \"$*\" >> \"$DOCKER_LOG\"\necho 'running 1'\n")
@@ -200,6 +200,43 @@ def test_the_agent_reads_the_metrics_with_the_key_it_was_given_first_and_nothing
     assert good.metrics_status == 200 and "vllm:num_requests_running 2.0" in (good.metrics or "")
     assert answers["Authorization: Bearer wrong"].metrics_status == 401
     assert Top._parse({"nccl": ""}).nccl is None  # not asked this refresh: the marks stay as they were
+
+
+def test_with_several_worlds_each_engine_s_metrics_is_read_on_its_head_without_the_key():
+    """A node that heads another world also reads that world's engine /metrics where it answers, no key sent (the
+    gateway is not in the way); each comes back under its world's section."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the standard library's name
+            seen.append(self.headers.get("Authorization"))
+            body = b"vllm:num_requests_running 3.0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        read = NodeRead((), "c", engines=(("small", url), ("oss-2", "http://127.0.0.1:9/metrics")))
+        framing = Framing()
+        out = subprocess.run(["bash", "-c", agent_script(read, framing, 2.0)], input="Authorization: Bearer k\n-\n",
+                             capture_output=True, text=True, timeout=30).stdout
+        reading = Top._parse(framing.texts(out.split(END)[0]))
+    finally:
+        server.shutdown()
+    assert reading.metrics_status == 0 and reading.metrics is None  # no gateway read on this node
+    assert reading.engines["small"] == (200, "vllm:num_requests_running 3.0\n")
+    assert reading.engines["oss-2"] == (0, None)  # nothing answers there
+    assert seen == [None]
 
 
 def test_the_acceptance_length_is_each_engine_s_own():

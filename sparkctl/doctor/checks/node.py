@@ -29,6 +29,7 @@ from sparkctl.doctor.catalog import (
 from sparkctl.doctor.findings import CLUSTER, Finding, Severity, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.inventory import ServeSpec
+from sparkctl.inventory.placement import node_loads
 from sparkctl.knowledge.fitcheck import needed_per_node_gb
 from sparkctl.knowledge.trtllm_releases import KNOWN_BAD_RELEASES
 from sparkctl.rules.clock import MAX_SKEW_S, clock_skew
@@ -139,12 +140,29 @@ def check_clock_skew(s: Snapshot) -> list[Finding]:
             for node, offset in skew.offsets.items()]
 
 
-def _model_need_gb(s: Snapshot) -> float | None:
-    """What one rank of the configured model needs (knowledge/fitcheck.py), when sparkctl knows the model's size."""
-    spec = _serve_spec(s) if serving_enabled(s.inventory) else None
+def _model_need_gb(s: Snapshot, node: str) -> float | None:
+    """What the models on `node` need of its memory (knowledge/fitcheck.py: one rank of each, summed over several
+    worlds), when sparkctl knows their sizes."""
+    if not serving_enabled(s.inventory):
+        return None
+    if len(s.inventory.worlds()) > 1:
+        known = [gb for _model, gb in node_loads(s.inventory.served_models()).get(node, []) if gb is not None]
+        return sum(known) or None
+    spec = _serve_spec(s)
     if spec is None or spec.weights_gb is None:
         return None
     return needed_per_node_gb(spec.weights_gb, spec.tp_size, spec.draft_gb)
+
+
+def _download_gb(s: Snapshot, node: str) -> float:
+    """What the models on `node` take in its HF cache (weights and draft), as far as sparkctl knows their sizes."""
+    if not serving_enabled(s.inventory):
+        return 0.0
+    if len(s.inventory.worlds()) > 1:
+        specs = {m.spec.model: m.spec for m in s.inventory.served_models() if any(node in w.nodes for w in m.worlds)}
+        return sum((spec.weights_gb or 0) + (spec.draft_gb or 0) for spec in specs.values())
+    spec = _serve_spec(s)
+    return ((spec.weights_gb or 0) + (spec.draft_gb or 0)) if spec else 0
 
 
 def _model_loaded(s: Snapshot) -> bool:
@@ -180,9 +198,9 @@ def _model_memory(s: Snapshot, node: str, need_gb: float) -> list[Finding]:
 
 def check_memory(s: Snapshot) -> list[Finding]:
     out = []
-    need_gb = _model_need_gb(s)
     for node in s.order:
         f = s.facts[node]
+        need_gb = _model_need_gb(s, node)
         if not f.mem_total_kb:
             continue
         total, avail, cached = f.mem_total_kb * 1024, f.mem_available_kb * 1024, f.page_cache_kb * 1024
@@ -212,10 +230,9 @@ def check_memory(s: Snapshot) -> list[Finding]:
 
 
 def check_hf_cache_disk(s: Snapshot) -> list[Finding]:
-    spec = _serve_spec(s) if serving_enabled(s.inventory) else None
-    need_gb = ((spec.weights_gb or 0) + (spec.draft_gb or 0)) if spec else 0
     out = []
     for node in s.order:
+        need_gb = _download_gb(s, node)
         f = s.facts[node]
         if f.hf_cache_free_bytes is None:
             continue

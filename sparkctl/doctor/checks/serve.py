@@ -24,7 +24,7 @@ from sparkctl.doctor.catalog import (
     SERVE_UNIT_MISSING,
 )
 from sparkctl.doctor.findings import Finding, Severity, finding
-from sparkctl.doctor.snapshot import NodeProbe, Snapshot
+from sparkctl.doctor.snapshot import NodeProbe, Snapshot, without_world
 from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
@@ -36,10 +36,9 @@ from sparkctl.plan.serve_unit import (
     LOOPING_RUNS,
     failing_early,
     parse_exits,
-    unit_name,
-    unit_path,
     unit_summary,
 )
+from sparkctl.plan.world import world_names
 from sparkctl.rules.serving import fell_back_to_sockets, has_unit, rdma_up, serves, serving_enabled
 
 GATED_HINTS = ("meta-llama/", "/Llama-", "mistralai/", "google/gemma")
@@ -82,7 +81,7 @@ def check_models(s: Snapshot) -> list[Finding]:
             else:
                 out.append(finding(MODEL_ABSENT, node,
                                    f"{m.repo} is not in the HF cache", evidence=f"not under {s.facts[node].hf_cache}",
-                                   fix=s.bootstrap('model'), severity="error" if serving_expected(s) else "info"))
+                                   fix=s.bootstrap('model'), severity="error" if _any_world_served(s) else "info"))
         if pending and probe.hf_token_file is False:
             gated = [m.repo for m in pending if is_gated(m.repo)]
             out.append(finding(HF_TOKEN_MISSING, node,
@@ -215,7 +214,7 @@ def _any_world_served(s: Snapshot) -> bool:
     """sparkctl launched a world of the cluster before (its log exists on its head): serving_expected of any."""
     for world in s.inventory.worlds():
         probe = s.probe(world.nodes[0])
-        if (probe.worlds.get(world.key, probe) if world.key else probe).serve_log_exists:
+        if (probe.worlds.get(world.key) or without_world(probe) if world.key else probe).serve_log_exists:
             return True
     return False
 
@@ -255,12 +254,13 @@ def check_unit(s: Snapshot) -> list[Finding]:
 
 def _unit_findings(s: Snapshot, node: str, probe: NodeProbe) -> list[Finding]:
     unit = probe.unit or {}
-    name = unit_name(s.inventory.cluster.name)
+    names = world_names(s.inventory)
+    name = names.unit_name
     fix = s.bootstrap("serve")
     if unit.get("LoadState") == "not-found":
         return [finding(SERVE_UNIT_MISSING, node,
                         f"the serving unit {name} is not installed",
-                        evidence=f"no {unit_path(s.inventory.cluster.name)}: nothing serves the model again after a "
+                        evidence=f"no {names.unit_path}: nothing serves the model again after a "
                                  "reboot or when the server ends", fix=fix,
                         severity="error" if serving_expected(s) else "info")]
     if unit_disabled(probe):

@@ -4,7 +4,7 @@ serve.tls names on this machine, and not ending within EXPIRY_WARNING_DAYS (ende
 from __future__ import annotations
 
 from sparkctl.doctor.catalog import SERVE_TLS_ENDING, SERVE_TLS_STALE
-from sparkctl.doctor.checks.serve import serving_head
+from sparkctl.doctor.checks.serve import gateway_head
 from sparkctl.doctor.findings import Finding, finding
 from sparkctl.doctor.snapshot import Snapshot
 from sparkctl.knowledge.certificates import (
@@ -17,7 +17,7 @@ from sparkctl.knowledge.certificates import (
 
 def check_tls(s: Snapshot) -> list[Finding]:
     tls = s.inventory.serve.tls
-    if tls is None or (found := serving_head(s)) is None or found[1].gateway != "running":
+    if tls is None or (found := gateway_head(s)) is None or found[1].gateway != "running":
         return []  # no gateway: check_gateway says so
     head, probe = found
     served = probe.served_certificate
