@@ -16,6 +16,18 @@ nodes:
   - name: spark2
     host: 10.0.0.12
 """
+#: A pair serving two vLLM worlds, one on each node: the first unnamed (its repo id), the second named `small`.
+TWO_VLLM_WORLDS = """\
+user: nvidia
+nodes:
+  - {name: spark1, host: 10.0.0.11}
+  - {name: spark2, host: 10.0.0.12}
+container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
+serve:
+  models:
+    - {model: Qwen/Qwen3-8B, engine: vllm, nodes: [spark1]}
+    - {model: Qwen/Qwen3-4B, engine: vllm, name: small, nodes: [spark2]}
+"""
 
 
 def problems_of(path) -> list[str]:

@@ -15,18 +15,10 @@ from sparkctl.doctor.snapshot import ModelCache, NodeProbe, Snapshot, doctor_pla
 from sparkctl.inventory import load_inventory
 from sparkctl.transport.framing import Framing
 from tests.unit.doctor_snapshot_kit import UNIT_RUNNING, bootstrapped
+from tests.unit.inventory_kit import TWO_VLLM_WORLDS
 
-SEVERAL = """\
-user: nvidia
-nodes:
-  - {name: spark1, host: 10.0.0.11}
-  - {name: spark2, host: 10.0.0.12}
-container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
-serve:
-  models:
-    - {model: Qwen/Qwen3-8B, engine: vllm, name: big, nodes: [spark1]}
-    - {model: Qwen/Qwen3-4B, engine: vllm, name: small, nodes: [spark2]}
-"""
+#: the first world named `big` (findings name their model)
+SEVERAL = TWO_VLLM_WORLDS.replace("Qwen3-8B, engine: vllm,", "Qwen3-8B, engine: vllm, name: big,")
 
 
 def several(inv_file):

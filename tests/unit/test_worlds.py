@@ -14,19 +14,9 @@ from sparkctl.plan.serve_unit import unit_name, unit_path
 from sparkctl.plan.vllm import VllmLaunch
 from sparkctl.plan.world import WorldNames
 from sparkctl.rules.serving import serving_enabled
-from tests.unit.inventory_kit import only_problem
+from tests.unit.inventory_kit import TWO_VLLM_WORLDS, only_problem
 
-VLLM_PAIR = """\
-user: nvidia
-nodes:
-  - {name: spark1, host: 10.0.0.11}
-  - {name: spark2, host: 10.0.0.12}
-container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}
-serve:
-  models:
-    - {model: Qwen/Qwen3-8B, engine: vllm, nodes: [spark1]}
-    - {model: Qwen/Qwen3-4B, engine: vllm, name: small, nodes: [spark2]}
-"""
+VLLM_PAIR = TWO_VLLM_WORLDS
 
 
 def test_the_first_world_keeps_the_names_a_cluster_of_one_model_had():
