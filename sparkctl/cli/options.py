@@ -107,8 +107,8 @@ def load(file: str, warn: bool = True, several: Literal["", "serve", "read"] = "
     if len(worlds) > 1 and not several:
         raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this command "
                        "works with one world per cluster in this release (cluster bootstrap, plan, status and down, "
-                       "doctor, top, serve status, logs, chat, bench, key and stop, and inventory validate work with "
-                       "several)",
+                       "doctor, top, serve status, logs, chat, bench, key, stop and rollback, and inventory validate "
+                       "work with several)",
                        hint="keep one entry for this command")
     if len(worlds) > 1 and several == "serve" and inventory.engine().needs_mpi:
         raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds of "

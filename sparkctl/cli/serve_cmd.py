@@ -106,7 +106,7 @@ def rollback(file: str, **params) -> None:
     switches to what it names again."""
     from sparkctl.runs.rollback import roll_back
 
-    inventory = load(file)
+    inventory = load(file, several="serve")
     rolled = roll_back(inventory, build_request(params), lambda: run_view(params))
     sys.exit(int(rolled.result.exit_status()))
 

@@ -5,7 +5,8 @@ neither gets the OpenAI-style 404 naming them. Each world has its own units, dir
 and top show each, doctor reads each (a world's server down is found on its node, named by its model); a rerun changes
 nothing. Switching the one-node model by bootstrap, under a steady request loop against
 the TP=2 one, loses none of its requests and leaves its servers running; serve stop ends every world, a bootstrap
-serves them again; cluster down removes every world's unit.
+serves them again; serve rollback puts the one-node model back, the TP=2 world untouched; cluster down removes
+every world's unit.
 """
 
 from __future__ import annotations
@@ -200,8 +201,21 @@ def test_serve_stop_ends_every_world_and_bootstrap_serves_them_again(served):
     assert chat(served, "small")[0] == chat(served, "llama")[0] == 200
 
 
+def test_serve_rollback_puts_the_second_model_back_and_leaves_the_first_running(served):
+    """The deployment kept before the switch: its one-node model comes back on spark3, the TP=2 world's servers keep
+    their PIDs (its launch is the same in both)."""
+    before = server_pid(served, "spark1")
+    code, _events, output = sparkctl(["serve", "rollback", served["inventory"], "--json"], served["env"], timeout=900)
+    assert code == 0, output[-3000:]
+    assert unit(served, "spark3", "oss")["ActiveState"] == "active"
+    assert unit(served, "spark3", "small")["LoadState"] == "not-found"
+    assert chat(served, "oss")[0] == 200 and chat(served, "small")[0] == 404
+    assert server_pid(served, "spark1") == before
+
+
 def test_cluster_down_removes_every_world_s_unit(served):
     run(served["inventory"], served["env"], "cluster", "down")
     for node in ("spark1", "spark2"):
         assert unit(served, node)["LoadState"] == "not-found"
-    assert unit(served, "spark3", "small")["LoadState"] == "not-found"
+    for key in ("oss", "small"):
+        assert unit(served, "spark3", key)["LoadState"] == "not-found"

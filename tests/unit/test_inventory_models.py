@@ -200,9 +200,9 @@ def test_validate_shows_the_placement_and_serving_commands_refuse_several_worlds
     assert refused.exit_code == ExitStatus.BAD_INPUT
     assert "inv.yaml:9: serve.models: 3 worlds of TensorRT-LLM: one world per cluster in this release" in \
         refused.output
-    rollback = runner.invoke(cli, ["serve", "rollback", path])
-    assert rollback.exit_code == ExitStatus.BAD_INPUT
-    assert "inv.yaml:9: serve.models: 3 worlds: this command works with one world per cluster" in rollback.output
+    fabric = runner.invoke(cli, ["fabric", "bench", path])
+    assert fabric.exit_code == ExitStatus.BAD_INPUT
+    assert "inv.yaml:9: serve.models: 3 worlds: this command works with one world per cluster" in fabric.output
 
 
 def test_every_problem_of_several_entries_at_once(inv_file):
