@@ -153,8 +153,7 @@ def _gateway_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
     listen = offline_listen(inventory)
     where = ", ".join(listen) if listen else ("every address of the head" if inventory.serve.listen == "all" else
                                               "the head's management address")
-    hosts = {key: launch.host for key, launch in plan.launches.items()}
-    spec = gateway_spec(inventory, None, state_dir(inventory, home), listen=listen or ["192.0.2.1"], hosts=hosts)
+    spec = gateway_spec(inventory, None, state_dir(inventory, home), listen=listen or ["192.0.2.1"], hosts=plan.hosts)
     engines = "; ".join(f"{m.name} on " + ", ".join(f"{host}:{port}" for host, port in m.servers) for m in spec.models)
     engines = engines if len(spec.models) > 1 else "the engine on " + engines.partition(" on ")[2]
     lines = [f"--- gateway on {inventory.head.name} (NGINX; listens on {where} and 127.0.0.1, port "

@@ -493,7 +493,7 @@ def world_wheres(w: Where) -> list[Where]:
     worlds = w.inventory.worlds()
     if len(worlds) == 1:
         return [w]
-    hosts = {key: launch.host for key, launch in w.plan.launches.items()} if w.plan is not None else {}
+    hosts = w.plan.hosts if w.plan is not None else {}
     return [replace(w, world=w.inventory.for_world(world), world_host=hosts.get(world.key, ENGINE_HOST))
             for world in worlds]
 

@@ -45,6 +45,11 @@ class ClusterPlan:
         """The first world's launch (a cluster of one model has no other)."""
         return self.launches[""]
 
+    @property
+    def hosts(self) -> dict[str, str]:
+        """Where each world's API server answers, by its key (Launch.host)."""
+        return {key: launch.host for key, launch in self.launches.items()}
+
 
 def plan_cluster(inventory: Inventory, facts_by_node: dict[str, Facts] | None = None) -> ClusterPlan:
     facts_by_node = facts_by_node or {}

@@ -68,12 +68,6 @@ def cluster_key_name(cluster: str) -> str:
     return f"sparkctl-{cluster}_ed25519"
 
 
-def serve_dir(state_dir: str) -> str:
-    """A node's serving state for the cluster's first world: the engine's config, the units' scripts, the launch and
-    deployment records (every world's: plan/world.py, WorldNames.node_dir)."""
-    return posixpath.join(state_dir, "run", "serve")
-
-
 def draft_dir(repo: str) -> str:
     """Where the draft lives inside the container: in the mounted HF cache, never /opt (lost with the container)."""
     return f"{CONTAINER_HF_HOME}/sparkctl-models/{repo.replace('/', '--')}"

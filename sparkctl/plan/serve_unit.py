@@ -96,15 +96,6 @@ def own_pattern(program: str, config: str) -> str:
     return f"{literal(program)}.*{config}"
 
 
-def unit_name(cluster: str) -> str:
-    """The cluster's first world's unit (every world's: WorldNames.unit_name)."""
-    return WorldNames(cluster).unit_name
-
-
-def unit_path(cluster: str) -> str:
-    return WorldNames(cluster).unit_path
-
-
 def show_command(cluster: str, key: str = "") -> str:
     """`systemctl show` of a world's unit (plan/world.py): KEY=VALUE lines (LoadState=not-found when there is
     none)."""

@@ -162,7 +162,7 @@ def several_status(inventory: Inventory) -> ServeStatus:
                         else "none: anyone who reaches the endpoint can use it")])
     if inventory.serve.tls is not None:
         out.rows.append(("tls", _tls_text(inventory)))
-    hosts = {key: launch.host for key, launch in plan_cluster(inventory).launches.items()}
+    hosts = plan_cluster(inventory).hosts
     healthy = True
     for model in inventory.served_models():
         for world in model.worlds:

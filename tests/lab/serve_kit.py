@@ -10,7 +10,8 @@ import tarfile
 from pathlib import Path
 
 from sparkctl.inventory import load_inventory
-from sparkctl.plan.serve_unit import LOOPING_RUNS, failing_early, parse_exits, parse_show, show_command, unit_name
+from sparkctl.plan.serve_unit import LOOPING_RUNS, failing_early, parse_exits, parse_show, show_command
+from sparkctl.plan.world import WorldNames
 from sparkctl.runs.serve_ops import connected, server_handle
 from sparkctl.tasks.serve.server import head_client
 from tests.lab.conftest import poll
@@ -25,7 +26,7 @@ DRAFT = f"{HF}/sparkctl-models/nvidia--Qwen3-235B-A22B-Eagle3"
 
 def unit_of(lab) -> str:
     """The serving unit of the lab's serving inventory."""
-    return unit_name(load_inventory(lab.serve_inventory).cluster.name)
+    return WorldNames(load_inventory(lab.serve_inventory).cluster.name).unit_name
 
 
 def serve_dir(lab) -> str:

@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from sparkctl.lab.image import ensure_variant
-from sparkctl.plan.serve_unit import RunEnd, parse_exits, parse_show, show_command, unit_name
+from sparkctl.plan.serve_unit import RunEnd, parse_exits, parse_show, show_command
+from sparkctl.plan.world import WorldNames
 from sparkctl.secrets import MASK
 from tests.lab.conftest import poll
 from tests.lab.doctor_kit import doctor
@@ -47,7 +48,7 @@ def state_dir(lab) -> str:
 
 
 def unit(lab) -> str:
-    return unit_name(yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"])
+    return WorldNames(yaml.safe_load(lab.inventory_path.read_text())["cluster"]["name"]).unit_name
 
 
 def record(lab) -> dict:

@@ -9,8 +9,6 @@ from sparkctl.inventory import load_inventory
 from sparkctl.inventory.placement import world_key
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.launches import is_our_server
-from sparkctl.plan.paths import serve_dir
-from sparkctl.plan.serve_unit import unit_name, unit_path
 from sparkctl.plan.vllm import VllmLaunch
 from sparkctl.plan.world import WorldNames
 from sparkctl.rules.serving import serving_enabled
@@ -21,8 +19,9 @@ VLLM_PAIR = TWO_VLLM_WORLDS
 
 def test_the_first_world_keeps_the_names_a_cluster_of_one_model_had():
     first = WorldNames("duo")
-    assert (first.unit_name, first.unit_path) == (unit_name("duo"), unit_path("duo"))
-    assert first.node_dir("/st") == serve_dir("/st") == "/st/run/serve"
+    assert (first.unit_name, first.unit_path) == ("sparkctl-serve-duo.service",
+                                                  "/etc/systemd/system/sparkctl-serve-duo.service")
+    assert first.node_dir("/st") == "/st/run/serve"
     assert (first.container_dir, first.log, first.marker) == ("/sparkctl/serve", "run/serve/serve.log", "duo")
     other = WorldNames("duo", "gpt-oss-2")
     assert other.unit_name == "sparkctl-serve-duo--gpt-oss-2.service"

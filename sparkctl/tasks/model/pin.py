@@ -8,8 +8,8 @@ import posixpath
 from dataclasses import dataclass, replace
 
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
-from sparkctl.plan.paths import serve_dir
 from sparkctl.plan.revisions import LOCAL_METADATA, Pin, commit_in_path, pin_path, pinned_repos, wanted_pin
+from sparkctl.plan.world import WorldNames
 from sparkctl.rules.serving import serves
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
@@ -152,7 +152,7 @@ def mark_revision_switch(ctx: ClusterContext, head: NodeContext, commit: str) ->
     """The model's pin moves under a deployment in use: the switch is marked in the head's record (as serve.switch
     marks an image's) before the world is started on the new commit, so that a new world that fails is rolled back
     to the commit that served (runs/rollback.py)."""
-    path = deployments_path(serve_dir(head.state_dir()))
+    path = deployments_path(WorldNames(head.inventory.cluster.name).node_dir(head.state_dir()))
     record = DeploymentRecord.parse(head.run(f"cat {q(path)} 2>/dev/null; true", timeout=30).stdout)
     current = record.current
     if current is None or record.switching is not None or current.revision in (None, commit):

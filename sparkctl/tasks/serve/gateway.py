@@ -41,8 +41,7 @@ NO_KEY_YET = "0" * 43
 
 def head_gateway(head: NodeContext) -> GatewaySpec:
     try:
-        hosts = {key: launch.host for key, launch in head.plan().launches.items()}
-        return gateway_spec(head.inventory, head.facts(), head.state_dir(), hosts=hosts)
+        return gateway_spec(head.inventory, head.facts(), head.state_dir(), hosts=head.plan().hosts)
     except ListenUnknown as exc:
         raise TaskFailed(f"the endpoint's address on {head.name} cannot be told: {exc}",
                          hint="name it in the inventory: serve.listen: [<the head's address>]") from None
