@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import click
 
@@ -98,10 +98,9 @@ def _run_option_list() -> list[tuple[str, Callable]]:
     ]
 
 
-def load(file: str, warn: bool = True, several: Literal["", "serve", "read"] = "") -> Inventory:
+def load(file: str, warn: bool = True, several: bool = False) -> Inventory:
     """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr.
-    `several`: the command works with every world of serve.models: "serve" serves them (the engines that can),
-    "read" only reads the inventory; "": the command works with one world."""
+    `several`: the command works with every world of serve.models (else it takes an inventory of one world)."""
     inventory = load_inventory(file)
     worlds = inventory.worlds() if inventory.serve.models else []
     if len(worlds) > 1 and not several:
@@ -110,11 +109,6 @@ def load(file: str, warn: bool = True, several: Literal["", "serve", "read"] = "
                        "doctor, top, serve status, logs, chat, bench, key, stop and rollback, and inventory validate "
                        "work with several)",
                        hint="keep one entry for this command")
-    if len(worlds) > 1 and several == "serve" and inventory.engine().needs_mpi:
-        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds of "
-                       f"{inventory.engine().label}: one world per cluster in this release (its mpirun hostfile and "
-                       "figures collector are the cluster's); vLLM and SGLang serve several",
-                       hint="keep one entry, or serve the models with vLLM or SGLang")
     for line in inventory.warnings if warn else ():
         click.echo(f"sparkctl: warning: {line}", err=True)
     return inventory

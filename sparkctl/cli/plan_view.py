@@ -163,11 +163,16 @@ def _gateway_lines(inventory: Inventory, plan: ClusterPlan) -> list[str]:
     lines.append(spec.config(PLAN_KEY).replace(PLAN_KEY, MASK).rstrip())
     lines.append(f"--- {spec.router_path} (njs: the model a request names picks its world)")
     lines.append(spec.router().rstrip())
-    collector = collector_spec(inventory, state_dir(inventory, home))
-    if collector is not None:
-        lines.append(f"--- figures collector on {inventory.head.name} (the one reader of the engine's /metrics, "
-                     f"which a read empties; on 127.0.0.1:{collector.port}, the gateway's /metrics with the key; "
-                     f"{collector.script_path} is templates/{SCRIPT_NAME})")
+    for world in inventory.worlds():
+        view = inventory.for_world(world)
+        head = inventory.node(view.serving_nodes()[0])
+        collector = collector_spec(view, state_dir(inventory, node_home(inventory, head, None)), plan.hosts[world.key])
+        if collector is None:
+            continue
+        lines.append(f"--- figures collector {collector.container} on {head.name} (the one reader of the engine's "
+                     f"/metrics, which a read empties; on {collector.host}:{collector.port}"
+                     + (", the gateway's /metrics with the key" if not world.key else "")
+                     + f"; {collector.script_path} is templates/{SCRIPT_NAME})")
         lines.append(" \\\n    ".join(_argv_lines(collector.run_argv())))
     return lines
 

@@ -35,11 +35,11 @@ CHECKS: list[Callable[[Snapshot], list[Finding]]] = [
     *checks_bench.CHECKS, *checks_system.CHECKS,
     *checks_roce.CHECKS, *checks_overrides.CHECKS, *checks_ranks.CHECKS, *checks_vllm.CHECKS,
 ]
-#: The checks of one serving world (its server, unit, NCCL lines, ranks): with several worlds, run on each world's
-#: view of the snapshot (Snapshot.for_world), their findings naming the model
+#: The checks of one serving world (its server, unit, collector, NCCL lines, ranks): with several worlds, run on each
+#: world's view of the snapshot (Snapshot.for_world), their findings naming the model
 WORLD_CHECKS: frozenset[Callable[[Snapshot], list[Finding]]] = frozenset({
-    checks_serve.check_server, checks_serve.check_unit, checks_serve.check_nccl, checks_ranks.check_rendezvous,
-    checks_ranks.check_flags, checks_vllm.check_ranks_one_node})
+    checks_serve.check_server, checks_serve.check_unit, checks_serve.check_collector, checks_serve.check_nccl,
+    checks_ranks.check_rendezvous, checks_ranks.check_flags, checks_vllm.check_ranks_one_node})
 
 
 def run_checks(snapshot: Snapshot) -> Diagnosis:

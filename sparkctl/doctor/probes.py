@@ -24,7 +24,7 @@ from sparkctl.inventory import Inventory, Node
 from sparkctl.inventory.serve import engine_port
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan, hub_hashes
-from sparkctl.plan.collector import COLLECTOR_CONTAINER
+from sparkctl.plan.collector import collector_name
 from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.plan.paths import CONTAINER_HF_HOME, HOSTFILE_PATH, draft_dir, node_home, state_dir
 from sparkctl.plan.revisions import repo_folder
@@ -360,7 +360,8 @@ def _served_certificate(w: Where) -> str | None:
 
 #: The sections that read one world (its log, /health, completion, unit, a worker's rendezvous): with several worlds,
 #: run once per world on the node, each named with the world's suffix (Where.suffix).
-WORLD_SECTIONS = frozenset({"serve-log", "nccl", "rendezvous", "health", "unit", "unit-exits", "completion"})
+WORLD_SECTIONS = frozenset({"serve-log", "nccl", "rendezvous", "health", "collector", "unit", "unit-exits",
+                            "completion"})
 
 #: The node's own sections, in the order they run.
 HOST_SECTIONS: list[ProbeSection] = [
@@ -402,9 +403,9 @@ HOST_SECTIONS: list[ProbeSection] = [
     ProbeSection("gateway", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {GATEWAY_CONTAINER} 2>/dev/null "
                  "|| echo absent" if w.head and w.serving else None,
                  lambda p, s: replace(p, gateway=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
-    ProbeSection("collector", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' {COLLECTOR_CONTAINER} "
-                 "2>/dev/null || echo absent" if w.head and w.serving and w.inventory.engine().metrics_drained
-                 else None,
+    ProbeSection("collector", lambda w: f"docker inspect -f '{{{{.State.Status}}}}' "
+                 f"{q(collector_name(world_names(w.served)))} 2>/dev/null || echo absent"
+                 if w.world_head and w.serving and w.inventory.engine().metrics_drained else None,
                  lambda p, s: replace(p, collector=(s.output.strip().splitlines() or ["absent"])[-1].strip())),
     ProbeSection("tls-certificate", _served_certificate, lambda p, s: replace(p, served_certificate=(
         s.output.strip() if s.output.startswith(("-----BEGIN CERTIFICATE", SERVED_NO_TLS)) else None))),

@@ -103,9 +103,10 @@ class NodeProbe:
     worlds: dict[str, NodeProbe] = field(default_factory=dict)
 
 
-#: What a node's probe reads of one world: its unit, log, /health and completion, a worker's rendezvous.
+#: What a node's probe reads of one world: its unit, log, /health and completion, its figures collector, a worker's
+#: rendezvous.
 WORLD_FIELDS = ("serve_log_exists", "serve_log_tail", "nccl_log", "health_status", "health_error", "completion",
-                "completion_error", "unit", "unit_exits", "rendezvous")
+                "completion_error", "collector", "unit", "unit_exits", "rendezvous")
 
 
 def without_world(probe: NodeProbe) -> NodeProbe:

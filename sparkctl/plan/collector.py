@@ -1,8 +1,10 @@
-"""PURE: the figures collector on the head, for an engine whose own /metrics a read empties (trtllm-serve's
-iteration stats): the one reader of it. Its own container, from the cluster's engine image (which has python3 and
-prometheus_client), host network, `--restart unless-stopped`, running templates/serve-collector.py from the head's
-state dir (mounted read-only); it answers on the head's loopback at serve's collector port, and the gateway's
-/metrics is it (with the key). docs/top.md says what it keeps.
+"""PURE: a world's figures collector on the world's head, for an engine whose own /metrics a read empties
+(trtllm-serve's iteration stats): the one reader of it. Its own container (`sparkctl-collector`, plus the world's
+suffix for a world other than the first), from the cluster's engine image (which has python3 and prometheus_client),
+host network, `--restart unless-stopped`, running templates/serve-collector.py from the node's state dir (mounted
+read-only). It answers where its world's engine does (Launch.host: the head's loopback, or the world head's fabric
+address for a world off the cluster's head) at the world's collector port: the gateway's /metrics of the first world,
+and what the world's watchdog, top and serve status read. docs/top.md says what it keeps.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve import collector_port
+from sparkctl.plan.world import WorldNames, world_names
 from sparkctl.shipped import shipped_text
 
 COLLECTOR_CONTAINER = "sparkctl-collector"
@@ -29,21 +32,35 @@ def collector_script() -> str:
     return shipped_text(SCRIPT_NAME)
 
 
+def collector_name(names: WorldNames) -> str:
+    """The container of the world `names` names."""
+    return COLLECTOR_CONTAINER + names.suffix
+
+
+def is_collector(container: str) -> bool:
+    """Is this a figures collector's container, any world's?"""
+    return container == COLLECTOR_CONTAINER or container.startswith(COLLECTOR_CONTAINER + "--")
+
+
 @dataclass(frozen=True)
 class CollectorSpec:
     cluster: str
     image: str
     port: int
     engine_port: int
-    script_dir: str          # on the head
+    script_dir: str          # on the world's head
+    #: the container's name (collector_name)
+    container: str = COLLECTOR_CONTAINER
+    #: where the world's engine answers, and the collector beside it (Launch.host)
+    host: str = ENGINE_HOST
 
     @property
     def script_path(self) -> str:
         return posixpath.join(self.script_dir, SCRIPT_NAME)
 
     def command(self) -> list[str]:
-        return [f"{DIR_IN_CONTAINER}/{SCRIPT_NAME}", "--engine", f"http://{ENGINE_HOST}:{self.engine_port}/metrics",
-                "--listen", f"{ENGINE_HOST}:{self.port}", "--interval", f"{INTERVAL_S:g}"]
+        return [f"{DIR_IN_CONTAINER}/{SCRIPT_NAME}", "--engine", f"http://{self.host}:{self.engine_port}/metrics",
+                "--listen", f"{self.host}:{self.port}", "--interval", f"{INTERVAL_S:g}"]
 
     def spec_hash(self) -> str:
         """What a running collector must have been made from: image, argv, the script's content, restart policy."""
@@ -54,17 +71,20 @@ class CollectorSpec:
 
     def run_argv(self) -> list[str]:
         # the image's own entrypoint (NGC's banner script, the cluster's) is not the collector's
-        return ["docker", "run", "-d", "--name", COLLECTOR_CONTAINER, "--restart", RESTART_POLICY,
+        return ["docker", "run", "-d", "--name", self.container, "--restart", RESTART_POLICY,
                 "--network", "host", "-v", f"{self.script_dir}:{DIR_IN_CONTAINER}:ro", "--entrypoint", "python3",
                 "--label", f"{CLUSTER_LABEL}={self.cluster}", "--label", f"{SPEC_LABEL}={self.spec_hash()}",
                 self.image, *self.command()]
 
 
-def collector_spec(inventory: Inventory, state_dir: str) -> CollectorSpec | None:
-    """The head's collector, or None when the engine's own /metrics can be read by many (it keeps its counters)."""
+def collector_spec(inventory: Inventory, state_dir: str, host: str = ENGINE_HOST) -> CollectorSpec | None:
+    """The collector of the world `inventory` is a view of (the first world's for the whole inventory), on its head
+    whose state dir is `state_dir`, beside its engine at `host` (Launch.host); None when the engine's own /metrics
+    can be read by many (it keeps its counters)."""
     port = collector_port(inventory)
     if port is None:
         return None
     return CollectorSpec(cluster=inventory.cluster.name, image=inventory.container.image, port=port,
                          engine_port=inventory.serve_spec().engine_port,
-                         script_dir=posixpath.join(state_dir, "collector"))
+                         script_dir=posixpath.join(state_dir, "collector"),
+                         container=collector_name(world_names(inventory)), host=host)

@@ -91,8 +91,9 @@ class GatewaySpec:
     engine_port: int
     config_dir: str          # on the head
     authenticated: bool
-    #: where /metrics goes instead of the engine: the figures collector's port (plan/collector.py), or None
+    #: where /metrics goes instead of the engine: the first world's figures collector (plan/collector.py), or None
     metrics_port: int | None = None
+    metrics_host: str = ENGINE_HOST
     #: the models a request's `model` field chooses among (the first answers a request that names none)
     models: tuple[GatewayModel, ...] = ()
     #: HTTPS on the listen addresses with serve.tls's certificate and key (the head's loopback stays plain)
@@ -122,6 +123,7 @@ class GatewaySpec:
         """The NGINX config; `key` None renders an open endpoint (serve.auth: none)."""
         return render("gateway-nginx.conf.j2", cluster=self.cluster, key=key if self.authenticated else None,
                       listen=self.listen, loopback=ENGINE_HOST, port=self.port, metrics_port=self.metrics_port,
+                      metrics_host=self.metrics_host,
                       models=self.models, router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME),
                       lists=[self.list_location(i) for i in range(len(self.models))] if len(self.models) > 1 else [],
                       tls=self.tls, certificate=posixpath.join(CONFIG_DIR_IN_CONTAINER, CERTIFICATE_NAME),
@@ -193,5 +195,6 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
                        port=inventory.endpoint_port(), engine_port=served[0].spec.engine_port,
                        config_dir=gateway_dir(state_dir),
                        authenticated=inventory.serve.auth == "key",
-                       metrics_port=collector_port(inventory), models=models,
+                       metrics_port=collector_port(inventory.for_world(served[0].worlds[0])),
+                       metrics_host=hosts.get("", ENGINE_HOST), models=models,
                        tls=inventory.serve.tls is not None, engine=inventory.engine().name)

@@ -65,13 +65,14 @@ def image_release(inventory: Inventory) -> Release | None:
 def launch_argv(inventory: Inventory, hosts: list[str] | None = None, host: str = ENGINE_HOST) -> list[str]:
     """mpirun from the head container; each rank takes its node's NCCL/UCX settings from its own container.
 
-    One rank per serving node. When the model runs on fewer nodes than the cluster has (tp_size x pp_size
-    below the node count), `-np` and `--host` (the serving nodes' hostfile addresses, `hosts`) keep the launch
-    on them: trtllm-serve refuses a world size that is not tp_size x pp_size. The server answers at `host`
+    One rank per serving node. When the model runs on other nodes than all of the cluster's in its order (tp_size x
+    pp_size below the node count, or a world of several on its own nodes), `-np` and `--host` (the serving nodes'
+    hostfile addresses, `hosts`, its head first) keep the launch on them: trtllm-serve refuses a world size that is
+    not tp_size x pp_size, and the cluster's hostfile lists every node. The server answers at `host`
     (world.engine_host)."""
     spec = inventory.serve_spec()
     ranks: list[str] = []
-    if spec.world_size < len(inventory.nodes):
+    if inventory.serving_nodes() != [node.name for node in inventory.nodes]:
         ranks = ["-np", str(spec.world_size)] + (["--host", ",".join(hosts)] if hosts else [])
     return [
         "mpirun", *ranks,

@@ -25,10 +25,12 @@ from sparkctl.taskgraph.task import Status
 #: The failures that are the new deployment's: its containers would not start, or its world (config, units,
 #: launch, gateway) did not come up and answer. A download, a pull or a refused image ID is not: the old
 #: deployment shares the cause (a missing token, a full disk) or was never left, and a person fixes it.
-DEPLOYMENT_FAILURES = ("container.run", "serve.config", "serve.unit", "serve.launch", "serve.gateway", "serve.smoke")
+DEPLOYMENT_FAILURES = ("container.run", "serve.config", "serve.unit", "serve.launch", "serve.collector",
+                       "serve.gateway", "serve.smoke")
 #: The tasks whose changes take the old world down or replace what it runs from: until one of them changed
 #: something, the old world is as it was and there is nothing to put back.
-WORLD_TASKS = ("container.retire", "container.run", "serve.config", "serve.unit", "serve.launch", "serve.gateway")
+WORLD_TASKS = ("container.retire", "container.run", "serve.config", "serve.unit", "serve.launch", "serve.collector",
+               "serve.gateway")
 ROLLBACK_TASK = "serve.rollback"
 
 

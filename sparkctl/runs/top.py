@@ -38,6 +38,7 @@ from sparkctl.knowledge.serve_metrics import (
 )
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.paths import node_home, state_dir
+from sparkctl.plan.serve import figures_port
 from sparkctl.plan.top import CONTAINER_EVERY, END, NCCL_EVERY, NodeRead, Twin, agent_script
 from sparkctl.plan.world import WorldNames
 from sparkctl.rules.serving import serves, serving_enabled
@@ -127,7 +128,7 @@ class Top:
         self.management: dict[str, tuple[str, ...]] = {}
         self.logs: dict[str, str] = {}
         worlds = inventory.worlds() if self.engine else []
-        #: with several worlds, each other world's engine /metrics by the node of its API server, and its name
+        #: with several worlds, each other world's figures (/metrics) by the node of its API server, and its name
         self.engines: dict[str, tuple[tuple[str, str], ...]] = {}
         self.world_names: list[tuple[str, str]] = []
         if len(worlds) > 1:
@@ -136,7 +137,8 @@ class Top:
                 replicas = sum(1 for w in worlds if w.model == world.model)
                 self.world_names.append((world.key, world.model + (f" #{world.replica + 1}" if replicas > 1 else "")))
                 if world.key:
-                    url = f"http://{plan.launches[world.key].host}:{view.serve_spec().engine_port}/metrics"
+                    # the figures every reader of the world shares: its engine's, or its collector's
+                    url = f"http://{plan.launches[world.key].host}:{figures_port(view)}/metrics"
                     self.engines[world.nodes[0]] = (*self.engines.get(world.nodes[0], ()), (world.key, url))
         for name in nodes:
             ports = plan.fabric.ports[name]

@@ -116,3 +116,27 @@ def test_the_plan_doctor_makes_has_every_world(inv_file):
     inv, facts, _plan = several(inv_file)
     plan, error = doctor_plan(inv, facts)
     assert error is None and set(plan.launches) == {"", "small"}
+
+
+#: the pair as two TensorRT-LLM worlds: each has its figures collector on its head
+TRTLLM_WORLDS = SEVERAL.replace('container: {image: "nvcr.io/nvidia/vllm:26.05-py3"}\n', "").replace(
+    "engine: vllm", "engine: trtllm")
+
+
+def test_each_tensorrt_llm_world_s_collector_is_read_on_its_head_and_found_down_by_its_model(inv_file):
+    inv = load_inventory(inv_file(TRTLLM_WORLDS))
+    facts, plan = bootstrapped(inv)
+    nonce = Framing().nonce
+    head = probe_script(inv, plan, facts["spark1"], "spark1", ["spark1", "spark2"], nonce=nonce)
+    other = probe_script(inv, plan, facts["spark2"], "spark2", ["spark1", "spark2"], nonce=nonce)
+    assert "sparkctl-collector 2>/dev/null" in head and "sparkctl-collector--small" not in head
+    assert "sparkctl-collector--small 2>/dev/null" in other
+    snapshot = healthy(inv, facts, plan)
+    first, spark2 = snapshot.probes["spark1"], snapshot.probes["spark2"]
+    snapshot.probes["spark1"] = dataclasses.replace(first, collector="running")
+    snapshot.probes["spark2"] = dataclasses.replace(spark2, worlds={"small": dataclasses.replace(
+        spark2.worlds["small"], collector="exited")})
+    (found,) = [f for f in run_checks(snapshot).findings if f.id == "serve.collector_down"]
+    assert (found.node, found.severity, found.summary) == ("spark2", "error",
+                                                           "small: the figures collector is exited")
+    assert found.evidence.startswith("container sparkctl-collector--small: exited")

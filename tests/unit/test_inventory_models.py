@@ -187,7 +187,7 @@ serve:
     assert "tp_size" not in dump_inventory(inv).split("models:")[0]
 
 
-def test_validate_shows_the_placement_and_serving_commands_refuse_several_worlds(inv_file):
+def test_validate_shows_the_placement_and_the_plan_serves_every_tensorrt_llm_world(inv_file):
     path = inv_file(BIG_AND_SMALL)
     runner = CliRunner()
     shown = runner.invoke(cli, ["inventory", "validate", path])
@@ -196,10 +196,17 @@ def test_validate_shows_the_placement_and_serving_commands_refuse_several_worlds
     assert "  node spark3: gpt-oss (70.0 of 127.8 GB)" in shown.output
     report = json.loads(runner.invoke(cli, ["inventory", "validate", "--json", path]).output)
     assert report["models"][1]["worlds"] == [["spark3"], ["spark4"]]
-    refused = runner.invoke(cli, ["cluster", "bootstrap", path])
-    assert refused.exit_code == ExitStatus.BAD_INPUT
-    assert "inv.yaml:9: serve.models: 3 worlds of TensorRT-LLM: one world per cluster in this release" in \
-        refused.output
+    # each world's mpirun on its own nodes from its head's container, each with its figures collector beside it
+    planned = runner.invoke(cli, ["cluster", "plan", path])
+    assert planned.exit_code == 0, planned.output
+    lines = planned.output.splitlines()
+    launches = [line.split(" --mca")[0] for line in lines if line.startswith("mpirun ")]
+    assert launches == ["mpirun -np 2 --host 192.168.100.10,192.168.100.11", "mpirun -np 1 --host 192.168.100.12",
+                        "mpirun -np 1 --host 192.168.100.13"]
+    collectors = [line.split(" (")[0] for line in lines if line.startswith("--- figures collector")]
+    assert collectors == ["--- figures collector sparkctl-collector on spark1",
+                          "--- figures collector sparkctl-collector--gpt-oss on spark3",
+                          "--- figures collector sparkctl-collector--gpt-oss-2 on spark4"]
     fabric = runner.invoke(cli, ["fabric", "bench", path])
     assert fabric.exit_code == ExitStatus.BAD_INPUT
     assert "inv.yaml:9: serve.models: 3 worlds: this command works with one world per cluster" in fabric.output

@@ -12,7 +12,6 @@ import pytest
 
 from sparkctl.inventory.sections import DEFAULT_GATEWAY_IMAGE
 from sparkctl.lab.image import GATEWAY_IMAGE
-from sparkctl.plan.collector import collector_script, collector_spec
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, ListenUnknown, gateway_spec, listen_addresses
 from sparkctl.plan.render import UnsafeValue
 from sparkctl.plan.trtllm import launch_argv
@@ -164,30 +163,19 @@ def test_an_open_endpoint_has_no_key(tmp_path):
 
 # --- serve.gateway ----------------------------------------------------------------------------------------------
 
-def collector_as_planned(inv, kit) -> tuple[str, str]:
-    """What the head answers for a collector running as planned: its script's sha256, its container."""
-    spec = collector_spec(inv, kit.node("spark1").state_dir())
-    assert spec is not None
-    return (hashlib.sha256(collector_script().encode()).hexdigest(),
-            f"true {spec.spec_hash()} {inv.cluster.name} unless-stopped")
-
-
 def gateway_kit(tmp_path, *, config_hash: str = "", container: str = "", listening: str = "",
-                collector: tuple[str, str] | None = ("", ""), preset: str = "qwen3-235b-eagle3"):
-    """`collector`: (its script's sha256, its container) as the head answers; None: as planned."""
+                preset: str = "qwen3-235b-eagle3"):
     inv = pair(tmp_path, preset=preset)
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
-    script, running = collector if collector is not None else collector_as_planned(inv, kit)
     kit.transport("spark1").respond(r"sha256sum", framed(lambda: [
-        ("config", config_hash), ("container", container), ("listening", listening),
-        ("collector-script", script), ("collector", running)]))
+        ("config", config_hash), ("container", container), ("listening", listening)]))
     return kit
 
 
 def test_a_first_run_makes_the_key_writes_the_config_and_runs_the_gateway_without_showing_the_key(tmp_path):
     kit = gateway_kit(tmp_path)
     changes = ServeGatewayTask().check(kit.cluster)
-    assert [c.payload for c in changes] == ["key", "config", "create", "collector-script", "collector-create"]
+    assert [c.payload for c in changes] == ["key", "config", "create"]
     assert all(c.node == "spark1" for c in changes)
     assert MASK in changes[1].diff and "listen 10.0.0.11:8355;" in changes[1].diff
     assert not keys.key_path("duo").exists()  # a check changes nothing, here either
@@ -200,15 +188,15 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     # the config and the router, as `cat nginx.conf router.js | sha256sum` reads them
     digest = hashlib.sha256((spec.config(key) + spec.router()).encode()).hexdigest()
     running = f"true {spec.spec_hash()} unless-stopped"
-    kit = gateway_kit(tmp_path, config_hash=digest, container=running, collector=None,
+    kit = gateway_kit(tmp_path, config_hash=digest, container=running,
                       listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
     assert ServeGatewayTask().check(kit.cluster) == []
-    kit = gateway_kit(tmp_path, config_hash=digest, container=running, collector=None,
+    kit = gateway_kit(tmp_path, config_hash=digest, container=running,
                       listening="LISTEN 0 2048 127.0.0.1:8355 0.0.0.0:*")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["reload"]
-    kit = gateway_kit(tmp_path, config_hash=digest, container=f"true {spec.spec_hash()} no", collector=None)
+    kit = gateway_kit(tmp_path, config_hash=digest, container=f"true {spec.spec_hash()} no")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["create"]
-    kit = gateway_kit(tmp_path, config_hash="0" * 64, container=running, collector=None,
+    kit = gateway_kit(tmp_path, config_hash="0" * 64, container=running,
                       listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["config"]
 
@@ -235,52 +223,8 @@ def test_an_open_endpoint_s_gateway_converges_without_a_key(tmp_path):
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
     kit.transport("spark1").respond(r"sha256sum", framed([
         ("config", digest), ("container", f"true {spec.spec_hash()} unless-stopped"),
-        ("listening", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*"),
-        *zip(("collector-script", "collector"), collector_as_planned(inv, kit), strict=True)]))
+        ("listening", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")]))
     assert ServeGatewayTask().check(kit.cluster) == []
     assert not keys.key_path("duo").exists()
 
 
-def test_the_collector_is_the_one_reader_of_a_drained_metrics_queue_and_converges(tmp_path):
-    """TensorRT-LLM's /metrics empties on each read: the head runs the collector (from the engine's image, its own
-    container, back after a reboot); stopped, it is started; made from another spec, made again; an engine that
-    keeps its own counters has none, and one left from TensorRT-LLM is removed."""
-    inv = pair(tmp_path)
-    spec = collector_spec(inv, "/st")
-    assert spec is not None and spec.port == 18356 and spec.engine_port == 18355
-    argv = spec.run_argv()
-    assert argv[argv.index("--restart") + 1] == "unless-stopped" and argv[argv.index("--network") + 1] == "host"
-    assert argv[argv.index("--entrypoint") + 1] == "python3" and inv.container.image in argv
-    assert argv[-7:] == ["/opt/sparkctl-collector/serve-collector.py", "--engine", "http://127.0.0.1:18355/metrics",
-                         "--listen", "127.0.0.1:18356", "--interval", "1"]
-    assert "/st/collector:/opt/sparkctl-collector:ro" in argv
-    stopped = gateway_kit(tmp_path, collector=None)
-    script, running = collector_as_planned(stopped.cluster.inventory, stopped)
-    kit = gateway_kit(tmp_path, collector=(script, running.replace("true", "false", 1)))
-    assert [c.payload for c in ServeGatewayTask().check(kit.cluster)][-1:] == ["collector-start"]
-    kit = gateway_kit(tmp_path, collector=(script, running.replace(running.split()[1], "0" * 16)))
-    assert [c.payload for c in ServeGatewayTask().check(kit.cluster)][-1:] == ["collector-create"]
-    kit = gateway_kit(tmp_path, collector=("0" * 64, running))
-    assert [c.payload for c in ServeGatewayTask().check(kit.cluster)][-1:] == ["collector-script"]
-    # vLLM keeps cumulative counters: no collector, /metrics is the engine's; a leftover one is removed
-    vllm = "llama-3.3-70b-vllm"
-    assert collector_spec(pair(tmp_path, preset=vllm), "/st") is None
-    assert gateway_spec(pair(tmp_path, preset=vllm), spark_facts("spark1"), "/st").metrics_port is None
-    kit = gateway_kit(tmp_path, collector=("", running), preset=vllm)
-    assert [c.payload for c in ServeGatewayTask().check(kit.cluster)][-1:] == ["collector-remove"]
-    kit = gateway_kit(tmp_path, collector=("", running.replace(" duo ", " another ")), preset=vllm)
-    assert "collector-remove" not in [c.payload for c in ServeGatewayTask().check(kit.cluster)]
-
-
-def test_applying_the_collector_puts_its_script_and_runs_it(tmp_path):
-    keys.api_key(pair(tmp_path), create=True)
-    kit = gateway_kit(tmp_path)
-    transport = kit.transport("spark1")
-    ServeGatewayTask().apply(kit.cluster, [Change("script", payload="collector-script"),
-                                           Change("run", payload="collector-create")])
-    puts = [c for c in transport.calls if c.kind == "put"]
-    assert [(p.target.rsplit("/", 1)[-1], p.mode) for p in puts] == [("serve-collector.py", 0o644)]
-    assert puts[0].content == collector_script()
-    commands = [c.target for c in transport.calls if c.kind == "run"]
-    assert any(c.startswith("docker run -d --name sparkctl-collector") for c in commands)
-    assert not any("nginx" in c for c in commands)  # NGINX is left as it is

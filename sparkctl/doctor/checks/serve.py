@@ -29,7 +29,7 @@ from sparkctl.facts.parse import listening_on
 from sparkctl.knowledge.nccl import parse_nccl_log
 from sparkctl.knowledge.serve_client import is_degenerate
 from sparkctl.knowledge.serve_failures import likely_cause
-from sparkctl.plan.collector import COLLECTOR_CONTAINER
+from sparkctl.plan.collector import collector_name
 from sparkctl.plan.gateway import ENGINE_HOST, GATEWAY_CONTAINER, ListenUnknown, listen_addresses
 from sparkctl.plan.serve_unit import (
     LASTED_S,
@@ -198,16 +198,18 @@ def check_gateway(s: Snapshot) -> list[Finding]:
 
 
 def check_collector(s: Snapshot) -> list[Finding]:
-    """The figures collector runs on the head where the engine's own /metrics empties on read (plan/collector.py)."""
-    if (found := gateway_head(s)) is None or found[1].collector is None:
+    """The world's figures collector runs on its head where the engine's own /metrics empties on read
+    (plan/collector.py)."""
+    if (found := serving_head(s)) is None or found[1].collector is None:
         return []
     head, probe = found
     if probe.collector == "running":
         return []
     return [finding(SERVE_COLLECTOR_DOWN, head, f"the figures collector is {probe.collector}",
-                    evidence=f"container {COLLECTOR_CONTAINER}: {probe.collector}; the engine's iteration stats pile "
-                             "up unread and /metrics through the gateway answers 502",
-                    fix=s.bootstrap("serve"), severity="error" if _any_world_served(s) else "info")]
+                    evidence=f"container {collector_name(world_names(s.inventory))}: {probe.collector}; the engine's "
+                             "iteration stats pile up unread, and its figures (/metrics through the gateway, top, "
+                             "the watchdog's) are not read",
+                    fix=s.bootstrap("serve"), severity="error" if serving_expected(s) else "info")]
 
 
 def _any_world_served(s: Snapshot) -> bool:

@@ -2,18 +2,24 @@
 after serve.engine changed, one renamed in container.name): they would hold GPU memory and their ports.
 
 What is this cluster's is what sparkctl labelled so (sparkctl.cluster=<cluster>); the planned container, the
-gateway and the figures collector stay (serve.gateway keeps those two as planned, and removes the collector an
-engine does not need). Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its facts.
+gateway and the figures collectors of the worlds headed on the node stay (serve.gateway and serve.collector keep
+them as planned); a collector no world plans here any more (the engine keeps its own counters now, the world was
+removed or moved) goes. Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its
+facts.
 """
 
 from __future__ import annotations
 
-from sparkctl.plan.collector import COLLECTOR_CONTAINER
+from sparkctl.plan.collector import collector_name
 from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
+from sparkctl.plan.serve import collector_port
+from sparkctl.plan.world import world_names
+from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import NodeContext
+from sparkctl.tasks.worlds import world_inventories
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -23,6 +29,14 @@ def labelled_script(cluster: str) -> str:
     return f"docker ps -a --filter {q(f'label={CLUSTER_LABEL}={cluster}')} --format '{{{{.Names}}}}' 2>/dev/null"
 
 
+def planned_collectors(ctx: NodeContext) -> list[str]:
+    """The figures collectors of the worlds headed on this node (serve.collector's)."""
+    if not serving_enabled(ctx.inventory):
+        return []
+    return [collector_name(world_names(view)) for view in world_inventories(ctx.inventory)
+            if view.serving_nodes()[0] == ctx.name and collector_port(view) is not None]
+
+
 class ContainerRetireTask(Task[NodeContext, str]):
     name = "container.retire"
     phase = "container"
@@ -30,14 +44,15 @@ class ContainerRetireTask(Task[NodeContext, str]):
     needs = ("serve.switch",)
     description = "remove this cluster's containers the inventory no longer names (another engine's, a renamed one)"
     checks = ("the node's containers labelled sparkctl.cluster=<cluster> are the planned one, the gateway and the "
-              "figures collector only; one read of the node, on a rerun read ahead with its facts")
+              "figures collectors of the worlds headed here only; one read of the node, on a rerun read ahead with "
+              "its facts")
     changes = "`docker stop -t 0; docker rm -f` of each other one, before the planned container starts"
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
         framing = Framing()
         script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
         found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
-        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, COLLECTOR_CONTAINER}
+        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, *planned_collectors(ctx)}
         return [Change(f"remove container {name}: this cluster's, no longer in the inventory", payload=name)
                 for name in found.get("labelled", "").split() if name not in keep]
 

@@ -1,71 +1,128 @@
-"""The figures collector's part of serve.gateway (sparkctl/plan/collector.py): read in the gateway's one read of the
-head, changed in its apply, so a no-op asks the head nothing more. The collector is what the gateway's /metrics
-fronts; a cluster whose engine keeps its own counters has none, and one left from another engine is removed.
+"""serve.collector: each world's figures collector on its head (sparkctl/plan/collector.py), for an engine whose own
+/metrics a read empties (TensorRT-LLM): the one reader of it, and what the gateway's /metrics, the world's watchdog,
+top and serve status read. An engine that keeps its own counters has none; a collector no world plans any more (the
+engine switched, a model removed) is removed by container.retire.
 
-Idempotent: the script on the head has the shipped content (its sha256), the container runs from the planned spec
-(image, argv, the script's hash, restart policy) and is running.
+Idempotent: the script on each world's head has the shipped content (its sha256), each world's container runs from
+its planned spec (image, argv, the script's hash, restart policy) and is running. One read of each world's head, on a
+rerun read ahead with its facts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shlex
+from collections.abc import Iterator
+from typing import Literal
 
-from sparkctl.plan.collector import COLLECTOR_CONTAINER, CollectorSpec, collector_script
+from sparkctl.plan.collector import CollectorSpec, collector_script, collector_spec
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
-from sparkctl.taskgraph.task import Change
+from sparkctl.rules.serving import serving_enabled
+from sparkctl.taskgraph.task import Change, Scope, Task
 from sparkctl.tasks.container.run import remove_command
-from sparkctl.tasks.context import NodeContext
-from sparkctl.tasks.serve.gateway_actions import GatewayAction
+from sparkctl.tasks.context import ClusterContext, NodeContext
+from sparkctl.tasks.worlds import cluster_worlds, world_launch
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
-
-def collector_sections(spec: CollectorSpec | None, framing: Framing) -> list[str]:
-    """What the gateway's read of the head adds: the script's sha256 and the container's state (or whether one of
-    this cluster's is there at all, when none is planned)."""
-    inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
-               "{{index .Config.Labels \"" + CLUSTER_LABEL + "\"}} {{.HostConfig.RestartPolicy.Name}}' "
-               + COLLECTOR_CONTAINER + " 2>/dev/null")
-    script = f"sha256sum {q(spec.script_path)} 2>/dev/null | cut -d' ' -f1" if spec else "true"
-    return [framing.section("collector-script", script), framing.section("collector", inspect)]
+CollectorAction = Literal["script", "create", "start"]
+#: what a change asks of apply: the collector's container and what to do to it
+CollectorChange = tuple[str, CollectorAction]
+#: the section of a node's read with the script's sha256 (every world's collector on a node runs the one script)
+SCRIPT_SECTION = "collector-script"
 
 
-def collector_changes(spec: CollectorSpec | None, cluster: str, texts: dict[str, str],
-                      head: str) -> list[Change[GatewayAction]]:
-    inspected = texts.get("collector", "").split()
+def world_collectors(ctx: ClusterContext) -> Iterator[tuple[NodeContext, CollectorSpec]]:
+    """Each world's planned collector, with its head's context, in the order of serve.models."""
+    for world in cluster_worlds(ctx):
+        head = ctx.nodes[world.head().name]
+        spec = collector_spec(world.inventory, head.state_dir(), world_launch(world).host)
+        if spec is not None:
+            yield head, spec
+
+
+def inspect_command(container: str) -> str:
+    return ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
+            "{{index .Config.Labels \"" + CLUSTER_LABEL + "\"}} {{.HostConfig.RestartPolicy.Name}}' "
+            + q(container) + " 2>/dev/null")
+
+
+def read_script(specs: list[CollectorSpec], framing: Framing) -> str:
+    """One node's read: the script's sha256 and each of its collectors' container."""
+    return "\n".join([
+        framing.section(SCRIPT_SECTION, f"sha256sum {q(specs[0].script_path)} 2>/dev/null | cut -d' ' -f1"),
+        *(framing.section(spec.container, inspect_command(spec.container)) for spec in specs),
+        "true"])
+
+
+def collector_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
+    """What one collector needs, from its node's read (`texts`, by section)."""
+    inspected = texts.get(spec.container, "").split()
     running = inspected[:1] == ["true"]
-    label, owner, policy = (inspected + ["", "", "", ""])[1:4]
-    if spec is None:
-        if inspected and owner == cluster:
-            return [Change(f"remove the figures collector {COLLECTOR_CONTAINER} on {head} (the engine keeps its own "
-                           "counters)", node=head, payload="collector-remove")]
-        return []
-    changes: list[Change[GatewayAction]] = []
-    if texts.get("collector-script", "").strip() != hashlib.sha256(collector_script().encode()).hexdigest():
+    label, _owner, policy = (inspected + ["", "", "", ""])[1:4]
+    changes: list[Change[CollectorChange]] = []
+    if texts.get(SCRIPT_SECTION, "").strip() != hashlib.sha256(collector_script().encode()).hexdigest():
         changes.append(Change(f"write the figures collector's script on {head} ({spec.script_path})", node=head,
-                              payload="collector-script"))
+                              payload=(spec.container, "script")))
     if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
         why = "absent" if not inspected else "made from another spec"
-        changes.append(Change(f"run the figures collector {COLLECTOR_CONTAINER} on {head} ({why}): the one reader "
-                              f"of the engine's /metrics, on 127.0.0.1:{spec.port}", node=head,
-                              payload="collector-create"))
+        changes.append(Change(f"run the figures collector {spec.container} on {head} ({why}): the one reader "
+                              f"of the engine's /metrics, on {spec.host}:{spec.port}", node=head,
+                              payload=(spec.container, "create")))
     elif not running:
-        changes.append(Change(f"start the figures collector {COLLECTOR_CONTAINER} on {head}", node=head,
-                              payload="collector-start"))
+        changes.append(Change(f"start the figures collector {spec.container} on {head}", node=head,
+                              payload=(spec.container, "start")))
     return changes
 
 
-def apply_collector(head: NodeContext, spec: CollectorSpec | None, actions: set[str | None]) -> None:
-    if "collector-remove" in actions:
-        head.must(remove_command(COLLECTOR_CONTAINER), f"removing {COLLECTOR_CONTAINER}", timeout=120)
-    if spec is None:
-        return
-    if "collector-script" in actions or "collector-create" in actions:
+def apply_collector(head: NodeContext, spec: CollectorSpec, actions: set[CollectorAction]) -> None:
+    if actions & {"script", "create"}:
         head.must(f"install -d -m 755 {q(spec.script_dir)}", f"making {spec.script_dir}")
         head.transport.put(spec.script_path, collector_script(), mode=0o644)
-    if "collector-create" in actions:
-        head.run(f"{remove_command(COLLECTOR_CONTAINER)} >/dev/null 2>&1; true", timeout=120)
-        head.must(shlex.join(spec.run_argv()), f"docker run {COLLECTOR_CONTAINER}", timeout=300)
-    elif "collector-start" in actions:
-        head.must(f"docker start {COLLECTOR_CONTAINER}", f"docker start {COLLECTOR_CONTAINER}", timeout=60)
+    if "create" in actions:
+        head.run(f"{remove_command(spec.container)} >/dev/null 2>&1; true", timeout=120)
+        head.must(shlex.join(spec.run_argv()), f"docker run {spec.container}", timeout=300)
+    elif "start" in actions:
+        head.must(f"docker start {q(spec.container)}", f"docker start {spec.container}", timeout=60)
+
+
+class ServeCollectorTask(Task[ClusterContext, CollectorChange]):
+    name = "serve.collector"
+    phase = "serve"
+    scope = Scope.CLUSTER
+    needs = ("serve.launch",)
+    description = ("run each world's figures collector on its head, where the engine's own /metrics empties on read "
+                   "(TensorRT-LLM): the one reader of it")
+    checks = ("on each world's head, <state>/collector/serve-collector.py has the shipped content (its sha256) and the "
+              "world's sparkctl-collector container (`--<world>` after it for a world but the first) runs from the "
+              "planned spec (the engine's image, argv, the script's hash, --restart unless-stopped); none with an "
+              "engine that keeps its own counters; one read of each world's head, on a rerun read ahead with its facts")
+    changes = ("writes the script (mode 644), runs the container again (`docker rm -f`, then `docker run` on the host "
+               "network, beside the world's engine) or starts it")
+
+    def check(self, ctx: ClusterContext) -> list[Change[CollectorChange]]:
+        if not serving_enabled(ctx.inventory):
+            return []
+        by_node: dict[str, tuple[NodeContext, list[CollectorSpec]]] = {}
+        for head, spec in world_collectors(ctx):
+            by_node.setdefault(head.name, (head, []))[1].append(spec)
+        changes: list[Change[CollectorChange]] = []
+        for head, specs in by_node.values():
+            framing = Framing()
+            texts = Framing.texts_of(framing.split(head.read(self.name, read_script(specs, framing), framing,
+                                                             timeout=30).stdout))
+            for spec in specs:
+                changes += collector_changes(spec, texts, head.name)
+        return changes
+
+    def apply(self, ctx: ClusterContext, changes: list[Change[CollectorChange]]) -> None:
+        asked: dict[str, set[CollectorAction]] = {}
+        for change in changes:
+            container, action = change.carried()
+            asked.setdefault(container, set()).add(action)
+        for head, spec in world_collectors(ctx):
+            if spec.container in asked:
+                try:
+                    apply_collector(head, spec, asked[spec.container])
+                finally:
+                    head.invalidate()

@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
+from typing import Literal
 
 from sparkctl.facts.parse import listening_on
 from sparkctl.inventory import Inventory
 from sparkctl.inventory.tls_files import TlsFiles, TlsUnreadable, tls_files
-from sparkctl.plan.collector import COLLECTOR_CONTAINER, CollectorSpec, collector_spec
+from sparkctl.plan.collector import COLLECTOR_CONTAINER, is_collector
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_dir, gateway_spec
 from sparkctl.rules.serving import serving_enabled
@@ -27,11 +28,11 @@ from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.api_key import api_key, key_path
-from sparkctl.tasks.serve.collector import apply_collector, collector_changes, collector_sections
-from sparkctl.tasks.serve.gateway_actions import GatewayAction
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
+#: what one change asks apply to do
+GatewayAction = Literal["key", "config", "create", "start", "reload"]
 LISTEN_WAIT_S = 15.0
 #: what the removal's check prints when the gateway's folder is there (no container is named so: `sparkctl-` names)
 FOLDER_FOUND = "gateway-folder"
@@ -67,7 +68,8 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     name = "serve.gateway"
     phase = "serve"
     scope = Scope.CLUSTER
-    needs = ("serve.launch",)
+    # the collector first: the first world's is the gateway's /metrics
+    needs = ("serve.launch", "serve.collector")
     description = "put NGINX in front of the engine on the head: the API key on every path, the chosen addresses"
     checks = ("<state>/gateway/nginx.conf and router.js (njs: a request's `model` picks its world), and serve.tls's "
               "certificate and key, on the head have the planned content (their sha256: no key travels back), the "
@@ -89,10 +91,8 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         if key is None and spec.authenticated:
             changes.append(Change(f"make the endpoint's API key (kept 0600 in {key_path(inv.cluster.name)})",
                                   node=head.name, payload="key"))
-        collector = collector_spec(inv, head.state_dir())
         framing = Framing()
-        state = framing.split(head.read(self.name, self._read_script(spec, collector, framing), framing,
-                                        timeout=30).stdout)
+        state = framing.split(head.read(self.name, self._read_script(spec, framing), framing, timeout=30).stdout)
         texts = Framing.texts_of(state)
         have_hash, have_tls = texts.get("config", "").strip(), texts.get("tls", "").strip()
         inspected = texts.get("container", "").split()
@@ -125,10 +125,10 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
                 changes.append(Change(f"the gateway on {head.name} does not listen on "
                                       f"{', '.join(sorted(missing))}:{spec.port}: reload it", node=head.name,
                                       payload="reload"))
-        return changes + collector_changes(collector, inv.cluster.name, texts, head.name)
+        return changes
 
     @staticmethod
-    def _read_script(spec: GatewaySpec, collector: CollectorSpec | None, framing: Framing) -> str:
+    def _read_script(spec: GatewaySpec, framing: Framing) -> str:
         files = " ".join(q(path) for path in spec.tls_paths) if spec.tls else ""
         inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
                    "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
@@ -139,7 +139,6 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
                                       "cut -d' ' -f1")] if spec.tls else []),
             framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
-            *collector_sections(collector, framing),
             "true"])
 
     def apply(self, ctx: ClusterContext, changes: list[Change[GatewayAction]]) -> None:
@@ -147,11 +146,6 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         spec = head_gateway(head)
         key = api_key(ctx.inventory, create=True)
         actions: set[GatewayAction | None] = {c.payload for c in changes}
-        # the collector first: the gateway's /metrics is it
-        apply_collector(head, collector_spec(ctx.inventory, head.state_dir()), set(actions))
-        if not actions & {"key", "config", "create", "start", "reload"}:
-            head.invalidate()
-            return
         head.must(f"install -d -m 700 {q(spec.config_dir)}", f"making {spec.config_dir}")
         head.transport.put(spec.router_path, spec.router(), mode=0o600)
         tls = head_tls(ctx.inventory)
@@ -199,10 +193,12 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
 class GatewayRemoveTask(Task[NodeContext, str]):
     name = "serve.gateway_remove"
     phase = "container"
-    description = "stop and remove the cluster's gateway container and its figures collector, and the gateway's files"
-    checks = (f"whether a {GATEWAY_CONTAINER} or {COLLECTOR_CONTAINER} container labelled with this cluster exists "
-              "on the node, and whether the gateway's folder (its config with the API key, serve.tls's key) is there")
-    changes = (f"`docker stop -t 0 NAME; docker rm -f NAME` for {GATEWAY_CONTAINER} and {COLLECTOR_CONTAINER}; "
+    description = ("stop and remove the cluster's gateway container and its worlds' figures collectors, and the "
+                   "gateway's files")
+    checks = (f"whether a {GATEWAY_CONTAINER} or {COLLECTOR_CONTAINER} container (any world's) labelled with this "
+              "cluster exists on the node, and whether the gateway's folder (its config with the API key, "
+              "serve.tls's key) is there")
+    changes = (f"`docker stop -t 0 NAME; docker rm -f NAME` for {GATEWAY_CONTAINER} and each {COLLECTOR_CONTAINER}; "
                "the gateway's folder removed")
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
@@ -210,8 +206,10 @@ class GatewayRemoveTask(Task[NodeContext, str]):
         folder = gateway_dir(ctx.state_dir())
         found = ctx.run(f"docker ps -a --format '{{{{.Names}}}}' --filter label={label} 2>/dev/null; "
                         f"[ -d {q(folder)} ] && echo {FOLDER_FOUND}", timeout=30).stdout.split()
-        out = [Change(f"remove the {what} container {name}", payload=name) for name, what in
-               ((GATEWAY_CONTAINER, "gateway"), (COLLECTOR_CONTAINER, "figures collector")) if name in found]
+        out = [Change(f"remove the gateway container {name}", payload=name) for name in found
+               if name == GATEWAY_CONTAINER]
+        out += [Change(f"remove the figures collector container {name}", payload=name) for name in found
+                if is_collector(name)]
         if FOLDER_FOUND in found:
             out.append(Change(f"remove the gateway's files {folder} (the API key, serve.tls's key)",
                               payload=FOLDER_FOUND))
