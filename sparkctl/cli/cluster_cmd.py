@@ -40,7 +40,7 @@ def plan(file: str, as_json: bool, verbose: int) -> None:
     from sparkctl.plan import plan_cluster
     from sparkctl.runs.playbooks import bootstrap_graph
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     planned = plan_cluster(inventory)
     recorded = recorded_deployments(inventory)
     if as_json:
@@ -54,7 +54,7 @@ def plan(file: str, as_json: bool, verbose: int) -> None:
 @run_options
 def bootstrap_command(file: str, **params) -> None:
     """Set up the cluster, or repair it: rerunning changes only what drifted (a second run changes nothing)."""
-    inventory = load(file, several=True)
+    inventory = load(file)
     request = build_request(params)
     with early_opening("bootstrap", inventory, request, graph=_bootstrap_graph) as opening:
         from sparkctl.runs.rollback import bootstrap_or_roll_back
@@ -99,7 +99,7 @@ def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int
     from sparkctl.cli.status_view import HEADERS, bench_lines, status_cells, status_nodes
     from sparkctl.runs.status import cluster_status
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     found = cluster_status(inventory, csv_set(limit), forks)
     nodes = status_nodes(inventory, found.facts, found.unreachable, found.spec_hashes, found.hostfile, found.shown)
     exit_status = ExitStatus.UNREACHABLE if any(not n["reachable"] for n in nodes) else ExitStatus.SUCCESS
@@ -122,7 +122,7 @@ def status(file: str, limit: str | None, forks: int, as_json: bool, verbose: int
 @run_options
 def down(file: str, network: bool, **params) -> None:
     """Stop and remove the containers (and with --network, restore the network and keys as they were)."""
-    inventory = load(file, several=True)
+    inventory = load(file)
     request = build_request(params)
     with early_opening("down", inventory, request, graph=lambda: _down_graph(network)) as opening:
         from sparkctl.runs.bootstrap import journaled_run

@@ -133,7 +133,7 @@ def doctor_command(file: str | None, list_ids: bool, as_json: bool, fix: bool, b
         raise click.UsageError("Missing argument 'FILE'.")
     if bundle_path == STDOUT and as_json:
         raise BadInput("--bundle - and --json both want stdout", hint="write the bundle to a file")
-    inventory = load(file, warn=not as_json, several=True)
+    inventory = load(file, warn=not as_json)
     request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
                             become_password=become_password(ask_become_pass, become_password_file))
     console = Console(stderr=as_json or bundle_path == STDOUT, highlight=False, soft_wrap=True)

@@ -28,7 +28,7 @@ def inventory_group() -> None:
 @verbose_option
 def validate(file: str, as_json: bool, verbose: int) -> None:
     """Check FILE and report every problem at once (file:line: field: what, and what to do)."""
-    inv = load(file, warn=not as_json, several=True)
+    inv = load(file, warn=not as_json)
     several = len(inv.serve.models or []) > 1
     if as_json:
         extra = {"models": [placement_data(m) for m in inv.served_models()]} if several else {}

@@ -98,17 +98,9 @@ def _run_option_list() -> list[tuple[str, Callable]]:
     ]
 
 
-def load(file: str, warn: bool = True, several: bool = False) -> Inventory:
-    """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr.
-    `several`: the command works with every world of serve.models (else it takes an inventory of one world)."""
+def load(file: str, warn: bool = True) -> Inventory:
+    """The inventory of a command, its warnings (what loaded but is most likely a mistake) on stderr."""
     inventory = load_inventory(file)
-    worlds = inventory.worlds() if inventory.serve.models else []
-    if len(worlds) > 1 and not several:
-        raise BadInput(f"{inventory.where('serve', 'models')}: serve.models: {len(worlds)} worlds: this command "
-                       "works with one world per cluster in this release (cluster bootstrap, plan, status and down, "
-                       "doctor, top, serve status, logs, chat, bench, key, stop and rollback, and inventory validate "
-                       "work with several)",
-                       hint="keep one entry for this command")
     for line in inventory.warnings if warn else ():
         click.echo(f"sparkctl: warning: {line}", err=True)
     return inventory

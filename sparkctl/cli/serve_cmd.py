@@ -58,7 +58,7 @@ def status(file: str, as_json: bool, verbose: int) -> None:
     """Endpoint, model, health, uptime and acceptance length (exit 1 when it is not healthy)."""
     from sparkctl.runs.serve_ops import serve_status
 
-    report = serve_status(load(file, several=True))
+    report = serve_status(load(file))
     exit_status = ExitStatus.SUCCESS if report.healthy else ExitStatus.TASK_FAILED
     if as_json:
         report_line("serve status", exit_status, healthy=report.healthy, rows=dict(report.rows))
@@ -78,7 +78,7 @@ def key(file: str, rotate: bool, as_json: bool, verbose: int) -> None:
     """Print the endpoint's API key (clients send `Authorization: Bearer <key>`); --rotate replaces it."""
     from sparkctl.runs.serve_ops import endpoint_key, rotate_key
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     if inventory.serve.auth == "none":
         raise BadInput(f"{file}: serve.auth is none: the endpoint takes no key",
                        hint="remove `auth: none` from serve: and run `sparkctl cluster bootstrap` to lock it")
@@ -106,7 +106,7 @@ def rollback(file: str, **params) -> None:
     switches to what it names again."""
     from sparkctl.runs.rollback import roll_back
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     rolled = roll_back(inventory, build_request(params), lambda: run_view(params))
     sys.exit(int(rolled.result.exit_status()))
 
@@ -125,7 +125,7 @@ def logs(file: str, follow: bool, limit: str | None, node: str | None, lines: in
     """The server's log (run/serve/serve.log on the world's head); on another node (--limit), its container's log."""
     from sparkctl.runs.serve_ops import connected, follow_log, read_log, world_of
 
-    whole = load(file, several=True)
+    whole = load(file)
     inventory = world_of(whole, model)
     limit = limit or node
     chosen = csv_set(limit) or set()
@@ -159,7 +159,7 @@ def chat(file: str, prompt: str, max_tokens: int, model: str | None, verbose: in
     """One chat completion, streamed as it is generated."""
     from sparkctl.runs.serve_ops import endpoint_client
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     with endpoint_client(inventory, timeout=600, model=model) as client:
         if not client.streams:
             click.echo(f"(not reachable from here: asking {client.base_url}, not streamed)", err=True)
@@ -212,7 +212,7 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
         raise BadInput(f"--concurrency: {exc}") from exc
     if output is not None and output != STDOUT:
         check_writable(output, "--output")
-    inventory = load(file, warn=not as_json, several=True)
+    inventory = load(file, warn=not as_json)
     name = served_name(inventory, model)
     served = next(m for m in inventory.served_models() if name in (m.name, *m.aliases))
     # the endpoint's /metrics is the first model's engine's: another model's acceptance is not read
@@ -272,7 +272,7 @@ def stop(file: str, as_json: bool, verbose: int) -> None:
     """
     from sparkctl.runs.serve_ops import stop_server
 
-    inventory = load(file, several=True)
+    inventory = load(file)
     result = stop_server(inventory)
     if as_json:
         report_line("serve stop", ExitStatus.SUCCESS, stopped_pid=result.pid, leftovers=result.leftovers,

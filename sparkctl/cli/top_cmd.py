@@ -130,7 +130,7 @@ def top_command(file: str, interval: float, once: bool, limit: str | None, forks
     from sparkctl.runs.top import open_top
 
     address = _address(serve_metrics)
-    inventory = load(file, several=True)
+    inventory = load(file)
     with open_top(inventory, limit=csv_set(limit), forks=forks, interval=interval) as top:
         exporter = None
         if address is not None:

@@ -1,6 +1,6 @@
 """`sparkctl top --serve-metrics HOST:PORT`: the same figures as the view, in the Prometheus exposition format,
 written by the official client library (prometheus_client) from the latest refresh, labelled by cluster, node and
-interface."""
+interface, and the serving figures by engine and model (every world's, with several)."""
 
 from __future__ import annotations
 
@@ -83,12 +83,15 @@ class FrameCollector(Collector):
                         family.add_metric([cluster, node.node, link.interface, link.role,
                                            "1" if link.nccl else "0"], float(value))
             yield family
-        serving = frame.serving or {}
+        # with several worlds, each one's figures by its model's name (empty for the one world of a cluster)
+        worlds = frame.worlds or ([frame.serving] if frame.serving else [])
         for field, (name, text) in SERVING_GAUGES.items():
-            family = GaugeMetricFamily(f"{PREFIX}_{name}", text, labels=["cluster", "engine"])
-            value = serving.get(field)
-            if value is not None:
-                family.add_metric([cluster, str(serving.get("engine", ""))], float(value))
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", text, labels=["cluster", "engine", "model"])
+            for world in worlds:
+                value = world.get(field)
+                if value is not None:
+                    family.add_metric([cluster, str(world.get("engine", "")), str(world.get("model", ""))],
+                                      float(value))
             yield family
 
 

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
+import subprocess
 import tarfile
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from sparkctl.inventory import load_inventory
 from sparkctl.plan.serve_unit import LOOPING_RUNS, failing_early, parse_exits, parse_show, show_command
@@ -171,3 +177,28 @@ def written_places(lab, env: dict[str, str], inventory: str, outputs: list[str],
         places[f"{n.name} docker inspect"] = sh(lab, n.name, "docker inspect sparkctl-gateway 2>/dev/null; true")
     assert any(k.startswith("bundle") for k in places) and any(k.startswith("journal") for k in places)
     return places
+
+
+def exporter_samples(inventory: str, env: dict[str, str]) -> list[Sample]:
+    """`top --serve-metrics` on a free port: the samples of its first scrape after a refresh."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    top = subprocess.Popen(["sparkctl", "top", inventory, "--json", "--interval", "1", "--serve-metrics",
+                            f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert top.stdout is not None and '"event": "top"' in top.stdout.readline()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        top.terminate()
+        top.wait(timeout=30)
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def summed(samples: list[Sample]) -> dict[str, float]:
+    """Each metric's samples added up."""
+    sums: dict[str, float] = {}
+    for sample in samples:
+        sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums

@@ -267,7 +267,7 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
                  "model.fetch", "model.verify", "serve.config", "serve.unit")
     head = lab_pair.nodes[0].name
     assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {
-        (t, head) for t in ("serve.switch", "serve.launch", "serve.gateway", "serve.record")}
+        (t, head) for t in ("serve.switch", "serve.launch", "serve.collector", "serve.gateway", "serve.record")}
 
 
 def host_of(lab) -> str:

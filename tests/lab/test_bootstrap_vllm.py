@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl.cli.json_schema import validate_line
 from sparkctl.inventory import load_inventory
@@ -37,7 +35,7 @@ from tests.lab.ranks_kit import (
     trtllm_inventory,
     unit_state,
 )
-from tests.lab.serve_kit import VLLM_SEEDS
+from tests.lab.serve_kit import VLLM_SEEDS, exporter_samples, summed
 
 pytestmark = pytest.mark.lab
 
@@ -249,7 +247,7 @@ def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_p
     try:
         time.sleep(2)  # under way
         code, events, output = sparkctl(["top", inventory, "--once", "--json", "--interval", "2"], env)
-        exported = _scrape_exporter(inventory, env)
+        exported = summed(exporter_samples(inventory, env))
     finally:
         bench.terminate()  # it only has to outlast the readings
         bench.wait(timeout=60)
@@ -268,27 +266,6 @@ def test_top_during_a_bench_shows_the_work_where_nccl_says_it_runs(served, tmp_p
     assert fabric > management, worker
     assert exported["sparkctl_serve_generation_tokens_per_second"] > 0
     assert exported["sparkctl_node_up"] == 2.0
-
-
-def _scrape_exporter(inventory: str, env: dict[str, str]) -> dict[str, float]:
-    """`top --serve-metrics` on a free port: its first scrape after a refresh, summed per metric."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    top = subprocess.Popen(["sparkctl", "top", inventory, "--json", "--interval", "1", "--serve-metrics",
-                            f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert top.stdout is not None and '"event": "top"' in top.stdout.readline()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-    finally:
-        top.terminate()
-        top.wait(timeout=30)
-    sums: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
-    return sums
 
 
 def test_ray_as_the_executor_starts_a_ray_node_per_serving_node_and_serves(served, tmp_path):

@@ -2,8 +2,9 @@
 OpenMPI, real NGINX): a TP=2 world on spark1 and spark2 and a one-node world on spark3, one endpoint, one key. Each
 world's mpirun runs in its head's container on its own nodes; each world has its figures collector on its head,
 beside its engine (trtllm-serve's /metrics empties on read): the one on spark3 on spark3's fabric address, where its
-watchdog, top and the gateway read it. doctor finds the one-node world's collector stopped, named by its model, and
-bootstrap starts it again; a rerun changes nothing; cluster down removes every world's unit and collector.
+watchdog, top and the gateway read it. fabric bench measures the cluster's fabric beside them. doctor finds the
+one-node world's collector stopped, named by its model, and bootstrap starts it again; a rerun changes nothing;
+cluster down removes every world's unit and collector.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import urllib.request
 import pytest
 import yaml
 
+from sparkctl.cli.json_schema import validate_line
 from sparkctl.lab.image import image_ref
 from tests.lab.doctor_kit import doctor, problems
 from tests.lab.lab_kit import HF_TOKEN, changed, sh, sparkctl
 from tests.lab.ranks_kit import engine_inventory, run
+from tests.lab.serve_kit import exporter_samples
 
 pytestmark = pytest.mark.lab
 
@@ -116,13 +119,17 @@ def test_each_world_s_collector_runs_on_its_head_beside_its_engine_and_counts_it
     assert f"--metrics http://{address}:18358/metrics" in watchdog, watchdog
 
 
-def test_top_shows_each_world_s_collected_figures(served):
+def test_top_and_its_prometheus_endpoint_show_each_world_s_collected_figures(served):
     code, events, output = sparkctl(["top", served["inventory"], "--once", "--json", "--interval", "1"], served["env"])
     assert code == 0, output[-2000:]
     (frame,) = [e for e in events if e["event"] == "top"]
     assert [(w["model"], w["metrics_status"]) for w in frame["worlds"]] == [("qwen", 200), ("oss", 200)], frame
     code, _events, output = sparkctl(["serve", "status", served["inventory"]], served["env"])
     assert code == 0 and "model oss   on spark3: 200 OK; unit sparkctl-serve-" in output, output
+    # the Prometheus endpoint carries each world's row, by its model
+    running = {s.labels["model"] for s in exporter_samples(served["inventory"], served["env"])
+               if s.name == "sparkctl_serve_requests_running"}
+    assert running == {"qwen", "oss"}, running
 
 
 def test_doctor_finds_a_world_s_collector_down_by_its_model_and_bootstrap_starts_it(served):
@@ -142,6 +149,19 @@ def test_doctor_finds_a_world_s_collector_down_by_its_model_and_bootstrap_starts
 def test_a_rerun_changes_nothing(served):
     events = run(served["inventory"], served["env"], "cluster", "bootstrap")
     assert changed(events) == set(), changed(events)
+
+
+def test_fabric_bench_measures_the_cluster_of_several_worlds(served):
+    """The fabric is the cluster's whatever it serves: every ring link over RDMA, and NCCL's all-reduce across every
+    node's container (the cluster's hostfile), the worlds serving beside it."""
+    code, events, output = sparkctl(["fabric", "bench", served["inventory"], "--json", "--nccl-max", "1M",
+                                     "--no-record"], served["env"], timeout=600)
+    assert code in (0, 1), output[-3000:]
+    (report,) = [e for e in events if e.get("report") == "fabric bench"]
+    validate_line(report)
+    assert len(report["links"]) == 3 and all(link["gbps"] for link in report["links"]), report["links"]
+    assert report["nccl"] and not report["nccl"].get("error") and report["nccl"]["ranks"] == 3, report["nccl"]
+    assert chat(served, "oss")[0] == 200 and chat(served, "qwen")[0] == 200
 
 
 def test_cluster_down_removes_every_world_s_unit_and_collector(served):

@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
-from sparkctl.exitcodes import ExitStatus
 from sparkctl.inventory import dump_inventory, load_inventory
 from sparkctl.inventory.model import SeveralModels
 from sparkctl.plan.fabric import plan_fabric
@@ -207,9 +206,6 @@ def test_validate_shows_the_placement_and_the_plan_serves_every_tensorrt_llm_wor
     assert collectors == ["--- figures collector sparkctl-collector on spark1",
                           "--- figures collector sparkctl-collector--gpt-oss on spark3",
                           "--- figures collector sparkctl-collector--gpt-oss-2 on spark4"]
-    fabric = runner.invoke(cli, ["fabric", "bench", path])
-    assert fabric.exit_code == ExitStatus.BAD_INPUT
-    assert "inv.yaml:9: serve.models: 3 worlds: this command works with one world per cluster" in fabric.output
 
 
 def test_every_problem_of_several_entries_at_once(inv_file):

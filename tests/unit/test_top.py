@@ -106,6 +106,28 @@ def test_the_exporter_serves_the_same_figures_in_prometheus_format():
                                                                               "node": "spark1"}
 
 
+def test_the_exporter_carries_every_world_s_figures_by_its_model():
+    several = frame()
+    assert several.serving is not None
+    several.worlds = [{"model": "llama", **several.serving},
+                      {"model": "oss #2", **several.serving, "generation_tps": 40.0, "acceptance": None}]
+    collector = FrameCollector()
+    collector.update(several)
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    generated = {s.labels["model"]: s.value for s in families["sparkctl_serve_generation_tokens_per_second"].samples}
+    assert generated == {"llama": 96.5, "oss #2": 40.0}
+    assert [s.labels["model"] for s in families["sparkctl_serve_speculative_acceptance_ratio"].samples] == ["llama"]
+    # the one world of a cluster: no model's name
+    collector.update(frame())
+    (sample,) = [s for f in text_string_to_metric_families(generate_latest(registry).decode())
+                 if f.name == "sparkctl_serve_generation_tokens_per_second" for s in f.samples]
+    assert sample.labels == {"cluster": "spark-pair", "engine": "vllm", "model": ""}
+
+
 def test_the_exporter_listens_where_asked_and_answers_a_scrape():
     collector, port = serve_metrics("127.0.0.1", 0)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
