@@ -6,7 +6,8 @@ Run as root: `python benchmarks/scale.py [--shapes 2pair,4ring,4switch,8ring,8sw
 outside the timing) and torn down at the end. Each figure is the wall time of the real `sparkctl` command as a user
 runs it (start-up with sparkctl's bytecode compiled as an install has it, connecting, every phase, the closing
 line), median of --repeat runs for the no-op rerun and doctor; "mem MB" is the largest peak RSS of those sparkctl
-processes. `--serve` adds a pair that also serves (the lab's TensorRT-LLM stand-in) to show the serve phases' share
+processes, and on the 2- and 4-node rows each node's own share of a no-op (its CPU and the tasks started in it).
+`--serve` adds a pair that also serves (the lab's TensorRT-LLM stand-in) to show the serve phases' share
 of a no-op rerun. `--verify-runs N` then runs `cluster bootstrap --reprove` N times in a row on every lab (every
 mesh pair and the MPI probe proven again, nothing taken from the record) and counts the clean ones: exit 0, nothing
 changed, no warning from verify.fabric. `--drift` then seeds three drifts at once on every lab, with the mesh proofs
@@ -51,6 +52,9 @@ class Figure:
     peak_kb: int = 0
     busiest_node_cpu: list[float] = field(default_factory=list)  # per run: the most CPU one node's cgroup used
     controller_cpu: list[float] = field(default_factory=list)    # per run: the sparkctl process's own CPU
+    #: per run: each node's CPU (its cgroup) and the tasks (processes and threads) started in it
+    node_cpu: list[dict[str, float]] = field(default_factory=list)
+    node_tasks: list[dict[str, int]] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
     exits: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -87,10 +91,23 @@ def node_cpu_seconds(lab) -> dict[str, float]:
     return used
 
 
+def node_last_pids(lab) -> dict[str, int]:
+    """The last PID each node's own PID namespace gave out (ns_last_pid, read from inside it): PIDs are given out in
+    turn, so two reads a command apart tell how many tasks (processes and threads) it started on the node. The read
+    itself is one task (its `cat`)."""
+    last = {}
+    for record in lab.state.nodes:
+        read = lab.exec(record.name, "cat /proc/sys/kernel/ns_last_pid")
+        with contextlib.suppress(ValueError):
+            last[record.name] = int(read.stdout.strip())
+    return last
+
+
 def run(argv: list[str], figure: Figure, env: dict[str, str], lab=None) -> str:
-    """Run one sparkctl command, adding its wall time, peak RSS and CPU (wait4's rusage of that child) and the
-    busiest node's CPU during it to figure."""
+    """Run one sparkctl command, adding its wall time, peak RSS and CPU (wait4's rusage of that child) and each
+    node's CPU and tasks during it to figure."""
     figure.loads.append(load1())
+    pids = node_last_pids(lab) if lab is not None else {}
     before = node_cpu_seconds(lab) if lab is not None else {}
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as errors:
@@ -104,7 +121,10 @@ def run(argv: list[str], figure: Figure, env: dict[str, str], lab=None) -> str:
     figure.controller_cpu.append(usage.ru_utime + usage.ru_stime)
     if lab is not None:
         after = node_cpu_seconds(lab)
-        figure.busiest_node_cpu.append(max((after[n] - before.get(n, after[n]) for n in after), default=0.0))
+        figure.node_cpu.append({n: after[n] - before.get(n, after[n]) for n in after})
+        figure.busiest_node_cpu.append(max(figure.node_cpu[-1].values(), default=0.0))
+        # the read after counts its own `cat`
+        figure.node_tasks.append({n: last - pids[n] - 1 for n, last in node_last_pids(lab).items() if n in pids})
     figure.exits.append(os.waitstatus_to_exitcode(status))
     figure.loads.append(load1())
     if figure.exits[-1] != 0:
@@ -307,11 +327,21 @@ def print_table(rows: list[dict]) -> None:
             print(f"  {r['shape']}: no-op {statistics.median(noop.controller_cpu):.2f} / "
                   f"{statistics.median(noop.busiest_node_cpu):.2f}; doctor {statistics.median(doc.controller_cpu):.2f}"
                   f" / {statistics.median(doc.busiest_node_cpu):.2f}")
+    print("  each node's share of a no-op rerun, median: CPU s and tasks started (processes and threads; the head "
+          "first, it also runs the smoke test)")
+    for r in rows:
+        noop = r["noop"]
+        if noop.node_cpu and r["nodes"] <= 4:
+            shares = [f"{node} {statistics.median(run[node] for run in noop.node_cpu):.2f} s, "
+                      f"{statistics.median(run[node] for run in noop.node_tasks):.0f} tasks"
+                      for node in noop.node_cpu[0] if all(node in run for run in noop.node_tasks)]
+            print(f"  {r['shape']}: controller {statistics.median(noop.controller_cpu):.2f} s; " + "; ".join(shares))
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)
     sixteen = next((r for r in rows if r["nodes"] == 16 and r["topology"] == "switch"), None)
-    print("targets (issues 15, 27): 2-node no-op <= 1.0 s; 16-node switch no-op <= 2x the 2-node one; the "
-          "controller's CPU for doctor on 16 <= 2x on 2; 0 changed on a rerun; 0 doctor errors; memory < 150 MB")
+    print("targets (issues 15, 27, 37): 2-node no-op <= 1.0 s; 16-node switch no-op <= 2x the 2-node one; the "
+          "controller's CPU for doctor on 16 <= 2x on 2; 0 changed on a rerun; 0 doctor errors; memory < 150 MB; "
+          "a serving pair's no-op: the worker <= 80 tasks and 0.35 s of CPU, the head <= 120 and 0.6 s")
     if two:
         print(f"  2-node no-op {two['noop'].median:.2f} s" + (f", with serve {two_serve['noop'].median:.2f} s"
                                                                if two_serve else ""))

@@ -159,7 +159,8 @@ def test_fabric_bench_measures_the_cluster_of_several_worlds(served):
     assert code in (0, 1), output[-3000:]
     (report,) = [e for e in events if e.get("report") == "fabric bench"]
     validate_line(report)
-    assert len(report["links"]) == 3 and all(link["gbps"] for link in report["links"]), report["links"]
+    # the ring's three cables, each with its two twins
+    assert len(report["links"]) == 6 and all(link["gbps"] for link in report["links"]), report["links"]
     assert report["nccl"] and not report["nccl"].get("error") and report["nccl"]["ranks"] == 3, report["nccl"]
     assert chat(served, "oss")[0] == 200 and chat(served, "qwen")[0] == 200
 
