@@ -334,7 +334,8 @@ def print_table(rows: list[dict]) -> None:
         if noop.node_cpu and r["nodes"] <= 4:
             shares = [f"{node} {statistics.median(run[node] for run in noop.node_cpu):.2f} s, "
                       f"{statistics.median(run[node] for run in noop.node_tasks):.0f} tasks"
-                      for node in noop.node_cpu[0] if all(node in run for run in noop.node_tasks)]
+                      for node in noop.node_cpu[0]
+                      if all(node in run for run in noop.node_tasks) and all(node in run for run in noop.node_cpu)]
             print(f"  {r['shape']}: controller {statistics.median(noop.controller_cpu):.2f} s; " + "; ".join(shares))
     two = next((r for r in rows if r["nodes"] == 2 and not r["serve"]), None)
     two_serve = next((r for r in rows if r["nodes"] == 2 and r["serve"]), None)

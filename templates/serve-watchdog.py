@@ -4,8 +4,8 @@ world").
 The failure the field reports most is not a dead process: /health and /v1/models keep answering 200 while no token
 comes out (an all-reduce that never returns, a scheduler that stopped). The tell is the engine's own counter of
 generated tokens frozen while requests are running. So, every few seconds, this reads the figures every reader
-shares (the gateway's /metrics: the engine's Prometheus text, or the collector's for TensorRT-LLM) on the head's
-loopback, and judges the world stuck when
+shares (the engine's Prometheus text, or its world's collector's for TensorRT-LLM) where the world's engine answers
+(the head's loopback, or the world head's fabric address), and judges the world stuck when
 - requests are running and the generated-token counter has not moved for --stall-s, or
 - no request is running and a one-token completion sent to the engine's own port (the canary, every --canary-s,
   never while the engine is busy) gets no token within --canary-deadline-s.

@@ -252,8 +252,9 @@ SERVE_TLS_ENDING = _person("serve.tls_ending", "warning", "serve", "the endpoint
                            "serve.tls at it and rerun bootstrap")
 SERVE_TLS_STALE = _by("serve.tls_stale", "error", "serve", "the gateway serves another certificate than the one "
                       "serve.tls names", "serve")
-SERVE_COLLECTOR_DOWN = _by("serve.collector_down", "error", "serve", "the figures collector on the head does not "
-                           "run: the gateway's /metrics, top, serve status and serve bench have no figures", "serve")
+SERVE_COLLECTOR_DOWN = _by("serve.collector_down", "error", "serve", "a world's figures collector on its head does "
+                           "not run: its watchdog and its row of top have no figures (the first world's: the "
+                           "gateway's /metrics, serve status and serve bench neither)", "serve")
 SERVE_DEGENERATE = _person("serve.degenerate", "error", "serve", "the server answers with degenerate output",
                            "inventory", "a release with the Eagle3 SM12x fix, or serve.decoding: none, is the "
                            "inventory's")

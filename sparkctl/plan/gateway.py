@@ -1,8 +1,9 @@
 """PURE: the gateway on the head, in front of the engine: NGINX (docs/gateway.md) in its own container, host
 network, `--restart unless-stopped`. It answers on the addresses serve.listen names (default: the head's
 management address, the one sparkctl's session reaches) and on the head's loopback, at the serve port, checks the
-key on every path but /health, and passes requests, streams included, to the engine, which answers on the head's
-loopback alone, at its own port (serve.engine_port). Its config holds the key: a 0600 file in the
+key on every path but /health, and passes each request, streams included, to the world of the model it names, whose
+engine answers at its own port (serve.engine_port) on the head's loopback alone, or, off the head, on that node's
+fabric address. Its config holds the key: a 0600 file in the
 head's state dir, mounted read-only (the folder, so a new file replacing the old is what NGINX reads on reload).
 """
 

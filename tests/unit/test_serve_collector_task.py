@@ -14,7 +14,7 @@ from sparkctl.plan import plan_cluster
 from sparkctl.plan.collector import collector_script, collector_spec, is_collector
 from sparkctl.plan.gateway import gateway_spec
 from sparkctl.plan.trtllm import TrtllmLaunch
-from sparkctl.taskgraph.task import Change
+from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.container.retire import ContainerRetireTask
 from sparkctl.tasks.serve.collector import ServeCollectorTask
 from sparkctl.tasks.serve.gateway import GatewayRemoveTask
@@ -40,6 +40,7 @@ serve:
     - {preset: qwen3-235b-eagle3, nodes: [spark1, spark2]}
     - {preset: gpt-oss-120b-eagle3, name: oss, nodes: [spark3]}
 """
+KEY = "k3y-0f-the-endpoint_AbCdEfGhIjKlMnOpQrStUvWxYz012"
 SCRIPT_SHA = hashlib.sha256(collector_script().encode()).hexdigest()
 
 
@@ -226,3 +227,45 @@ def _write(tmp_path, text: str):
 
 def _hostfile_hosts(plan) -> list[str]:
     return [line.split()[0] for line in plan.hostfile.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_gateway_s_metrics_are_the_first_world_s_collector_wherever_it_runs(tmp_path):
+    """The first model placed off the cluster's head: the gateway's /metrics goes to its collector over the fabric."""
+    first_off_head = THREE.replace("    - {preset: qwen3-235b-eagle3, nodes: [spark1, spark2]}\n", "") + \
+        "    - {preset: qwen3-235b-eagle3, nodes: [spark1, spark2]}\n"
+    inv = load_inventory(str(_write(tmp_path, first_off_head)))
+    kit = kit_of(inv)
+    plan = plan_cluster(inv, kit.cluster.facts_by_node())
+    ((node, first), _) = planned(inv, kit)
+    assert (node, first.host) == ("spark3", plan.hosts[""]) and first.host != "127.0.0.1"
+    spec = gateway_spec(inv, spark_facts("spark1"), "/st", hosts=plan.hosts)
+    assert (spec.metrics_host, spec.metrics_port) == (first.host, first.port)
+    assert f"proxy_pass http://{first.host}:{first.port};" in spec.config(KEY)
+
+
+def test_two_worlds_on_one_head_write_the_script_once_and_one_failing_does_not_stop_the_other(tmp_path):
+    text = THREE.replace("nodes: [spark3]}", "nodes: [spark1]}").replace(
+        "{preset: gpt-oss-120b-eagle3", "{model: nvidia/Llama-3.1-8B-Instruct-FP4, engine: trtllm")
+    inv = load_inventory(str(_write(tmp_path, text)))
+    kit = kit_of(inv)
+    (_, first), (node, other) = planned(inv, kit)
+    assert node == "spark1" and other.container == "sparkctl-collector--oss"
+    answering(kit, "spark1", "", {"sparkctl-collector": "", "sparkctl-collector--oss": ""})
+    task = ServeCollectorTask()
+    changes = task.check(kit.cluster)
+    assert [c.payload for c in changes] == [("sparkctl-collector", "script"), ("sparkctl-collector", "create"),
+                                            ("sparkctl-collector--oss", "create")]
+    # the first one's `docker run` fails: the other is still made, and the failure is the task's
+    kit.transport("spark1").respond(r"docker run -d --name sparkctl-collector --", "", exit_code=125)
+    with pytest.raises(TaskFailed, match="docker run sparkctl-collector"):
+        task.apply(kit.cluster, changes)
+    ran = [c.target for c in kit.transport("spark1").calls if c.kind == "run"]
+    assert any(c.startswith("docker run -d --name sparkctl-collector--oss ") for c in ran), ran
+
+
+def test_an_inventory_that_serves_nothing_leaves_the_collectors_with_what_serves(tmp_path):
+    bare = load_inventory(str(_write(tmp_path, PAIR.replace("serve: {preset: qwen3-235b-eagle3}\n", ""))))
+    kit = kit_of(bare)
+    kit.transport("spark1").respond(r"docker ps -a", framed([("labelled", "trtllm-multinode\nsparkctl-gateway\n"
+                                                                          "sparkctl-collector\nvllm-multinode")]))
+    assert [c.payload for c in ContainerRetireTask().check(kit.node("spark1"))] == ["vllm-multinode"]

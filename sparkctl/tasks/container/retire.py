@@ -4,13 +4,13 @@ after serve.engine changed, one renamed in container.name): they would hold GPU 
 What is this cluster's is what sparkctl labelled so (sparkctl.cluster=<cluster>); the planned container, the
 gateway and the figures collectors of the worlds headed on the node stay (serve.gateway and serve.collector keep
 them as planned); a collector no world plans here any more (the engine keeps its own counters now, the world was
-removed or moved) goes. Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its
-facts.
+removed or moved) goes, unless the inventory serves nothing (what serves is then left as it is, the gateway too).
+Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its facts.
 """
 
 from __future__ import annotations
 
-from sparkctl.plan.collector import collector_name
+from sparkctl.plan.collector import collector_name, is_collector
 from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.serve import collector_port
@@ -53,8 +53,11 @@ class ContainerRetireTask(Task[NodeContext, str]):
         script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
         found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
         keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, *planned_collectors(ctx)}
+        # an inventory that serves nothing leaves what serves as it is (its units, the gateway): the collectors too
+        serving = serving_enabled(ctx.inventory)
         return [Change(f"remove container {name}: this cluster's, no longer in the inventory", payload=name)
-                for name in found.get("labelled", "").split() if name not in keep]
+                for name in found.get("labelled", "").split()
+                if name not in keep and (serving or not is_collector(name))]
 
     def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         try:

@@ -18,7 +18,7 @@ from typing import Literal
 from sparkctl.plan.collector import CollectorSpec, collector_script, collector_spec
 from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
 from sparkctl.rules.serving import serving_enabled
-from sparkctl.taskgraph.task import Change, Scope, Task
+from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.worlds import cluster_worlds, world_launch
@@ -55,15 +55,20 @@ def read_script(specs: list[CollectorSpec], framing: Framing) -> str:
         "true"])
 
 
+def script_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
+    """The script every collector on a node runs, from the node's read: written once (`spec`: the node's first)."""
+    if texts.get(SCRIPT_SECTION, "").strip() == hashlib.sha256(collector_script().encode()).hexdigest():
+        return []
+    return [Change(f"write the figures collector's script on {head} ({spec.script_path})", node=head,
+                   payload=(spec.container, "script"))]
+
+
 def collector_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
-    """What one collector needs, from its node's read (`texts`, by section)."""
+    """What one collector's container needs, from its node's read (`texts`, by section)."""
     inspected = texts.get(spec.container, "").split()
     running = inspected[:1] == ["true"]
     label, _owner, policy = (inspected + ["", "", "", ""])[1:4]
     changes: list[Change[CollectorChange]] = []
-    if texts.get(SCRIPT_SECTION, "").strip() != hashlib.sha256(collector_script().encode()).hexdigest():
-        changes.append(Change(f"write the figures collector's script on {head} ({spec.script_path})", node=head,
-                              payload=(spec.container, "script")))
     if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
         why = "absent" if not inspected else "made from another spec"
         changes.append(Change(f"run the figures collector {spec.container} on {head} ({why}): the one reader "
@@ -111,18 +116,26 @@ class ServeCollectorTask(Task[ClusterContext, CollectorChange]):
             framing = Framing()
             texts = Framing.texts_of(framing.split(head.read(self.name, read_script(specs, framing), framing,
                                                              timeout=30).stdout))
+            changes += script_changes(specs[0], texts, head.name)
             for spec in specs:
                 changes += collector_changes(spec, texts, head.name)
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change[CollectorChange]]) -> None:
+        """Each collector that changes, in turn; one that fails does not keep the next from being tried (the first
+        failure is raised once all were)."""
         asked: dict[str, set[CollectorAction]] = {}
         for change in changes:
             container, action = change.carried()
             asked.setdefault(container, set()).add(action)
+        failed: list[TaskFailed] = []
         for head, spec in world_collectors(ctx):
             if spec.container in asked:
                 try:
                     apply_collector(head, spec, asked[spec.container])
+                except TaskFailed as exc:
+                    failed.append(exc)
                 finally:
                     head.invalidate()
+        if failed:
+            raise failed[0]
