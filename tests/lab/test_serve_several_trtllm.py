@@ -4,7 +4,8 @@ world's mpirun runs in its head's container on its own nodes; each world has its
 beside its engine (trtllm-serve's /metrics empties on read): the one on spark3 on spark3's fabric address, where its
 watchdog, top and the gateway read it. fabric bench measures the cluster's fabric beside them. doctor finds the
 one-node world's collector stopped, named by its model, and bootstrap starts it again; a rerun changes nothing;
-cluster down removes every world's unit and collector.
+switching the one-node model under a request loop to the TP=2 one loses none of those requests and leaves the TP=2
+world's ranks running; cluster down removes every world's unit and collector.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
@@ -32,6 +35,8 @@ FIRST = {"preset": "qwen3-235b-eagle3", "name": "qwen", "nodes": ["spark1", "spa
          "ready_timeout": 300}
 SECOND = {"preset": "gpt-oss-120b-eagle3", "name": "oss", "nodes": ["spark3"], "fit_check": "warn",
           "ready_timeout": 300}
+SWITCHED = {"model": "nvidia/Llama-3.1-8B-Instruct-FP4", "engine": "trtllm", "name": "small", "nodes": ["spark3"],
+            "ready_timeout": 300}
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +156,43 @@ def test_a_rerun_changes_nothing(served):
     assert changed(events) == set(), changed(events)
 
 
+def test_switching_the_one_node_model_keeps_the_tp2_world_serving_and_its_ranks(served):
+    """Under a steady loop of requests to the TP=2 model, bootstrap switches the one-node world to another model: its
+    mpirun and collector are made again on spark3, not one request to the TP=2 model fails, its mpirun and its rank
+    on spark2 keep their PIDs (a world's leftover ranks are found by its own config file), and a rerun changes
+    nothing."""
+    lab = served["lab"]
+    pids = {node: sh(lab, node, "pgrep -f '[e]xtra_llm_api_options /sparkctl/serve/' | sort").split()
+            for node in ("spark1", "spark2")}
+    assert all(pids.values()), pids
+    results: list[int] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            results.append(chat(served, "qwen")[0])
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        switched = engine_inventory(lab, Path(served["inventory"]).with_name("switched.yaml"),
+                                    {"models": [FIRST, SWITCHED]}, image=image_ref())
+        events = run(switched, served["env"], "cluster", "bootstrap")
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert results and set(results) == {200}, [r for r in results if r != 200][:5]
+    assert {node: sh(lab, node, "pgrep -f '[e]xtra_llm_api_options /sparkctl/serve/' | sort").split()
+            for node in ("spark1", "spark2")} == pids
+    assert ("serve.launch", None) in changed(events)
+    status, answer = chat(served, "small")
+    assert status == 200 and answer["model"] == "small", answer
+    names = sh(lab, "spark3", "docker ps -a --format '{{.Names}}'").split()
+    assert "sparkctl-collector--small" in names and "sparkctl-collector--oss" not in names, names
+    assert changed(run(switched, served["env"], "cluster", "bootstrap")) == set()
+    served["inventory"] = switched
+
+
 def test_fabric_bench_measures_the_cluster_of_several_worlds(served):
     """The fabric is the cluster's whatever it serves: every ring link over RDMA, and NCCL's all-reduce across every
     node's container (the cluster's hostfile), the worlds serving beside it."""
@@ -162,7 +204,7 @@ def test_fabric_bench_measures_the_cluster_of_several_worlds(served):
     # the ring's three cables, each with its two twins
     assert len(report["links"]) == 6 and all(link["gbps"] for link in report["links"]), report["links"]
     assert report["nccl"] and not report["nccl"].get("error") and report["nccl"]["ranks"] == 3, report["nccl"]
-    assert chat(served, "oss")[0] == 200 and chat(served, "qwen")[0] == 200
+    assert chat(served, "small")[0] == 200 and chat(served, "qwen")[0] == 200
 
 
 def test_cluster_down_removes_every_world_s_unit_and_collector(served):
