@@ -21,8 +21,10 @@ import yaml
 
 from sparkctl.errors import Unreachable
 from sparkctl.facts import Address, Facts, Interface, NetplanFile, RoceDevice, facts_from_output
+from sparkctl.facts.model import ContainerInfo
 from sparkctl.inventory import Inventory, load_inventory
 from sparkctl.plan import plan_cluster
+from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.taskgraph.events import Event
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
 from sparkctl.transport.base import CommandResult
@@ -187,6 +189,20 @@ class RecordedNodeContext(NodeContext):
         if isinstance(self.shows, BaseException):  # the node stopped answering
             raise self.shows
         return copy.deepcopy(self.shows)  # reads ahead are not run: each task reads for itself
+
+
+def inspected(kit: Kit, node: str, name: str, line: str) -> None:
+    """`node`'s facts show container `name` as `docker inspect` read it: `line` is "RUNNING LABEL POLICY" ("true
+    <spec hash> unless-stopped"); empty: no such container."""
+    shows = kit.node(node).shows
+    kit.node(node).invalidate()  # facts read before this show it too
+    if not line.split():
+        shows.containers.pop(name, None)
+        return
+    running, label, policy = (line.split() + ["", ""])[:3]
+    shows.containers[name] = ContainerInfo(name, exists=True, running=running == "true",
+                                           status="running" if running == "true" else "exited",
+                                           labels={SPEC_LABEL: label}, restart_policy=policy or None)
 
 
 @dataclass

@@ -37,6 +37,13 @@ def collector_name(names: WorldNames) -> str:
     return COLLECTOR_CONTAINER + names.suffix
 
 
+def collectors_on(inventory: Inventory, node: str) -> list[str]:
+    """The containers of the collectors of the worlds headed on `node` (what serve.collector runs there)."""
+    views = [inventory.for_world(world) for world in inventory.worlds()]
+    return [collector_name(world_names(view)) for view in views
+            if view.serving_nodes()[0] == node and collector_port(view) is not None]
+
+
 def is_collector(container: str) -> bool:
     """Is this a figures collector's container, any world's?"""
     return container == COLLECTOR_CONTAINER or container.startswith(COLLECTOR_CONTAINER + "--")

@@ -13,7 +13,10 @@ from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
+from sparkctl.plan.collector import collectors_on
+from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
+from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.stops import LostNodes
 from sparkctl.taskgraph.task import TaskFailed
@@ -59,11 +62,21 @@ class HandOver(Generic[T]):
         return HandOver(f"{self.name}/{node}")
 
 
+def serving_containers(inventory: Inventory, node: str) -> tuple[str, ...]:
+    """The containers of what serves on `node`, besides the engine's: the gateway on the cluster's head, the figures
+    collectors of the worlds headed there (none when the inventory serves nothing)."""
+    if not serving_enabled(inventory):
+        return ()
+    return ((GATEWAY_CONTAINER,) if node == inventory.head.name else ()) + tuple(collectors_on(inventory, node))
+
+
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
                       side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
     """One round trip: everything sparkctl needs to know about one node of this inventory (and the later
-    tasks' reads ahead, tasks/read_ahead.py)."""
-    return gather_facts(transport, node.name, container_names=(inventory.container.name,),
+    tasks' reads ahead, tasks/read_ahead.py). Its one `docker inspect` reads the engine's container and what serves
+    beside it (the gateway, the collectors), so serve.gateway and serve.collector ask docker nothing more."""
+    return gather_facts(transport, node.name,
+                        container_names=(inventory.container.name, *serving_containers(inventory, node.name)),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
                         reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),),
                         side_reads=side_reads)

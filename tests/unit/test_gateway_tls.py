@@ -30,6 +30,7 @@ from sparkctl.knowledge.serve_client import EndpointError, HttpFetch, NodeFetch,
 from sparkctl.plan.gateway import (
     CERTIFICATE_NAME,
     CONFIG_DIR_IN_CONTAINER,
+    GATEWAY_CONTAINER,
     KEY_NAME,
     ROUTER_NAME,
     GatewayModel,
@@ -44,7 +45,7 @@ from sparkctl.tasks.serve import api_key as keys
 from sparkctl.tasks.serve.gateway import ServeGatewayTask
 from sparkctl.transport.base import CommandResult
 from tests.certificates_kit import issue
-from tests.taskkit import framed, make_kit, spark_facts
+from tests.taskkit import framed, inspected, make_kit, spark_facts
 from tests.unit.doctor_snapshot_kit import healthy_snapshot
 from tests.unit.fake_endpoint import FakeEndpoint
 
@@ -195,8 +196,8 @@ def gateway_kit(tmp_path, inv, config_hash: str, tls_hash: str = ""):
     spec = gateway_spec(inv, kit.node("spark1").facts(), kit.node("spark1").state_dir())
     kit.transport("spark1").respond(r"sha256sum", framed(lambda: [
         ("config", config_hash), *([("tls", tls_hash)] if spec.tls else []),
-        ("container", f"true {spec.spec_hash()} unless-stopped"),
         ("listening", f"LISTEN 0 511 {HEAD}:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")]))
+    inspected(kit, "spark1", GATEWAY_CONTAINER, f"true {spec.spec_hash()} unless-stopped")
     return kit, spec
 
 

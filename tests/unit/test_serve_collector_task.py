@@ -18,7 +18,7 @@ from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.container.retire import ContainerRetireTask
 from sparkctl.tasks.serve.collector import ServeCollectorTask
 from sparkctl.tasks.serve.gateway import GatewayRemoveTask
-from tests.taskkit import framed, inventory_from_yaml, make_kit, spark_facts
+from tests.taskkit import framed, inspected, inventory_from_yaml, make_kit, spark_facts
 
 PAIR = """
 user: nvidia
@@ -65,13 +65,15 @@ def planned(inv, kit) -> list:
 
 
 def answering(kit, node: str, script: str, containers: dict[str, str]) -> None:
-    """`node` answers serve.collector's read: the script's sha256 and each container's inspect line."""
-    kit.transport(node).respond(r"sha256sum", framed(lambda: [("collector-script", script),
-                                                              *containers.items()]))
+    """`node` answers serve.collector's read with the script's sha256, and its facts show each container as its
+    inspect line says (tests/taskkit.py inspected)."""
+    kit.transport(node).respond(r"sha256sum", framed(lambda: [("collector-script", script)]))
+    for name, line in containers.items():
+        inspected(kit, node, name, line)
 
 
 def running(spec) -> str:
-    return f"true {spec.spec_hash()} {spec.cluster} unless-stopped"
+    return f"true {spec.spec_hash()} unless-stopped"
 
 
 def test_the_first_world_s_collector_answers_on_the_head_s_loopback_and_keeps_its_name(tmp_path):
@@ -102,12 +104,12 @@ def test_a_collector_converges_script_container_and_state(tmp_path):
     changes = task.check(kit.cluster)
     assert [c.payload for c in changes] == [("sparkctl-collector", "script"), ("sparkctl-collector", "create")]
     assert all(c.node == "spark1" for c in changes) and "127.0.0.1:18356" in changes[1].summary
-    for inspected, want in ((running(spec), []), (running(spec).replace("true", "false", 1), ["start"]),
+    for line, want in ((running(spec), []), (running(spec).replace("true", "false", 1), ["start"]),
                             (running(spec).replace(spec.spec_hash(), "0" * 16), ["create"]),
                             (running(spec).replace("unless-stopped", "no"), ["create"])):
         kit = kit_of(inv)
-        answering(kit, "spark1", SCRIPT_SHA, {"sparkctl-collector": inspected})
-        assert [c.payload[1] for c in task.check(kit.cluster)] == want, inspected
+        answering(kit, "spark1", SCRIPT_SHA, {"sparkctl-collector": line})
+        assert [c.payload[1] for c in task.check(kit.cluster)] == want, line
     kit = kit_of(inv)
     answering(kit, "spark1", "0" * 64, {"sparkctl-collector": running(spec)})
     assert [c.payload for c in task.check(kit.cluster)] == [("sparkctl-collector", "script")]

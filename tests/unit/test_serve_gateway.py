@@ -19,7 +19,7 @@ from sparkctl.secrets import MASK, forget_secrets, redact_known
 from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.serve import api_key as keys
 from sparkctl.tasks.serve.gateway import ServeGatewayTask
-from tests.taskkit import framed, inventory_from_yaml, make_kit, spark_facts
+from tests.taskkit import framed, inspected, inventory_from_yaml, make_kit, spark_facts
 
 KEY = "k3y-0f-the-endpoint_AbCdEfGhIjKlMnOpQrStUvWxYz012"
 PAIR = """
@@ -167,8 +167,8 @@ def gateway_kit(tmp_path, *, config_hash: str = "", container: str = "", listeni
                 preset: str = "qwen3-235b-eagle3"):
     inv = pair(tmp_path, preset=preset)
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
-    kit.transport("spark1").respond(r"sha256sum", framed(lambda: [
-        ("config", config_hash), ("container", container), ("listening", listening)]))
+    kit.transport("spark1").respond(r"sha256sum", framed(lambda: [("config", config_hash), ("listening", listening)]))
+    inspected(kit, "spark1", GATEWAY_CONTAINER, container)
     return kit
 
 
@@ -221,8 +221,9 @@ def test_an_open_endpoint_s_gateway_converges_without_a_key(tmp_path):
     spec = gateway_spec(inv, spark_facts("spark1"), "/home/nvidia/.local/state/sparkctl/duo")
     digest = hashlib.sha256((spec.config(None) + spec.router()).encode()).hexdigest()
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+    inspected(kit, "spark1", GATEWAY_CONTAINER, f"true {spec.spec_hash()} unless-stopped")
     kit.transport("spark1").respond(r"sha256sum", framed([
-        ("config", digest), ("container", f"true {spec.spec_hash()} unless-stopped"),
+        ("config", digest),
         ("listening", "LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")]))
     assert ServeGatewayTask().check(kit.cluster) == []
     assert not keys.key_path("duo").exists()

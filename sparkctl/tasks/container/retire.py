@@ -10,16 +10,13 @@ Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead
 
 from __future__ import annotations
 
-from sparkctl.plan.collector import collector_name, is_collector
+from sparkctl.plan.collector import is_collector
 from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
-from sparkctl.plan.serve import collector_port
-from sparkctl.plan.world import world_names
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.container.run import remove_command
-from sparkctl.tasks.context import NodeContext
-from sparkctl.tasks.worlds import world_inventories
+from sparkctl.tasks.context import NodeContext, serving_containers
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
 
@@ -27,14 +24,6 @@ from sparkctl.transport.framing import Framing
 def labelled_script(cluster: str) -> str:
     """The names of the node's containers (running or not) labelled as this cluster's, one per line."""
     return f"docker ps -a --filter {q(f'label={CLUSTER_LABEL}={cluster}')} --format '{{{{.Names}}}}' 2>/dev/null"
-
-
-def planned_collectors(ctx: NodeContext) -> list[str]:
-    """The figures collectors of the worlds headed on this node (serve.collector's)."""
-    if not serving_enabled(ctx.inventory):
-        return []
-    return [collector_name(world_names(view)) for view in world_inventories(ctx.inventory)
-            if view.serving_nodes()[0] == ctx.name and collector_port(view) is not None]
 
 
 class ContainerRetireTask(Task[NodeContext, str]):
@@ -52,7 +41,7 @@ class ContainerRetireTask(Task[NodeContext, str]):
         framing = Framing()
         script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
         found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
-        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, *planned_collectors(ctx)}
+        keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, *serving_containers(ctx.inventory, ctx.name)}
         # an inventory that serves nothing leaves what serves as it is (its units, the gateway): the collectors too
         serving = serving_enabled(ctx.inventory)
         return [Change(f"remove container {name}: this cluster's, no longer in the inventory", payload=name)

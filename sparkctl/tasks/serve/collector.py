@@ -4,8 +4,8 @@ top and serve status read. An engine that keeps its own counters has none; a col
 engine switched, a model removed) is removed by container.retire.
 
 Idempotent: the script on each world's head has the shipped content (its sha256), each world's container runs from
-its planned spec (image, argv, the script's hash, restart policy) and is running. One read of each world's head, on a
-rerun read ahead with its facts.
+its planned spec (image, argv, the script's hash, restart policy) and is running (as the node's facts' one `docker
+inspect` saw it: tasks/context.py). One read of each world's head, on a rerun read ahead with its facts.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import shlex
 from collections.abc import Iterator
 from typing import Literal
 
+from sparkctl.facts.model import ContainerInfo
 from sparkctl.plan.collector import CollectorSpec, collector_script, collector_spec
-from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
+from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.container.run import remove_command
@@ -41,18 +42,10 @@ def world_collectors(ctx: ClusterContext) -> Iterator[tuple[NodeContext, Collect
             yield head, spec
 
 
-def inspect_command(container: str) -> str:
-    return ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
-            "{{index .Config.Labels \"" + CLUSTER_LABEL + "\"}} {{.HostConfig.RestartPolicy.Name}}' "
-            + q(container) + " 2>/dev/null")
-
-
-def read_script(specs: list[CollectorSpec], framing: Framing) -> str:
-    """One node's read: the script's sha256 and each of its collectors' container."""
+def read_script(spec: CollectorSpec, framing: Framing) -> str:
+    """One node's read: the script's sha256 (its collectors' containers are in the node's facts)."""
     return "\n".join([
-        framing.section(SCRIPT_SECTION, f"sha256sum {q(specs[0].script_path)} 2>/dev/null | cut -d' ' -f1"),
-        *(framing.section(spec.container, inspect_command(spec.container)) for spec in specs),
-        "true"])
+        framing.section(SCRIPT_SECTION, f"sha256sum {q(spec.script_path)} 2>/dev/null | cut -d' ' -f1"), "true"])
 
 
 def script_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
@@ -63,11 +56,12 @@ def script_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> lis
                    payload=(spec.container, "script"))]
 
 
-def collector_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
-    """What one collector's container needs, from its node's read (`texts`, by section)."""
-    inspected = texts.get(spec.container, "").split()
-    running = inspected[:1] == ["true"]
-    label, _owner, policy = (inspected + ["", "", "", ""])[1:4]
+def collector_changes(spec: CollectorSpec, container: ContainerInfo | None, head: str) -> list[Change[CollectorChange]]:
+    """What one collector's container needs, as its node's facts inspected it."""
+    inspected = container is not None and container.exists
+    running = container is not None and container.running
+    label = container.labels.get(SPEC_LABEL, "") if container is not None else ""
+    policy = (container.restart_policy or "") if container is not None else ""
     changes: list[Change[CollectorChange]] = []
     if not inspected or label != spec.spec_hash() or policy != "unless-stopped":
         why = "absent" if not inspected else "made from another spec"
@@ -100,8 +94,9 @@ class ServeCollectorTask(Task[ClusterContext, CollectorChange]):
                    "(TensorRT-LLM): the one reader of it")
     checks = ("on each world's head, <state>/collector/serve-collector.py has the shipped content (its sha256) and the "
               "world's sparkctl-collector container (`--<world>` after it for a world but the first) runs from the "
-              "planned spec (the engine's image, argv, the script's hash, --restart unless-stopped); none with an "
-              "engine that keeps its own counters; one read of each world's head, on a rerun read ahead with its facts")
+              "planned spec (the engine's image, argv, the script's hash, --restart unless-stopped; as the node's "
+              "facts inspected it); none with an engine that keeps its own counters; one read of each world's head, "
+              "on a rerun read ahead with its facts")
     changes = ("writes the script (mode 644), runs the container again (`docker rm -f`, then `docker run` on the host "
                "network, beside the world's engine) or starts it")
 
@@ -114,11 +109,12 @@ class ServeCollectorTask(Task[ClusterContext, CollectorChange]):
         changes: list[Change[CollectorChange]] = []
         for head, specs in by_node.values():
             framing = Framing()
-            texts = Framing.texts_of(framing.split(head.read(self.name, read_script(specs, framing), framing,
+            texts = Framing.texts_of(framing.split(head.read(self.name, read_script(specs[0], framing), framing,
                                                              timeout=30).stdout))
             changes += script_changes(specs[0], texts, head.name)
+            containers = head.facts().containers
             for spec in specs:
-                changes += collector_changes(spec, texts, head.name)
+                changes += collector_changes(spec, containers.get(spec.container), head.name)
         return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change[CollectorChange]]) -> None:

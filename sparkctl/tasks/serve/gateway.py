@@ -73,9 +73,10 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     description = "put NGINX in front of the engine on the head: the API key on every path, the chosen addresses"
     checks = ("<state>/gateway/nginx.conf and router.js (njs: a request's `model` picks its world), and serve.tls's "
               "certificate and key, on the head have the planned content (their sha256: no key travels back), the "
-              "sparkctl-gateway container runs "
-              "from the planned spec (image, mount, command, --restart unless-stopped) and listens on every address "
-              "serve.listen names (default: the head's management address), on the serve port; one read of the head")
+              "sparkctl-gateway container runs from the planned spec (image, mount, command, --restart unless-stopped; "
+              "as the head's facts inspected it) and listens on every address serve.listen names (default: the "
+              "head's management address), on the serve port; one read of the head, on a rerun read ahead with its "
+              "facts")
     changes = ("makes the cluster's API key when there is none (0600 on this machine), writes the config and "
                "serve.tls's files (mode 600, content on stdin), has NGINX test them (`nginx -t`), reloads it in place "
                "(`nginx -s reload`) or runs the container again")
@@ -95,10 +96,12 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         state = framing.split(head.read(self.name, self._read_script(spec, framing), framing, timeout=30).stdout)
         texts = Framing.texts_of(state)
         have_hash, have_tls = texts.get("config", "").strip(), texts.get("tls", "").strip()
-        inspected = texts.get("container", "").split()
-        running = inspected[:1] == ["true"]
-        label = inspected[1] if len(inspected) > 1 else ""
-        policy = inspected[2] if len(inspected) > 2 else ""
+        # the container as the head's facts inspected it (their one `docker inspect`: tasks/context.py)
+        container = head.facts().containers.get(GATEWAY_CONTAINER)
+        inspected = container is not None and container.exists
+        running = container is not None and container.running
+        label = container.labels.get(SPEC_LABEL, "") if container is not None else ""
+        policy = (container.restart_policy or "") if container is not None else ""
         shown_key = key or NO_KEY_YET
         want = spec.config(shown_key)
         tls = head_tls(inv)
@@ -130,14 +133,11 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     @staticmethod
     def _read_script(spec: GatewaySpec, framing: Framing) -> str:
         files = " ".join(q(path) for path in spec.tls_paths) if spec.tls else ""
-        inspect = ("docker inspect -f '{{.State.Running}} {{index .Config.Labels \"" + SPEC_LABEL + "\"}} "
-                   "{{.HostConfig.RestartPolicy.Name}}' " + GATEWAY_CONTAINER + " 2>/dev/null")
         return "\n".join([
             framing.section("config", f"[ -f {q(spec.config_path)} ] && cat {q(spec.config_path)} "
                                       f"{q(spec.router_path)} 2>/dev/null | sha256sum | cut -d' ' -f1"),
             *([framing.section("tls", f"[ -f {q(spec.tls_paths[0])} ] && cat {files} 2>/dev/null | sha256sum | "
                                       "cut -d' ' -f1")] if spec.tls else []),
-            framing.section("container", inspect),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             "true"])
 
