@@ -4,11 +4,13 @@ unit failed or looping...)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
 import subprocess
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -202,3 +204,24 @@ def summed(samples: list[Sample]) -> dict[str, float]:
     for sample in samples:
         sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
+
+
+def ask(served: dict, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """A request to the endpoint of a lab that serves (`served`: its "endpoint" and "key"): the status and the JSON
+    answer."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(served["endpoint"] + path, data=data, headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {served['key']}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as error:
+        body = error.read()
+        # NGINX's own error page where no world answers (a 502) is not JSON
+        return error.code, json.loads(body) if body.startswith(b"{") else {"text": body.decode(errors="replace")}
+
+
+def chat(served: dict, model: str, max_tokens: int = 2) -> tuple[int, dict]:
+    """A chat completion of `model` through the endpoint."""
+    return ask(served, "/v1/chat/completions", {"model": model, "max_tokens": max_tokens,
+                                                 "messages": [{"role": "user", "content": "who?"}]})

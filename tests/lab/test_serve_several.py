@@ -11,11 +11,8 @@ every world's unit.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 import yaml
@@ -25,6 +22,7 @@ from sparkctl.plan.serve_unit import parse_show, show_command
 from tests.lab.doctor_kit import doctor, problems
 from tests.lab.lab_kit import HF_TOKEN, changed, sh, sparkctl
 from tests.lab.ranks_kit import engine_inventory, run
+from tests.lab.serve_kit import ask, chat
 
 pytestmark = pytest.mark.lab
 
@@ -53,24 +51,6 @@ def served(lab_factory, tmp_path_factory):
     yield {"lab": lab, "env": env, "inventory": inventory, "events": events, "cluster": cluster, "key": key,
            "folder": folder, "endpoint": f"http://{lab.nodes[0].mgmt_ip}:8355"}
     lab.down()
-
-
-def ask(served, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(served["endpoint"] + path, data=data, headers={
-        "Content-Type": "application/json", "Authorization": f"Bearer {served['key']}"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as error:
-        body = error.read()
-        # NGINX's own error page where no world answers (a 502) is not JSON
-        return error.code, json.loads(body) if body.startswith(b"{") else {"text": body.decode(errors="replace")}
-
-
-def chat(served, model: str) -> tuple[int, dict]:
-    return ask(served, "/v1/chat/completions", {"model": model, "max_tokens": 2,
-                                                 "messages": [{"role": "user", "content": "who?"}]})
 
 
 def unit(served, node: str, key: str = "") -> dict[str, str]:

@@ -10,12 +10,9 @@ world's ranks running; cluster down removes every world's unit and collector.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,7 @@ from sparkctl.lab.image import image_ref
 from tests.lab.doctor_kit import doctor, problems
 from tests.lab.lab_kit import HF_TOKEN, changed, sh, sparkctl
 from tests.lab.ranks_kit import engine_inventory, run
-from tests.lab.serve_kit import exporter_samples
+from tests.lab.serve_kit import ask, chat, exporter_samples
 
 pytestmark = pytest.mark.lab
 
@@ -52,23 +49,6 @@ def served(lab_factory, tmp_path_factory):
     yield {"lab": lab, "env": env, "inventory": inventory, "events": events, "cluster": cluster, "key": key,
            "endpoint": f"http://{lab.nodes[0].mgmt_ip}:8355"}
     lab.down()
-
-
-def ask(served, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(served["endpoint"] + path, data=data, headers={
-        "Content-Type": "application/json", "Authorization": f"Bearer {served['key']}"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as error:
-        body = error.read()
-        return error.code, json.loads(body) if body.startswith(b"{") else {"text": body.decode(errors="replace")}
-
-
-def chat(served, model: str) -> tuple[int, dict]:
-    return ask(served, "/v1/chat/completions", {"model": model, "max_tokens": 8,
-                                                 "messages": [{"role": "user", "content": "who?"}]})
 
 
 def fabric_addresses(lab, node: str) -> list[str]:
