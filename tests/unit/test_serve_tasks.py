@@ -11,12 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
+from sparkctl.inventory import load_inventory
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.trtllm_releases import VERSION_LABEL
 from sparkctl.plan import gateway as gateway_plan
 from sparkctl.plan import plan_cluster
 from sparkctl.plan.trtllm import TRTLLM_CONFIG_PATH
-from sparkctl.taskgraph.task import TaskFailed
+from sparkctl.taskgraph.task import Change, TaskFailed
+from sparkctl.tasks.options import RunOptions
 from sparkctl.tasks.serve.config import ServeConfigTask, desired_launch, refuse_rejected
 from sparkctl.tasks.serve.launch import ServeLaunchTask
 from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle
@@ -24,6 +26,7 @@ from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
 from tests.taskkit import Call, inventory_from_yaml, make_kit, spark_facts
 from tests.unit.fake_endpoint import FakeEndpoint
+from tests.unit.inventory_kit import TWO_VLLM_WORLDS
 
 SERVE_DIR = "/home/nvidia/.local/state/sparkctl/{cluster}/run/serve"
 PAIR = """
@@ -367,3 +370,27 @@ serve: {{preset: qwen3-235b-eagle3, port: {serve_port}}}
     assert "Traceback" not in status.output
     stop = CliRunner().invoke(cli, ["serve", "stop", str(path)])
     assert stop.exit_code == 3 and "cannot stop the server" in stop.output, stop.output
+
+
+def test_a_world_whose_state_cannot_be_read_does_not_keep_another_from_starting(inv_file, monkeypatch):
+    """Two worlds: the second's state read fails (a hung docker on its head); the first, which needs starting, is
+    still started, and the failure is met again by the check after it (a dry run fails at once)."""
+    inv = load_inventory(inv_file(TWO_VLLM_WORLDS))
+    kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
+
+    def check_world(_task, world):
+        if world.inventory.world_key:
+            raise TaskFailed("reading the server's state on spark2 timed out after 30 s")
+        return [Change("start the server on spark1: Qwen/Qwen3-8B", node="spark1")]
+
+    monkeypatch.setattr(ServeLaunchTask, "_check_world", check_world)
+    (start,) = ServeLaunchTask().check(kit.cluster)
+    assert (start.payload, start.node) == ("", "spark1")
+    monkeypatch.setattr(ServeLaunchTask, "_check_world", lambda _task, world: check_world(_task, world)
+                        if world.inventory.world_key else [])
+    with pytest.raises(TaskFailed, match="on spark2 timed out"):
+        ServeLaunchTask().check(kit.cluster)
+    dry = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes}, RunOptions(check=True))
+    monkeypatch.setattr(ServeLaunchTask, "_check_world", check_world)
+    with pytest.raises(TaskFailed, match="on spark2 timed out"):
+        ServeLaunchTask().check(dry.cluster)

@@ -78,8 +78,19 @@ class ServeLaunchTask(Task[ClusterContext, str]):
         elif spared:
             ctx.emit(Event(event="log", task=self.name, message=f"no model runs on {', '.join(spared)}",
                            data={"left_out": spared}))
-        return [Change(c.summary, diff=c.diff, payload=world.inventory.world_key, node=c.node)
-                for world in worlds for c in self._check_world(world)]
+        changes: list[Change[str]] = []
+        failed: list[TaskFailed] = []
+        for world in worlds:
+            try:
+                changes += [Change(c.summary, diff=c.diff, payload=world.inventory.world_key, node=c.node)
+                            for c in self._check_world(world)]
+            except TaskFailed as exc:
+                failed.append(exc)
+        # a world whose state cannot be read (a hung docker on its head) does not keep another from starting: the
+        # others are started, and the check after them meets the failure again; a dry run says it at once
+        if failed and (not changes or ctx.options.check):
+            raise failed[0]
+        return changes
 
     def apply(self, ctx: ClusterContext, changes: list[Change[str]]) -> None:
         """Each world that changes is started again in turn, the others left serving; a world that fails does not
