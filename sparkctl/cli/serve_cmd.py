@@ -215,8 +215,8 @@ def bench(file: str, concurrency: str, requests: int, max_tokens: int, output: s
     inventory = load(file, warn=not as_json)
     name = served_name(inventory, model)
     served = next(m for m in inventory.served_models() if name in (m.name, *m.aliases))
-    # the endpoint's /metrics is the first model's engine's: another model's acceptance is not read
-    metrics = inventory.engine().metrics if served is inventory.served_models()[0] else None
+    # the gateway's /metrics?model=NAME: the model's own figures (its first world's)
+    metrics = inventory.engine().metrics
     with endpoint_client(inventory, timeout=600, direct_only=True, model=name) as client:
         url = client.base_url
         results = run_bench(client, levels, requests, max_tokens,

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from sparkctl.knowledge.certificates import client_context_for
 from sparkctl.shipped import shipped_text
@@ -233,6 +233,12 @@ class ServeClient:
         self.model = model
 
     @property
+    def figures_path(self) -> str:
+        """/metrics, naming the client's model: a gateway of several models answers with that model's figures (one
+        of a single model ignores the argument, as the engines' and the collector's Prometheus handlers do)."""
+        return "/metrics" + (f"?model={quote(self.model, safe='')}" if self.model else "")
+
+    @property
     def streams(self) -> bool:
         """Straight HTTP from this machine (streamed pieces, real TTFT); else whole answers through a node."""
         return isinstance(self.fetch, HttpFetch)
@@ -283,9 +289,9 @@ class ServeClient:
     def metrics_text(self) -> str:
         """/metrics as it answers (Prometheus text: the engine's, or the collector's through the gateway);
         EndpointError for an HTTP error."""
-        status, data = self._request("GET", "/metrics", None, 10.0)
+        status, data = self._request("GET", self.figures_path, None, 10.0)
         if status != 200:
-            raise EndpointError(f"{self.base_url}/metrics: HTTP {status}: {_error_message(data)}")
+            raise EndpointError(f"{self.base_url}{self.figures_path}: HTTP {status}: {_error_message(data)}")
         return data.decode(errors="replace")
 
     def _body(self, prompt: str, max_tokens: int, stream: bool) -> dict:
@@ -305,8 +311,8 @@ class ServeClient:
         completion and the two readings around it (None where /metrics did not answer 200)."""
         body = json.dumps(self._body(prompt, max_tokens, False)).encode()
         (before_status, before, _), (status, data, seconds), (after_status, after, _) = self.fetch.batch([
-            ("GET", "/metrics", None, 10.0), ("POST", "/v1/chat/completions", body, self.timeout),
-            ("GET", "/metrics", None, 10.0)])
+            ("GET", self.figures_path, None, 10.0), ("POST", "/v1/chat/completions", body, self.timeout),
+            ("GET", self.figures_path, None, 10.0)])
         completion = _completion(self._parsed("/v1/chat/completions", status, data) or {}, seconds)
         return (completion, before.decode(errors="replace") if before_status == 200 else None,
                 after.decode(errors="replace") if after_status == 200 else None)

@@ -19,7 +19,7 @@ from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
 from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
 from sparkctl.plan.render import render
-from sparkctl.plan.serve import collector_port
+from sparkctl.plan.serve import collector_port, figures_port
 
 GATEWAY_CONTAINER = "sparkctl-gateway"
 CONFIG_DIR_IN_CONTAINER = "/etc/sparkctl-gateway"
@@ -77,6 +77,13 @@ class GatewayModel:
 
     names: tuple[str, ...]
     servers: tuple[tuple[str, int], ...]
+    #: where its figures are read: its first world's /metrics, its collector's for an engine whose own a read
+    #: empties (None: its first world's engine's own)
+    figures: tuple[str, int] | None = None
+
+    @property
+    def figures_at(self) -> tuple[str, int]:
+        return self.figures or self.servers[0]
 
     @property
     def name(self) -> str:
@@ -126,6 +133,7 @@ class GatewaySpec:
                       listen=self.listen, loopback=ENGINE_HOST, port=self.port, metrics_port=self.metrics_port,
                       metrics_host=self.metrics_host,
                       models=self.models, router=posixpath.join(CONFIG_DIR_IN_CONTAINER, ROUTER_NAME),
+                      figures=[model.figures_at for model in self.models],
                       lists=[self.list_location(i) for i in range(len(self.models))] if len(self.models) > 1 else [],
                       tls=self.tls, certificate=posixpath.join(CONFIG_DIR_IN_CONTAINER, CERTIFICATE_NAME),
                       certificate_key=posixpath.join(CONFIG_DIR_IN_CONTAINER, KEY_NAME))
@@ -134,9 +142,10 @@ class GatewaySpec:
         """njs's router: a request's `model` field -> the named location of that model's world."""
         routes = {name: f"@model_{i}" for i, model in enumerate(self.models) for name in model.names}
         lists = [self.list_location(i) for i in range(len(self.models))] if len(self.models) > 1 else []
+        figures = {name: f"@figures_{i}" for i, model in enumerate(self.models) for name in model.names}
         return render("gateway-router.js.j2", cluster=self.cluster, routes=routes,
                       served=[name for model in self.models for name in model.names], first="@model_0",
-                      lists=lists, owner=self.engine or "sparkctl")
+                      lists=lists, owner=self.engine or "sparkctl", figures=figures)
 
     @staticmethod
     def list_location(index: int) -> str:
@@ -189,7 +198,9 @@ def gateway_spec(inventory: Inventory, facts: Facts | None, state_dir: str,
     hosts = hosts or {}
     served = inventory.served_models()
     models = tuple(GatewayModel(names=(m.spec.served_name, *m.spec.aliases),
-                                servers=tuple((hosts.get(w.key, ENGINE_HOST), m.spec.engine_port) for w in m.worlds))
+                                servers=tuple((hosts.get(w.key, ENGINE_HOST), m.spec.engine_port) for w in m.worlds),
+                                figures=(hosts.get(m.worlds[0].key, ENGINE_HOST),
+                                         figures_port(inventory.for_world(m.worlds[0]))))
                    for m in served)
     return GatewaySpec(cluster=inventory.cluster.name, image=inventory.serve.gateway_image,
                        listen=tuple(listen if listen is not None else listen_addresses(inventory, facts)),

@@ -29,13 +29,14 @@ class FakeEndpoint:
                 self.wfile.write(data)
 
             def do_GET(self):
-                if self.path == "/health":
+                path = self.path.split("?", 1)[0]  # a query string is no part of the route, as for the engines
+                if path == "/health":
                     self.send_response(owner.health)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                elif self.path == "/v1/models":
+                elif path == "/v1/models":
                     self._json(200, {"data": [{"id": "nvidia/Qwen3-235B-A22B-FP4"}]})
-                elif self.path == "/metrics":
+                elif path == "/metrics":
                     counters = (("spec_decode_num_drafts", owner.drafts),
                                 ("spec_decode_num_accepted_tokens", owner.accepted))
                     text = "".join(f"# TYPE sparkctl_trtllm_{name}_total counter\nsparkctl_trtllm_{name}_total "

@@ -199,3 +199,24 @@ def test_a_stream_passes_through_as_it_is_written(gateway):
     big.go_on.set()
     assert b"data: [DONE]" in response.read()
 
+
+
+def _get(port: int, path: str, key: str | None = KEY) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+    response = connection.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_each_model_s_figures_are_read_by_its_name(gateway):
+    """`/metrics?model=NAME` (percent-encoded, by name or alias) is that model's first world's /metrics, with the
+    key; without one, the first model's; an unknown name gets the 404 naming the models served."""
+    port, (big, small_a, _small_b) = gateway["port"], gateway["engines"]
+    for path, engine in (("/metrics", big), ("/metrics?model=big", big), ("/metrics?model=qwen3%2D235b", big),
+                         ("/metrics?model=gpt-oss", small_a)):
+        status, seen = _get(port, path)
+        assert status == 200 and seen["port"] == engine.server_port and seen["path"].startswith("/metrics"), path
+    status, answer = _get(port, "/metrics?model=nope%2Fmodel")
+    assert status == 404 and answer["error"]["code"] == "model_not_found", answer
+    assert answer["error"]["message"].startswith("The model `nope/model` does not exist here: served are ")
+    assert _get(port, "/metrics?model=big", key="wrong")[0] == 401

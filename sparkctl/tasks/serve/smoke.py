@@ -50,9 +50,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
         models = inv.served_models()
         for model in models:
-            # the gateway's /metrics is the first world's: another model's acceptance comes from its reply alone
-            reply, acceptance, where = self._ask(ctx, gateway_client(head, timeout=300, model=model.name),
-                                                 figures=model is models[0])
+            reply, acceptance, where = self._ask(ctx, gateway_client(head, timeout=300, model=model.name))
             shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
             named = f" as {model.name}" if len(models) > 1 else ""
             ctx.emit(Event(event="log", task=self.name,
@@ -74,10 +72,9 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         return []
 
     @staticmethod
-    def _ask(ctx: ClusterContext, client: ServeClient, figures: bool) -> tuple[Completion, float | None, str]:
+    def _ask(ctx: ClusterContext, client: ServeClient) -> tuple[Completion, float | None, str]:
         """One chat completion of the client's model through the gateway: its reply, the acceptance length when the
-        server gives it (`figures`: the gateway's /metrics is this model's, and counts it), and where it was
-        asked."""
+        server gives it (the model's own figures: the gateway's /metrics?model=NAME), and where it was asked."""
         where = client.base_url
         try:
             # /metrics read before and after, in the same exec: the acceptance length is this request's
@@ -97,7 +94,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             raise TaskFailed(f"{where} answered with one repeated character: {reply.text[:40]!r}",
                              hint=DEGENERATE_HINT)
         acceptance = reply.acceptance_length
-        if acceptance is None and figures and before is not None and after is not None:
+        if acceptance is None and before is not None and after is not None:
             names = ctx.inventory.engine().metrics
             acceptance = acceptance_since(metrics_reading(before, names), metrics_reading(after, names))
         return reply, acceptance, where
