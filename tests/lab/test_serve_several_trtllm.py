@@ -117,6 +117,21 @@ def test_top_and_its_prometheus_endpoint_show_each_world_s_collected_figures(ser
     assert running == {"qwen", "oss"}, running
 
 
+def test_each_model_s_acceptance_is_read_through_the_one_endpoint(served):
+    """The gateway's /metrics?model=NAME is that model's collector: the smoke test and serve bench --model read each
+    model's own Eagle3 acceptance there, and an unknown name gets the 404."""
+    smoke = {e["smoke"]["name"]: e["smoke"]["acceptance_length"] for e in served["events"]
+             if e.get("task") == "serve.smoke" and "smoke" in e}
+    assert set(smoke) == {"qwen", "oss"} and all(a and a > 1 for a in smoke.values()), smoke
+    code, events, output = sparkctl(["serve", "bench", "--model", "oss", "--concurrency", "1", "--requests", "2",
+                                     "--max-tokens", "16", served["inventory"], "--json"], served["env"])
+    assert code == 0, output[-2000:]
+    (report,) = [e for e in events if e.get("report") == "serve bench"]
+    assert report["name"] == "oss" and report["levels"][0]["acceptance_length"] > 1, report
+    status, answer = ask(served, "/metrics?model=nope")
+    assert status == 404 and answer["error"]["code"] == "model_not_found", answer
+
+
 def test_doctor_finds_a_world_s_collector_down_by_its_model_and_bootstrap_starts_it(served):
     lab = served["lab"]
     report = doctor(lab, env=served["env"], inventory=served["inventory"])
