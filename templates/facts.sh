@@ -9,19 +9,24 @@
 # Run a command under `timeout` when the node has it, so that a hung daemon (docker) cannot eat the round trip.
 _t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 _has() { command -v "$1" >/dev/null 2>&1; }
+# _print FILE: a text file as it is, read by the shell itself: a `cat` would be a process of its own, and the
+# processes a no-op starts on a node are most of what it costs there. (No NUL in what sparkctl reads this way.)
+_print() { local _c=; [ -r "$1" ] || return 1; IFS= read -r -d '' _c <"$1"; printf '%s' "$_c"; }
 
-fact_hostname() { hostname 2>/dev/null || cat /proc/sys/kernel/hostname; }
-fact_os_release() { cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release; }
-fact_dgx_release() { cat /etc/dgx-release 2>/dev/null; }
+# bash's $HOSTNAME is gethostname(2), what `hostname` prints
+fact_hostname() { if [ -n "${HOSTNAME:-}" ]; then printf '%s\n' "$HOSTNAME"; else _print /proc/sys/kernel/hostname; fi; }
+fact_os_release() { _print /etc/os-release || _print /usr/lib/os-release; }
+fact_dgx_release() { _print /etc/dgx-release; }
 fact_arch() { uname -m; }
-fact_id() { id -un; id -u; id -Gn; }
+fact_id() { id -un; printf '%s\n' "${EUID:-$(id -u)}"; id -Gn; }
 fact_home() { printf '%s\n' "$HOME"; }
 fact_ip_addr() { ip -j -d addr show; }
 fact_ssh_connection() { printf '%s\n' "${SSH_CONNECTION:-}"; }
 fact_routes() { ip -4 -o route show table main 2>/dev/null; }
 fact_docker_cli() { command -v docker; }
-fact_meminfo() { cat /proc/meminfo; }
-fact_time() { date +%s.%N; }
+fact_meminfo() { _print /proc/meminfo; }
+# bash 5's $EPOCHREALTIME (its decimal point is the locale's: the script runs with LC_ALL=C)
+fact_time() { if [ -n "${EPOCHREALTIME:-}" ]; then printf '%s\n' "$EPOCHREALTIME"; else date +%s.%N; fi; }
 
 # `read` instead of `$(cat ...)`: no fork per interface (forks are most of this script's cost)
 fact_carrier() {
@@ -84,16 +89,17 @@ fact_ipv4_conf() {
 
 # netplan's files are 0600 root: read as root when that works; base64 keeps any content intact
 fact_netplan() {
+  local f m c
   for f in /etc/netplan/*.yaml; do
     [ -e "$f" ] || continue
-    mode=$(stat -c %a "$f" 2>/dev/null || echo -)
+    m=$(stat -c %a "$f" 2>/dev/null) || m=-
     c=-
     if [ -r "$f" ]; then
-      if c=$(base64 < "$f" | tr -d '\n'); then c="b64:$c"; else c=-; fi
+      c=$(base64 -w0 <"$f") && c="b64:$c" || c=-
     elif [ "$_SUDO_OK" = 1 ]; then
-      if c=$("${_S[@]}" cat "$f" 2>/dev/null | base64 | tr -d '\n'); then c="b64:$c"; else c=-; fi
+      c=$("${_S[@]}" base64 -w0 "$f" 2>/dev/null) && c="b64:$c" || c=-
     fi
-    printf '%s %s %s\n' "$mode" "$c" "$f"
+    printf '%s %s %s\n' "$m" "$c" "$f"
   done
 }
 
@@ -103,12 +109,13 @@ fact_netplan() {
 fact_nm() {
   if ! _has nmcli; then echo '#absent'; return; fi
   local -x LC_ALL=C
-  local c u
+  local c l u=()
   echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
   echo '#connections'
   c=$(_t 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
   printf '%s\n' "$c"
-  echo '#settings'; mapfile -t u < <(printf '%s\n' "$c" | cut -d: -f1 | grep -E '^[0-9a-fA-F-]{36}$')
+  echo '#settings'
+  while IFS= read -r l; do [[ $l =~ ^([0-9a-fA-F-]{36}): ]] && u+=("${BASH_REMATCH[1]}"); done <<<"$c"
   if [ "${#u[@]}" -gt 0 ]; then
     _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address connection show "${u[@]}" 2>&1
   fi
@@ -122,20 +129,26 @@ fact_docker_info() { _has docker && { _t 15 docker ps -q >/dev/null; } 2>&1; }
 # each line marked `#err `: "no such object" is an answer, a refused socket or a broken storage is not.
 fact_docker() {
   _has docker || return 1
-  _e=$(mktemp 2>/dev/null || echo "/tmp/.sfi.$$")
+  local _e=${_D:+$_D/.docker-err} _l _r
+  [ -n "$_e" ] || _e=$(mktemp 2>/dev/null || echo "/tmp/.sfi.$$")
   _t 15 docker inspect "$@" 2>"$_e"; _r=$?
-  sed 's/^/#err /' "$_e"; rm -f "$_e"; return "$_r"
+  while IFS= read -r _l; do printf '#err %s\n' "$_l"; done <"$_e"
+  [ -n "$_D" ] || rm -f "$_e"
+  return "$_r"
 }
 
 # the Hugging Face cache (argument, its `~` expanded by the call): where it is, the space free there (df needs an
 # existing path: the nearest existing parent), and the model pins sparkctl keeps in it
 fact_hf_cache() {
-  p=$1
+  local p=$1 d f l
   printf '%s\n' "$p"
-  d=$p; while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
-  df -B1 --output=avail "$d" 2>/dev/null | tail -n 1
+  d=$p; while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do
+    case $d in */*) d=${d%/*}; d=${d:-/} ;; *) d=. ;; esac
+  done
+  # its header line, then the number (the read takes the last number before the pins)
+  df -B1 --output=avail "$d" 2>/dev/null
   for f in "$p"/sparkctl-pins/models--*; do
-    [ -f "$f" ] && printf 'pin\t%s\t%s\n' "${f##*/}" "$(head -n1 "$f")"
+    [ -f "$f" ] || continue; l=; IFS= read -r l <"$f"; printf 'pin\t%s\t%s\n' "${f##*/}" "$l"
   done; true
 }
 
@@ -148,7 +161,7 @@ fact_sudo() { [ "$_SUDO_OK" = 1 ]; }
 # marker, absent ones left out, then whether the unit is enabled
 fact_firewall_files() {
   _unit=$1; shift
-  for _f in "$@"; do [ -f "$_f" ] && { echo "#file $_f"; cat "$_f"; }; done
+  for _f in "$@"; do [ -f "$_f" ] && { echo "#file $_f"; _print "$_f"; }; done
   echo '#enabled'; systemctl is-enabled "$_unit" 2>/dev/null; true
 }
 
@@ -162,14 +175,14 @@ fact_firewall() {
 # the facts' own background jobs are done (not the side reads)
 _held() {
   wait "${_FP[@]}"
-  cat "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"
+  _print "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"
 }
 
 # The script's start: its clock (bash's $SECONDS, whole seconds), its private temp dir (none: every section runs in
 # order, and no side read runs), and how root is reached: root already, else `sudo -n`, which the privileged shell
 # tries once when there is a temp dir, and which is asked here when there is none.
 _facts_begin() {
-  _T0=$SECONDS; _FP=(); _SP=(); _TO=""; _has timeout && _TO=timeout
+  _T0=$SECONDS; _FP=(); _SP=(); _SRC=(); _TO=""; _has timeout && _TO=timeout
   _D=$(mktemp -d 2>/dev/null) || _D=""
   if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=(); _SUDO_OK=1
   elif [ -n "$_D" ]; then _S=(sudo -n); _SUDO_OK=""
@@ -199,42 +212,41 @@ _privileged_begin() {
   : >.privileged
 }
 
-# _side I SECONDS SCRIPT: a later task's read-only SCRIPT, in the background beside the facts, bounded by SECONDS;
-# `timeout` is the job itself (not through _t), so that its PID is known: stopped, it stops the whole read (it leads
-# its own process group and passes the signal on). Nothing of the round trip's stdin or stdout (nor fd 3, its held
-# stdout) stays open in it: one left behind must not hold the channel. side-I.job: the job's shell, side-I.pid: the
-# read, side-I.rc: its exit status, once done.
+# _side I SECONDS SCRIPT: a later task's read-only SCRIPT, in the background beside the facts, bounded by SECONDS:
+# `timeout` is the job itself (the read's own bash where the node has none), so that its PID is known: stopped, it
+# stops the whole read (it leads its own process group and passes the signal on). Nothing of the round trip's stdin
+# or stdout (nor fd 3, its held stdout) stays open in it: one left behind must not hold the channel. side-I: its
+# output; _SP[I]: its PID, whose exit status _sides_wait collects into _SRC[I].
 _side() {
   local to=()
   [ -n "$_TO" ] && to=(timeout "$2")
-  { "${to[@]}" bash -c "$3" >"$_D/side-$1" 2>/dev/null & echo $! >"$_D/side-$1.pid"; wait $!
-    echo $? >"$_D/side-$1.rc"; } </dev/null >/dev/null 2>&1 3>&- &
-  echo $! >"$_D/side-$1.job"; _SP+=("$!")
+  "${to[@]}" bash -c "$3" >"$_D/side-$1" 2>/dev/null </dev/null 3>&- &
+  _SP[$1]=$!
 }
 
 # _sides_wait GRACE: once the facts are read, the side reads get GRACE seconds more, or as long again as the facts
-# took (a node under load is as slow for both); one still running then is stopped (its job's shell first, so that
-# it leaves no exit status, then the read) and left out: its task reads for itself. The wait ends the moment the
-# last one does; the stopper holds nothing of the round trip's output open.
+# took (a node under load is as slow for both); one still running then is stopped and left out: its task reads for
+# itself. The wait ends the moment the last one does; the stopper (only armed when a read still runs: bash reaps a
+# finished job at once, so `kill -0` no longer finds it) holds nothing of the round trip's output open.
 _sides_wait() {
-  [ "${#_SP[@]}" -gt 0 ] || return 0
-  local grace=$((SECONDS - _T0))
+  local grace=$((SECONDS - _T0)) i p stopper=
   [ "$grace" -lt "$1" ] && grace=$1
-  { sleep "$grace"
-    for _j in "$_D"/side-*.job; do
-      _s=${_j%.job}; [ -e "$_s.rc" ] && continue
-      _jp=; _rp=; read -r _jp <"$_j"; read -r _rp <"$_s.pid" 2>/dev/null
-      kill "$_jp" ${_rp:+"$_rp"} 2>/dev/null
-    done; } </dev/null >/dev/null 2>&1 3>&- &
-  local stopper=$!
-  wait "${_SP[@]}" 2>/dev/null; kill "$stopper" 2>/dev/null
+  for p in "${_SP[@]}"; do
+    kill -0 "$p" 2>/dev/null || continue
+    { sleep "$grace"; kill "${_SP[@]}"; } </dev/null >/dev/null 2>&1 3>&- &
+    stopper=$!; break
+  done
+  for i in "${!_SP[@]}"; do wait "${_SP[$i]}"; _SRC[i]=$?; done
+  [ -z "$stopper" ] || kill "$stopper" 2>/dev/null
 }
 
-# _side_out I: a side read's output, and its exit status in _rc (1 and nothing when it did not finish)
+# _side_out I: a side read's output, and its exit status in _rc (1 and nothing when it did not run, or was stopped:
+# TERM, or KILL)
 _side_out() {
   _rc=1
-  [ -n "$_D" ] && [ -e "$_D/side-$1.rc" ] || return 0
-  cat "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"
+  [ -n "${_SRC[$1]:-}" ] || return 0
+  case ${_SRC[$1]} in 143|137) return 0 ;; esac
+  _print "$_D/side-$1"; _rc=${_SRC[$1]}
 }
 
 # _as_root FUNCTION [ARG...]: one of these functions run as root (in the privileged shell, or root already: as it is)

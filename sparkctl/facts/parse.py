@@ -326,9 +326,12 @@ def parse_hf_cache(text: str) -> tuple[str, int | None, dict[str, str]]:
     """(the cache's path, its free bytes, repo folder -> the commit model.pin pinned it at)."""
     lines = text.splitlines()
     path = lines[0] if lines else ""
-    free = int(lines[1]) if len(lines) > 1 and lines[1].strip().isdigit() else None
+    free = None
     pins = {}
-    for line in lines[2:]:
+    for line in lines[1:]:
+        if line.strip().isdigit():  # df's number (after its header line)
+            free = int(line)
+            continue
         kind, _, rest = line.partition("\t")
         folder, _, pin = rest.partition("\t")
         commit = pin.partition("\t")[0]

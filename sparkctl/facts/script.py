@@ -15,7 +15,7 @@ from sparkctl.transport.framing import Framing, held_output
 #: $SECONDS measures the facts); as long again as the facts took when that is longer.
 SIDE_GRACE_S = 3
 #: what the privileged sections' functions may call in the root shell (templates/facts.sh)
-_ROOT_HELPERS = {"_t", "_has", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
+_ROOT_HELPERS = {"_t", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
 
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
@@ -44,9 +44,11 @@ def render_request(nonce: str, request: FactsRequest,
               for entry, call in sections if entry.concurrent and not entry.privileged]
     privileged = [(entry, call) for entry, call in sections if entry.privileged]
     if privileged:
-        jobs = [f"  {{ {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc; }} &"
+        # one after the other: the root shell is itself in the background of the facts, and a job per section
+        # would be a process per section
+        jobs = [f"  {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc"
                 for entry, call in privileged]
-        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, "  wait", "}"]))
+        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, "}"]))
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
         parts.append(f"_PF=({' '.join(called)})")

@@ -32,13 +32,17 @@ def etag_of(path: str, etags: dict[str, str] | None = None) -> str | None:
     return m.group(1) if m else (etags or {}).get(path)
 
 
+#: bash: the second line of the metadata file "$m" into $e (the shell's `read`, not a `sed` per file)
+_SECOND_LINE = 'e=; { IFS= read -r e; IFS= read -r e; } 2>/dev/null <"$m"'
+
+
 def local_etags_script(local_dir: str) -> str:
     """`E <file> <etag>` for each file of a --local-dir download that huggingface_hub kept metadata for: its
     `.cache/huggingface/download/<file>.metadata`, whose second line is the etag (huggingface_hub _local_folder.py,
     LocalDownloadFileMetadata: commit_hash, etag, timestamp)."""
     return (f"if cd {q(local_dir)}/{LOCAL_META} 2>/dev/null; then find . -type f -name '*.metadata' -printf '%P\\n' "
             "| while IFS= read -r m; do f=${m%.metadata}; [ -f \"../../../$f\" ] || continue; "
-            "printf 'E\\t%s\\t%s\\n' \"$f\" \"$(sed -n 2p \"$m\")\"; done; cd /; fi")
+            f"{_SECOND_LINE}; printf 'E\\t%s\\t%s\\n' \"$f\" \"$e\"; done; cd /; fi")
 
 
 def parse_etags(stdout: str) -> dict[str, str]:
@@ -61,7 +65,8 @@ def stat_script(repo_dir: str, record: str, hub: bool = True) -> str:
     stat = f"stat -L --printf {q(_LISTED)}"
     listed = (f"{stat} blobs/*" if hub else
               f"find . -path ./.cache -prune -o -type f -printf '%P\\0' | xargs -0 -r {stat}")
-    return (f"sed 's/^/C\\t/' {q(record)} 2>/dev/null; "
+    return (f"[ -r {q(record)} ] && while IFS= read -r l || [ -n \"$l\" ]; do printf 'C\\t%s\\n' \"$l\"; "
+            f"done <{q(record)}; "
             f"if cd {q(repo_dir)} 2>/dev/null; then {listed} 2>/dev/null; cd /; fi")
 
 
@@ -97,8 +102,9 @@ def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, s
 
 def each_snapshot_blob(repo_dir: str, body: str) -> str:
     """Shell running `body` once per blob the current snapshot's links lead to, `$b` its name under blobs/."""
-    return (f"r=$(cat {q(repo_dir)}/refs/main 2>/dev/null) && find {q(repo_dir)}/snapshots/\"$r\" -type l "
-            f"2>/dev/null | while IFS= read -r l; do b=$(basename \"$(readlink \"$l\")\"); {body}; done")
+    return (f"r=; read -r r 2>/dev/null <{q(repo_dir)}/refs/main; [ -n \"$r\" ] && "
+            f"find {q(repo_dir)}/snapshots/\"$r\" -type l -printf '%l\\n' 2>/dev/null "
+            f"| while IFS= read -r b; do b=${{b##*/}}; {body}; done")
 
 
 def changed_since_verified_script(repo_dir: str, record: str) -> str:
@@ -115,7 +121,7 @@ def changed_local_since_verified_script(local_dir: str, record: str) -> str:
     the node verified (nothing when it keeps no record there)."""
     return (f"[ -f {q(record)} ] && cd {q(local_dir)}/{LOCAL_META} 2>/dev/null && "
             "find . -type f -name '*.metadata' -printf '%P\\n' | while IFS= read -r m; do f=../../../${m%.metadata}; "
-            "e=$(sed -n 2p \"$m\"); case $e in *[!0-9a-f]*|'') continue ;; esac; "
+            f"{_SECOND_LINE}; case $e in *[!0-9a-f]*|'') continue ;; esac; "
             f"x=$(stat -L --printf {q(STAT_FIELDS)} \"$f\" 2>/dev/null) || continue; "
             f"grep -qxF \"$(printf '%s\\t%s' \"$e\" \"$x\")\" {q(record)} || echo U; done")
 

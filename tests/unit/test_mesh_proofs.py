@@ -29,7 +29,12 @@ TO_SPARK2 = pair_id("spark1", "spark2", "192.168.100.11")
 TO_SPARK1 = pair_id("spark2", "spark1", "192.168.100.10")
 #: how ssh.verify's own mesh scripts begin (its tries follow)
 MESH_SCRIPT = prelude()
-LOGIN = "boot b1\nkey 1 2 3\nclient c\nperms 750:1000 700:1000 600:1000 \nservice s\nfiles f\nsshd * d\n"
+#: a `login` section as ssh-login-state.sh.j2 prints it
+LOGIN = ("boot b1\nstat 1 2 3 600 1000 /home/nvidia/.ssh/sparkctl-spark-pair_ed25519\n"
+         "stat 10 4096 5 750 1000 /home/nvidia\nstat 11 4096 5 700 1000 /home/nvidia/.ssh\n"
+         "stat 12 100 5 600 1000 /home/nvidia/.ssh/authorized_keys\n#client\nc  /etc/ssh/ssh_config\n"
+         "groups nvidia sudo\npasswd nvidia:x:1000:1000::/home/nvidia:/bin/bash\n#service\nMainPID=s\n#root\n"
+         "#files\nf  /etc/ssh/sshd_config\nsshd * d  -\n")
 
 
 def converged_states() -> dict[str, dict]:
@@ -105,14 +110,15 @@ def test_a_rerun_takes_every_unchanged_pair_from_the_record_and_tries_none():
 @pytest.mark.parametrize("node, field, value", [
     ("spark2", "authorized_keys", "ssh-ed25519 K1 sparkctl-spark-pair@spark1\nssh-ed25519 OTHER someone\n"),
     ("spark2", "hostkey", "ssh-ed25519 H2-new"),                          # spark1's known_hosts follows it
-    ("spark2", "login", LOGIN.replace("perms 750", "perms 770")),       # StrictModes would refuse the key
-    ("spark2", "login", LOGIN.replace("sshd * d", "sshd * d2")),       # sshd's effective configuration
+    # StrictModes would refuse the key
+    ("spark2", "login", LOGIN.replace("750 1000 /home/nvidia\n", "770 1000 /home/nvidia\n")),
+    ("spark2", "login", LOGIN.replace("sshd * d ", "sshd * d2 ")),       # sshd's effective configuration
     ("spark2", "login", LOGIN.replace("boot b1", "boot b2")),          # rebooted: its sshd started anew
-    ("spark2", "login", LOGIN.replace("service s", "service s2")),     # ssh.service restarted or reloaded
+    ("spark2", "login", LOGIN.replace("MainPID=s", "MainPID=s2")),     # ssh.service restarted or reloaded
     ("spark1", "pub", "ssh-ed25519 K1-new sparkctl-spark-pair@spark1"),   # spark2's authorized_keys follows it
-    ("spark1", "login", LOGIN.replace("key 1 2 3", "key 1 2 4")),      # the private key file rewritten
+    ("spark1", "login", LOGIN.replace("stat 1 2 3", "stat 1 2 4")),      # the private key file rewritten
     ("spark1", "config", "Host *\n    ForwardAgent yes\n"),             # a block of the user's own
-    ("spark1", "login", LOGIN.replace("client c", "client c2")),       # /etc/ssh/ssh_config
+    ("spark1", "login", LOGIN.replace("c  /etc/ssh/ssh_config", "c2  /etc/ssh/ssh_config")),  # /etc/ssh/ssh_config
 ])
 def test_a_change_that_one_pair_depends_on_makes_exactly_that_pair_tried_again(node, field, value):
     states, records = converged_states(), Records()
@@ -153,7 +159,8 @@ def test_reprove_tries_every_pair_and_an_old_proof_counts_for_nothing():
 def test_a_pair_that_fails_leaves_the_record_and_is_tried_by_the_next_run():
     states, records = converged_states(), Records()
     verify(kit_over(states, records))
-    states["spark2"]["login"] = LOGIN.replace("files f", "files f2")  # a drop-in that turns key login off
+    # a drop-in that turns key login off
+    states["spark2"]["login"] = LOGIN.replace("f  /etc/ssh/sshd_config", "f2  /etc/ssh/sshd_config")
     kit = kit_over(states, records, fail={TO_SPARK2})
     assert SshMeshTask().check(kit.cluster) == []
     with pytest.raises(TaskFailed, match="1 node-to-node ssh connection"):
@@ -234,7 +241,7 @@ def test_the_login_section_runs_for_real(tmp_path):
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "sparkctl-spark-pair_ed25519").write_text("k")
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                          env={**os.environ, "HOME": str(tmp_path)})
     login = parse_login(out.stdout)
     assert {"boot", "key", "client", "perms", "files"} <= set(login), out
@@ -335,10 +342,10 @@ def test_the_login_section_reads_sshd_as_root_with_one_sudo(users, who):
 
     kit = kit_over(converged_states(), Records())
     script = login_script(kit.cluster, "spark2", "sparkctl-spark-pair_ed25519")
-    as_root = parse_login(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
+    as_root = parse_login(subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout)
     user = NOPASSWD_USER if who == "nopasswd" else SUDO_USER
     with counting_sudo() as (path, sudo_calls):
-        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "sh", "-c", script],
+        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "bash", "-c", script],
                              capture_output=True, text=True, timeout=60)
         asked = sudo_calls()
     login = parse_login(out.stdout)

@@ -12,7 +12,7 @@ from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.container import image as image_task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.run import ContainerRunTask
-from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files
+from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files, listening
 from sparkctl.tasks.container.state import ContainerStateTask
 from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS
@@ -364,7 +364,7 @@ def test_container_ssh_noop_is_one_round_trip_per_node_with_the_mesh_proof_insid
     assert ContainerSshTask().check(cctx) == []
     for node in ("spark1", "spark2"):
         script, = cctx.nodes[node].transport.commands
-        assert "ss -ltnH 'sport = :2233'" in script and "ConnectTimeout=5" in script
+        assert listening(2233) in script and "ConnectTimeout=5" in script
 
 
 def test_container_ssh_failure_is_asked_again_before_it_is_believed():

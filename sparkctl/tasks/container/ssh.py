@@ -32,7 +32,7 @@ from sparkctl.tasks.mesh import collect, raise_for
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS, hostfile_reads, runs_mpirun
 from sparkctl.tasks.proof import PairProofs, pair_id
 from sparkctl.tasks.verify.reads import VERIFY_READS, answers, node_reads
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing, Section
 from sparkctl.transport.hostkeys import host_key_name
 
@@ -266,10 +266,10 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
                             reader, "wait", framing.section("ssh", 'cat "$_o"; rm -f "$_o"')])
     return "\n".join([
         sshd_wait_script(ctx, sshd_wait), framing.section("sshd", 'printf "%s\\n" "$st"'),
-        framing.section("client", f"cat {q(keys)}/{CLIENT_KEY}.pub"),
-        framing.section("host", f"cat {q(keys)}/{HOST_KEY}.pub"),
-        framing.section("node-authorized_keys", f"cat {q(keys)}/authorized_keys 2>/dev/null"),
-        framing.section("node-known_hosts", f"cat {q(keys)}/known_hosts 2>/dev/null"),
+        framing.section("client", text_of(f"{q(keys)}/{CLIENT_KEY}.pub")),
+        framing.section("host", text_of(f"{q(keys)}/{HOST_KEY}.pub")),
+        framing.section("node-authorized_keys", text_of(f"{q(keys)}/authorized_keys")),
+        framing.section("node-known_hosts", text_of(f"{q(keys)}/known_hosts")),
         framing.section("node-written", f"cd {q(keys)} && {written}"),
         on_node,
         f'if [ "$st" = listening ]; then\n{reader}\nfi',
@@ -290,9 +290,18 @@ def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:
     port = int(ctx.inventory.container.ssh_port)
     container = q(ctx.inventory.container.name)
     tries = max(1, int(timeout / 0.2))
-    return (f"n=0; while :; do if ss -ltnH 'sport = :{port}' | grep -q .; then st=listening; break; fi; "
+    return (f"n=0; while :; do if {listening(port)}; then st=listening; break; fi; "
             f"st=$(docker inspect --format '{{{{.State.Status}}}}' {container} 2>/dev/null || echo absent); "
             f'[ "$st" = running ] || break; n=$((n+1)); [ "$n" -ge {tries} ] && break; sleep 0.2; done')
+
+
+def listening(port: int) -> str:
+    """bash: true when a TCP socket (IPv4 or IPv6) listens on `port` here, as the shell itself reads the kernel's
+    tables (/proc/net/tcp: local address `ADDR:PORT` in hex, state 0A = LISTEN); `ss` and a `grep` were two
+    processes on every rerun."""
+    return ('_l=; for _t in /proc/net/tcp /proc/net/tcp6; do while read -r _ _a _ _s _; do '
+            f'[ "$_s" = 0A ] && [ "${{_a##*:}}" = {port:04X} ] && {{ _l=1; break 2; }}; done 2>/dev/null <"$_t"; '
+            'done; [ -n "$_l" ]')
 
 
 def sshd_not_listening(ctx: ClusterContext, status: dict[str, str]) -> TaskFailed:

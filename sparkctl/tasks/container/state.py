@@ -17,7 +17,7 @@ from sparkctl.tasks.container.ssh import CONTAINER_READ, carries_tries, mesh_rea
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.mpi.reads import runs_mpirun
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing
 
 CLIENT_KEY = CONTAINER_CLIENT_KEY
@@ -62,9 +62,9 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         framing = Framing()
         mesh = without_mpi(ctx.inventory) is None
         lines = [f"S={q(base)}"]
-        lines += [framing.section(f"file:{rel}", f'cat "$S"/{q(rel)} 2>/dev/null') for rel in self._files(ctx)]
+        lines += [framing.section(f"file:{rel}", text_of(f'"$S"/{q(rel)}')) for rel in self._files(ctx)]
         key_checks = [
-            '[ "$(stat -c %a "$S"/container-ssh 2>/dev/null)" = 700 ] && echo keydir',
+            'stat -c keydir:%a "$S"/container-ssh 2>/dev/null',
             f'[ -s {q(keys)}/{CLIENT_KEY} ] && [ -s {q(keys)}/{CLIENT_KEY}.pub ] && echo client',
             f'[ -s {q(keys)}/{HOST_KEY} ] && [ -s {q(keys)}/{HOST_KEY}.pub ] && echo hostkey'] if mesh else []
         leftovers = [] if mesh else [f'[ -e "$S"/{q(rel)} ] && echo left:{rel}' for rel in MPI_LEFTOVERS]
@@ -96,6 +96,8 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
             ctx.cluster.hand_over(CONTAINER_READ.at(ctx.name), found)
         sections = Framing.texts_of(found)
         have = set(sections.get("have", "").split())
+        if "keydir:700" in have:  # the keys' dir is there, 0700
+            have.add("keydir")
         if "hf_cache_not_writable" in have:
             # typically made by an earlier `docker run -v` (NVIDIA's procedure): docker creates it owned by root
             raise TaskFailed(f"the HF cache {hf_cache} on {ctx.name} is not writable by {ctx.user}",

@@ -44,40 +44,44 @@ def repo_path(ctx: NodeContext, repo: str, local: str | None) -> str:
 def snapshot_check_script(ctx: NodeContext, repos: list[tuple[str, str | None]]) -> str:
     """Per repo one tab-separated line: `complete <repo> <pin>`, `missing <repo> <pin> <why>`, or for a complete hub
     snapshot whose refs/main is not the pin `repoint <repo> <pin>`. The pin is the node's (model.pin; `-` when it
-    has none: then the hub snapshot checked is refs/main's). Complete = config.json + every weight."""
-    lines = []
+    has none: then the hub snapshot checked is refs/main's). Complete = config.json + every weight. The shell's own
+    globs walk the trees (`**`, dot files too) and its `read` takes the first lines: this read runs on every rerun,
+    and each process it started was most of its cost. Its glob options are its shell's own (read_output runs it
+    alone, or in a subshell beside the facts)."""
+    lines = ["shopt -s globstar dotglob nullglob"]
     for repo, local in repos:
-        lines.append(f"p=$(head -n1 {q(pin_path(ctx.hf_cache_dir(), repo))} 2>/dev/null | cut -f1); "
+        lines.append(f"p=; IFS= read -r p 2>/dev/null <{q(pin_path(ctx.hf_cache_dir(), repo))}; p=${{p%%$'\\t'*}}; "
                      f"case $p in *[!0-9a-f]*|'') p=- ;; esac; o=; w={q(repo)}")
         if local is None:
             base = hub_repo_dir(ctx, repo)
-            lines.append(f'b={q(base)}; m=$(cat "$b"/refs/main 2>/dev/null); r=$m; [ "$p" = - ] || r=$p; '
+            lines.append(f'b={q(base)}; m=; read -r m 2>/dev/null <"$b"/refs/main; r=$m; [ "$p" = - ] || r=$p; '
                          f's="$b/snapshots/$r"; [ -n "$r" ] || s=/nonexistent; '
                          '[ "$p" = - ] || [ "$m" = "$p" ] || o=repoint')
         else:
             path = host_path(ctx, local)
-            lines.append(f"s={q(path)}; c=$(head -n1 {q(path + '/' + LOCAL_METADATA)} 2>/dev/null)")
+            lines.append(f"s={q(path)}; c=; IFS= read -r c 2>/dev/null <{q(path + '/' + LOCAL_METADATA)}")
         weights = (
+            'partial=("$s"/**/*.incomplete); w8=("$s"/*.safetensors); '
             'if [ ! -f "$s"/config.json ]; then v="missing no config.json"; '
-            'elif find "$s" -name "*.incomplete" 2>/dev/null | grep -q .; then v="missing partial"; '
+            'elif [ "${#partial[@]}" -gt 0 ]; then v="missing partial"; '
             'elif [ -f "$s"/model.safetensors.index.json ]; then ok=1; '
             'for x in $(grep -o "[^\\"]*\\.safetensors" "$s"/model.safetensors.index.json | sort -u); do '
             '[ -e "$s/$x" ] || ok=; done; '
             'if [ -n "$ok" ]; then v=complete; else v="missing shards"; fi; '
-            'elif ls "$s"/*.safetensors >/dev/null 2>&1; then ok=1; '
+            'elif [ "${#w8[@]}" -gt 0 ]; then ok=1; '
             # a link that leads nowhere (a repo folder copied without the cache's shared blob store) is no weight
-            'for x in "$s"/*.safetensors; do [ -e "$x" ] || ok=; done; '
+            'for x in "${w8[@]}"; do [ -e "$x" ] || ok=; done; '
             'if [ -n "$ok" ]; then v=complete; else v="missing links to nothing"; fi; '
             'else v="missing no weights"; fi')
         lines.append(weights)
         # a file removed because it did not verify is missing too, weight or not: a link to nothing in the snapshot,
         # a --local-dir file whose download metadata is there without it
-        lines.append('[ "$v" = complete ] && [ -n "$(find -L "$s" -type l 2>/dev/null | head -n 1)" ] && '
-                     'v="missing links to nothing"' if local is None else
-                     '[ "$v" = complete ] && [ -d "$s/.cache/huggingface/download" ] && '
-                     '[ -n "$(cd "$s/.cache/huggingface/download" && find . -name \'*.metadata\' -printf \'%P\\n\' '
-                     '| while IFS= read -r m; do [ -e "$s/${m%.metadata}" ] || echo gone; done)" ] && '
-                     'v="missing files"')
+        lines.append('if [ "$v" = complete ]; then for x in "$s"/**; do '
+                     '[ -L "$x" ] && [ ! -e "$x" ] && { v="missing links to nothing"; break; }; done; fi'
+                     if local is None else
+                     'if [ "$v" = complete ]; then d="$s/.cache/huggingface/download"; '
+                     'for x in "$d"/**/*.metadata; do x=${x#"$d"/}; '
+                     '[ -e "$s/${x%.metadata}" ] || { v="missing files"; break; }; done; fi')
         if local is not None:
             # a --local-dir download from another commit than the pin is not the pinned one
             lines.append('[ "$v" != complete ] || [ "$p" = - ] || [ "$c" = "$p" ] || v="missing another revision"')

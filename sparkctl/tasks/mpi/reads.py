@@ -9,7 +9,7 @@ from sparkctl.plan.mpi import mpirun_line, mpirun_timeout, timed
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.proof import proven
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing, Section
 
 #: The task the reads are handed over to (ClusterContext.hand_over).
@@ -46,5 +46,5 @@ def hostfile_reads(ctx: ClusterContext, framing: Framing, only: str | None = Non
             line = timed(mpirun_line(ranks, "hostname"), mpirun_timeout(ranks))
             inside += (f"\nif [ \"$(cat {HOSTFILE_PATH} 2>/dev/null)\" = {q(want.rstrip(chr(10)))} ]; then\n"
                        + framing.section("mpirun", f"{line} 2>&1") + "\nfi")
-        out[n] = (framing.section("node-hostfile", f"cat {q(host_hostfile_path(node))} 2>/dev/null"), inside)
+        out[n] = (framing.section("node-hostfile", text_of(q(host_hostfile_path(node)))), inside)
     return out

@@ -13,7 +13,7 @@ from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
 from sparkctl.tasks.context import ClusterContext, HandOver, NodeContext
 from sparkctl.tasks.ssh.files import known_hosts_lines, merge_authorized_keys, merge_config_block, merge_known_hosts
 from sparkctl.tasks.ssh.proofs import SECTION, login_script
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing
 from sparkctl.transport.hostkeys import host_key_name
 
@@ -39,8 +39,8 @@ LOGIN_INPUTS: HandOver[dict[str, dict[str, str | None]]] = HandOver("ssh.verify/
 def ssh_files_script(cluster: str, framing: Framing) -> str:
     """One section per file (absent: the section fails) and one with $HOME."""
     paths = dict(FILES, pub=f'"$HOME"/.ssh/{q(cluster_key_name(cluster) + ".pub")}')
-    # `awk 1`, not cat: a file without a final newline gets one, so its text is exactly what the node holds
-    parts = [framing.section(name, f"awk 1 {path} 2>/dev/null") for name, path in paths.items()]
+    # a file without a final newline gets one (as `awk 1` does), so its text is exactly what the node holds
+    parts = [framing.section(name, text_of(path, final_newline=True)) for name, path in paths.items()]
     parts.append(framing.section("home", 'printf "%s" "$HOME"'))
     return "\n".join(parts)
 

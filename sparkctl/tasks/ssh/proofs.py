@@ -68,16 +68,48 @@ def login_script(ctx: ClusterContext, node: str, key: str) -> str:
                   digest=without_comments(shipped_text("sshd-digest.sh")))
 
 
+#: the lines of the `login` section that are one value each (the others are `#name` blocks of raw lines)
+_NAMED = ("boot", "stat", "groups", "passwd", "nologin", "sshd")
+#: the ~/.ssh files whose rewrite (inode, mtime, mode, owner) a pair depends on, and those sshd's StrictModes judges
+_WRITTEN = ("/.ssh/authorized_keys", "/.ssh/known_hosts", "/.ssh/config")
+
+
 def parse_login(text: str | None) -> dict[str, str]:
-    """`name value` lines; the sshd digests as `sshd <source>`."""
-    out: dict[str, str] = {}
+    """What ssh-login-state.sh.j2 printed, as the values a fingerprint takes: boot, key, client, perms, written,
+    account, service, files, and the sshd digests as `sshd <source>`."""
+    named: dict[str, list[str]] = {}
+    blocks: dict[str, list[str]] = {}
+    block: list[str] | None = None
     for line in (text or "").splitlines():
         name, _, value = line.partition(" ")
-        if name == "sshd":
-            source, _, value = value.partition(" ")
-            name = f"sshd {source}"
-        if name:
-            out[name] = value.strip()
+        if line.startswith("#"):
+            block = blocks.setdefault(line[1:].strip(), [])
+        elif name in _NAMED:
+            named.setdefault(name, []).append(value)
+        elif block is not None and line:
+            block.append(line)
+    out: dict[str, str] = {}
+    if "boot" in named:
+        out["boot"] = named["boot"][0].strip()
+    stats = [value.split(" ", 5) for value in named.get("stat", [])]
+    stats = [fields for fields in stats if len(fields) == 6]  # inode size mtime mode owner path
+    if stats:
+        keys = [f for f in stats if "/.ssh/" in f[5] and not f[5].endswith(_WRITTEN)]
+        out["key"] = " ".join(keys[0][:5]) if keys else ""
+        # $HOME, ~/.ssh and authorized_keys
+        out["perms"] = " ".join(f"{f[3]}:{f[4]}" for f in stats
+                                if f not in keys and not f[5].endswith(_WRITTEN[1:]))
+        out["written"] = " ".join(f"{f[0]}:{f[2]}:{f[3]}:{f[4]}" for f in stats if f[5].endswith(_WRITTEN))
+    if "groups" in named or "passwd" in named:
+        groups = ",".join(named.get("groups", [""])[0].split())
+        shell = named.get("passwd", [""])[0].strip().split(":")[6:7]
+        out["account"] = " ".join([groups, *shell, *(["nologin"] if "nologin" in named else [])])
+    for name in ("client", "service", "files"):
+        if name in blocks:
+            out[name] = digest(blocks[name])[:16]
+    for value in named.get("sshd", []):
+        source, _, sha = value.partition(" ")
+        out[f"sshd {source}"] = sha.split()[0][:16] if sha.split() else ""
     return out
 
 
