@@ -38,9 +38,9 @@ LOGIN_INPUTS: HandOver[dict[str, dict[str, str | None]]] = HandOver("ssh.verify/
 
 def ssh_files_script(cluster: str, framing: Framing) -> str:
     """One section per file (absent: the section fails) and one with $HOME."""
-    paths = dict(FILES, pub=f'"$HOME"/.ssh/{q(cluster_key_name(cluster) + ".pub")}')
+    pub = f'"$HOME"/.ssh/{q(cluster_key_name(cluster) + ".pub")}'
     # a file without a final newline gets one (as `awk 1` does), so its text is exactly what the node holds
-    parts = [framing.section(name, text_of(path, final_newline=True)) for name, path in paths.items()]
+    parts = [framing.section(name, text_of(path or pub, final_newline=True)) for name, path in FILES.items()]
     parts.append(framing.section("home", 'printf "%s" "$HOME"'))
     return "\n".join(parts)
 
