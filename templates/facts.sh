@@ -89,10 +89,14 @@ fact_ipv4_conf() {
 
 # netplan's files are 0600 root: read as root when that works; base64 keeps any content intact
 fact_netplan() {
-  local f m c
-  for f in /etc/netplan/*.yaml; do
-    [ -e "$f" ] || continue
-    m=$(stat -c %a "$f" 2>/dev/null) || m=-
+  local f m c files=()
+  local -A modes=()
+  for f in /etc/netplan/*.yaml; do [ -e "$f" ] && files+=("$f"); done
+  [ "${#files[@]}" -gt 0 ] || return 0
+  # every file's mode in one stat
+  while read -r m f; do modes[$f]=$m; done < <(stat -c '%a %n' "${files[@]}" 2>/dev/null)
+  for f in "${files[@]}"; do
+    m=${modes[$f]:--}
     c=-
     if [ -r "$f" ]; then
       c=$(base64 -w0 <"$f") && c="b64:$c" || c=-
@@ -182,7 +186,7 @@ _held() {
 # order, and no side read runs), and how root is reached: root already, else `sudo -n`, which the privileged shell
 # tries once when there is a temp dir, and which is asked here when there is none.
 _facts_begin() {
-  _T0=$SECONDS; _FP=(); _SP=(); _SRC=(); _TO=""; _has timeout && _TO=timeout
+  _T0=$SECONDS; _FP=(); _SP=(); _SG=(); _SGR=(); _TO=""; _has timeout && _TO=timeout
   _D=$(mktemp -d 2>/dev/null) || _D=""
   if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=(); _SUDO_OK=1
   elif [ -n "$_D" ]; then _S=(sudo -n); _SUDO_OK=""
@@ -212,41 +216,53 @@ _privileged_begin() {
   : >.privileged
 }
 
-# _side I SECONDS SCRIPT: a later task's read-only SCRIPT, in the background beside the facts, bounded by SECONDS:
-# `timeout` is the job itself (the read's own bash where the node has none), so that its PID is known: stopped, it
-# stops the whole read (it leads its own process group and passes the signal on). Nothing of the round trip's stdin
-# or stdout (nor fd 3, its held stdout) stays open in it: one left behind must not hold the channel. side-I: its
-# output; _SP[I]: its PID, whose exit status _sides_wait collects into _SRC[I].
-_side() {
-  local to=()
-  [ -n "$_TO" ] && to=(timeout "$2")
-  "${to[@]}" bash -c "$3" >"$_D/side-$1" 2>/dev/null </dev/null 3>&- &
-  _SP[$1]=$!
+# _sides SECONDS I SCRIPT [I SCRIPT...]: later tasks' read-only SCRIPTs, in the background beside the facts, each in
+# a subshell of ONE bash (a process per read, not a `timeout` and a bash each), bounded by SECONDS together: `timeout`
+# is the job itself (the reads' bash where the node has none), so that its PID is known: stopped, it stops every read
+# of it (it leads its own process group and passes the signal on). Nothing of the round trip's stdin or stdout (nor
+# fd 3, its held stdout) stays open in them: one left behind must not hold the channel. side-I: a read's output,
+# side-I.rc: its exit status once done; _SP[G]: the group's PID, _SG[I]: the read's group.
+_sides() {
+  local to=() g=${#_SP[@]}
+  [ -n "$_TO" ] && to=(timeout "$1")
+  shift
+  "${to[@]}" bash -c "$_SIDE_READS" _ "$_D" "$@" >/dev/null 2>&1 </dev/null 3>&- &
+  _SP[g]=$!
+  while [ "$#" -gt 1 ]; do _SG[$1]=$g; shift 2; done
 }
+# the group's bash: its reads started at once, each one's exit status written as it ends (names of its own: a read
+# runs in a subshell of it and sees them)
+# shellcheck disable=SC2016 # the text of a script of its own
+_SIDE_READS='_sr_d=$1; shift; _sr_p=()
+while [ "$#" -gt 1 ]; do ( eval "$2" ) >"$_sr_d/side-$1" 2>/dev/null & _sr_p+=("$!" "$1"); shift 2; done
+set -- "${_sr_p[@]}"
+while [ "$#" -gt 1 ]; do wait "$1"; echo "$?" >"$_sr_d/side-$2.rc"; shift 2; done'
 
 # _sides_wait GRACE: once the facts are read, the side reads get GRACE seconds more, or as long again as the facts
-# took (a node under load is as slow for both); one still running then is stopped and left out: its task reads for
-# itself. The wait ends the moment the last one does; the stopper (only armed when a read still runs: bash reaps a
-# finished job at once, so `kill -0` no longer finds it) holds nothing of the round trip's output open.
+# took (a node under load is as slow for both); a group still running then is stopped and what it had not finished
+# left out: those tasks read for themselves. The wait ends the moment the last group does; the stopper (only armed
+# when one still runs: bash reaps a finished job at once, so `kill -0` no longer finds it) holds nothing of the
+# round trip's output open.
 _sides_wait() {
-  local grace=$((SECONDS - _T0)) i p stopper=
+  local grace=$((SECONDS - _T0)) g p stopper=
   [ "$grace" -lt "$1" ] && grace=$1
   for p in "${_SP[@]}"; do
     kill -0 "$p" 2>/dev/null || continue
     { sleep "$grace"; kill "${_SP[@]}"; } </dev/null >/dev/null 2>&1 3>&- &
     stopper=$!; break
   done
-  for i in "${!_SP[@]}"; do wait "${_SP[$i]}"; _SRC[i]=$?; done
+  for g in "${!_SP[@]}"; do wait "${_SP[$g]}"; _SGR[g]=$?; done
   [ -z "$stopper" ] || kill "$stopper" 2>/dev/null
 }
 
-# _side_out I: a side read's output, and its exit status in _rc (1 and nothing when it did not run, or was stopped:
-# TERM, or KILL)
+# _side_out I: a side read's output, and its exit status in _rc: its own once it ended; 124 (and what it printed)
+# when its group's SECONDS ran out first; 1 and nothing when it did not run, or was stopped
 _side_out() {
   _rc=1
-  [ -n "${_SRC[$1]:-}" ] || return 0
-  case ${_SRC[$1]} in 143|137) return 0 ;; esac
-  _print "$_D/side-$1"; _rc=${_SRC[$1]}
+  local g=${_SG[$1]:-}
+  [ -n "$g" ] && [ -n "${_SGR[$g]:-}" ] || return 0
+  if [ -e "$_D/side-$1.rc" ]; then _print "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"
+  elif [ "${_SGR[$g]}" = 124 ]; then _print "$_D/side-$1"; _rc=124; fi
 }
 
 # _as_root FUNCTION [ARG...]: one of these functions run as root (in the privileged shell, or root already: as it is)

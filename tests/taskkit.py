@@ -11,6 +11,7 @@ Fixture files (tests/fixtures/tasks/<task>/<case>.yaml) describe facts with `fac
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -391,6 +392,11 @@ def ssh_read_output(files: dict[str, str | None], home: str = "/home/nvidia") ->
 # --- framed output ------------------------------------------------------------------------------------------
 
 _NONCE = re.compile(re.escape(MARKER) + r":([0-9a-f]+):begin ")
+
+
+def sha256sum_lines(*contents: str) -> str:
+    """What a node's `sha256sum FILE...` prints for files holding `contents`, in order."""
+    return "".join(f"{hashlib.sha256(c.encode()).hexdigest()}  /file{i}\n" for i, c in enumerate(contents))
 
 
 def nonce_of(script: str) -> str:

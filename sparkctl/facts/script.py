@@ -54,15 +54,23 @@ def render_request(nonce: str, request: FactsRequest,
         parts.append(f"_PF=({' '.join(called)})")
         parts.append('[ -n "$_D" ] && { _privileged_job </dev/null >/dev/null 2>&1 3>&- & _FP+=("$!"); }')
     if side:
+        # one group per bound (in practice one: every read ahead has the same), one bash for each
+        groups: dict[float, list[int]] = {}
+        for i, (_name, (_body, seconds)) in enumerate(side):
+            groups.setdefault(max(1.0, float(seconds)), []).append(i)
         parts.append('if [ -n "$_D" ]; then')
-        for i, (_name, (body, seconds)) in enumerate(side):
-            end = f"SPARKCTL_SIDE_{nonce}_{i}"
-            while end in body:
-                end += "_"
-            # a quoted here-document: the read's own text, nothing of it expanded here
-            # (emptied first: a here-document that could not be made must not leave the last read's text in _b)
-            parts.append(f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}\n"
-                         f'[ -n "$_b" ] && _side {i} {max(1.0, float(seconds)):g} "$_b"')
+        for seconds, members in groups.items():
+            parts.append("_a=()")
+            for i in members:
+                body = side[i][1][0]
+                end = f"SPARKCTL_SIDE_{nonce}_{i}"
+                while end in body:
+                    end += "_"
+                # a quoted here-document: the read's own text, nothing of it expanded here
+                # (emptied first: a here-document that could not be made must not leave the last read's text in _b)
+                parts.append(f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}\n"
+                             f'[ -n "$_b" ] && _a+=({i} "$_b")')
+            parts.append(f'[ "${{#_a[@]}}" -gt 0 ] && _sides {seconds:g} "${{_a[@]}}"')
         parts.append("fi")
     framing = Framing(nonce)
     for entry, call in sections:

@@ -6,7 +6,6 @@ it)."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -45,7 +44,7 @@ from sparkctl.tasks.serve import api_key as keys
 from sparkctl.tasks.serve.gateway import ServeGatewayTask
 from sparkctl.transport.base import CommandResult
 from tests.certificates_kit import issue
-from tests.taskkit import framed, inspected, make_kit, spark_facts
+from tests.taskkit import framed, inspected, make_kit, sha256sum_lines, spark_facts
 from tests.unit.doctor_snapshot_kit import healthy_snapshot
 from tests.unit.fake_endpoint import FakeEndpoint
 
@@ -206,8 +205,8 @@ def test_the_certificate_and_key_are_judged_by_their_hash_and_a_renewed_one_is_w
     inv = load_inventory(write(tmp_path, tls_of(issued)))
     key = keys.api_key(inv, create=True)
     kit, spec = gateway_kit(tmp_path, inv, "", "")
-    config = hashlib.sha256((spec.config(key) + spec.router()).encode()).hexdigest()
-    files = hashlib.sha256((issued.certificate.read_text() + issued.key.read_text()).encode()).hexdigest()
+    config = sha256sum_lines(spec.config(key), spec.router())
+    files = sha256sum_lines(issued.certificate.read_text(), issued.key.read_text())
     kit, _ = gateway_kit(tmp_path, inv, config, files)
     # the gateway as planned (the figures collector is serve.collector's)
     assert ServeGatewayTask().check(kit.cluster) == []

@@ -4,7 +4,6 @@ the controller (tasks/serve/api_key.py). The real NGINX answering 401 and 200 is
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 
@@ -19,7 +18,7 @@ from sparkctl.secrets import MASK, forget_secrets, redact_known
 from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.serve import api_key as keys
 from sparkctl.tasks.serve.gateway import ServeGatewayTask
-from tests.taskkit import framed, inspected, inventory_from_yaml, make_kit, spark_facts
+from tests.taskkit import framed, inspected, inventory_from_yaml, make_kit, sha256sum_lines, spark_facts
 
 KEY = "k3y-0f-the-endpoint_AbCdEfGhIjKlMnOpQrStUvWxYz012"
 PAIR = """
@@ -185,8 +184,8 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     key = keys.api_key(pair(tmp_path), create=True)
     kit = gateway_kit(tmp_path)
     spec = gateway_spec(kit.cluster.inventory, spark_facts("spark1"), kit.node("spark1").state_dir())
-    # the config and the router, as `cat nginx.conf router.js | sha256sum` reads them
-    digest = hashlib.sha256((spec.config(key) + spec.router()).encode()).hexdigest()
+    # the config and the router, as `sha256sum nginx.conf router.js` reads them
+    digest = sha256sum_lines(spec.config(key), spec.router())
     running = f"true {spec.spec_hash()} unless-stopped"
     kit = gateway_kit(tmp_path, config_hash=digest, container=running,
                       listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
@@ -196,7 +195,7 @@ def test_a_gateway_as_planned_is_left_alone_and_a_missing_address_is_reloaded(tm
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["reload"]
     kit = gateway_kit(tmp_path, config_hash=digest, container=f"true {spec.spec_hash()} no")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["create"]
-    kit = gateway_kit(tmp_path, config_hash="0" * 64, container=running,
+    kit = gateway_kit(tmp_path, config_hash=sha256sum_lines("another config", spec.router()), container=running,
                       listening="LISTEN 0 511 10.0.0.11:8355 0.0.0.0:*\nLISTEN 0 511 127.0.0.1:8355 0.0.0.0:*")
     assert [c.payload for c in ServeGatewayTask().check(kit.cluster)] == ["config"]
 
@@ -219,7 +218,7 @@ def test_applying_puts_the_config_0600_never_in_argv_and_reloads_in_place(tmp_pa
 def test_an_open_endpoint_s_gateway_converges_without_a_key(tmp_path):
     inv = pair(tmp_path, "auth: none")
     spec = gateway_spec(inv, spark_facts("spark1"), "/home/nvidia/.local/state/sparkctl/duo")
-    digest = hashlib.sha256((spec.config(None) + spec.router()).encode()).hexdigest()
+    digest = sha256sum_lines(spec.config(None), spec.router())
     kit = make_kit(inv, {n.name: spark_facts(n.name) for n in inv.nodes})
     inspected(kit, "spark1", GATEWAY_CONTAINER, f"true {spec.spec_hash()} unless-stopped")
     kit.transport("spark1").respond(r"sha256sum", framed([

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from sparkctl.cli.main import cli
 from sparkctl.inventory import load_inventory
+from sparkctl.knowledge.serve_client import ServeClient
 from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.trtllm_releases import VERSION_LABEL
 from sparkctl.plan import gateway as gateway_plan
@@ -167,7 +168,7 @@ def launch_kit(tmp_path, port: int, record: dict | None, alive: int | None = Non
 
     def run_here(script: str) -> str:
         env = {"PATH": f"{bin_dir}:{path}", "no_proxy": "*", "DOCKER_FAILS": docker_fails, "UNIT_STATE": unit}
-        return subprocess.run(["/bin/sh", "-c", script.replace(remote, str(here))], capture_output=True, text=True,
+        return subprocess.run(["/bin/bash", "-c", script.replace(remote, str(here))], capture_output=True, text=True,
                               timeout=60, env=env).stdout
 
     run_here.wants_script = True  # type: ignore[attr-defined]
@@ -294,6 +295,25 @@ def test_smoke_passes_and_reports_acceptance(tmp_path, endpoint):
     (log,) = [e for e in kit.events if e.task == "serve.smoke"]  # reachable from here: no second note
     assert "acceptance length 2.50" in log.message and log.data["smoke"]["reachable_from_here"]
     assert endpoint.requests[-1]["model"] == "nvidia/Qwen3-235B-A22B-FP4"
+
+
+def test_smoke_asks_from_here_when_this_machine_reaches_the_endpoint_else_on_the_head(tmp_path, endpoint,
+                                                                                     monkeypatch):
+    """Reached from here, the chat goes from here (the gateway, the key, as a user meets them): the head runs no
+    `docker exec` for it. Not reached from here, it is asked on the head, inside its container, as before."""
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
+    assert log.message.startswith(f"http://127.0.0.1:{endpoint.port} answered") and "acceptance length" in log.message
+    assert not [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]
+    monkeypatch.setattr(ServeClient, "reach", lambda self, timeout=5.0: (0, "connection refused", False))
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    asked = [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]
+    assert asked and "/v1/chat/completions" in asked[0].input
+    smoke = [e.message for e in kit.events if e.task == "serve.smoke"]
+    assert smoke[0].endswith("acceptance length 2.50") and " on spark1 answered " in smoke[0]
+    assert "does not answer from this machine (connection refused)" in smoke[1]
 
 
 def test_smoke_asks_health_only_when_a_request_failed(tmp_path, endpoint):

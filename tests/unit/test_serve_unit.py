@@ -245,7 +245,7 @@ def unit_kit(tmp_path):
         def run_here(script: str, here=here) -> str:
             for prefix in ("/etc/systemd/system", "/home/nvidia"):
                 script = script.replace(prefix, here(prefix))
-            return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+            return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
                                   env={"PATH": f"{bin_dir}:/usr/bin:/bin", "ENABLED": str(enabled)}).stdout
 
         run_here.wants_script = True  # type: ignore[attr-defined]

@@ -35,16 +35,18 @@ def read_script(node: NodeContext, repos: list[tuple[str, str | None, str]], hea
     config.json, or a --local-dir's download metadata)."""
     lines = []
     for i, (repo, local, _asked) in enumerate(repos):
-        lines.append(f"printf 'P\\t{i}\\t%s\\n' \"$(head -n1 {q(pin_path(node.hf_cache_dir(), repo))} 2>/dev/null)\"")
+        # the first lines as the shell's own `read` takes them: this read runs on every rerun
+        lines.append(f"l=; IFS= read -r l 2>/dev/null <{q(pin_path(node.hf_cache_dir(), repo))}; "
+                     f"printf 'P\\t{i}\\t%s\\n' \"$l\"")
         if not head:
             continue
         if local is None:
             base = q(hub_repo_dir(node, repo))
-            held = (f"r=$(cat {base}/refs/main 2>/dev/null); "
-                    f"[ -n \"$r\" ] && [ -f {base}/snapshots/\"$r\"/config.json ] && printf %s \"$r\"")
+            held = (f"r=; read -r r 2>/dev/null <{base}/refs/main; "
+                    f"[ -n \"$r\" ] && [ -f {base}/snapshots/\"$r\"/config.json ] || r=")
         else:
-            held = f"head -n1 {q(host_path(node, local) + '/' + LOCAL_METADATA)} 2>/dev/null"
-        lines.append(f"printf 'H\\t{i}\\t%s\\n' \"$({held})\"")
+            held = f"r=; IFS= read -r r 2>/dev/null <{q(host_path(node, local) + '/' + LOCAL_METADATA)}"
+        lines.append(f"{held}; printf 'H\\t{i}\\t%s\\n' \"$r\"")
     return "\n".join([*lines, "true"])
 
 

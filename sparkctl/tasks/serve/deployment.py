@@ -22,7 +22,7 @@ from sparkctl.tasks.model.cache import hub_repo_dir
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.tasks.serve.server import ServerHandle
 from sparkctl.tasks.worlds import cluster_worlds
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing
 
 
@@ -77,8 +77,8 @@ def read_record(head: NodeContext, task: str) -> tuple[DeploymentRecord, str | N
     """The head's record and the model's revision in its hub cache (None: not there), one read."""
     model = head.inventory.served_models()[0].spec.model
     framing = Framing()
-    script = "\n".join([framing.section("record", f"cat {q(record_path(head))} 2>/dev/null; true"),
-                        framing.section("revision", f"cat {q(hub_repo_dir(head, model))}/refs/main 2>/dev/null; true"),
+    script = "\n".join([framing.section("record", text_of(q(record_path(head))) + "; true"),
+                        framing.section("revision", text_of(f"{q(hub_repo_dir(head, model))}/refs/main") + "; true"),
                         "true"])
     texts = Framing.texts_of(framing.split(head.read(task, script, framing).stdout))
     return DeploymentRecord.parse(texts.get("record", "")), texts.get("revision", "").strip() or None

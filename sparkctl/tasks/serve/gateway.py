@@ -49,8 +49,14 @@ def head_gateway(head: NodeContext) -> GatewaySpec:
 
 
 def _files_hash(*contents: str) -> str:
-    """The sha256 of the config, the router and serve.tls's files as the head's `cat ... | sha256sum` reads them."""
-    return hashlib.sha256("".join(contents).encode()).hexdigest()
+    """The sha256 of each of the config and the router, or of serve.tls's files, as the head's one `sha256sum` of
+    them prints them (_hashes)."""
+    return " ".join(hashlib.sha256(content.encode()).hexdigest() for content in contents)
+
+
+def _hashes(text: str) -> str:
+    """`sha256sum`'s lines: their hashes, in order."""
+    return " ".join(line.split()[0] for line in text.splitlines() if line.strip())
 
 
 def head_tls(inventory: Inventory) -> TlsFiles | None:
@@ -95,7 +101,7 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
         framing = Framing()
         state = framing.split(head.read(self.name, self._read_script(spec, framing), framing, timeout=30).stdout)
         texts = Framing.texts_of(state)
-        have_hash, have_tls = texts.get("config", "").strip(), texts.get("tls", "").strip()
+        have_hash, have_tls = _hashes(texts.get("config", "")), _hashes(texts.get("tls", ""))
         # the container as the head's facts inspected it (their one `docker inspect`: tasks/context.py)
         container = head.facts().containers.get(GATEWAY_CONTAINER)
         inspected = container is not None and container.exists
@@ -134,10 +140,10 @@ class ServeGatewayTask(Task[ClusterContext, GatewayAction]):
     def _read_script(spec: GatewaySpec, framing: Framing) -> str:
         files = " ".join(q(path) for path in spec.tls_paths) if spec.tls else ""
         return "\n".join([
-            framing.section("config", f"[ -f {q(spec.config_path)} ] && cat {q(spec.config_path)} "
-                                      f"{q(spec.router_path)} 2>/dev/null | sha256sum | cut -d' ' -f1"),
-            *([framing.section("tls", f"[ -f {q(spec.tls_paths[0])} ] && cat {files} 2>/dev/null | sha256sum | "
-                                      "cut -d' ' -f1")] if spec.tls else []),
+            framing.section("config", f"[ -f {q(spec.config_path)} ] && sha256sum {q(spec.config_path)} "
+                                      f"{q(spec.router_path)} 2>/dev/null"),
+            *([framing.section("tls", f"[ -f {q(spec.tls_paths[0])} ] && sha256sum {files} 2>/dev/null")]
+              if spec.tls else []),
             framing.section("listening", f"ss -ltnH 'sport = :{int(spec.port)}'"),
             "true"])
 

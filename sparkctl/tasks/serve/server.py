@@ -25,7 +25,7 @@ from sparkctl.plan.world import WorldNames, world_names
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.api_key import api_key
 from sparkctl.tasks.serve.gateway import head_gateway
-from sparkctl.transport.base import CommandResult, Transport, q
+from sparkctl.transport.base import CommandResult, Transport, q, text_of
 from sparkctl.transport.framing import Framing
 
 RunFn = Callable[..., CommandResult]
@@ -163,12 +163,12 @@ class ServerHandle:
             framing.section("health", "{ _he=$(" + node_http_command("GET", url, HEALTH_TIMEOUT_S)
                             + " 2>&1 1>&3); } 3>&1"),
             framing.section("health_err", 'printf \'%s\' "$_he"')])
-        pid = f"_pid=$(head -c 12 {q(self.pid_path)} 2>/dev/null | tr -cd 0-9)"
+        pid = f"_pid=; read -r -N 12 _pid 2>/dev/null <{q(self.pid_path)}; _pid=${{_pid//[!0-9]/}}"
         # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
         inspect = (f"{{ _e=$(docker exec {q(self.container)} sh -c {q(inside)} {STATE_SCRIPT_NAME} \"$_pid\" "
                    "2>&1 1>&3 </dev/null); _r=$?; } 3>&1")
         return "\n".join([
-            framing.section("record", f"cat {q(self.record_path)}"), pid,
+            framing.section("record", text_of(q(self.record_path))), pid,
             framing.section("pid", 'printf \'%s\' "$_pid"'),
             framing.section("unit", show_command(self.cluster, self.names.key)), inspect,
             framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),

@@ -1,8 +1,9 @@
 """serve.smoke: the endpoint answers a chat completion with real text (read-only).
 
-Asked on the head (inside its container, over the SSH connection): the answer proves the server, not the
-controller's route to it. Whether this machine reaches the endpoint too is only reported (`serve chat`
-and `serve bench` need it; the head does not).
+Asked from this machine when it reaches the endpoint (as a user does: the gateway, the key, the certificate), else
+on the head (inside its container, over the SSH connection): either answer proves the server; the controller's route
+to it is not needed, only reported (`serve chat` and `serve bench` need it; the head does not). Asked from here, a
+rerun costs the head no `docker exec` for it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ class ServeSmokeTask(Task[ClusterContext, None]):
     scope = Scope.CLUSTER
     needs = ("serve.gateway",)
     description = "prove the endpoint answers a chat completion with text, for every model"
-    checks = ("POST /v1/chat/completions through the gateway with the API key, for each model by its name, asked on "
-              "the head (from inside its container, over SSH), returns text that is "
-              "not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports the acceptance "
-              "length when the server gives it (/metrics read before and after, all in one run of python3 in the "
-              "container: the collector's counters for TensorRT-LLM), and whether this machine reaches the "
-              "endpoint too")
+    checks = ("POST /v1/chat/completions through the gateway with the API key, for each model by its name, asked from "
+              "this machine when it reaches the endpoint, else on the head (from inside its container, over SSH), "
+              "returns text that is not one repeated character (the Eagle3 failure of TensorRT-LLM #8615); reports "
+              "the acceptance length when the server gives it (/metrics read before and after: the collector's "
+              "counters for TensorRT-LLM), and whether this machine reaches the endpoint")
     changes = "nothing (read-only)"
     read_only = True
 
@@ -50,7 +50,9 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
         models = inv.served_models()
         for model in models:
-            reply, acceptance, where = self._ask(ctx, gateway_client(head, timeout=300, model=model.name))
+            client = (ServeClient(endpoint_fetch(inv, api_key(inv)), timeout=300, model=model.name) if reach == 200
+                      else gateway_client(head, timeout=300, model=model.name))
+            reply, acceptance, where = self._ask(ctx, client)
             shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
             named = f" as {model.name}" if len(models) > 1 else ""
             ctx.emit(Event(event="log", task=self.name,

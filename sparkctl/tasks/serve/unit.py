@@ -18,7 +18,7 @@ from sparkctl.taskgraph.task import Change, Task
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.serve.config import desired_launch
 from sparkctl.tasks.worlds import node_worlds, world_launch
-from sparkctl.transport.base import q
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing
 
 
@@ -66,7 +66,7 @@ class ServeUnitTask(Task[NodeContext, UnitChange]):
         framing = Framing()
         script = [framing.section("units", units_of_cluster(inv.cluster.name))]
         for j, spec in enumerate(specs):
-            script += [framing.section(f"w{j}file{i}", f"cat {q(path)}") for i, path in enumerate(spec.files())]
+            script += [framing.section(f"w{j}file{i}", text_of(q(path))) for i, path in enumerate(spec.files())]
             script.append(framing.section(f"w{j}enabled", f"systemctl is-enabled {q(spec.name)}"))
         found = framing.split(ctx.read(self.name, "\n".join([*script, "true"]), framing).stdout)
         texts = Framing.texts_of(found)
