@@ -209,6 +209,8 @@ class ContainerInfo:
     error: str | None = None
     #: HostConfig.RestartPolicy.Name ("no" for none); None when docker did not report one
     restart_policy: str | None = None
+    #: State.Pid: its first process's PID as the node sees it (None when not running, or not reported)
+    pid: int | None = None
 
 
 @dataclass(slots=True)

@@ -164,7 +164,11 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
         image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
         restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
-        id=str(item.get("Id") or "") or None, restart_policy=_restart_policy(item))
+        id=str(item.get("Id") or "") or None, restart_policy=_restart_policy(item), pid=_pid(state.get("Pid")))
+
+
+def _pid(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _restart_policy(item: dict) -> str | None:

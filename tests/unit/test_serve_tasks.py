@@ -17,6 +17,7 @@ from sparkctl.knowledge.serve_failures import likely_cause
 from sparkctl.knowledge.trtllm_releases import VERSION_LABEL
 from sparkctl.plan import gateway as gateway_plan
 from sparkctl.plan import plan_cluster
+from sparkctl.plan.launches import is_our_server
 from sparkctl.plan.trtllm import TRTLLM_CONFIG_PATH
 from sparkctl.taskgraph.task import Change, TaskFailed
 from sparkctl.tasks.options import RunOptions
@@ -25,6 +26,7 @@ from sparkctl.tasks.serve.launch import ServeLaunchTask
 from sparkctl.tasks.serve.server import STATE_SCRIPT_NAME, ServerHandle
 from sparkctl.tasks.serve.smoke import SMOKE_PROMPT, ServeSmokeTask
 from sparkctl.transport.base import CommandResult
+from sparkctl.transport.framing import Framing
 from tests.taskkit import Call, inventory_from_yaml, make_kit, spark_facts
 from tests.unit.fake_endpoint import FakeEndpoint
 from tests.unit.inventory_kit import TWO_VLLM_WORLDS
@@ -287,6 +289,68 @@ def test_the_head_probe_failing_is_said_clearly(tmp_path, endpoint, mpirun):
     head_execs_here(kit, returncode=1, stderr="Error response from daemon: container abc is not running")
     with pytest.raises(TaskFailed, match="cannot run python3 in the container trtllm-multinode on spark1"):
         ServeSmokeTask().check(kit.cluster)
+
+
+CONTAINER_ID = "c0ffee" + "0" * 58
+
+
+def fake_proc(root, processes: dict[int, tuple[str, str, str]]):
+    """A /proc of `processes`: host PID -> (its cgroup, its NSpid line's PIDs, its command line)."""
+    for host_pid, (cgroup, nspid, cmdline) in processes.items():
+        d = root / str(host_pid)
+        d.mkdir(parents=True)
+        (d / "cgroup").write_text(cgroup + "\n")
+        (d / "status").write_text(f"Name:\tx\nPid:\t{host_pid}\nNSpid:\t{nspid}\nThreads:\t1\n")
+        (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+
+
+def test_the_server_s_command_line_and_health_are_read_by_the_node_itself(tmp_path, endpoint):
+    """The node sees the container's processes: serve.pid's PID is the one whose NSpid ends in it inside the
+    container's cgroup (the same PID in another container is not it), and /health is asked on bash's own TCP
+    connection: no `docker exec`."""
+    from sparkctl.facts.model import ContainerInfo
+    from sparkctl.tasks.serve.server import host_reads
+
+    proc = tmp_path / "proc"
+    ours = f"0::/system.slice/docker-{CONTAINER_ID}.scope"
+    fake_proc(proc, {4000: (ours, "4000\t1", "/bin/sh /entrypoint.sh"),
+                     4100: ("0::/system.slice/docker-0ther.scope", "4100\t57", "mpirun --not-ours"),
+                     4200: (ours, "4200\t57", f"mpirun -np 2 trtllm-llmapi-launch trtllm-serve serve m "
+                                              f"--extra_llm_api_options {TRTLLM_CONFIG_PATH}")})
+    container = ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID, pid=4000)
+    framing = Framing("n")
+
+    def read(pid: str, port: int) -> dict:
+        script = f"_pid={pid}\n" + host_reads(framing, container, "127.0.0.1", port).replace("/proc/", f"{proc}/")
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        return framing.split(out.stdout)
+
+    found = read("57", endpoint.port)
+    assert found["cmdline"].ok and is_our_server(found["cmdline"].output)
+    assert "trtllm-serve" in found["cmdline"].output and "--not-ours" not in found["cmdline"].output
+    assert found["health"].output.strip() == "200"
+    assert not read("58", endpoint.port)["cmdline"].ok  # gone
+    assert not read("", endpoint.port)["cmdline"].ok     # serve.pid empty
+    endpoint.health = 503
+    assert read("57", endpoint.port)["health"].output.strip() == "503"
+    endpoint.close()
+    assert read("57", endpoint.port)["health"].output.startswith(f"0\nnothing answers on 127.0.0.1:{endpoint.port}")
+
+
+def test_the_state_read_asks_docker_only_where_the_node_cannot_see_the_container_s_processes(tmp_path):
+    from sparkctl.facts.model import ContainerInfo
+
+    kit = kit_for(tmp_path)
+    handle = ServerHandle.of(kit.node("spark1"))
+    seen = ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID, pid=4000)
+    script = handle.state_script(18355, Framing("n"), container=seen)
+    # /proc/<its first process> readable: read here; hidden (hidepid): the one `docker exec` as before
+    assert "if [ -r /proc/4000/status ]; then" in script and "/dev/tcp/127.0.0.1/18355" in script
+    assert script.index("/dev/tcp/") < script.index("else\n{ _e=$(docker exec trtllm-multinode")
+    for unseen in (None, ContainerInfo("trtllm-multinode", exists=True, running=False, id=CONTAINER_ID),
+                   ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID)):
+        script = handle.state_script(18355, Framing("n"), container=unseen)
+        assert "/dev/tcp/" not in script and "docker exec trtllm-multinode" in script
 
 
 def test_smoke_passes_and_reports_acceptance(tmp_path, endpoint):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.doctor.probes import probe_script
+from sparkctl.facts.model import ContainerInfo
 from sparkctl.facts.script import render_script
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
@@ -23,6 +24,7 @@ from sparkctl.shipped import shipped_text
 from sparkctl.tasks.model.streams import streams_script
 from sparkctl.tasks.network.firewall_guard import guard_script
 from sparkctl.tasks.network.safe_apply import revert_script
+from sparkctl.tasks.serve.server import ServerHandle
 from sparkctl.tasks.ssh.proofs import login_script
 from sparkctl.tasks.ssh.refusals import refusal_script
 from sparkctl.transport.framing import Framing
@@ -74,6 +76,10 @@ def rendered_scripts() -> dict[str, str]:
     kit = make_kit(pair_inventory(), {n: spark_facts(n, addresses=fabric[n], mtu=9000) for n in fabric})
     out["ssh login state"] = login_script(kit.cluster, "spark2", "sparkctl-spark-pair_ed25519")
     out["sshd digests"] = shipped_text("sshd-digest.sh")
+    # serve.launch's state read, by the node itself where it sees the container's processes, else in the container
+    seen = ContainerInfo("trtllm-multinode", exists=True, running=True, id="c0ffee" * 10 + "0000", pid=4000)
+    out["serving state"] = "#!/bin/bash\n" + ServerHandle.of(kit.node("spark1")).state_script(
+        18355, Framing("n0nce"), container=seen)
     # a read the transport runs with bash, as the others
     out["why a peer's sshd refused a key"] = "#!/bin/bash\n" + refusal_script(kit.cluster, "spark2", {"spark1"},
                                                                               Framing("n0nce"))

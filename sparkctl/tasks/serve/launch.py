@@ -236,7 +236,9 @@ def read_states(ctx: ClusterContext, task: str, nodes: list[str], host: str = EN
         handle = ServerHandle.of(node)
         framing = Framing()
         head = node.name == ctx.inventory.serving_nodes()[0]
-        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing, host if head else ENGINE_HOST)
+        container = node.facts().containers.get(ctx.inventory.container.name)
+        script = handle.state_script(ctx.inventory.serve_spec().engine_port, framing, host if head else ENGINE_HOST,
+                                     container)
         result = node.read(task + handle.names.suffix, script, framing, timeout=STATE_READ_S)
         if result.timed_out:  # not known to be down: a restart would meet the same hung docker
             raise TaskFailed(f"reading the server's state on {node.name} timed out after {STATE_READ_S:g} s",

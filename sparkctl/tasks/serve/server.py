@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl.facts.model import ContainerInfo
 from sparkctl.inventory import Inventory
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
@@ -86,6 +87,35 @@ class ServingState:
     nccl: str                 # the serve log's NCCL/NET lines
 
 
+def host_reads(framing: Framing, container: ContainerInfo, host: str, port: int) -> str:
+    """bash on the node: the sections `cmdline` and `health` as the container's own reads print them, read by the
+    node's shell (no process: the node's `docker exec` was most of a rerun's cost on the head).
+
+    cmdline: the process whose PID in its own namespace (the last of its NSpid) is serve.pid's, among those whose
+    cgroup names the container's id, NULs as spaces; the section fails when there is none. health: a GET of
+    /health on bash's own TCP connection, printed as node-http.py prints it (the status, then why when nothing
+    answered)."""
+    hostport = f"{host}:{int(port)}"
+    find = "\n".join([
+        "_cl=; _found=",
+        'if [ -n "$_pid" ]; then for _d in /proc/[0-9]*; do',
+        '  _cg=; IFS= read -r -d \'\' _cg 2>/dev/null <"$_d/cgroup"',
+        f"  case $_cg in *{container.id}*) ;; *) continue ;; esac",
+        '  _ns=; while read -r _k _v; do [ "$_k" = NSpid: ] && { _ns=$_v; break; }; done 2>/dev/null <"$_d/status"',
+        '  [ "${_ns##*[[:space:]]}" = "$_pid" ] || continue',
+        '  _c=(); mapfile -d \'\' _c 2>/dev/null <"$_d/cmdline"; _cl="${_c[*]}"; _found=1; break',
+        "done; fi"])
+    ask = "\n".join([
+        f"if {{ exec 7<>/dev/tcp/{host}/{int(port)}; }} 2>/dev/null; then",
+        f"  printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' {q(hostport)} >&7",
+        f"  if IFS=' ' read -r -t {HEALTH_TIMEOUT_S:g} _ _hs _ <&7; then printf '%s\\n' \"$_hs\"",
+        f"  else printf '0\\nno answer from {hostport} within {HEALTH_TIMEOUT_S:g} s\\n'; fi",
+        "  exec 7<&-",
+        f"else printf '0\\nnothing answers on {hostport} (connection refused)\\n'; fi"])
+    return "\n".join([find, framing.section("cmdline", '[ -n "$_found" ] && printf \'%s\' "$_cl"'),
+                      framing.section("health", ask)])
+
+
 class ServerHandle:
     """A world's server on one of its nodes: what runs (serve.pid, written by world.sh run inside the container),
     what it was started from (launch.json, on the world's head), its log, and its unit (plan/serve_unit.py), which
@@ -151,22 +181,21 @@ class ServerHandle:
         result = self._run(f"tail -n {int(lines)} {q(path)} 2>/dev/null", timeout=30)
         return result.stdout.splitlines()
 
-    def state_script(self, port: int, framing: Framing, host: str = ENGINE_HOST) -> str:
-        """One read of everything serve.launch checks, in one round trip and one `docker exec`: the record, the
-        unit's state, the command line of the PID serve.pid names, /health, and the serve log's NCCL/NET lines
-        (there with NCCL_DEBUG=INFO). What `docker exec` itself says (a container that is not running) is its
-        own section."""
-        url = f"http://{host}:{int(port)}/health"
-        inside = "\n".join([
-            framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
-            # python's stderr kept apart: a warning it prints must not stand before the status line
-            framing.section("health", "{ _he=$(" + node_http_command("GET", url, HEALTH_TIMEOUT_S)
-                            + " 2>&1 1>&3); } 3>&1"),
-            framing.section("health_err", 'printf \'%s\' "$_he"')])
+    def state_script(self, port: int, framing: Framing, host: str = ENGINE_HOST,
+                     container: ContainerInfo | None = None) -> str:
+        """One read of everything serve.launch checks, in one round trip: the record, the unit's state, the command
+        line of the PID serve.pid names, /health, and the serve log's NCCL/NET lines (there with NCCL_DEBUG=INFO).
+
+        The server's command line and /health are read from the node itself when it can see the container's
+        processes (`container`: running, as the facts inspected it): its `docker exec` was most of what a rerun
+        cost the head. Else, and whenever the node hides other users' processes (/proc's hidepid), they are read
+        in one `docker exec`, whose own word (a container that is not running) is its own section."""
         pid = f"_pid=; read -r -N 12 _pid 2>/dev/null <{q(self.pid_path)}; _pid=${{_pid//[!0-9]/}}"
-        # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
-        inspect = (f"{{ _e=$(docker exec {q(self.container)} sh -c {q(inside)} {STATE_SCRIPT_NAME} \"$_pid\" "
-                   "2>&1 1>&3 </dev/null); _r=$?; } 3>&1")
+        inspect = self._exec_reads(framing, host, port)
+        if container is not None and container.running and container.id and container.pid:
+            # the container's first process is visible here: so are the others (no hidepid)
+            inspect = (f"if [ -r /proc/{container.pid}/status ]; then\n{host_reads(framing, container, host, port)}"
+                       f"\n_e=; _r=0\nelse\n{inspect}\nfi")
         return "\n".join([
             framing.section("record", text_of(q(self.record_path))), pid,
             framing.section("pid", 'printf \'%s\' "$_pid"'),
@@ -174,6 +203,20 @@ class ServerHandle:
             framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),
             framing.section("nccl", f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {NCCL_LINES}"),
             "true"])
+
+    def _exec_reads(self, framing: Framing, host: str, port: int) -> str:
+        """The command line and /health read inside the container, in one `docker exec` (python3 there asks
+        /health); its stderr kept in $_e, its exit status in $_r."""
+        url = f"http://{host}:{int(port)}/health"
+        inside = "\n".join([
+            framing.section("cmdline", '[ -n "$1" ] && tr \'\\0\' \' \' < "/proc/$1/cmdline"'),
+            # python's stderr kept apart: a warning it prints must not stand before the status line
+            framing.section("health", "{ _he=$(" + node_http_command("GET", url, HEALTH_TIMEOUT_S)
+                            + " 2>&1 1>&3); } 3>&1"),
+            framing.section("health_err", 'printf \'%s\' "$_he"')])
+        # the exec's stdout (the sections inside) goes straight out, its stderr is kept for its own section
+        return (f"{{ _e=$(docker exec {q(self.container)} sh -c {q(inside)} {STATE_SCRIPT_NAME} \"$_pid\" "
+                "2>&1 1>&3 </dev/null); _r=$?; } 3>&1")
 
     def parse_state(self, stdout: str, framing: Framing, node: str) -> ServingState:
         found = framing.split(stdout)
