@@ -53,11 +53,12 @@ class ServeLaunchTask(Task[ClusterContext, str]):
                    "serving node's, the workers' first) and wait for /health")
     checks = ("the head's serving unit is active and the mpirun it runs (serve.pid: its PID in the container) "
               "lives, started from the planned config and launch line (<state>/run/serve/launch.json), and "
-              "/health answers 200 on the head (asked inside its container, over the SSH connection: the "
-              "controller's route to the endpoint does not matter); the serve log's NCCL lines (NCCL_DEBUG=INFO) "
-              "do not say NCCL runs over TCP sockets while the head's RoCE devices are Up (NCCL chooses its "
-              "network once, at start); all of it is one read of the head (one `docker exec`), on a rerun read "
-              "ahead with its facts")
+              "/health answers 200 on the head (asked on the head, over the SSH connection: the controller's "
+              "route to the endpoint does not matter); the serve log's NCCL lines (NCCL_DEBUG=INFO) do not say "
+              "NCCL runs over TCP sockets while the head's RoCE devices are Up (NCCL chooses its network once, at "
+              "start); all of it is one read of the head, on a rerun read ahead with its facts: the command line "
+              "and /health read by the node itself where it sees the container's processes, else in one "
+              "`docker exec`")
     changes = ("stops the unit (mpirun TERM) and leftover ranks on every node, records the launch, starts the "
                "unit (it waits for every serving node's container, then runs mpirun ... trtllm-llmapi-launch "
                "trtllm-serve ..., logging to run/serve/serve.log); waits for /health 200 with progress, or fails "

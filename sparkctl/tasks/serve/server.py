@@ -94,7 +94,7 @@ def host_reads(framing: Framing, container: ContainerInfo, host: str, port: int)
     cmdline: the process whose PID in its own namespace (the last of its NSpid) is serve.pid's, among those whose
     cgroup names the container's id, NULs as spaces; the section fails when there is none. health: a GET of
     /health on bash's own TCP connection, printed as node-http.py prints it (the status, then why when nothing
-    answered)."""
+    answered): a `timeout` and a bash, not a `docker exec`."""
     hostport = f"{host}:{int(port)}"
     find = "\n".join([
         "_cl=; _found=",
@@ -105,15 +105,19 @@ def host_reads(framing: Framing, container: ContainerInfo, host: str, port: int)
         '  [ "${_ns##*[[:space:]]}" = "$_pid" ] || continue',
         '  _c=(); mapfile -d \'\' _c 2>/dev/null <"$_d/cmdline"; _cl="${_c[*]}"; _found=1; break',
         "done; fi"])
+    # in a bash of its own under `timeout`: a server that stopped answering leaves connections in its listen
+    # queue, and once that is full the connect itself waits (bash's /dev/tcp has no timeout of its own)
+    within = f"{HEALTH_TIMEOUT_S:g} s"
     ask = "\n".join([
-        f"if {{ exec 7<>/dev/tcp/{host}/{int(port)}; }} 2>/dev/null; then",
-        f"  printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' {q(hostport)} >&7",
-        f"  if IFS=' ' read -r -t {HEALTH_TIMEOUT_S:g} _ _hs _ <&7; then printf '%s\\n' \"$_hs\"",
-        f"  else printf '0\\nno answer from {hostport} within {HEALTH_TIMEOUT_S:g} s\\n'; fi",
-        "  exec 7<&-",
-        f"else printf '0\\nnothing answers on {hostport} (connection refused)\\n'; fi"])
+        f"if ! exec 7<>/dev/tcp/{host}/{int(port)}; then printf '0\\nnothing answers on %s\\n' {q(hostport)}",
+        f"elif printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' {q(hostport)} >&7 &&",
+        f"  IFS=' ' read -r -t {HEALTH_TIMEOUT_S:g} _ s _ <&7; then printf '%s\\n' \"$s\"",
+        f"else printf '0\\nno answer from %s within %s\\n' {q(hostport)} {q(within)}; fi"])
+    health = ("# shellcheck disable=SC2016 # the text of a bash of its own\n"
+              f"timeout -k 1 {HEALTH_TIMEOUT_S + 1:g} bash -c {q(ask)} 2>/dev/null || "
+              f"printf '0\\nno answer from %s within %s (it takes no connection)\\n' {q(hostport)} {q(within)}")
     return "\n".join([find, framing.section("cmdline", '[ -n "$_found" ] && printf \'%s\' "$_cl"'),
-                      framing.section("health", ask)])
+                      framing.section("health", health)])
 
 
 class ServerHandle:
