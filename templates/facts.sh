@@ -10,8 +10,13 @@
 _t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 _has() { command -v "$1" >/dev/null 2>&1; }
 # _print FILE: a text file as it is, read by the shell itself: a `cat` would be a process of its own, and the
-# processes a no-op starts on a node are most of what it costs there. (No NUL in what sparkctl reads this way.)
-_print() { local _c=; [ -r "$1" ] || return 1; IFS= read -r -d '' _c <"$1"; printf '%s' "$_c"; }
+# processes a no-op starts on a node are most of what it costs there. `read` stops at a NUL (then says so): a file
+# with one is printed by `cat` after all.
+_print() {
+  local _c=
+  [ -r "$1" ] || return 1
+  if IFS= read -r -d '' _c <"$1"; then cat -- "$1"; else printf '%s' "$_c"; fi
+}
 
 # bash's $HOSTNAME is gethostname(2), what `hostname` prints
 fact_hostname() { if [ -n "${HOSTNAME:-}" ]; then printf '%s\n' "$HOSTNAME"; else _print /proc/sys/kernel/hostname; fi; }
@@ -134,7 +139,7 @@ fact_docker() {
   local _e=${_D:+$_D/.docker-err} _l _r
   [ -n "$_e" ] || _e=$(mktemp 2>/dev/null || echo "/tmp/.sfi.$$")
   _t 15 docker inspect "$@" 2>"$_e"; _r=$?
-  while IFS= read -r _l; do printf '#err %s\n' "$_l"; done <"$_e"
+  while IFS= read -r _l || [ -n "$_l" ]; do printf '#err %s\n' "$_l"; done <"$_e"
   [ -n "$_D" ] || rm -f "$_e"
   return "$_r"
 }
@@ -228,13 +233,27 @@ _sides() {
   _SP[g]=$!
   while [ "$#" -gt 1 ]; do _SG[$1]=$g; shift 2; done
 }
-# the group's bash: its reads started at once, each one's exit status written as it ends (names of its own: a read
-# runs in a subshell of it and sees them)
+# the group's bash: its reads started at once, each one's exit status written as soon as it ended (each `wait -n`,
+# bash 4.3's, returns when one more read ends; those already ended are swept first), so that one still running when
+# the group is stopped costs only itself. A read runs in a subshell with no arguments and nothing of this bash's own
+# but its text (_sr_b).
 # shellcheck disable=SC2016 # the text of a script of its own
-_SIDE_READS='_sr_d=$1; shift; _sr_p=()
-while [ "$#" -gt 1 ]; do ( eval "$2" ) >"$_sr_d/side-$1" 2>/dev/null & _sr_p+=("$!" "$1"); shift 2; done
-set -- "${_sr_p[@]}"
-while [ "$#" -gt 1 ]; do wait "$1"; echo "$?" >"$_sr_d/side-$2.rc"; shift 2; done'
+_SIDE_READS='_sr_d=$1; shift; declare -A _sr_i=()
+while [ "$#" -gt 1 ]; do
+  _sr_b=$2; ( unset _sr_d _sr_i; set --; eval "$_sr_b" ) >"$_sr_d/side-$1" 2>/dev/null & _sr_i[$!]=$1; shift 2
+done
+_sr_ended() {
+  local p
+  for p in "${!_sr_i[@]}"; do
+    kill -0 "$p" 2>/dev/null && continue
+    wait "$p"; echo "$?" >"$_sr_d/side-${_sr_i[$p]}.rc"; unset "_sr_i[$p]"
+  done
+}
+if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 403 )); then
+  while _sr_ended; [ "${#_sr_i[@]}" -gt 0 ]; do wait -n 2>/dev/null; done
+else
+  for _sr_p in "${!_sr_i[@]}"; do wait "$_sr_p"; echo "$?" >"$_sr_d/side-${_sr_i[$_sr_p]}.rc"; done
+fi'
 
 # _sides_wait GRACE: once the facts are read, the side reads get GRACE seconds more, or as long again as the facts
 # took (a node under load is as slow for both); a group still running then is stopped and what it had not finished

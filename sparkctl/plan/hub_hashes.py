@@ -102,9 +102,10 @@ def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, s
 
 def each_snapshot_blob(repo_dir: str, body: str) -> str:
     """Shell running `body` once per blob the current snapshot's links lead to, `$b` its name under blobs/."""
-    return (f"r=; read -r r 2>/dev/null <{q(repo_dir)}/refs/main; [ -n \"$r\" ] && "
+    # one compound command: a caller's `cond && ` before it holds for all of it
+    return (f"{{ r=; read -r r 2>/dev/null <{q(repo_dir)}/refs/main; [ -n \"$r\" ] && "
             f"find {q(repo_dir)}/snapshots/\"$r\" -type l -printf '%l\\n' 2>/dev/null "
-            f"| while IFS= read -r b; do b=${{b##*/}}; {body}; done")
+            f"| while IFS= read -r b; do b=${{b##*/}}; {body}; done; }}")
 
 
 def changed_since_verified_script(repo_dir: str, record: str) -> str:

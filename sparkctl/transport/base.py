@@ -68,7 +68,9 @@ def text_of(word: str, final_newline: bool = False) -> str:
     """bash that prints the text file `word` (a shell word: quoted, or a "$HOME"/... path) as the shell itself reads
     it: `cat` would be a process of its own, and the processes a rerun starts on a node are most of what it costs
     there. Fails, printing nothing, when `word` is no readable file. `final_newline`: ends a last line that has
-    none with one, as `awk 1` does. (For text: a NUL ends what is read.)"""
+    none with one, as `awk 1` does. `read` stops at a NUL, and then says so: such a file is printed by `cat`
+    (`awk 1`) after all."""
     ending = "; case $_c in ''|*$'\\n') ;; *) echo ;; esac" if final_newline else ""
-    return (f"{{ [ -f {word} ] && [ -r {word} ] && {{ _c=; IFS= read -r -d '' _c <{word}; "
-            f"printf '%s' \"$_c\"{ending}; }}; }}")
+    whole = f"awk 1 {word}" if final_newline else f"cat -- {word}"
+    return (f"{{ [ -f {word} ] && [ -r {word} ] && {{ _c=; if IFS= read -r -d '' _c <{word}; then {whole}; "
+            f"else printf '%s' \"$_c\"{ending}; fi; }}; }}")

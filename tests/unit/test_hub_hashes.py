@@ -79,3 +79,22 @@ def test_a_local_dir_is_verified_by_its_download_metadata(tmp_path: Path):
     _good, bad = hub_hashes.judged(
         hub_hashes.parse_hashes(run(hub_hashes.hash_script(str(local), ["model.safetensors"], etags))), etags)
     assert bad == ["model.safetensors"]
+
+
+def test_a_repo_never_verified_here_is_no_change_to_report(tmp_path: Path):
+    """doctor's `changed since verified`: a blob whose stat is not the recorded one is a `U`; a repo this node keeps
+    no record of (never verified here: a copy of serve.distribute) prints nothing at all."""
+    repo = tmp_path / "models--org--m"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    snapshot = repo / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    etag = hashlib.sha256(b"w").hexdigest()
+    (repo / "blobs" / etag).write_bytes(b"w")
+    (snapshot / "model.safetensors").symlink_to(f"../../blobs/{etag}")
+    record = hub_hashes.record_path(str(tmp_path), str(repo))
+    assert run(hub_hashes.changed_since_verified_script(str(repo), record)) == ""
+    Path(record).parent.mkdir()
+    Path(record).write_text(f"{etag}\t0\t0\t0\n")  # another stat than the blob's
+    assert run(hub_hashes.changed_since_verified_script(str(repo), record)) == "U\n"

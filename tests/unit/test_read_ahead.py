@@ -38,6 +38,15 @@ def test_side_reads_run_beside_the_facts_each_within_its_seconds(tmp_path):
     assert facts.side_reads["odd name's"].rc == 3
 
 
+def test_a_side_read_that_ended_counts_though_another_of_its_bash_is_cut(tmp_path):
+    """The reads of one bound share a bash: one still running when their `timeout` ends them costs only itself (the
+    first is started first, so an exit status written in turn would have lost the quick one's)."""
+    facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
+                         side_reads={"slow": ("sleep 5; echo late", 1.0), "quick": ("echo done", 1.0)})
+    assert (facts.side_reads["quick"].output, facts.side_reads["quick"].rc) == ("done\n", 0)
+    assert facts.side_reads["slow"].rc == 124 and "late" not in facts.side_reads["slow"].output
+
+
 @pytest.mark.slow
 def test_a_side_read_still_running_after_the_grace_is_left_out_and_the_facts_are_not_held(tmp_path):
     marker = tmp_path / "finished"

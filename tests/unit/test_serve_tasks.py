@@ -308,8 +308,7 @@ def test_the_server_s_command_line_and_health_are_read_by_the_node_itself(tmp_pa
     """The node sees the container's processes: serve.pid's PID is the one whose NSpid ends in it inside the
     container's cgroup (the same PID in another container is not it), and /health is asked on bash's own TCP
     connection: no `docker exec`."""
-    from sparkctl.facts.model import ContainerInfo
-    from sparkctl.tasks.serve.server import host_reads
+    from sparkctl.tasks.serve.server import find_server, host_reads
 
     proc = tmp_path / "proc"
     ours = f"0::/system.slice/docker-{CONTAINER_ID}.scope"
@@ -317,11 +316,11 @@ def test_the_server_s_command_line_and_health_are_read_by_the_node_itself(tmp_pa
                      4100: ("0::/system.slice/docker-0ther.scope", "4100\t57", "mpirun --not-ours"),
                      4200: (ours, "4200\t57", f"mpirun -np 2 trtllm-llmapi-launch trtllm-serve serve m "
                                               f"--extra_llm_api_options {TRTLLM_CONFIG_PATH}")})
-    container = ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID, pid=4000)
     framing = Framing("n")
 
     def read(pid: str, port: int) -> dict:
-        script = f"_pid={pid}\n" + host_reads(framing, container, "127.0.0.1", port).replace("/proc/", f"{proc}/")
+        found = find_server(CONTAINER_ID).replace("/proc/", f"{proc}/")
+        script = f'_pid={pid}\n{found}\nif [ -n "$_found" ]; then\n{host_reads(framing, "127.0.0.1", port)}\nfi'
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
         return framing.split(out.stdout)
 
@@ -329,8 +328,8 @@ def test_the_server_s_command_line_and_health_are_read_by_the_node_itself(tmp_pa
     assert found["cmdline"].ok and is_our_server(found["cmdline"].output)
     assert "trtllm-serve" in found["cmdline"].output and "--not-ours" not in found["cmdline"].output
     assert found["health"].output.strip() == "200"
-    assert not read("58", endpoint.port)["cmdline"].ok  # gone
-    assert not read("", endpoint.port)["cmdline"].ok     # serve.pid empty
+    assert "cmdline" not in read("58", endpoint.port)  # gone: the docker exec has the last word
+    assert "cmdline" not in read("", endpoint.port)    # serve.pid empty
     endpoint.health = 503
     assert read("57", endpoint.port)["health"].output.strip() == "503"
     endpoint.close()
@@ -346,9 +345,11 @@ def test_the_state_read_asks_docker_only_where_the_node_cannot_see_the_container
     script = handle.state_script(18355, Framing("n"), container=seen)
     # /proc/<its first process> readable: read here; hidden (hidepid): the one `docker exec` as before
     assert "if [ -r /proc/4000/status ]; then" in script and "/dev/tcp/127.0.0.1/18355" in script
+    # the server not found there (gone, or hidden after all): the docker exec says what it knows
     assert script.index("/dev/tcp/") < script.index("else\n{ _e=$(docker exec trtllm-multinode")
     for unseen in (None, ContainerInfo("trtllm-multinode", exists=True, running=False, id=CONTAINER_ID),
-                   ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID)):
+                   ContainerInfo("trtllm-multinode", exists=True, running=True, id=CONTAINER_ID),
+                   ContainerInfo("trtllm-multinode", exists=True, running=True, id="$(reboot)", pid=4000)):
         script = handle.state_script(18355, Framing("n"), container=unseen)
         assert "/dev/tcp/" not in script and "docker exec trtllm-multinode" in script
 
@@ -378,6 +379,21 @@ def test_smoke_asks_from_here_when_this_machine_reaches_the_endpoint_else_on_the
     smoke = [e.message for e in kit.events if e.task == "serve.smoke"]
     assert smoke[0].endswith("acceptance length 2.50") and " on spark1 answered " in smoke[0]
     assert "does not answer from this machine (connection refused)" in smoke[1]
+
+
+def test_a_chat_from_here_that_fails_is_asked_again_on_the_head(tmp_path, endpoint, monkeypatch):
+    """This machine's route to the endpoint (a proxy, a VPN that drops) must not count against the server."""
+    from sparkctl.knowledge.serve_client import EndpointError, HttpFetch
+
+    def refused(self, requests):
+        raise EndpointError("the proxy hung up")
+
+    monkeypatch.setattr(HttpFetch, "batch", refused)
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    (log,) = [e.message for e in kit.events if e.task == "serve.smoke"]
+    assert " on spark1 answered " in log and log.endswith("acceptance length 2.50")
+    assert [c for c in kit.transport("spark1").calls if c.kind == "exec_in"]
 
 
 def test_smoke_asks_health_only_when_a_request_failed(tmp_path, endpoint):

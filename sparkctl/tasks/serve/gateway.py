@@ -55,8 +55,8 @@ def _files_hash(*contents: str) -> str:
 
 
 def _hashes(text: str) -> str:
-    """`sha256sum`'s lines: their hashes, in order."""
-    return " ".join(line.split()[0] for line in text.splitlines() if line.strip())
+    """`sha256sum`'s lines: their hashes, in order (a name it had to escape puts a `\\` before its line)."""
+    return " ".join(line.split()[0].lstrip("\\") for line in text.splitlines() if line.strip())
 
 
 def head_tls(inventory: Inventory) -> TlsFiles | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,37 +88,42 @@ class ServingState:
     nccl: str                 # the serve log's NCCL/NET lines
 
 
-def host_reads(framing: Framing, container: ContainerInfo, host: str, port: int) -> str:
-    """bash on the node: the sections `cmdline` and `health` as the container's own reads print them, read by the
-    node's shell (no process: the node's `docker exec` was most of a rerun's cost on the head).
+#: a container's id as docker and podman print it (what goes into the node's shell, checked)
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
 
-    cmdline: the process whose PID in its own namespace (the last of its NSpid) is serve.pid's, among those whose
-    cgroup names the container's id, NULs as spaces; the section fails when there is none. health: a GET of
-    /health on bash's own TCP connection, printed as node-http.py prints it (the status, then why when nothing
-    answered): a `timeout` and a bash, not a `docker exec`."""
-    hostport = f"{host}:{int(port)}"
-    find = "\n".join([
+
+def find_server(container_id: str) -> str:
+    """bash on the node: $_found set and $_cl the command line (NULs as spaces) of the process whose PID in its
+    own namespace (the last of its NSpid) is serve.pid's ($_pid), among those whose cgroup names the container."""
+    return "\n".join([
         "_cl=; _found=",
         'if [ -n "$_pid" ]; then for _d in /proc/[0-9]*; do',
         '  _cg=; IFS= read -r -d \'\' _cg 2>/dev/null <"$_d/cgroup"',
-        f"  case $_cg in *{container.id}*) ;; *) continue ;; esac",
+        f"  case $_cg in *{container_id}*) ;; *) continue ;; esac",
         '  _ns=; while read -r _k _v; do [ "$_k" = NSpid: ] && { _ns=$_v; break; }; done 2>/dev/null <"$_d/status"',
         '  [ "${_ns##*[[:space:]]}" = "$_pid" ] || continue',
         '  _c=(); mapfile -d \'\' _c 2>/dev/null <"$_d/cmdline"; _cl="${_c[*]}"; _found=1; break',
         "done; fi"])
+
+
+def host_reads(framing: Framing, host: str, port: int) -> str:
+    """bash on the node, once find_server found the server: the sections `cmdline` and `health` as the
+    container's own reads print them. health: a GET of /health on bash's own TCP connection, printed as
+    node-http.py prints it (the status, then why when nothing answered): a `timeout` and a bash, not a
+    `docker exec`."""
+    hostport = f"{host}:{int(port)}"
     # in a bash of its own under `timeout`: a server that stopped answering leaves connections in its listen
     # queue, and once that is full the connect itself waits (bash's /dev/tcp has no timeout of its own)
     within = f"{HEALTH_TIMEOUT_S:g} s"
     ask = "\n".join([
-        f"if ! exec 7<>/dev/tcp/{host}/{int(port)}; then printf '0\\nnothing answers on %s\\n' {q(hostport)}",
+        f"if ! exec 7<>{q(f'/dev/tcp/{host}/{int(port)}')}; then printf '0\\nnothing answers on %s\\n' {q(hostport)}",
         f"elif printf 'GET /health HTTP/1.0\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' {q(hostport)} >&7 &&",
         f"  IFS=' ' read -r -t {HEALTH_TIMEOUT_S:g} _ s _ <&7; then printf '%s\\n' \"$s\"",
         f"else printf '0\\nno answer from %s within %s\\n' {q(hostport)} {q(within)}; fi"])
     health = ("# shellcheck disable=SC2016 # the text of a bash of its own\n"
               f"timeout -k 1 {HEALTH_TIMEOUT_S + 1:g} bash -c {q(ask)} 2>/dev/null || "
               f"printf '0\\nno answer from %s within %s (it takes no connection)\\n' {q(hostport)} {q(within)}")
-    return "\n".join([find, framing.section("cmdline", '[ -n "$_found" ] && printf \'%s\' "$_cl"'),
-                      framing.section("health", health)])
+    return "\n".join([framing.section("cmdline", 'printf \'%s\' "$_cl"'), framing.section("health", health)])
 
 
 class ServerHandle:
@@ -190,16 +196,20 @@ class ServerHandle:
         """One read of everything serve.launch checks, in one round trip: the record, the unit's state, the command
         line of the PID serve.pid names, /health, and the serve log's NCCL/NET lines (there with NCCL_DEBUG=INFO).
 
-        The server's command line and /health are read from the node itself when it can see the container's
-        processes (`container`: running, as the facts inspected it): its `docker exec` was most of what a rerun
-        cost the head. Else, and whenever the node hides other users' processes (/proc's hidepid), they are read
-        in one `docker exec`, whose own word (a container that is not running) is its own section."""
+        The server's command line and /health are read from the node itself when it finds the server among the
+        container's processes (`container`: running, as the facts inspected it): its `docker exec` was most of
+        what a rerun cost the head. Else (the server gone, the node hiding other users' processes: /proc's
+        hidepid) they are read in one `docker exec`, whose own word (a container that is not running) is its own
+        section."""
         pid = f"_pid=; read -r -N 12 _pid 2>/dev/null <{q(self.pid_path)}; _pid=${{_pid//[!0-9]/}}"
         inspect = self._exec_reads(framing, host, port)
-        if container is not None and container.running and container.id and container.pid:
-            # the container's first process is visible here: so are the others (no hidepid)
-            inspect = (f"if [ -r /proc/{container.pid}/status ]; then\n{host_reads(framing, container, host, port)}"
-                       f"\n_e=; _r=0\nelse\n{inspect}\nfi")
+        if (container is not None and container.running and container.id and container.pid
+                and _CONTAINER_ID.fullmatch(container.id)):
+            # the container's first process visible here (no hidepid): the server found here, else (gone, or
+            # hidden after all) the docker exec has the last word
+            inspect = "\n".join([
+                "_found=", f"if [ -r /proc/{int(container.pid)}/status ]; then\n{find_server(container.id)}\nfi",
+                f'if [ -n "$_found" ]; then\n{host_reads(framing, host, port)}\n_e=; _r=0\nelse\n{inspect}\nfi'])
         return "\n".join([
             framing.section("record", text_of(q(self.record_path))), pid,
             framing.section("pid", 'printf \'%s\' "$_pid"'),

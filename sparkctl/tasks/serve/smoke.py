@@ -50,9 +50,12 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
         models = inv.served_models()
         for model in models:
-            client = (ServeClient(endpoint_fetch(inv, api_key(inv)), timeout=300, model=model.name) if reach == 200
-                      else gateway_client(head, timeout=300, model=model.name))
-            reply, acceptance, where = self._ask(ctx, client)
+            on_head = gateway_client(head, timeout=300, model=model.name)
+            if reach == 200:
+                here = ServeClient(endpoint_fetch(inv, api_key(inv)), timeout=300, model=model.name)
+                reply, acceptance, where = self._ask(ctx, here, fallback=on_head)
+            else:
+                reply, acceptance, where = self._ask(ctx, on_head)
             shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
             named = f" as {model.name}" if len(models) > 1 else ""
             ctx.emit(Event(event="log", task=self.name,
@@ -74,14 +77,19 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         return []
 
     @staticmethod
-    def _ask(ctx: ClusterContext, client: ServeClient) -> tuple[Completion, float | None, str]:
+    def _ask(ctx: ClusterContext, client: ServeClient,
+             fallback: ServeClient | None = None) -> tuple[Completion, float | None, str]:
         """One chat completion of the client's model through the gateway: its reply, the acceptance length when the
-        server gives it (the model's own figures: the gateway's /metrics?model=NAME), and where it was asked."""
+        server gives it (the model's own figures: the gateway's /metrics?model=NAME), and where it was asked.
+        `fallback`: asked from here, a request that fails is asked again there (on the head): this machine's route
+        to the endpoint must not count against the server."""
         where = client.base_url
         try:
             # /metrics read before and after, in the same exec: the acceptance length is this request's
             reply, before, after = client.chat_between_metrics(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
         except EndpointError as exc:
+            if fallback is not None:
+                return ServeSmokeTask._ask(ctx, fallback)
             # /health only once something failed (serve.launch has just seen it answer 200): it says
             # whether the server is down or this request failed
             status, why = client.health_detail()
