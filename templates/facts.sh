@@ -9,14 +9,8 @@
 # Run a command under `timeout` when the node has it, so that a hung daemon (docker) cannot eat the round trip.
 _t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 _has() { command -v "$1" >/dev/null 2>&1; }
-# _print FILE: a text file as it is, read by the shell itself: a `cat` would be a process of its own, and the
-# processes a no-op starts on a node are most of what it costs there. `read` stops at a NUL (then says so): a file
-# with one is printed by `cat` after all.
-_print() {
-  local _c=
-  [ -r "$1" ] || return 1
-  if IFS= read -r -d '' _c <"$1"; then cat -- "$1"; else printf '%s' "$_c"; fi
-}
+# _print FILE: a text file as it is, read by the shell itself (sparkctl/facts/script.py defines it: the tasks'
+# reads' text_of)
 
 # bash's $HOSTNAME is gethostname(2), what `hostname` prints
 fact_hostname() { if [ -n "${HOSTNAME:-}" ]; then printf '%s\n' "$HOSTNAME"; else _print /proc/sys/kernel/hostname; fi; }

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, rendered
 from sparkctl.shipped import shipped_text, without_comments
+from sparkctl.transport.base import text_of
 from sparkctl.transport.framing import Framing, held_output
 
 #: How much longer than the facts the side reads may take before they are left out, at least (whole seconds: bash's
@@ -36,7 +37,7 @@ def render_request(nonce: str, request: FactsRequest,
     sections = rendered(request)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
     hold, send = held_output("${_D:+$_D/.out}", 'rm -rf "$_D"')
-    parts = [shipped_text("facts.sh").rstrip(), _guards_function(), "_facts_begin", hold]
+    parts = [shipped_text("facts.sh").rstrip(), _guards_function(), _print_function(), "_facts_begin", hold]
     # a section that waits on a daemon or walks a big table runs in the background from the top, into the temp dir,
     # and is printed in its place (_held): the round trip costs the slowest of them, not their sum
     parts += [f'if [ -n "$_D" ]; then {{ {{\n{call}\n}} >"$_D/{entry.name}" 2>/dev/null; '
@@ -85,6 +86,11 @@ def render_request(nonce: str, request: FactsRequest,
     for i in range(len(side)):
         parts.append(f"{framing.begin(f'side:{i}')}\n_side_out {i}\n{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + f"\n{send}\nexit 0\n"
+
+
+def _print_function() -> str:
+    """_print FILE (templates/facts.sh): the file's text as the tasks' reads print one (transport/base.py)."""
+    return "_print() {\n  local _c\n  " + text_of('"$1"') + "\n}"
 
 
 def _guards_function() -> str:

@@ -47,12 +47,13 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             return []
         head = ctx.head()
         url = endpoint(inv)
-        reach, reach_why, refused = ServeClient(endpoint_fetch(inv, api_key(inv))).reach(timeout=REACH_TIMEOUT)
+        from_here = endpoint_fetch(inv, api_key(inv))
+        reach, reach_why, refused = ServeClient(from_here).reach(timeout=REACH_TIMEOUT)
         models = inv.served_models()
         for model in models:
             on_head = gateway_client(head, timeout=300, model=model.name)
             if reach == 200:
-                here = ServeClient(endpoint_fetch(inv, api_key(inv)), timeout=300, model=model.name)
+                here = ServeClient(from_here, timeout=300, model=model.name)
                 reply, acceptance, where = self._ask(ctx, here, fallback=on_head)
             else:
                 reply, acceptance, where = self._ask(ctx, on_head)
