@@ -10,6 +10,7 @@ import pytest
 
 from sparkctl.inventory import load_inventory
 from sparkctl.plan import plan_cluster
+from sparkctl.tasks.network.safe_apply import NETPLAN_APPLY
 from tests.lab.conftest import poll
 from tests.lab.network_kit import bootstrap, fabric_of, snapshot
 
@@ -129,7 +130,7 @@ network:
 
 def test_a_conflicting_stanza_in_another_netplan_file_is_moved_out(pair):
     lab, before = pair
-    lab.exec("spark1", f"umask 077; cat > {NM_FILE} && netplan apply", input=NM_CONFLICT, check=True)
+    lab.exec("spark1", f"umask 077; cat > {NM_FILE} && {NETPLAN_APPLY}", input=NM_CONFLICT, check=True)
     # the seeded address appears a moment after `netplan apply` returns
     assert poll(lambda: "192.168.77.5/24" in fabric_of(lab, "spark1")["enp1s0f1np1"]["inet"])
     after = copy.deepcopy(before)

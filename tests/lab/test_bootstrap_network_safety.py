@@ -65,8 +65,8 @@ def test_a_netplan_change_that_cuts_management_is_reverted_by_the_node(revert_la
         ctx.transport.put(EXTRA_FILE, EXTRA_NETPLAN, mode=0o600, owner="root:root", sudo=True)
     finally:
         ctx.transport.close()
-    # applied from inside: the session's own connection is what this change cuts
-    assert lab.exec(node, ["netplan", "apply"]).returncode == 0
+    # applied from inside, as safe.netplan_apply applies: the session's own connection is what this change cuts
+    assert lab.exec(node, ["sh", "-c", safe.NETPLAN_APPLY]).returncode == 0
     # what safe.netplan_apply does after the apply: the guard's confirm window starts now
     lab.exec(node, ["touch", f"{network_state_dir(lab.names.cluster_name)}/applied-{run_id}"], check=True)
     assert poll(lambda: mgmt_addresses(lab, node) == [f"{moved}/24"], timeout=5), mgmt_addresses(lab, node)
@@ -106,7 +106,7 @@ def test_a_confirmed_netplan_change_is_kept(revert_lab):
         assert kept["45-sparkctl-test.yaml"] == ["0o600", EXTRA_NETPLAN]
     finally:
         ctx.transport.close()
-        lab.exec(node, f"rm -f {EXTRA_FILE} && netplan apply")
+        lab.exec(node, f"rm -f {EXTRA_FILE} && {safe.NETPLAN_APPLY}")
 
 
 # --- --check --diff, then bootstrap and `down --network`, on one fresh pair ------------------------------
@@ -172,7 +172,7 @@ USER_SSH_CONFIG = "Host gitserver\n    User git\n"
 def test_down_network_leaves_the_nodes_as_they_were_before_bootstrap(fresh_pair):
     lab = fresh_pair
     # the user's own state, which bootstrap must move aside and down must give back
-    lab.exec("spark2", f"umask 077; cat > {NM_FILE} && netplan apply", input=NM_STANZA, check=True)
+    lab.exec("spark2", f"umask 077; cat > {NM_FILE} && {safe.NETPLAN_APPLY}", input=NM_STANZA, check=True)
     assert poll(lambda: "192.168.77.6/24" in fabric_of(lab, "spark2")["enp1s0f1np1"]["inet"])
     lab.exec("spark2", "cd /home/nvidia/.ssh && echo 'gitserver ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGl0IG1hdHRlcnM'"
                        " > known_hosts && cat > config && chown nvidia: known_hosts config && chmod 600 config",

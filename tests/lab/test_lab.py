@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
+from sparkctl.tasks.network.safe_apply import NETPLAN_APPLY
 from tests.lab.conftest import leftovers_of, poll, ssh
 
 pytestmark = pytest.mark.lab
@@ -37,7 +38,7 @@ def apply_fabric_netplan(lab) -> None:
     for n in lab.nodes:
         lab.exec(n.name, "umask 077; cat > /etc/netplan/40-cx7.yaml", input=FABRIC_NETPLAN.format(n=10 + n.index),
                  check=True)
-        assert lab.exec(n.name, ["netplan", "apply"]).returncode == 0
+        assert lab.exec(n.name, ["sh", "-c", NETPLAN_APPLY]).returncode == 0
     for n in lab.nodes:
         assert poll(lambda n=n: fabric_ip(n.index) in addresses(lab, n.name, "enp1s0f1np1")), n.name
 

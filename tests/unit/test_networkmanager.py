@@ -30,6 +30,7 @@ from sparkctl.rules.networkmanager import (
     unmanaged_twins,
 )
 from sparkctl.taskgraph.task import Change, TaskFailed
+from sparkctl.tasks.network import safe_apply
 from sparkctl.tasks.network.down import NetworkDown
 from sparkctl.tasks.network.netplan import NetplanTask
 from sparkctl.transport.framing import MARKER
@@ -208,7 +209,7 @@ def test_a_competing_profile_is_removed_backed_up_before_netplan_apply():
     assert f"cp -p {profile} {temp} && mv -f {temp} {kept}; }} || {{ rm -f {temp}; exit 1; }}" in remove
     assert f"cmp -s {profile} {kept} || " in remove
     assert remove.endswith("nmcli connection delete uuid 6e38f5a2-dd93-4245-8818-2bc7db02f9dd >/dev/null")
-    assert runs[2] == "netplan apply"  # after the removal: NetworkManager chooses again as it restarts
+    assert runs[2] == safe_apply.NETPLAN_APPLY  # after the removal: NetworkManager chooses again as it restarts
     assert kit.fresh == []  # no file changed: no revert guard, no confirm
     assert NetplanTask().check(ctx) == []
 
@@ -228,7 +229,6 @@ def test_an_idle_competitor_alone_is_removed_without_an_apply():
 
 
 def test_an_unmanaged_twin_is_live_drift_and_the_failure_points_at_networkmanager(monkeypatch):
-    from sparkctl.tasks.network import safe_apply
 
     kit = kit_with("mac-bound-unbound-unmanaged.txt")
     ctx = kit.node("spark1")
@@ -240,7 +240,7 @@ def test_an_unmanaged_twin_is_live_drift_and_the_failure_points_at_networkmanage
     monkeypatch.setattr(safe_apply, "wait_for_addresses", lambda ctx, wanted, mtu, timeout=20.0: {"enP2p1s0f1np1": "x"})
     with pytest.raises(TaskFailed) as err:
         NetplanTask().apply(ctx, changes)
-    assert [c.target for c in kit.transport("spark1").calls if c.kind == "run"][0] == "netplan apply"
+    assert [c.target for c in kit.transport("spark1").calls if c.kind == "run"][0] == safe_apply.NETPLAN_APPLY
     assert "nmcli device" in err.value.hint and "journalctl -u NetworkManager" in err.value.hint
 
 

@@ -22,6 +22,7 @@ from sparkctl.rules.netplan import conflicting_stanzas, interfaces_in, without_s
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.network import safe_apply as netplan_apply
 from sparkctl.tasks.network.netplan import NetplanTask
+from sparkctl.tasks.network.safe_apply import NETPLAN_APPLY, revert_script
 from sparkctl.tasks.network.verify import NetworkVerify
 from tests.taskkit import (
     Call,
@@ -99,7 +100,7 @@ def test_apply_sequence_record_arm_put_apply_confirm_wait():
     assert put.content == kit.cluster.plan().nodes["spark1"].netplan
     run_id = arm.target.split("revert-")[1].split("\n")[0]
     # the apply tells the guard it is done: the confirm window starts then, not while files are written
-    assert (apply_.target, apply_.sudo) == (f"netplan apply; rc=$?; touch {base}/applied-{run_id}; exit $rc", True)
+    assert (apply_.target, apply_.sudo) == (f"{NETPLAN_APPLY}; rc=$?; touch {base}/applied-{run_id}; exit $rc", True)
     # the confirm fails if the node already reverted, and stops the guard
     assert confirm.target.startswith(f"if [ -e {base}/reverted-{run_id} ]; then echo reverted; exit 3; fi; "
                                      f"touch {base}/confirmed-{run_id} || exit 4; kill ")
@@ -112,7 +113,7 @@ def test_live_drift_only_runs_netplan_apply():
     kit = kit_from_case(case)
     install_effects(kit, "spark1", case["effects"])
     NetplanTask().apply(kit.node("spark1"), NetplanTask().check(kit.node("spark1")))
-    assert [(label, c.kind, c.target) for label, c in kit.log] == [("spark1", "run", "netplan apply")]
+    assert [(label, c.kind, c.target) for label, c in kit.log] == [("spark1", "run", NETPLAN_APPLY)]
     assert kit.fresh == []
 
 
@@ -260,6 +261,39 @@ def test_hostile_payload_does_not_execute(tmp_path, monkeypatch):
     log = tmp_path / "stub.log"
     assert log.read_text() == f"setsid nohup /bin/sh {script}\n"
     assert not pwned.exists()
+
+
+def failing_netplan(tmp_path: Path, failures: int) -> dict[str, str]:
+    """An environment whose `netplan` fails its first `failures` calls (exit 7, as an apply cut short by
+    NetworkManager's state directory), logging each call; what the node's shell runs reaches nothing real."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    stub = stubs / "netplan"
+    stub.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/netplan.log\n'
+                    f'[ "$(wc -l < {tmp_path}/netplan.log)" -le {failures} ] && exit 7\nexit 0\n')
+    stub.chmod(0o755)
+    return {"PATH": f"{stubs}:{os.environ['PATH']}"}
+
+
+def test_an_apply_that_fails_is_tried_again_and_its_last_status_is_the_tasks(tmp_path):
+    env = failing_netplan(tmp_path, failures=5)
+    result = subprocess.run(["sh", "-c", NETPLAN_APPLY], env=env, capture_output=True, text=True, timeout=20)
+    assert result.returncode == 7
+    assert (tmp_path / "netplan.log").read_text() == "apply\n" * 3
+
+
+def test_the_guards_revert_applies_again_when_the_first_apply_fails(tmp_path):
+    """netplan 0.106's apply can fail once under NetworkManager and leave it stopped: a revert that gave up there
+    would leave the node cut off, the very thing the guard is for."""
+    base = tmp_path / "network"
+    (base / "revert-1").mkdir(parents=True)  # nothing to copy back: /etc/netplan stays untouched
+    (base / "applied-1").touch()
+    env = failing_netplan(tmp_path, failures=1)
+    result = subprocess.run(["sh", "-c", revert_script(str(base), "1", 0)], env=env, capture_output=True, text=True,
+                            timeout=20)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "netplan.log").read_text() == "apply\n" * 2
+    assert (base / "reverted-1").exists()
 
 
 # --- pure netplan helpers ------------------------------------------------------------------------------------

@@ -24,6 +24,14 @@ NM_BACKUP = "nm"
 
 #: how long `netplan apply` may take before the guard starts its confirm window anyway
 APPLY_TIMEOUT = 120
+#: `netplan apply`, tried twice more when it fails, its exit status the last try's. Under NetworkManager netplan
+#: stops NetworkManager without waiting (`systemctl stop --no-block`), flushes the addresses, removes
+#: /run/NetworkManager/devices and starts it again. netplan.io 0.106 (Debian 12, Ubuntu 22.04) removes that directory
+#: with a checked `rm -rf`, which fails when NetworkManager, still stopping, writes into it: that apply ends with
+#: NetworkManager stopped and the node without its addresses. The next apply finds NetworkManager stopped and starts
+#: it. (netplan.io's netplan/cli/commands/apply.py and cli/utils.py `systemctl`; later releases remove it with
+#: shutil.rmtree(ignore_errors=True), and an apply can still fail for a moment on `udevadm trigger`, LP: #2095203.)
+NETPLAN_APPLY = "netplan apply || { sleep 2; netplan apply; } || { sleep 2; netplan apply; }"
 #: how long after the apply a confirm keeps trying to connect: under NetworkManager `netplan apply` disconnects
 #: every device it renders (a management port described in netplan too), restarts NetworkManager without waiting,
 #: and the address comes back a moment later. Capped at half the revert window, so a confirm never races the guard.
@@ -59,7 +67,7 @@ def revert_script(base: str, run_id: str, timeout: float) -> str:
     return render("netplan-revert.sh.j2", backup=posixpath.join(base, f"revert-{run_id}"),
                   confirmed=_marker(base, "confirmed", run_id), reverted=_marker(base, "reverted", run_id),
                   applied=_marker(base, "applied", run_id), pidfile=_marker(base, "guard", run_id) + ".pid",
-                  timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30)
+                  timeout=int(timeout), wait_apply=APPLY_TIMEOUT + 30, apply=NETPLAN_APPLY)
 
 
 def arm_revert(ctx: NodeContext, paths: list[str], timeout: float) -> str:
@@ -175,12 +183,12 @@ def pending_guards(ctx: NodeContext) -> list[str]:
 
 
 def netplan_apply(ctx: NodeContext, run_id: str | None = None) -> float:
-    """`netplan apply`; with a run id, tell the guard the apply is done (its confirm window starts then).
-    Returns time.monotonic() when the apply returned."""
-    command = "netplan apply"
+    """`netplan apply` (tried again when it fails: NETPLAN_APPLY); with a run id, tell the guard the apply is done
+    (its confirm window starts then). Returns time.monotonic() when the apply returned."""
+    command = NETPLAN_APPLY
     if run_id is not None:
         applied = _marker(network_state_dir(ctx.inventory.cluster.name), "applied", run_id)
-        command = f"netplan apply; rc=$?; touch {q(applied)}; exit $rc"
+        command = f"{NETPLAN_APPLY}; rc=$?; touch {q(applied)}; exit $rc"
     ctx.must(command, "netplan apply", sudo=True, timeout=APPLY_TIMEOUT,
              hint="run `sudo netplan generate` on the node to see the error")
     return time.monotonic()
