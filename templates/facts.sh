@@ -125,10 +125,43 @@ fact_nm() {
 # with nothing to inspect, `docker ps` tells whether this user can talk to the daemon (Docker and Podman)
 fact_docker_info() { _has docker && { _t 15 docker ps -q >/dev/null; } 2>&1; }
 
-# ONE docker command for everything docker knows that sparkctl asks (arguments: the containers and images): each
-# docker call costs a client start, a daemon round trip and, with podman, its storage locks. Its stderr is kept,
-# each line marked `#err `: "no such object" is an answer, a refused socket or a broken storage is not.
+# Everything docker knows that sparkctl asks, in one ask. Arguments: how many Engine API paths follow, the paths
+# (the cluster's labelled containers, each container, each image), then the same containers and images for the
+# CLI. Docker's Engine API over its socket answers them all in one curl; the `docker` CLI, one `docker inspect`,
+# where the API cannot be the CLI's own daemon or did not answer each one plainly (fact_docker_api).
 fact_docker() {
+  local n=$1; shift
+  fact_docker_api "${@:1:n}" && return 0
+  shift "$n"
+  fact_docker_inspect "$@"
+}
+
+# The Engine API on docker's default socket, one curl (no `docker` client start per ask, no `timeout`): only where
+# the CLI talks to that same daemon (no DOCKER_HOST, no context chosen in its environment or config) and this user
+# may use the socket (the docker group). Prints `#api`, then each answer's body and its `#http CODE` line; any
+# answer but 200 or 404 (no such container or image), or curl failing, prints nothing and leaves it to the CLI.
+fact_docker_api() {
+  local s=/var/run/docker.sock c=${DOCKER_CONFIG:-$HOME/.docker}/config.json l out
+  [ "$#" -gt 0 ] && [ -z "${DOCKER_HOST:-}${DOCKER_CONTEXT:-}" ] && [ -S "$s" ] && [ -r "$s" ] && [ -w "$s" ] &&
+    _has curl || return 1
+  if [ -r "$c" ]; then
+    while IFS= read -r l; do
+      [[ $l =~ \"currentContext\"[[:space:]]*:[[:space:]]*\"([^\"]*)\" ]] && [ "${BASH_REMATCH[1]}" != default ] &&
+        return 1
+    done <"$c"
+  fi
+  out=$(curl -sS --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' "${@/#/http://localhost}" 2>/dev/null) ||
+    return 1
+  while IFS= read -r l; do
+    case $l in '#http 200' | '#http 404') ;; '#http '*) return 1 ;; esac
+  done <<<"$out"
+  printf '#api\n%s\n' "$out"
+}
+
+# ONE `docker inspect` of the containers and images asked: each docker call costs a client start, a daemon round
+# trip and, with podman, its storage locks. Its stderr is kept, each line marked `#err `: "no such object" is an
+# answer, a refused socket or a broken storage is not.
+fact_docker_inspect() {
   _has docker || return 1
   local _e=${_D:+$_D/.docker-err} _l _r
   [ -n "$_e" ] || _e=$(mktemp 2>/dev/null || echo "/tmp/.sfi.$$")

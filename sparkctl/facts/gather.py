@@ -18,14 +18,15 @@ DEFAULT_TIMEOUT = 60.0
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
                  image_refs: Iterable[str] = (), hf_cache: str = DEFAULT_HF_CACHE,
                  reach_addrs: Iterable[str] = (), guard_dirs: Iterable[str] = (),
-                 side_reads: Mapping[str, tuple[str, float]] | None = None,
+                 side_reads: Mapping[str, tuple[str, float]] | None = None, label: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> Facts:
     """Read every fact of one node in ONE round trip. Never raises for what the node lacks.
 
     `reach_addrs`: the names or addresses sparkctl reaches this node by (its inventory host); the
     interfaces holding them, and the one carrying the SSH session, are the node's management interfaces.
+    `label` (`key=value`): list the containers carrying it too, where docker's Engine API answers.
     """
-    request = FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs))
+    request = FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs), label)
     nonce = Framing().nonce
     script = render_request(nonce, request, side_reads)
     before = time.time()
@@ -43,9 +44,10 @@ def gather_facts(transport: Transport, node: str, *, container_names: Iterable[s
 
 def facts_from_output(stdout: str, nonce: str, node: str, *, container_names: Iterable[str] = (),
                       image_refs: Iterable[str] = (), hf_cache: str = DEFAULT_HF_CACHE,
-                      guard_dirs: Iterable[str] = (), reach_addrs: Iterable[str] = ()) -> Facts:
+                      guard_dirs: Iterable[str] = (), reach_addrs: Iterable[str] = (),
+                      label: str | None = None) -> Facts:
     """Parse the gather script's stdout (split by the nonce it was rendered with) into Facts."""
-    request = FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs))
+    request = FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs), label)
     return read_facts(Framing(nonce).split(stdout), node, request, reach_addrs)
 
 

@@ -243,6 +243,9 @@ class Facts:
     docker_access: bool = False
     docker_error: str | None = None
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
+    #: the names of the node's containers (running or not) labelled as the request's cluster's, as the Engine API
+    #: listed them beside the inspected ones; None where it was not asked (the CLI answered, or no label was asked)
+    labelled_containers: list[str] | None = None
     images: dict[str, str | None] = field(default_factory=dict)
     #: by reference: the registry digest the image was pulled by (None: built or loaded locally, or absent)
     image_digests: dict[str, str | None] = field(default_factory=dict)

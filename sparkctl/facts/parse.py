@@ -161,7 +161,7 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
     env = mask_env(env)
     return ContainerInfo(
         name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
-        image=config.get("Image") or item.get("ImageName"), image_id=item.get("Image"),
+        image=config.get("Image") or item.get("ImageName"), image_id=_image_id(item.get("Image")),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
         restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
         id=str(item.get("Id") or "") or None, restart_policy=_restart_policy(item), pid=_pid(state.get("Pid")))
@@ -200,6 +200,8 @@ class DockerAnswer:
     images: dict[str, str | None]
     #: by reference: the registry's digest of the image (RepoDigests; None for one built or loaded locally)
     digests: dict[str, str | None] = field(default_factory=dict)
+    #: the names of the containers carrying the asked label (the Engine API's list; None: not listed)
+    labelled: list[str] | None = None
 
 
 def _stderr_lines(text: str) -> list[str]:
@@ -263,9 +265,55 @@ def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerA
                      None)
         if match is None and len(images) == 1 and len(refs) == 1:
             match = images[0]  # inspected by the one reference asked
-        image_ids[ref] = str(match.get("Id")) if match is not None else None
+        image_ids[ref] = _image_id(match.get("Id")) if match is not None else None
         digests[ref] = _repo_digest(match, ref) if match is not None else None
     return DockerAnswer(True, other[-1] if other else None, containers, image_ids, digests)
+
+
+#: what fact_docker_api prints first: the Engine API answered, each answer's body followed by its `#http CODE` line
+API_MARK = "#api\n"
+
+
+def parse_docker_api(text: str, names: list[str], refs: list[str], *, listed: bool) -> DockerAnswer:
+    """The `docker` section as the Engine API answered it (templates/facts.sh fact_docker_api): the labelled list
+    when `listed`, then each container, then each image, in the order of sections.api_paths; 200 is the object,
+    404 is "no such container/image". Answers missing or not JSON: ValueError (the section is unreadable)."""
+    answers: list[tuple[str, str]] = []
+    body: list[str] = []
+    for line in text[len(API_MARK):].splitlines():
+        if line.startswith("#http "):
+            answers.append((line[6:].strip(), "\n".join(body)))
+            body = []
+        else:
+            body.append(line)
+    wanted = int(listed) + len(names) + len(refs)
+    if len(answers) != wanted:
+        raise ValueError(f"the Engine API gave {len(answers)} answers to {wanted} asks")
+    decoded = [(code, json.loads(body_text) if code == "200" else None) for code, body_text in answers]
+    labelled = None
+    if listed:
+        listing = decoded.pop(0)[1]
+        if not isinstance(listing, list):
+            raise ValueError("the Engine API's container list is not a list")
+        labelled = [str((c.get("Names") or [""])[0]).lstrip("/") for c in listing if isinstance(c, dict)]
+    containers = {name: (_container_from_inspect(name, item) if isinstance(item, dict) else
+                         ContainerInfo(name, exists=False))
+                  for name, (_code, item) in zip(names, decoded[:len(names)], strict=True)}
+    images: dict[str, str | None] = {}
+    digests: dict[str, str | None] = {}
+    for ref, (_code, image) in zip(refs, decoded[len(names):], strict=True):
+        found = image if isinstance(image, dict) else None
+        images[ref] = _image_id(found.get("Id")) if found is not None else None
+        digests[ref] = _repo_digest(found, ref) if found is not None else None
+    return DockerAnswer(True, None, containers, images, digests, labelled)
+
+
+def _image_id(value: object) -> str | None:
+    """An image id as docker writes it (`sha256:<hex>`); podman's CLI writes the bare hex of the same id."""
+    if not value:
+        return None
+    text = str(value)
+    return f"sha256:{text}" if re.fullmatch(r"[0-9a-f]{64}", text) else text
 
 
 def _repo_digest(image: dict, ref: str) -> str | None:

@@ -21,9 +21,9 @@ _ROOT_HELPERS = {"_t", "_has", "_print", "_as_root", "_privileged", "_privileged
 
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
                   hf_cache: str = DEFAULT_HF_CACHE, guard_dirs: Iterable[str] = (),
-                  side_reads: Mapping[str, tuple[str, float]] | None = None) -> str:
-    return render_request(nonce, FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs)),
-                          side_reads)
+                  side_reads: Mapping[str, tuple[str, float]] | None = None, label: str | None = None) -> str:
+    return render_request(nonce, FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs),
+                                              label), side_reads)
 
 
 def render_request(nonce: str, request: FactsRequest,

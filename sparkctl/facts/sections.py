@@ -8,9 +8,11 @@ is one entry here, its function there, and its test.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
+from urllib.parse import quote
 
 from sparkctl.facts import parse
 from sparkctl.facts.firewall_files import LISTED_PATH, RULES_PATH, UNIT_NAME, UNIT_PATH
@@ -36,6 +38,9 @@ class FactsRequest:
     image_refs: tuple[str, ...] = ()
     hf_cache: str = DEFAULT_HF_CACHE
     guard_dirs: tuple[str, ...] = ()
+    #: `key=value`: list the containers carrying that label too (Facts.labelled_containers), where the Engine API
+    #: answers (one more path in its one curl; the CLI would need a `docker ps` of its own)
+    label: str | None = None
 
 
 class Got:
@@ -169,12 +174,25 @@ def _docker_ps(request: FactsRequest) -> str | None:
 
 
 def _docker_inspect(request: FactsRequest) -> str | None:
-    """ONE docker command for everything docker knows that sparkctl asks: `docker inspect` of the containers and
-    the images together (each docker call costs a client start, a daemon round trip and, with podman, its
-    storage locks). Its stderr is kept, each line marked `#err `: "no such object" is an answer, a refused
-    socket or a broken storage is not."""
+    """ONE ask for everything docker knows that sparkctl asks: the Engine API's paths for the labelled list, the
+    containers and the images, in one curl; where the API cannot answer, `docker inspect` of the containers and the
+    images together (each docker call costs a client start, a daemon round trip and, with podman, its storage
+    locks), its stderr kept, each line marked `#err `: "no such object" is an answer, a refused socket or a broken
+    storage is not."""
     names = _inspected(request)
-    return f"fact_docker {names}" if names else None
+    if not names:
+        return None
+    paths = api_paths(request)
+    return f"fact_docker {len(paths)} {' '.join(q(p) for p in paths)} {names}"
+
+
+def api_paths(request: FactsRequest) -> list[str]:
+    """The Engine API's paths (docker's API reference, "ContainerList", "ContainerInspect", "ImageInspect"), in the
+    order parse.parse_docker_api reads their answers: the labelled list when asked, each container, each image."""
+    listed = ([f"/containers/json?all=1&filters={quote(json.dumps({'label': [request.label]}), safe='')}"]
+              if request.label else [])
+    return [*listed, *(f"/containers/{quote(n, safe='')}/json" for n in request.container_names),
+            *(f"/images/{quote(r, safe='/:@')}/json" for r in request.image_refs)]
 
 
 def _unknown_docker(f: Facts, request: FactsRequest, status: str, error: str | None = None) -> None:
@@ -206,7 +224,13 @@ def _read_docker_inspect(f: Facts, got: Got) -> None:
         f.raw_errors.append(f"docker: {DOCKER_SLOW}")
         return
     try:
-        answer = parse.parse_docker_answer(got.text, list(got.request.container_names), list(got.request.image_refs))
+        if got.text.startswith(parse.API_MARK):
+            answer = parse.parse_docker_api(got.text, list(got.request.container_names),
+                                            list(got.request.image_refs), listed=bool(got.request.label))
+            f.labelled_containers = answer.labelled
+        else:
+            answer = parse.parse_docker_answer(got.text, list(got.request.container_names),
+                                               list(got.request.image_refs))
     except Exception as exc:  # noqa: BLE001 - see Got
         f.raw_errors.append(f"docker: {type(exc).__name__}: {exc}")
         f.docker_access, f.docker_error = False, f"unreadable docker inspect output ({type(exc).__name__})"

@@ -14,6 +14,7 @@ from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.collector import collectors_on
+from sparkctl.plan.container import CLUSTER_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.rules.serving import serving_enabled
@@ -73,13 +74,14 @@ def serving_containers(inventory: Inventory, node: str) -> tuple[str, ...]:
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
                       side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
     """One round trip: everything sparkctl needs to know about one node of this inventory (and the later
-    tasks' reads ahead, tasks/read_ahead.py). Its one `docker inspect` reads the engine's container and what serves
-    beside it (the gateway, the collectors), so serve.gateway and serve.collector ask docker nothing more."""
+    tasks' reads ahead, tasks/read_ahead.py). Its one ask of docker reads the engine's container and what serves
+    beside it (the gateway, the collectors), so serve.gateway and serve.collector ask docker nothing more, and where
+    the Engine API answers, the cluster's labelled containers too (container.retire's list)."""
     return gather_facts(transport, node.name,
                         container_names=(inventory.container.name, *serving_containers(inventory, node.name)),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
                         reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),),
-                        side_reads=side_reads)
+                        side_reads=side_reads, label=f"{CLUSTER_LABEL}={inventory.cluster.name}")
 
 
 class ProofRecords(Protocol):

@@ -94,7 +94,8 @@ def test_docker_inspect_real_podman_output_redacts_secrets():
                                  []).containers
     c = info["sfx-facts-test"]
     assert c.exists and not c.running and c.status == "created" and c.started_at is None
-    assert c.image == "localhost/sfx-scratch:facts" and c.image_id.startswith("3a23e68e")
+    # podman's bare hex, written as docker writes an id
+    assert c.image == "localhost/sfx-scratch:facts" and c.image_id.startswith("sha256:3a23e68e")
     assert c.labels == {"org.sparkctl.spec": "abc123"}
     assert c.env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
     assert c.env["HF_TOKEN"] == MASK and "not-a-real-token" not in repr(c)
@@ -120,7 +121,7 @@ def test_one_docker_inspect_answers_for_the_container_and_the_image():
     assert answer.reached and answer.error is None
     c = answer.containers["trtllm-multinode"]
     assert c.exists and c.running and c.id and c.image == ref and c.env["OMPI_MCA_btl_tcp_if_include"]
-    assert answer.images[ref].startswith("6e62f1ae") and answer.images["nvcr.io/x:1"] is None
+    assert answer.images[ref].startswith("sha256:6e62f1ae") and answer.images["nvcr.io/x:1"] is None
     # a socket that refuses us, or no daemon: docker was not reached, nothing is "absent"
     denied = p.parse_docker_answer("[]\n#err permission denied while trying to connect to the Docker daemon socket "
                                    "at unix:///var/run/docker.sock", ["trtllm-multinode"], [ref])

@@ -88,21 +88,45 @@ def test_docker_without_its_daemon_fails_as_docker_does(fake_podman, tmp_path):
     assert podman_calls() == []
 
 
+#: podman as its `system service` meets a socket systemd activated: LISTEN_PID its own pid, LISTEN_FDS=1, the listening
+#: socket as fd 3 (sd_listen_fds(3)); it answers each connection with what it was asked and the command it ran as
+FAKE_API = """#!/usr/bin/python3
+import os, socket, sys
+assert sys.argv[1:] == ["system", "service", "--time=0"], sys.argv
+assert os.environ["LISTEN_FDS"] == "1" and os.environ["LISTEN_PID"] == str(os.getpid()), os.environ
+server = socket.socket(fileno=3)
+assert server.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+while True:
+    conn, _ = server.accept()
+    conn.sendall(b"api: " + conn.recv(100))
+    conn.close()
+"""
+
+
 def test_dockerd_holds_its_socket_while_it_runs_and_removes_it_when_stopped(tmp_path):
-    path = tmp_path / "docker.sock"
+    """...and what answers there is podman's Engine API, handed the socket as systemd's activation does."""
+    path, podman = tmp_path / "docker.sock", tmp_path / "podman"
+    podman.write_text(FAKE_API)
+    podman.chmod(0o755)
     daemon = subprocess.Popen([str(standin_path("dockerd"))],
-                              env={**os.environ, "SPARKCTL_LAB_DOCKER_SOCKET": str(path)})
+                              env={**os.environ, "SPARKCTL_LAB_DOCKER_SOCKET": str(path),
+                                   "SPARKCTL_LAB_PODMAN": str(podman),
+                                   "SPARKCTL_LAB_DOCKER_STOPPED_DIR": str(tmp_path / "stopped")})
     try:
         deadline = time.monotonic() + 10
         while not path.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(10)
             client.connect(str(path))
+            client.sendall(b"GET /_ping")
+            assert client.recv(100) == b"api: GET /_ping"
         assert oct(path.stat().st_mode & 0o777) == "0o660"
     finally:
         daemon.terminate()
         assert daemon.wait(10) == 0
     assert not path.exists()
+    assert subprocess.run(["pgrep", "-f", str(podman)], capture_output=True).returncode == 1, "the API outlived it"
 
 
 def test_docker_remembers_a_hand_stop_until_the_container_is_started_again(fake_podman, tmp_path):

@@ -271,3 +271,15 @@ def test_an_inventory_that_serves_nothing_leaves_the_collectors_with_what_serves
     kit.transport("spark1").respond(r"docker ps -a", framed([("labelled", "trtllm-multinode\nsparkctl-gateway\n"
                                                                           "sparkctl-collector\nvllm-multinode")]))
     assert [c.payload for c in ContainerRetireTask().check(kit.node("spark1"))] == ["vllm-multinode"]
+
+
+def test_the_facts_labelled_list_needs_no_read_of_its_own(tmp_path):
+    """Where the facts' one ask of docker's Engine API listed the cluster's containers, retire reads nothing more."""
+    kit = kit_of(load_inventory(str(_write(tmp_path, THREE))))
+    facts = kit.node("spark1").facts()
+    facts.labelled_containers = ["trtllm-multinode", "sparkctl-gateway", "sparkctl-collector", "vllm-multinode"]
+    assert [c.payload for c in ContainerRetireTask().check(kit.node("spark1"))] == ["vllm-multinode"]
+    assert [c.target for c in kit.transport("spark1").calls if c.kind == "run"] == []
+    facts.labelled_containers = None  # the CLI answered the facts: `docker ps` as before
+    kit.transport("spark1").respond(r"docker ps -a", framed([("labelled", "trtllm-multinode\nsglang-multinode")]))
+    assert [c.payload for c in ContainerRetireTask().check(kit.node("spark1"))] == ["sglang-multinode"]

@@ -60,6 +60,7 @@ def rendered_scripts() -> dict[str, str]:
     # the facts: every section, each way it is scheduled (in order, in the background, in the root shell), a side
     # read's own text kept in a quoted here-document
     out["facts"] = render_script("n0nce", container_names=["trtllm-multinode", "it's"], image_refs=["img:1"],
+                                 label="sparkctl.cluster=it's",
                                  hf_cache="~/hf cache", guard_dirs=["/var/lib/sparkctl/c/network"],
                                  side_reads={"container.state": ("cat /etc/hostname; echo \"$HOME\"", 5)})
     out["facts, nothing to inspect"] = render_script("n0nce")

@@ -5,7 +5,8 @@ What is this cluster's is what sparkctl labelled so (sparkctl.cluster=<cluster>)
 gateway and the figures collectors of the worlds headed on the node stay (serve.gateway and serve.collector keep
 them as planned); a collector no world plans here any more (the engine keeps its own counters now, the world was
 removed or moved) goes, unless the inventory serves nothing (what serves is then left as it is, the gateway too).
-Idempotent: nothing to remove is ok; one read of the node, on a rerun read ahead with its facts.
+Idempotent: nothing to remove is ok. The list is the facts' (their one ask of docker's Engine API lists the
+labelled containers too); where the CLI answered them, one read of the node, on a rerun read ahead with its facts.
 """
 
 from __future__ import annotations
@@ -33,20 +34,26 @@ class ContainerRetireTask(Task[NodeContext, str]):
     needs = ("serve.switch",)
     description = "remove this cluster's containers the inventory no longer names (another engine's, a renamed one)"
     checks = ("the node's containers labelled sparkctl.cluster=<cluster> are the planned one, the gateway and the "
-              "figures collectors of the worlds headed here only; one read of the node, on a rerun read ahead with "
-              "its facts")
+              "figures collectors of the worlds headed here only; listed by the facts' one ask of docker's Engine API, "
+              "or where the CLI answered, one `docker ps` read of the node (on a rerun read ahead with its facts)")
     changes = "`docker stop -t 0; docker rm -f` of each other one, before the planned container starts"
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
-        framing = Framing()
-        script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
-        found = Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout))
         keep = {ctx.inventory.container.name, GATEWAY_CONTAINER, *serving_containers(ctx.inventory, ctx.name)}
         # an inventory that serves nothing leaves what serves as it is (its units, the gateway): the collectors too
         serving = serving_enabled(ctx.inventory)
         return [Change(f"remove container {name}: this cluster's, no longer in the inventory", payload=name)
-                for name in found.get("labelled", "").split()
-                if name not in keep and (serving or not is_collector(name))]
+                for name in self._labelled(ctx) if name not in keep and (serving or not is_collector(name))]
+
+    def _labelled(self, ctx: NodeContext) -> list[str]:
+        """The node's containers labelled as this cluster's: listed by the facts' one ask of docker where its Engine
+        API answered, else read with `docker ps` (on a rerun read ahead with the facts)."""
+        listed = ctx.facts().labelled_containers
+        if listed is not None:
+            return listed
+        framing = Framing()
+        script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
+        return Framing.texts_of(framing.split(ctx.read(self.name, script, framing).stdout)).get("labelled", "").split()
 
     def apply(self, ctx: NodeContext, changes: list[Change[str]]) -> None:
         try:
