@@ -130,30 +130,41 @@ fact_docker_info() { _has docker && { _t 15 docker ps -q >/dev/null; } 2>&1; }
 # CLI. Docker's Engine API over its socket answers them all in one curl; the `docker` CLI, one `docker inspect`,
 # where the API cannot be the CLI's own daemon or did not answer each one plainly (fact_docker_api).
 fact_docker() {
-  local n=$1; shift
-  fact_docker_api "${@:1:n}" && return 0
+  local n=$1 r; shift
+  fact_docker_api "${@:1:n}"; r=$?
+  # answered, or too slow: the CLI would ask the same daemon (124: what `timeout` says, read as docker being slow)
+  [ "$r" = 0 ] || [ "$r" = 124 ] && return "$r"
   shift "$n"
   fact_docker_inspect "$@"
 }
 
 # The Engine API on docker's default socket, one curl (no `docker` client start per ask, no `timeout`): only where
 # the CLI talks to that same daemon (no DOCKER_HOST, no context chosen in its environment or config) and this user
-# may use the socket (the docker group). Prints `#api`, then each answer's body and its `#http CODE` line; any
-# answer but 200 or 404 (no such container or image), or curl failing, prints nothing and leaves it to the CLI.
+# may use the socket (the docker group). Prints `#api`, then each answer's body and its `#http CODE` line. Any
+# other answer than 200, or a 404 that does not say "no such" container or image (docker's words for an unknown
+# route are "page not found"), or curl failing, prints nothing and leaves it to the CLI; a daemon that does not
+# answer within 15 s returns 124 (`--fail-early`: the first transfer cut ends the others).
 fact_docker_api() {
-  local s=/var/run/docker.sock c=${DOCKER_CONFIG:-$HOME/.docker}/config.json l out
+  local s=/var/run/docker.sock c=${DOCKER_CONFIG:-$HOME/.docker}/config.json l p='' out r
   [ "$#" -gt 0 ] && [ -z "${DOCKER_HOST:-}${DOCKER_CONTEXT:-}" ] && [ -S "$s" ] && [ -r "$s" ] && [ -w "$s" ] &&
     _has curl || return 1
   if [ -r "$c" ]; then
-    while IFS= read -r l; do
+    while IFS= read -r l || [ -n "$l" ]; do
       [[ $l =~ \"currentContext\"[[:space:]]*:[[:space:]]*\"([^\"]*)\" ]] && [ "${BASH_REMATCH[1]}" != default ] &&
         return 1
     done <"$c"
   fi
-  out=$(curl -sS --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' "${@/#/http://localhost}" 2>/dev/null) ||
-    return 1
+  out=$(curl -sS --fail-early --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' \
+    "${@/#/http://localhost}" 2>/dev/null); r=$?
+  [ "$r" = 28 ] && return 124
+  [ "$r" = 0 ] || return 1
   while IFS= read -r l; do
-    case $l in '#http 200' | '#http 404') ;; '#http '*) return 1 ;; esac
+    case $l in
+      '#http 200') ;;
+      '#http 404') [[ ${p,,} == *'no such '* ]] || return 1 ;;
+      '#http '*) return 1 ;;
+      ?*) p=$l ;;
+    esac
   done <<<"$out"
   printf '#api\n%s\n' "$out"
 }

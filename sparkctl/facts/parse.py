@@ -161,7 +161,7 @@ def _container_from_inspect(name: str, item: dict) -> ContainerInfo:
     env = mask_env(env)
     return ContainerInfo(
         name=name, exists=True, running=bool(state.get("Running")), status=str(state.get("Status", "")),
-        image=config.get("Image") or item.get("ImageName"), image_id=_image_id(item.get("Image")),
+        image=config.get("Image") or item.get("ImageName"), image_id=docker_image_id(item.get("Image")),
         labels=dict(config.get("Labels") or {}), env=env, mounts=list(item.get("Mounts") or []),
         restart_count=int(item.get("RestartCount") or 0), started_at=_started_at(state.get("StartedAt")),
         id=str(item.get("Id") or "") or None, restart_policy=_restart_policy(item), pid=_pid(state.get("Pid")))
@@ -265,7 +265,7 @@ def parse_docker_answer(text: str, names: list[str], refs: list[str]) -> DockerA
                      None)
         if match is None and len(images) == 1 and len(refs) == 1:
             match = images[0]  # inspected by the one reference asked
-        image_ids[ref] = _image_id(match.get("Id")) if match is not None else None
+        image_ids[ref] = docker_image_id(match.get("Id")) if match is not None else None
         digests[ref] = _repo_digest(match, ref) if match is not None else None
     return DockerAnswer(True, other[-1] if other else None, containers, image_ids, digests)
 
@@ -295,7 +295,7 @@ def parse_docker_api(text: str, names: list[str], refs: list[str], *, listed: bo
         listing = decoded.pop(0)[1]
         if not isinstance(listing, list):
             raise ValueError("the Engine API's container list is not a list")
-        labelled = [str((c.get("Names") or [""])[0]).lstrip("/") for c in listing if isinstance(c, dict)]
+        labelled = [name for c in listing if isinstance(c, dict) and (name := _container_name(c.get("Names")))]
     containers = {name: (_container_from_inspect(name, item) if isinstance(item, dict) else
                          ContainerInfo(name, exists=False))
                   for name, (_code, item) in zip(names, decoded[:len(names)], strict=True)}
@@ -303,12 +303,20 @@ def parse_docker_api(text: str, names: list[str], refs: list[str], *, listed: bo
     digests: dict[str, str | None] = {}
     for ref, (_code, image) in zip(refs, decoded[len(names):], strict=True):
         found = image if isinstance(image, dict) else None
-        images[ref] = _image_id(found.get("Id")) if found is not None else None
+        images[ref] = docker_image_id(found.get("Id")) if found is not None else None
         digests[ref] = _repo_digest(found, ref) if found is not None else None
     return DockerAnswer(True, None, containers, images, digests, labelled)
 
 
-def _image_id(value: object) -> str | None:
+def _container_name(names: object) -> str | None:
+    """A listed container's own name: the one `/name` of its Names (the others, `/other/alias`, are the names legacy
+    links gave it in other containers; the CLI's {{.Names}} leaves them out too)."""
+    listed = names if isinstance(names, list) else []
+    own = [n[1:] for n in listed if isinstance(n, str) and n.count("/") == 1 and n.startswith("/")]
+    return own[0] if own and own[0] else None
+
+
+def docker_image_id(value: object) -> str | None:
     """An image id as docker writes it (`sha256:<hex>`); podman's CLI writes the bare hex of the same id."""
     if not value:
         return None

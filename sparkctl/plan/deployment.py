@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sparkctl.errors import BadInput
+from sparkctl.facts.parse import docker_image_id
 from sparkctl.inventory import Inventory
 
 DEPLOYMENTS_FILE = "deployments.json"
@@ -77,9 +78,11 @@ class Deployment:
         if not isinstance(value, dict):
             return None
         try:
-            return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
+            found = cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
         except TypeError:
             return None
+        # a record kept from podman's CLI holds the bare hex of the id docker writes as sha256:<hex>
+        return replace(found, image_id=docker_image_id(found.image_id))
 
 
 @dataclass(frozen=True)

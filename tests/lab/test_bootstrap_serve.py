@@ -263,11 +263,15 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
     assert code == 0 and changed(events) == set(), output[-3000:]
     ahead = {(e["message"].split(":")[0], e.get("node")) for e in events
              if e["event"] == "log" and e.get("message", "").endswith(": read ahead with the facts")}
-    each_node = ("network.verify", "ssh.keys", "container.state", "container.retire", "model.token", "model.pin",
+    each_node = ("network.verify", "ssh.keys", "container.state", "model.token", "model.pin",
                  "model.fetch", "model.verify", "serve.config", "serve.unit")
     head = lab_pair.nodes[0].name
     assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {
         (t, head) for t in ("serve.switch", "serve.launch", "serve.collector", "serve.gateway", "serve.record")}
+    # the facts' one ask of docker's Engine API lists the cluster's containers: container.retire reads nothing more
+    listed = {e.get("node") for e in events if e["event"] == "log" and e.get("message") == "container.retire: listed "
+              "with the facts"}
+    assert listed == {n.name for n in lab_pair.nodes}
 
 
 def host_of(lab) -> str:

@@ -24,12 +24,14 @@ IMAGE = "localhost/sparkctl-lab-trtllm-1e0894a45e8b:1.3.0rc12"
 
 #: answers by path: 200 with a body, 404, or what a broken daemon says (500)
 API = textwrap.dedent("""\
-    import json, os, socketserver, sys
+    import json, os, socketserver, sys, time
     from http.server import BaseHTTPRequestHandler
     ANSWERS = json.loads(sys.argv[2])
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             code, body = ANSWERS.get(self.path, [404, {"message": "no such object"}])
+            if code == 0:  # a daemon that does not answer
+                time.sleep(60)
             data = (json.dumps(body) + "\\n").encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -120,6 +122,25 @@ def test_the_cli_answers_where_the_api_may_not_be_its_daemon_or_did_not_answer_p
 
 
 @needs_root
+def test_a_404_that_is_not_no_such_object_is_not_an_absence(tmp_path):
+    """docker answers an unknown route (an older daemon, a proxy on the socket) 404 "page not found": that says
+    nothing of the container, so the CLI is asked."""
+    answers = dict(ANSWERS)
+    answers["/containers/trtllm-multinode/json"] = (404, {"message": "page not found"})
+    assert ask(tmp_path, answers, call_for(REQUEST)) == f"CLI inspect trtllm-multinode sparkctl-gateway {IMAGE}\n"
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_daemon_that_does_not_answer_is_slow_and_not_asked_again_by_the_cli(tmp_path):
+    """curl's 15 s bound per transfer, and the first one cut ends the others (--fail-early): a hung dockerd costs the
+    facts 15 s, not 15 s per path and the CLI's 15 s after them; 124 reads as DOCKER_SLOW."""
+    answers = {path: (0, None) for path in api_paths(REQUEST)}
+    out = ask(tmp_path, answers, call_for(REQUEST) + "; echo rc=$?")
+    assert out == "rc=124\n"
+
+
+@needs_root
 def test_the_default_context_is_the_sockets_daemon(tmp_path):
     (tmp_path / ".docker").mkdir()
     (tmp_path / ".docker" / "config.json").write_text('{"currentContext": "default"}')
@@ -150,3 +171,18 @@ def test_the_paths_are_quoted_for_a_url():
     paths = api_paths(FactsRequest(("c",), ("nvcr.io/nvidia/x:1@sha256:" + "b" * 64,), label="a=b c"))
     assert paths == ['/containers/json?all=1&filters=%7B%22label%22%3A%20%5B%22a%3Db%20c%22%5D%7D',
                      "/containers/c/json", f"/images/nvcr.io/nvidia/x:1@sha256:{'b' * 64}/json"]
+
+
+def test_a_listed_container_is_known_by_its_own_name_only():
+    listing = [{"Names": ["/web", "/proxy/web"]}, {"Names": ["/db"]}, {"Names": []}, {"Names": ["/a/alias"]}, {}]
+    text = f"#api\n{json.dumps(listing)}\n#http 200\n"
+    assert parse.parse_docker_api(text, [], [], listed=True).labelled == ["web", "db"]
+
+
+def test_a_deployment_kept_from_podmans_cli_is_the_same_image():
+    from sparkctl.plan.deployment import Deployment
+
+    record = {"image": IMAGE, "image_id": "a" * 64, "digest": None, "engine": "trtllm", "model": "m",
+              "fingerprint": "f", "inputs": {}}
+    assert Deployment.of(record).image_id == "sha256:" + "a" * 64
+    assert Deployment.of({**record, "image_id": None}).image_id is None

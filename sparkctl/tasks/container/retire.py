@@ -50,6 +50,8 @@ class ContainerRetireTask(Task[NodeContext, str]):
         API answered, else read with `docker ps` (on a rerun read ahead with the facts)."""
         listed = ctx.facts().labelled_containers
         if listed is not None:
+            if ctx.options.verbosity >= 1:
+                ctx.log(f"{self.name}: listed with the facts")
             return listed
         framing = Framing()
         script = framing.section("labelled", labelled_script(ctx.inventory.cluster.name)) + "\ntrue"
