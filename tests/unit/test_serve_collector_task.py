@@ -65,9 +65,10 @@ def planned(inv, kit) -> list:
 
 
 def answering(kit, node: str, script: str, containers: dict[str, str]) -> None:
-    """`node` answers serve.collector's read with the script's sha256, and its facts show each container as its
-    inspect line says (tests/taskkit.py inspected)."""
-    kit.transport(node).respond(r"sha256sum", framed(lambda: [("collector-script", script)]))
+    """`node` answers serve.collector's read with the script's sha256 (`sha256sum`'s line; nothing: no script), and
+    its facts show each container as its inspect line says (tests/taskkit.py inspected)."""
+    summed = f"{script}  /home/nvidia/.local/state/sparkctl/spark-pair/run/collector.py\n" if script else ""
+    kit.transport(node).respond(r"sha256sum", framed(lambda: [("collector-script", summed)]))
     for name, line in containers.items():
         inspected(kit, node, name, line)
 

@@ -43,14 +43,13 @@ def world_collectors(ctx: ClusterContext) -> Iterator[tuple[NodeContext, Collect
 
 
 def read_script(spec: CollectorSpec, framing: Framing) -> str:
-    """One node's read: the script's sha256 (its collectors' containers are in the node's facts)."""
-    return "\n".join([
-        framing.section(SCRIPT_SECTION, f"sha256sum {q(spec.script_path)} 2>/dev/null | cut -d' ' -f1"), "true"])
+    """One node's read: `sha256sum` of the script (its collectors' containers are in the node's facts)."""
+    return "\n".join([framing.section(SCRIPT_SECTION, f"sha256sum {q(spec.script_path)} 2>/dev/null"), "true"])
 
 
 def script_changes(spec: CollectorSpec, texts: dict[str, str], head: str) -> list[Change[CollectorChange]]:
     """The script every collector on a node runs, from the node's read: written once (`spec`: the node's first)."""
-    if texts.get(SCRIPT_SECTION, "").strip() == hashlib.sha256(collector_script().encode()).hexdigest():
+    if (texts.get(SCRIPT_SECTION, "").split() or [""])[0] == hashlib.sha256(collector_script().encode()).hexdigest():
         return []
     return [Change(f"write the figures collector's script on {head} ({spec.script_path})", node=head,
                    payload=(spec.container, "script"))]
