@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeEndpoint:
     def __init__(self, reply: str = "hello from the sparks", health: int = 200, acceptance: float = 2.5):
         self.reply, self.health, self.acceptance = reply, health, acceptance
+        self.health_delay = 0.0  # seconds /health takes to answer (a loaded server)
         self.requests: list[dict] = []
         self.drafts = self.accepted = 0.0
         owner = self
@@ -31,6 +33,7 @@ class FakeEndpoint:
             def do_GET(self):
                 path = self.path.split("?", 1)[0]  # a query string is no part of the route, as for the engines
                 if path == "/health":
+                    time.sleep(owner.health_delay)
                     self.send_response(owner.health)
                     self.send_header("Content-Length", "0")
                     self.end_headers()

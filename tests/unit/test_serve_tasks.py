@@ -381,6 +381,23 @@ def test_smoke_asks_from_here_when_this_machine_reaches_the_endpoint_else_on_the
     assert "does not answer from this machine (connection refused)" in smoke[1]
 
 
+def test_an_endpoint_that_connects_and_answers_late_is_reached_from_here(tmp_path, endpoint, monkeypatch):
+    """The route is the connection: a loaded head, or a gateway's new workers still starting, answer /health later
+    than the connection takes, and the chat still goes from here. No route costs only the connection's bound."""
+    from sparkctl.tasks.serve import smoke
+
+    monkeypatch.setattr(smoke, "REACH_TIMEOUT", 0.2)
+    endpoint.health_delay = 0.6
+    kit = kit_for(tmp_path, port=endpoint.port)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
+    assert log.data["smoke"]["reachable_from_here"] and log.message.startswith(f"http://127.0.0.1:{endpoint.port} ")
+    fetch = smoke.endpoint_fetch(kit.cluster.inventory, None)
+    endpoint.close()  # nothing listens there now: refused at once
+    status, why, refused = ServeSmokeTask._reach(fetch)
+    assert status == 0 and "refused" in why.lower() and not refused
+
+
 def test_a_chat_from_here_that_fails_is_asked_again_on_the_head(tmp_path, endpoint, monkeypatch):
     """This machine's route to the endpoint (a proxy, a VPN that drops) must not count against the server."""
     from sparkctl.knowledge.serve_client import EndpointError, HttpFetch

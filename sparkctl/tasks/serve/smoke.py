@@ -8,7 +8,9 @@ rerun costs the head no `docker exec` for it.
 
 from __future__ import annotations
 
-from sparkctl.knowledge.serve_client import Completion, EndpointError, ServeClient, is_degenerate
+import socket
+
+from sparkctl.knowledge.serve_client import Completion, EndpointError, HttpFetch, ServeClient, is_degenerate
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
 from sparkctl.plan.serve import CERTIFICATE_HINT, endpoint, endpoint_fetch
 from sparkctl.rules.serving import serving_enabled
@@ -20,8 +22,12 @@ from sparkctl.tasks.serve.server import gateway_client
 
 SMOKE_PROMPT = "In one short sentence: what does a cluster of two computers do?"
 SMOKE_TOKENS = 32
-#: How long the controller waits for the endpoint before it says "not reachable from here".
+#: How long the controller waits for a connection to the endpoint before it says "not reachable from here": a
+#: route that is not there costs a rerun no more than that.
 REACH_TIMEOUT = 3.0
+#: Once connected, how long /health may take to answer: a loaded head, or a gateway whose new workers are still
+#: starting (a reload), answers late, and that says nothing of the route.
+REACH_ANSWER_TIMEOUT = 30.0
 DEGENERATE_HINT = ("Eagle3 output that degenerates into one repeated character is a known TensorRT-LLM bug on "
                    "SM12x (GB10), TensorRT-LLM #8615: use an image with the fix, or serve without the draft "
                    "(serve.decoding: none) to confirm")
@@ -48,7 +54,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         head = ctx.head()
         url = endpoint(inv)
         from_here = endpoint_fetch(inv, api_key(inv))
-        reach, reach_why, refused = ServeClient(from_here).reach(timeout=REACH_TIMEOUT)
+        reach, reach_why, refused = self._reach(from_here)
         models = inv.served_models()
         for model in models:
             on_head = gateway_client(head, timeout=300, model=model.name)
@@ -76,6 +82,16 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                                    f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
                                    f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
         return []
+
+    @staticmethod
+    def _reach(fetch: HttpFetch) -> tuple[int, str, bool]:
+        """Whether this machine reaches the endpoint (ServeClient.reach): the route proven by a TCP connection
+        within REACH_TIMEOUT, then /health given REACH_ANSWER_TIMEOUT to answer."""
+        try:
+            socket.create_connection((fetch.host, fetch.port), timeout=REACH_TIMEOUT).close()
+        except OSError as exc:
+            return 0, f"{fetch.where}: {exc}", False
+        return ServeClient(fetch).reach(timeout=REACH_ANSWER_TIMEOUT)
 
     @staticmethod
     def _ask(ctx: ClusterContext, client: ServeClient,
