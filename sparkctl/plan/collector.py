@@ -15,7 +15,7 @@ import posixpath
 from dataclasses import dataclass
 
 from sparkctl.inventory import Inventory
-from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
+from sparkctl.plan.container import RESTART_POLICY, SPEC_LABEL, cluster_label
 from sparkctl.plan.gateway import ENGINE_HOST
 from sparkctl.plan.serve import collector_port
 from sparkctl.plan.world import WorldNames, world_names
@@ -80,7 +80,7 @@ class CollectorSpec:
         # the image's own entrypoint (NGC's banner script, the cluster's) is not the collector's
         return ["docker", "run", "-d", "--name", self.container, "--restart", RESTART_POLICY,
                 "--network", "host", "-v", f"{self.script_dir}:{DIR_IN_CONTAINER}:ro", "--entrypoint", "python3",
-                "--label", f"{CLUSTER_LABEL}={self.cluster}", "--label", f"{SPEC_LABEL}={self.spec_hash()}",
+                "--label", cluster_label(self.cluster), "--label", f"{SPEC_LABEL}={self.spec_hash()}",
                 self.image, *self.command()]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sparkctl.facts import Facts
 from sparkctl.inventory import Inventory
-from sparkctl.plan.container import CLUSTER_LABEL, RESTART_POLICY, SPEC_LABEL
+from sparkctl.plan.container import RESTART_POLICY, SPEC_LABEL, cluster_label
 from sparkctl.plan.render import render
 from sparkctl.plan.serve import collector_port, figures_port
 
@@ -173,7 +173,7 @@ class GatewaySpec:
     def run_argv(self) -> list[str]:
         return ["docker", "run", "-d", "--name", GATEWAY_CONTAINER, "--restart", RESTART_POLICY,
                 "--network", "host", "-v", f"{self.config_dir}:{CONFIG_DIR_IN_CONTAINER}:ro",
-                "--label", f"{CLUSTER_LABEL}={self.cluster}", "--label", f"{SPEC_LABEL}={self.spec_hash()}",
+                "--label", cluster_label(self.cluster), "--label", f"{SPEC_LABEL}={self.spec_hash()}",
                 self.image, *self.command()]
 
 

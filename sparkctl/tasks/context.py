@@ -14,7 +14,7 @@ from sparkctl.facts import Facts, gather_facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.collector import collectors_on
-from sparkctl.plan.container import CLUSTER_LABEL
+from sparkctl.plan.container import cluster_label
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.plan.paths import network_state_dir, node_home, state_dir
 from sparkctl.rules.serving import serving_enabled
@@ -81,7 +81,7 @@ def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
                         container_names=(inventory.container.name, *serving_containers(inventory, node.name)),
                         image_refs=(inventory.container.image,), hf_cache=inventory.container.hf_cache,
                         reach_addrs=(str(node.host),), guard_dirs=(network_state_dir(inventory.cluster.name),),
-                        side_reads=side_reads, label=f"{CLUSTER_LABEL}={inventory.cluster.name}")
+                        side_reads=side_reads, label=cluster_label(inventory.cluster.name))
 
 
 class ProofRecords(Protocol):

@@ -12,7 +12,7 @@ labelled containers too); where the CLI answered them, one read of the node, on 
 from __future__ import annotations
 
 from sparkctl.plan.collector import is_collector
-from sparkctl.plan.container import CLUSTER_LABEL
+from sparkctl.plan.container import cluster_label
 from sparkctl.plan.gateway import GATEWAY_CONTAINER
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.task import Change, Task
@@ -24,7 +24,7 @@ from sparkctl.transport.framing import Framing
 
 def labelled_script(cluster: str) -> str:
     """The names of the node's containers (running or not) labelled as this cluster's, one per line."""
-    return f"docker ps -a --filter {q(f'label={CLUSTER_LABEL}={cluster}')} --format '{{{{.Names}}}}' 2>/dev/null"
+    return f"docker ps -a --filter {q('label=' + cluster_label(cluster))} --format '{{{{.Names}}}}' 2>/dev/null"
 
 
 class ContainerRetireTask(Task[NodeContext, str]):

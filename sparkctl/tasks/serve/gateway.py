@@ -19,12 +19,13 @@ from sparkctl.facts.parse import listening_on
 from sparkctl.inventory import Inventory
 from sparkctl.inventory.tls_files import TlsFiles, TlsUnreadable, tls_files
 from sparkctl.plan.collector import COLLECTOR_CONTAINER, is_collector
-from sparkctl.plan.container import CLUSTER_LABEL, SPEC_LABEL
+from sparkctl.plan.container import SPEC_LABEL
 from sparkctl.plan.gateway import GATEWAY_CONTAINER, GatewaySpec, ListenUnknown, gateway_dir, gateway_spec
 from sparkctl.rules.serving import serving_enabled
 from sparkctl.secrets import MASK
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Scope, Task, TaskFailed
+from sparkctl.tasks.container.retire import labelled_script
 from sparkctl.tasks.container.run import remove_command
 from sparkctl.tasks.context import ClusterContext, NodeContext
 from sparkctl.tasks.serve.api_key import api_key, key_path
@@ -208,10 +209,9 @@ class GatewayRemoveTask(Task[NodeContext, str]):
                "the gateway's folder removed")
 
     def check(self, ctx: NodeContext) -> list[Change[str]]:
-        label = q(CLUSTER_LABEL + "=" + ctx.inventory.cluster.name)
         folder = gateway_dir(ctx.state_dir())
-        found = ctx.run(f"docker ps -a --format '{{{{.Names}}}}' --filter label={label} 2>/dev/null; "
-                        f"[ -d {q(folder)} ] && echo {FOLDER_FOUND}", timeout=30).stdout.split()
+        found = ctx.run(f"{labelled_script(ctx.inventory.cluster.name)}; [ -d {q(folder)} ] && echo {FOLDER_FOUND}",
+                        timeout=30).stdout.split()
         out = [Change(f"remove the gateway container {name}", payload=name) for name in found
                if name == GATEWAY_CONTAINER]
         out += [Change(f"remove the figures collector container {name}", payload=name) for name in found
