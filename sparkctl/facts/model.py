@@ -53,6 +53,11 @@ class Interface:
 
     @property
     def up(self) -> bool:
+        """Up with carrier. The kernel drops the carrier at once (the far end of a cable set down) but moves
+        operstate after it, from its linkwatch work (the kernel's Documentation/networking/operstates.rst): a
+        read in between says operstate UP without carrier, which is not Up."""
+        if self.carrier is False:
+            return False
         return self.operstate == "UP" or (self.operstate == "UNKNOWN" and bool(self.carrier))
 
     @property

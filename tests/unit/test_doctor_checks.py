@@ -237,6 +237,21 @@ def test_a_far_end_set_down_is_never_a_finding_of_its_own():
         ("fabric.port_down", "spark2")]
 
 
+def test_a_far_end_read_before_its_operstate_moved_is_already_without_carrier():
+    """The kernel drops the far end's carrier the moment a twin is set down and moves its operstate later (its
+    linkwatch work): a doctor run in between reads spark1's twin as operstate UP without LOWER_UP, and still
+    says that under spark2's fault."""
+    s = healthy_snapshot()
+    fault_port_down(s)
+    early = s.facts["spark1"].interfaces["enp1s0f1np1"]
+    early.operstate, early.carrier, early.flags = "UP", False, ["BROADCAST", "MULTICAST", "UP"]
+    assert not early.up
+    faults = twin_faults(s.inventory, s.plan.fabric, s.facts)
+    assert [(f.node, f.cause) for f in faults] == [("spark2", SET_DOWN)]
+    assert faults[0].consequences == ("spark1 enp1s0f1np1 has no carrier because spark2's end is "
+                                      "administratively down",)
+
+
 def test_nccl_ib_hca_leaving_out_a_twin_is_one_warning_not_a_spec_drift_too():
     s = healthy_snapshot()
     s.facts["spark1"].containers["trtllm-multinode"].env["NCCL_IB_HCA"] = "rocep1s0f1"

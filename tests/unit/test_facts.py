@@ -46,6 +46,13 @@ def test_ip_addr_netns_twins_mtu_addresses_and_down_port():
     assert ifs["lo"].operstate == "UNKNOWN" and ifs["lo"].up  # UNKNOWN with carrier counts as Up
 
 
+def test_operstate_up_without_carrier_is_not_up():
+    """`ip -j addr` read between the kernel dropping the carrier and linkwatch moving operstate."""
+    early = '[{"ifname": "enp1s0f1np1", "mtu": 9000, "operstate": "UP", "flags": ["BROADCAST", "MULTICAST", "UP"]}]'
+    nic = p.parse_ip_addr(early)["enp1s0f1np1"]
+    assert nic.carrier is False and not nic.up and not nic.admin_down
+
+
 def test_ip_addr_host():
     ifs = p.parse_ip_addr(fixture("ip-addr.host.json"))
     assert ifs["lo"].addresses[0].scope == "host"
