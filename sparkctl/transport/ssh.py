@@ -299,7 +299,7 @@ class SSHTransport(ShellTransport):
 
     def _lost_mid_command(self, exc: BaseException | None) -> Unreachable:
         silent = not self._answers()  # what ended the connection (EOF, a reset) does not tell a cut from a restart
-        why = f" ({exc})" if exc is not None and str(exc) else ""
+        why = f" ({_what_ended(exc)})"
         what = "stopped answering" if silent else "closed the connection"
         return Unreachable(f"{self.where}: {what} while a command ran{why}",
                            "the node stopped answering (link, power, sshd); the command may or may not have "
@@ -507,6 +507,17 @@ class ChannelStream:
         with contextlib.suppress(*_LOST):
             self._chan.shutdown_write()
         self._chan.close()
+
+
+def _what_ended(exc: BaseException | None) -> str:
+    """What the controller saw of a connection's end, in words (paramiko's EOFError has none of its own)."""
+    if exc is None:
+        return "it ended before the command's exit status came"
+    if str(exc):
+        return str(exc)
+    if isinstance(exc, EOFError):
+        return "the node's side closed it"
+    return type(exc).__name__
 
 
 def _feed(chan: paramiko.Channel, data: bytes) -> None:

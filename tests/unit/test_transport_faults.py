@@ -174,6 +174,7 @@ def test_a_connection_closed_by_the_node_is_marked_closed(fresh_sshd, users, kno
         assert not worker.is_alive()
         lost = holder["lost"]
         assert lost.node == "spark1" and lost.closed and "closed the connection while a command ran" in lost.message
+        assert lost.message.endswith("(the node's side closed it)")  # what was seen of the end, in words
         assert pids.returncode == 0  # it did run
         assert ssh.run("echo back").stdout == "back\n"  # the next command opens a new connection
     finally:
