@@ -149,7 +149,34 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.when == "call" and report.failed:
         item.failed_call = True
+        for name, text in _node_journals(item):
+            report.sections.append((f"the journal of {name} (its last sshd, logind, docker and network lines)", text))
     return report
+
+
+#: what a failed lab test shows of each node of its lab, the end of its journal: sshd (its sessions log from their own
+#: scopes, so by name), logind, docker, the network's renderers. A lost connection or a container that did not answer
+#: is told by them, and the lab is gone by the time anyone reads the report. Matches joined by `+` (journalctl: any).
+JOURNAL_MATCHES = ("SYSLOG_IDENTIFIER=sshd", "SYSLOG_IDENTIFIER=sshd-session", "SYSLOG_IDENTIFIER=systemd-logind",
+                   "_SYSTEMD_UNIT=docker.service", "_SYSTEMD_UNIT=NetworkManager.service",
+                   "_SYSTEMD_UNIT=systemd-networkd.service")
+
+
+def _node_journals(item) -> list[tuple[str, str]]:
+    from sparkctl.lab.lab import Lab
+
+    matches = " + ".join(JOURNAL_MATCHES)
+    out = []
+    labs = {id(v): v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Lab)}
+    for lab in labs.values():
+        for node in lab.nodes:
+            try:
+                got = lab.exec(node.name, f"journalctl -q --no-pager -o short-precise -n 40 {matches}", timeout=10)
+            except Exception as exc:  # noqa: BLE001 (a report's extra never fails it)
+                out.append((node.name, f"not read: {exc}"))
+                continue
+            out.append((node.name, got.stdout[-6000:] or got.stderr[-2000:]))
+    return out
 
 
 def pytest_collection_modifyitems(config, items):
