@@ -31,6 +31,7 @@ def cluster_label(cluster: str) -> str:
     """`key=value` of the label every container sparkctl runs for `cluster` carries (a filter's and docker run's)."""
     return f"{CLUSTER_LABEL}={cluster}"
 
+
 # The settings each node must get from its OWN container (sshd SetEnv), never copied from the head by `mpirun -x`.
 PER_NODE_SETTINGS = (
     "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "UCX_NET_DEVICES",
