@@ -16,7 +16,9 @@ _has() { command -v "$1" >/dev/null 2>&1; }
 fact_hostname() { if [ -n "${HOSTNAME:-}" ]; then printf '%s\n' "$HOSTNAME"; else _print /proc/sys/kernel/hostname; fi; }
 fact_os_release() { _print /etc/os-release || _print /usr/lib/os-release; }
 fact_dgx_release() { _print /etc/dgx-release; }
-fact_arch() { uname -m; }
+# the kernel's machine name, as `uname -m` prints it: kernel.arch (Linux 6.1+, Documentation/admin-guide/sysctl/
+# kernel.rst "arch"), read by the shell; `uname -m` on older kernels
+fact_arch() { local a=; read -r a 2>/dev/null </proc/sys/kernel/arch; if [ -n "$a" ]; then printf '%s\n' "$a"; else uname -m; fi; }
 fact_id() { id -un; printf '%s\n' "${EUID:-$(id -u)}"; id -Gn; }
 fact_home() { printf '%s\n' "$HOME"; }
 fact_ip_addr() { ip -j -d addr show; }
@@ -318,6 +320,16 @@ _side_out() {
   [ -n "$g" ] && [ -n "${_SGR[$g]:-}" ] || return 0
   if [ -e "$_D/side-$1.rc" ]; then _print "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"
   elif [ "${_SGR[$g]}" = 124 ]; then _print "$_D/side-$1"; _rc=124; fi
+}
+
+# _root_side_out I: a root read's output (run in the root shell, sparkctl/facts/script.py), and its exit status in
+# _rc: its own once the root shell ran it; 1 and nothing when it did not run (no passwordless sudo, no temp dir)
+_root_side_out() {
+  _rc=1
+  [ -n "$_D" ] && [ "${#_FP[@]}" -gt 0 ] || return 0
+  wait "${_FP[@]}"
+  [ -e "$_D/side-$1.rc" ] && { _print "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"; }
+  true
 }
 
 # _as_root FUNCTION [ARG...]: one of these functions run as root (in the privileged shell, or root already: as it is)

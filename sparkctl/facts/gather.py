@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from sparkctl.facts.model import Facts
-from sparkctl.facts.script import render_request
+from sparkctl.facts.script import SideRead, render_request
 from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, Got, rendered
 from sparkctl.transport.base import Transport
 from sparkctl.transport.framing import Framing, Section
@@ -18,7 +18,7 @@ DEFAULT_TIMEOUT = 60.0
 def gather_facts(transport: Transport, node: str, *, container_names: Iterable[str] = (),
                  image_refs: Iterable[str] = (), hf_cache: str = DEFAULT_HF_CACHE,
                  reach_addrs: Iterable[str] = (), guard_dirs: Iterable[str] = (),
-                 side_reads: Mapping[str, tuple[str, float]] | None = None, label: str | None = None,
+                 side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None, label: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> Facts:
     """Read every fact of one node in ONE round trip. Never raises for what the node lacks.
 

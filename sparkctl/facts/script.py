@@ -6,6 +6,7 @@ makes its section empty.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, rendered
 from sparkctl.shipped import shipped_text, without_comments
@@ -19,21 +20,34 @@ SIDE_GRACE_S = 3
 _ROOT_HELPERS = {"_t", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
 
 
+class SideRead(NamedTuple):
+    """A later task's read-only script, run beside the facts (tasks/read_ahead.py)."""
+
+    script: str
+    seconds: float
+    #: run in the root shell, after the privileged sections, where the node gives passwordless sudo (else not at
+    #: all); bounded by what it does (local reads only), not by `seconds`
+    root: bool = False
+
+
 def render_script(nonce: str, *, container_names: Iterable[str] = (), image_refs: Iterable[str] = (),
                   hf_cache: str = DEFAULT_HF_CACHE, guard_dirs: Iterable[str] = (),
-                  side_reads: Mapping[str, tuple[str, float]] | None = None, label: str | None = None) -> str:
+                  side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None,
+                  label: str | None = None) -> str:
     return render_request(nonce, FactsRequest(tuple(container_names), tuple(image_refs), hf_cache, tuple(guard_dirs),
                                               label), side_reads)
 
 
 def render_request(nonce: str, request: FactsRequest,
-                   side_reads: Mapping[str, tuple[str, float]] | None = None) -> str:
+                   side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None) -> str:
     """The facts' functions (templates/facts.sh), then the calls of the sections this request runs, each framed.
     `side_reads`: name -> (bash script, seconds): read-only scripts of later tasks, run in the background
     beside the facts (each bounded by its seconds, and by SIDE_GRACE_S past the facts or as long again as they
     took) and printed as section `side:<i>` (the i-th given; rc 1 and no output when it did not finish); without a
-    private temp dir they are not run at all (a side read only saves time, it is never needed)."""
-    side = list((side_reads or {}).items())
+    private temp dir they are not run at all (a side read only saves time, it is never needed). A root read runs
+    in the root shell instead, one after the other once its sections are done (SideRead)."""
+    side = [(name, SideRead(*read)) for name, read in (side_reads or {}).items()]
+    root_side = [i for i, (_name, read) in enumerate(side) if read.root]
     sections = rendered(request)
     # Without a private temp dir (no mktemp, full /tmp) every section simply runs in order.
     hold, send = held_output("${_D:+$_D/.out}", 'rm -rf "$_D"')
@@ -44,32 +58,28 @@ def render_request(nonce: str, request: FactsRequest,
               f'echo $? >"$_D/{entry.name}.rc"; }} 3>&- & _FP+=("$!"); fi'
               for entry, call in sections if entry.concurrent and not entry.privileged]
     privileged = [(entry, call) for entry, call in sections if entry.privileged]
-    if privileged:
+    if privileged or root_side:
         # one after the other: the root shell is itself in the background of the facts, and a job per section
         # would be a process per section
         jobs = [f"  {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc"
                 for entry, call in privileged]
+        jobs += [_root_side_read(nonce, i, side[i][1].script) for i in root_side]
         parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, "}"]))
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
         parts.append(f"_PF=({' '.join(called)})")
         parts.append('[ -n "$_D" ] && { _privileged_job </dev/null >/dev/null 2>&1 3>&- & _FP+=("$!"); }')
-    if side:
+    if len(root_side) < len(side):
         # one group per bound (in practice one: every read ahead has the same), one bash for each
         groups: dict[float, list[int]] = {}
-        for i, (_name, (_body, seconds)) in enumerate(side):
-            groups.setdefault(max(1.0, float(seconds)), []).append(i)
+        for i, (_name, read) in enumerate(side):
+            if not read.root:
+                groups.setdefault(max(1.0, float(read.seconds)), []).append(i)
         parts.append('if [ -n "$_D" ]; then')
         for seconds, members in groups.items():
             parts.append("_a=()")
             for i in members:
-                body = side[i][1][0]
-                end = f"SPARKCTL_SIDE_{nonce}_{i}"
-                while end in body:
-                    end += "_"
-                # a quoted here-document: the read's own text, nothing of it expanded here
-                # (emptied first: a here-document that could not be made must not leave the last read's text in _b)
-                parts.append(f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}\n"
+                parts.append(f"{_heredoc(nonce, i, side[i][1].script)}\n"
                              f'[ -n "$_b" ] && _a+=({i} "$_b")')
             parts.append(f'[ "${{#_a[@]}}" -gt 0 ] && _sides {seconds:g} "${{_a[@]}}"')
         parts.append("fi")
@@ -81,11 +91,28 @@ def render_request(nonce: str, request: FactsRequest,
                          f"{framing.end(entry.name, '$_rc')}")
         else:
             parts.append(framing.section(entry.name, call))
-    if side:
+    if len(root_side) < len(side):
         parts.append(f"_sides_wait {SIDE_GRACE_S}")
     for i in range(len(side)):
-        parts.append(f"{framing.begin(f'side:{i}')}\n_side_out {i}\n{framing.end(f'side:{i}', '$_rc')}")
+        out = "_root_side_out" if i in root_side else "_side_out"
+        parts.append(f"{framing.begin(f'side:{i}')}\n{out} {i}\n{framing.end(f'side:{i}', '$_rc')}")
     return "\n".join(parts) + f"\n{send}\nexit 0\n"
+
+
+def _heredoc(nonce: str, i: int, body: str) -> str:
+    """Side read i's text into $_b: a quoted here-document, nothing of it expanded here (emptied first: a
+    here-document that could not be made must not leave the last read's text in _b)."""
+    end = f"SPARKCTL_SIDE_{nonce}_{i}"
+    while end in body:
+        end += "_"
+    return f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}"
+
+
+def _root_side_read(nonce: str, i: int, body: str) -> str:
+    """Root read i in the root shell (in its temp dir): only where it is root, in a subshell of its own (an `exit`
+    or a syntax error of the read ends the read alone), its exit status written once it ended."""
+    return (f'  if [ "$_SUDO_OK" = 1 ]; then\n{_heredoc(nonce, i, body)}\n'
+            f'  [ -n "$_b" ] && {{ ( eval "$_b" ) >side-{i} 2>/dev/null; echo $? >side-{i}.rc; }}\n  fi')
 
 
 def _print_function() -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from sparkctl.errors import Unreachable
 from sparkctl.facts import Facts, gather_facts
+from sparkctl.facts.script import SideRead
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import ClusterPlan, PlanError, plan_cluster
 from sparkctl.plan.collector import collectors_on
@@ -72,7 +73,7 @@ def serving_containers(inventory: Inventory, node: str) -> tuple[str, ...]:
 
 
 def gather_node_facts(transport: Transport, inventory: Inventory, node: Node,
-                      side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
+                      side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None) -> Facts:
     """One round trip: everything sparkctl needs to know about one node of this inventory (and the later
     tasks' reads ahead, tasks/read_ahead.py). Its one ask of docker reads the engine's container and what serves
     beside it (the gateway, the collectors), so serve.gateway and serve.collector ask docker nothing more, and where
@@ -152,7 +153,7 @@ class NodeContext:
             self._ahead = (facts, changes)
         return facts
 
-    def _read_facts(self, side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
+    def _read_facts(self, side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None) -> Facts:
         """One round trip."""
         return gather_node_facts(self.transport, self.inventory, self.node, side_reads)
 
@@ -184,25 +185,34 @@ class NodeContext:
             return section.output
         return self.transport.read(path)
 
-    def remember(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0) -> None:
-        """Keep `script` (framed with `framing`) as task `name`'s read for the next run's facts to carry."""
-        self.cluster.reads_ahead.remember(self.name, name, script, framing, timeout)
+    def remember(self, name: str, script: str, framing: Framing, *, timeout: float = 60.0,
+                 root: bool = False) -> None:
+        """Keep `script` (framed with `framing`) as task `name`'s read for the next run's facts to carry (`root`:
+        in their root shell)."""
+        self.cluster.reads_ahead.remember(self.name, name, script, framing, timeout, root)
+
+    def read_root_ahead(self, name: str, script: str, framing: Framing) -> str | None:
+        """Task `name`'s root read (tasks/read_ahead.py): kept for the next run's facts to run in their root shell,
+        and what it printed there in this run, when that was the same script and nothing changed since. Never run
+        here: on None the task reads the same things its own way."""
+        return self._read_ahead(name, script, framing, 60.0, root=True)
 
     def _read_ahead_section(self, name: str, command: str, framing: Framing, timeout: float) -> Section | None:
         """`command` as a read ahead of its own: its one section, or None when there is none that counts."""
         stdout = self._read_ahead(name, framing.section("out", command, subshell=True), framing, timeout)
         return None if stdout is None else framing.split(stdout).get("out")
 
-    def _read_ahead(self, name: str, script: str, framing: Framing, timeout: float) -> str | None:
+    def _read_ahead(self, name: str, script: str, framing: Framing, timeout: float,
+                    root: bool = False) -> str | None:
         """Record `script` as task `name`'s read (for the next run's facts to carry); what its read ahead printed
         in this run, when that was the same script and nothing changed since."""
         reads = self.cluster.reads_ahead
-        normalized = reads.remember(self.name, name, script, framing, timeout)
+        normalized = reads.remember(self.name, name, script, framing, timeout, root)
         with self._lock:
             ahead, facts = self._ahead, self._facts
         if ahead is None or ahead[0] is not facts or ahead[1] != self.cluster.changes_applied:
             return None
-        stdout = answer(facts.side_reads.get(name), reads.sent(self.name, name), normalized, framing)
+        stdout = answer(facts.side_reads.get(name), reads.sent(self.name, name), normalized, framing, root)
         if stdout is not None and self.options.verbosity >= 1:
             self.log(f"{name}: read ahead with the facts")
         return stdout

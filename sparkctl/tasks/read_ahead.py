@@ -8,7 +8,11 @@ scripts along. When the task comes, it renders its script from the CURRENT plan;
 if the script is the same text, the node's facts were not read again since (nothing changed on it) and no change
 was applied anywhere in the run since (a peer's keys, a container recreated). It is then exactly what the task
 would have read, only earlier. In every other case the task reads for itself, as it always did: a read ahead
-only ever saves time."""
+only ever saves time.
+
+A read marked `root` runs in the facts' root shell (facts/script.py), where the node gives passwordless sudo: a
+read only root can make (another process's files, through /proc) costs no `sudo` of its own there. Its task never
+runs such a script itself: it reads the same things its own way (ctx.read_root_ahead)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sparkctl.facts.script import SideRead
 from sparkctl.transport.framing import Framing, Section
 
 RECORD = "reads-ahead"
@@ -35,6 +40,7 @@ class Records(Protocol):
 class Sent:
     normalized: str   # the script as recorded (placeholder for the nonce)
     nonce: str        # the nonce it was sent with
+    root: bool = False
 
 
 class ReadsAhead:
@@ -44,24 +50,25 @@ class ReadsAhead:
         self._records = records
         self._recorded = _valid(records.get(RECORD) if records is not None else None)
         self._sent: dict[tuple[str, str], Sent] = {}
-        self._seen: dict[str, dict[str, list[Any]]] = {}
+        self._seen: dict[str, dict[str, tuple[str, float, bool]]] = {}
         self._lock = threading.Lock()
 
-    def side_reads(self, node: str) -> dict[str, tuple[str, float]]:
-        """name -> (script, seconds) to send with the node's first facts read."""
+    def side_reads(self, node: str) -> dict[str, SideRead]:
+        """name -> the read to send with the node's first facts read."""
         out = {}
         with self._lock:
-            for name, (normalized, timeout) in self._recorded.get(node, {}).items():
+            for name, (normalized, timeout, root) in self._recorded.get(node, {}).items():
                 nonce = Framing().nonce
-                self._sent[(node, name)] = Sent(normalized, nonce)
-                out[name] = (normalized.replace(PLACEHOLDER, nonce), min(float(timeout), BUDGET_S))
+                self._sent[(node, name)] = Sent(normalized, nonce, root)
+                out[name] = SideRead(normalized.replace(PLACEHOLDER, nonce), min(float(timeout), BUDGET_S), root)
         return out
 
-    def remember(self, node: str, name: str, script: str, framing: Framing, timeout: float) -> str:
+    def remember(self, node: str, name: str, script: str, framing: Framing, timeout: float,
+                 root: bool = False) -> str:
         """Record what the task sends (for the next run); returns it normalized."""
         normalized = script.replace(framing.nonce, PLACEHOLDER)
         with self._lock:
-            self._seen.setdefault(node, {})[name] = [normalized, float(timeout)]
+            self._seen.setdefault(node, {})[name] = (normalized, float(timeout), root)
         return normalized
 
     def sent(self, node: str, name: str) -> Sent | None:
@@ -75,30 +82,37 @@ class ReadsAhead:
         with self._lock:
             merged = {node: dict(tasks) for node, tasks in self._recorded.items()}
             for node, tasks in self._seen.items():
-                merged[node] = {name: tuple(value) for name, value in tasks.items()}
+                merged[node] = dict(tasks)
             if merged == self._recorded:
                 return
-            self._records.put(RECORD, {n: {t: list(v) for t, v in tasks.items()} for n, tasks in merged.items()})
+            self._records.put(RECORD, {n: {t: [script, timeout, *([True] if root else [])]
+                                           for t, (script, timeout, root) in tasks.items()}
+                                       for n, tasks in merged.items()})
 
 
-def answer(section: Section | None, sent: Sent | None, normalized: str, framing: Framing) -> str | None:
-    """The stdout the task would have read, if the read ahead ran the same script and finished cleanly."""
-    if section is None or sent is None or section.rc != 0 or sent.normalized != normalized:
+def answer(section: Section | None, sent: Sent | None, normalized: str, framing: Framing,
+           root: bool = False) -> str | None:
+    """The stdout the task would have read, if the read ahead ran the same script, as the same user, and finished
+    cleanly."""
+    if (section is None or sent is None or section.rc != 0 or sent.normalized != normalized
+            or sent.root != root):
         return None
     return section.output.replace(sent.nonce, framing.nonce)
 
 
-def _valid(data: Any) -> dict[str, dict[str, tuple[str, float]]]:
-    """The record as written by save(); anything else in the file is ignored (the tasks read for themselves)."""
-    out: dict[str, dict[str, tuple[str, float]]] = {}
+def _valid(data: Any) -> dict[str, dict[str, tuple[str, float, bool]]]:
+    """The record as written by save() (a root read's entry ends in `true`); anything else in the file is ignored
+    (the tasks read for themselves)."""
+    out: dict[str, dict[str, tuple[str, float, bool]]] = {}
     if not isinstance(data, dict):
         return out
     for node, tasks in data.items():
         if not isinstance(node, str) or not isinstance(tasks, dict):
             continue
         for name, value in tasks.items():
-            if (isinstance(name, str) and isinstance(value, list) and len(value) == 2
+            if (isinstance(name, str) and isinstance(value, list) and len(value) in (2, 3)
                     and isinstance(value[0], str) and PLACEHOLDER in value[0]
-                    and isinstance(value[1], (int, float)) and value[1] > 0):
-                out.setdefault(node, {})[name] = (value[0], float(value[1]))
+                    and isinstance(value[1], (int, float)) and not isinstance(value[1], bool) and value[1] > 0
+                    and value[2:] in ([], [True])):
+                out.setdefault(node, {})[name] = (value[0], float(value[1]), len(value) == 3)
     return out

@@ -9,9 +9,11 @@ whatever number of worlds it holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sparkctl.facts import Facts
+from sparkctl.facts.script import SideRead
 from sparkctl.inventory import Inventory
 from sparkctl.plan import ClusterPlan
 from sparkctl.plan.launch import Launch
@@ -36,7 +38,7 @@ class WorldNode(NodeContext):
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._whole, name, value)
 
-    def _read_facts(self, side_reads: dict[str, tuple[str, float]] | None = None) -> Facts:
+    def _read_facts(self, side_reads: Mapping[str, tuple[str, float] | SideRead] | None = None) -> Facts:
         # a node's facts are the cluster's read of it, whichever world asks
         return self._whole._read_facts(side_reads)
 

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from sparkctl.facts import gather_facts
-from sparkctl.facts.script import SIDE_GRACE_S
+from sparkctl.facts.script import SIDE_GRACE_S, SideRead, render_script
 from sparkctl.taskgraph.events import Event
 from sparkctl.tasks.context import ClusterContext, NodeContext, RunOptions
-from sparkctl.tasks.read_ahead import BUDGET_S, PLACEHOLDER, RECORD, ReadsAhead
-from sparkctl.transport.framing import Framing
+from sparkctl.tasks.read_ahead import BUDGET_S, PLACEHOLDER, RECORD, ReadsAhead, answer
+from sparkctl.transport.framing import Framing, Section
 from sparkctl.transport.local import LocalTransport
 from tests.taskkit import inventory
 
@@ -121,6 +121,50 @@ def test_nothing_left_behind_holds_the_round_trip_s_output_once_the_facts_are_se
     assert Framing("n").split(out.decode())["side:0"].output == "done\n"
 
 
+@pytest.mark.parametrize("who", ["nopasswd", "password"])
+def test_a_root_read_runs_in_the_facts_root_shell_and_only_where_sudo_needs_no_password(users, who):
+    """A root read costs no sudo of its own: the facts' one root shell runs it after its sections. Where sudo
+    wants a password there is no root shell, and the read does not run as the user instead (its task reads its own
+    way); a user's read beside it runs either way."""
+    from tests.unit.ssh_kit import NOPASSWD_USER, SUDO_USER, counting_sudo
+
+    user = SUDO_USER if who == "password" else NOPASSWD_USER
+    script = render_script("n", side_reads={
+        "inside": SideRead("id -u; [ -r /etc/shadow ] && echo shadow; exit 3", 5.0, root=True),
+        "user's": ("id -un", 5.0)})
+    with counting_sudo() as (path, sudo_calls):
+        out = subprocess.run(["runuser", "-u", user, "--", "env", f"PATH={path}", "bash", "-c", script],
+                             capture_output=True, text=True, timeout=60).stdout
+        asked = sudo_calls()
+    sections = Framing("n").split(out)
+    assert asked == ["-n bash"], asked
+    assert (sections["side:1"].rc, sections["side:1"].output) == (0, f"{user}\n")
+    if who == "nopasswd":
+        assert (sections["side:0"].rc, sections["side:0"].output) == (3, "0\nshadow\n")
+    else:
+        assert (sections["side:0"].rc, sections["side:0"].output) == (1, "")
+
+
+def test_a_root_read_is_kept_as_one_and_counts_only_as_one():
+    records = Records()
+    first = ReadsAhead(records)
+    framing = Framing()
+    first.remember("spark1", "inside", f"echo {framing.nonce}", framing, 60.0, root=True)
+    first.remember("spark1", "plain", f"echo {framing.nonce}", framing, 60.0)
+    first.save()
+    assert records[RECORD]["spark1"] == {"inside": [f"echo {PLACEHOLDER}", 60.0, True],
+                                         "plain": [f"echo {PLACEHOLDER}", 60.0]}
+    second = ReadsAhead(records)
+    reads = second.side_reads("spark1")
+    assert reads["inside"].root and not reads["plain"].root
+    sent = second.sent("spark1", "inside")
+    section = Section("side:0", f"{sent.nonce}\n", 0)  # what it printed: its nonce
+    now = Framing()
+    assert answer(section, sent, f"echo {PLACEHOLDER}", now, root=True) == f"{now.nonce}\n"
+    assert answer(section, sent, f"echo {PLACEHOLDER}", now, root=False) is None  # a user's read is another read
+    assert answer(section, second.sent("spark1", "plain"), f"echo {PLACEHOLDER}", now, root=True) is None
+
+
 def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_a_fresh_nonce():
     records = Records()
     first = ReadsAhead(records)
@@ -130,15 +174,16 @@ def test_the_record_keeps_each_task_script_with_a_placeholder_and_sends_it_with_
     first.save()
     assert records[RECORD] == {"spark1": {"ssh.keys": [f"echo {PLACEHOLDER}", 300.0]}}
     second = ReadsAhead(records)
-    (script, seconds), = second.side_reads("spark1").values()
+    (script, seconds, root), = second.side_reads("spark1").values()
     sent = second.sent("spark1", "ssh.keys")
-    assert script == f"echo {sent.nonce}" and sent.nonce != framing.nonce and seconds == BUDGET_S
+    assert script == f"echo {sent.nonce}" and sent.nonce != framing.nonce and seconds == BUDGET_S and not root
     assert second.side_reads("spark2") == {}
 
 
 def test_a_record_that_is_not_sparkctls_is_ignored():
     for junk in ("x", ["a"], {"spark1": {"t": ["no placeholder", 5]}}, {"spark1": {"t": [f"{PLACEHOLDER}", -1]}},
-                 {"spark1": {"t": [1, 2]}}, {"spark1": "t"}):
+                 {"spark1": {"t": [1, 2]}}, {"spark1": "t"}, {"spark1": {"t": [f"{PLACEHOLDER}", 5, False]}},
+                 {"spark1": {"t": [f"{PLACEHOLDER}", 5, "root"]}}, {"spark1": {"t": [f"{PLACEHOLDER}", True]}}):
         assert ReadsAhead(Records({RECORD: junk})).side_reads("spark1") == {}
 
 

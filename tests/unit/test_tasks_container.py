@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import pytest
 
@@ -12,11 +13,17 @@ from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.container import image as image_task
 from sparkctl.tasks.container.image import ContainerImageTask
 from sparkctl.tasks.container.run import ContainerRunTask
-from sparkctl.tasks.container.ssh import ContainerSshTask, desired_ssh_files, listening
+from sparkctl.tasks.container.ssh import (
+    ContainerSshTask,
+    container_files_as_root,
+    desired_ssh_files,
+    listening,
+)
 from sparkctl.tasks.container.state import ContainerStateTask
 from sparkctl.tasks.mpi.hostfile import HostfileTask, tagged_output
 from sparkctl.tasks.mpi.reads import HOSTFILE_READS
 from sparkctl.transport.base import CommandResult
+from sparkctl.transport.framing import Framing
 from tests.taskkit import framed
 from tests.unit.container_kit import (
     PUBS,
@@ -248,6 +255,58 @@ def test_state_generates_keys_and_writes_entrypoint_on_the_node():
     assert keygen.count("ssh-keygen") == 2 and "/home/nvidia/.local/state/sparkctl/pair/container-ssh" in keygen
     assert ctx.transport.files["/home/nvidia/.local/state/sparkctl/pair/entrypoint.sh"] == ctx.plan().entrypoint
     assert "StrictHostKeyChecking yes" in ctx.plan().entrypoint
+
+
+def run_as_root_read(script: str, proc) -> tuple[int, dict[str, str]]:
+    """The container read as root, against `proc` bind-mounted over /proc in a mount namespace of its own."""
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c",
+                          f'mount --bind {shlex.quote(str(proc))} /proc && bash -c "$0"', f"{script}\nexit $?"],
+                         capture_output=True, text=True, timeout=60)
+    sections = Framing("n").split(out.stdout)
+    return out.returncode, {name: s.output for name, s in sections.items()}
+
+
+def test_the_container_s_files_are_read_as_root_through_its_root_and_never_through_a_symlink(tmp_path):
+    container_id = "31454d56c8392d1e94da3c45bc600ee85205634ff39bb9d35b434ef43098c5ee"
+    inv, facts = pair()
+    facts["spark1"].sudo_nopasswd = True
+    facts["spark1"].containers["trtllm-multinode"] = ContainerInfo(
+        "trtllm-multinode", True, running=True, status="running", id=container_id, pid=4242)
+    cctx, _ = cluster(inv, facts)
+    script = container_files_as_root(cctx, "spark1", Framing("n"))
+    proc = tmp_path / "proc"
+    root = proc / "4242" / "root"
+    (root / "root" / ".ssh").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (proc / "4242" / "cgroup").write_text(f"0::/system.slice/docker-{container_id}.scope\n")
+    (root / "root/.ssh/authorized_keys").write_text("ssh-ed25519 AAA1 c@spark1\n")
+    (root / "root/.ssh/known_hosts").write_text("[192.168.100.12]:2233 ssh-ed25519 HHH2\n")
+    (root / "etc/openmpi-hostfile").write_text("192.168.100.11 slots=1\n")
+    rc, found = run_as_root_read(script, proc)
+    written = "".join(f"{(st := (root / 'root/.ssh' / f).stat()).st_ino}:{int(st.st_mtime)}\n"
+                      for f in ("authorized_keys", "known_hosts"))
+    assert rc == 0 and found == {"in-authorized_keys": "ssh-ed25519 AAA1 c@spark1\n",
+                                 "in-known_hosts": "[192.168.100.12]:2233 ssh-ed25519 HHH2\n",
+                                 "in-written": written, "container-hostfile": "192.168.100.11 slots=1\n"}
+    # a path through a symlink would resolve against the node's root: the read fails, and its task reads over ssh
+    (root / "etc/openmpi-hostfile").unlink()
+    (root / "etc/openmpi-hostfile").symlink_to("/etc/hostname")
+    assert run_as_root_read(script, proc) == (4, {})
+    # another container now has that pid (or none has): nothing of it counts
+    (root / "etc/openmpi-hostfile").unlink()
+    (proc / "4242" / "cgroup").write_text("0::/system.slice/docker-0123abcd.scope\n")
+    assert run_as_root_read(script, proc) == (3, {})
+
+
+@pytest.mark.parametrize("why", ["a sudo password", "not running", "no pid", "an id not docker's"])
+def test_the_container_s_files_are_not_read_as_root_where_they_cannot_be(why):
+    inv, facts = pair()
+    facts["spark1"].sudo_nopasswd = why != "a sudo password"
+    facts["spark1"].containers["trtllm-multinode"] = ContainerInfo(
+        "trtllm-multinode", True, running=why != "not running", status="running",
+        id="abc; rm -rf /" if why == "an id not docker's" else "abc123", pid=None if why == "no pid" else 4242)
+    cctx, _ = cluster(inv, facts)
+    assert container_files_as_root(cctx, "spark1", Framing("n")) is None
 
 
 def test_a_root_owned_hf_cache_fails_with_the_chown_line():

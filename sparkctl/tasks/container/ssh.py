@@ -13,6 +13,7 @@ from collections.abc import Callable
 from sparkctl.plan.mpi import mpirun_timeout
 from sparkctl.plan.paths import CONTAINER_CLIENT_KEY as CLIENT_KEY
 from sparkctl.plan.paths import CONTAINER_HOST_KEY as HOST_KEY
+from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.rules.mesh import (
     Try,
     Verdict,
@@ -96,10 +97,11 @@ class ContainerSshTask(Task[ClusterContext, MeshFile]):
               "container key, known_hosts every container's host key for [fabric ip]:port; then ssh with every "
               "container's key to every peer container (every ordered pair, at the address mpirun uses, paced like "
               "ssh.verify), tried from the node with the container's key and pinned host keys (it shares the "
-              "node's network); the container's files read over an ssh to its own sshd (a `docker exec` only when "
-              "that fails or mpirun must run); a pair not ok is tried again from inside the containers, and that "
-              "answer decides. A pair whose proof is on record is not tried again while nothing its login depends on "
-              "changed (tasks/container/proofs.py; --reprove tries every pair)")
+              "node's network); the container's files read on the node as root through the container's "
+              "/proc/<pid>/root, beside the facts where sudo takes no password (else over an ssh to its own sshd; a "
+              "`docker exec` only when that fails or mpirun must run); a pair not ok is tried again from inside the "
+              "containers, and that answer decides. A pair whose proof is on record is not tried again while "
+              "nothing its login depends on changed (tasks/container/proofs.py; --reprove tries every pair)")
     changes = "rewrites those files (mode 600) on the node and inside the containers (docker exec)"
 
     def _read(self, ctx: ClusterContext) -> dict[str, dict[str, str]]:
@@ -221,8 +223,38 @@ def carries_tries(ctx: ClusterContext, name: str) -> bool:
     return bool(tries) and not record.covers(pair_id(name, t.peer, t.target) for t in tries)
 
 
+def container_files_as_root(ctx: ClusterContext, name: str, framing: Framing) -> str | None:
+    """The container's files that the mesh read reads inside it (sections in-authorized_keys, in-known_hosts,
+    in-written, container-hostfile), read as root ON THE NODE through /proc/<pid>/root (the container's own mount
+    tree, its bind mounts included): a root read ahead beside the facts (tasks/read_ahead.py), with no login in the
+    container and no key exchange, where an ssh to its own sshd cost both ends about 40 ms of CPU.
+
+    Nothing of the container runs: bash's own `read` and the node's `stat` open the files. It counts only while
+    <pid> is still the container's first process (its cgroup names the container's id: the facts' pid and id,
+    rendered in, so a container recreated since makes another script, which is not read ahead) and no part of a
+    path is a symlink (one would resolve against the node's root, not the container's): else it fails and the
+    task reads over ssh. None where it cannot run: no passwordless sudo, or the container not running."""
+    facts = ctx.nodes[name].facts()
+    info = facts.containers.get(ctx.inventory.container.name)
+    if not facts.sudo_nopasswd or info is None or not info.running or not info.pid or not info.id:
+        return None
+    if not info.id.isalnum():
+        return None  # docker's and podman's ids are hex; anything else is not rendered into a script
+    paths = ("root", "root/.ssh", "root/.ssh/authorized_keys", "root/.ssh/known_hosts",
+             *(part.lstrip("/") for part in (posixpath.dirname(HOSTFILE_PATH), HOSTFILE_PATH)))
+    return "\n".join([
+        f"_p=/proc/{int(info.pid)}; _g=; IFS= read -r -d '' _g <\"$_p/cgroup\"",
+        f"[[ $_g == *{info.id}* ]] || exit 3",
+        '_r=$_p/root',
+        f"for _f in {' '.join(q(p) for p in paths)}; do [ -L \"$_r/$_f\" ] && exit 4; done",
+        *(framing.section(f"in-{f}", text_of(f'"$_r"/root/.ssh/{f}')) for f in ("authorized_keys", "known_hosts")),
+        framing.section("in-written", 'cd "$_r"/root/.ssh && stat -c %i:%Y authorized_keys known_hosts 2>/dev/null'),
+        framing.section("container-hostfile", text_of(f'"$_r"{q(HOSTFILE_PATH)}')),
+        "true"])
+
+
 def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S,
-                     mpirun: bool = True, tries: bool = True) -> str:
+                     mpirun: bool = True, tries: bool = True, container_files: bool = True) -> str:
     """One node's read: the container sshd waited for, the key files on the node and in the container, its
     outgoing container pairs tried, mpi.hostfile's reads and verify.fabric's reads on the node. Sections: sshd,
     client, host, node-/in- authorized_keys and known_hosts, ssh, node-hostfile, container-hostfile (mpirun),
@@ -236,7 +268,9 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
     `sshd_wait`: how long to wait for the container sshd. Carried by container.state it is 0 (one look): a container
     container.run is about to recreate (a hand-started one that runs no sshd) must not be waited for.
     `mpirun=False`: without mpi.hostfile's `mpirun` (tasks/mpi/reads.py). The pairs are tried only while one has no
-    proof on record (carries_tries); `tries=False`: never (the read as it will be once they are on record)."""
+    proof on record (carries_tries); `tries=False`: never (the read as it will be once they are on record).
+    `container_files=False`: without the container's files (read as root beside the facts instead:
+    container_files_as_root)."""
     container = ctx.inventory.container.name
     node = ctx.nodes[name]
     plan = ctx.plan()
@@ -272,7 +306,7 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
         framing.section("node-known_hosts", text_of(f"{q(keys)}/known_hosts")),
         framing.section("node-written", f"cd {q(keys)} && {written}"),
         on_node,
-        f'if [ "$st" = listening ]; then\n{reader}\nfi',
+        f'if [ "$st" = listening ]; then\n{reader}\nfi' if container_files else "",
         # verify.fabric's reads on the node (its container hostfile is mpi.hostfile's read)
         node_reads(node, framing),
         "true"])

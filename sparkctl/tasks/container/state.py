@@ -13,7 +13,13 @@ from sparkctl.plan.paths import CONTAINER_CLIENT_KEY, CONTAINER_HOST_KEY
 from sparkctl.rules.serving import without_mpi
 from sparkctl.taskgraph.diff import unified_diff
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
-from sparkctl.tasks.container.ssh import CONTAINER_READ, carries_tries, mesh_read_script, mesh_read_timeout
+from sparkctl.tasks.container.ssh import (
+    CONTAINER_READ,
+    carries_tries,
+    container_files_as_root,
+    mesh_read_script,
+    mesh_read_timeout,
+)
 from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.mpi.reads import runs_mpirun
@@ -25,6 +31,8 @@ HOST_KEY = CONTAINER_HOST_KEY
 #: what TensorRT-LLM's mpirun world left in the state dir, which a vLLM or SGLang cluster has no use for (the mesh's
 #: keys, the entrypoint that starts its sshd, the MPI probe and the hostfile's copy): removed when it switches
 MPI_LEFTOVERS = ("container-ssh", "entrypoint.sh", f"run/{MPI_PROBE}", "run/openmpi-hostfile")
+#: the name the container's files read as root go by among the reads ahead (container_files_as_root)
+ROOT_READ = "container.state:inside"
 
 
 @dataclass(frozen=True)
@@ -84,14 +92,28 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
         # next run to read ahead: that run will have the proofs (this run's verify.fabric and container.ssh record
         # them), so what is kept for it is the read as it will render it then, without either
         script, timeout = "\n".join([*lines, carried]), max(60.0, timeout)
+        # the container's own files, read as root beside the next run's facts where the node allows it: what is
+        # kept for that run is then the read without them
+        as_root = container_files_as_root(ctx.cluster, ctx.name, framing) if carried else None
         if carried and (runs_mpirun(ctx.cluster, ctx.name) or carries_tries(ctx.cluster, ctx.name)):
             result = ctx.run(script, timeout=timeout)
-            later = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, mpirun=False, tries=False)
+            later = mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, mpirun=False, tries=False,
+                                     container_files=as_root is None)
             ctx.remember(self.name, "\n".join([*lines, later]), framing, timeout=timeout)
+            if as_root is not None:
+                ctx.remember(ROOT_READ, as_root, framing, root=True)
+            inside = None  # this run's own read has them
         else:
-            result = ctx.read(self.name, script, framing, timeout=timeout)
+            inside = None if as_root is None else ctx.read_root_ahead(ROOT_READ, as_root, framing)
+            lean = "" if as_root is None else "\n".join(
+                [*lines, mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, container_files=False)])
+            result = ctx.read(self.name, lean if inside is not None else script, framing, timeout=timeout)
+            if as_root is not None and inside is None:
+                ctx.remember(self.name, lean, framing, timeout=timeout)
         ctx.raise_unless_ok(result, "reading sparkctl's state dir")
         found = framing.split(result.stdout)
+        if inside is not None:
+            found.update(framing.split(inside))
         if carried and "sshd" in found:
             ctx.cluster.hand_over(CONTAINER_READ.at(ctx.name), found)
         sections = Framing.texts_of(found)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sparkctl.plan.paths import cluster_key_name
 from sparkctl.rules.mesh import host_tries, mesh_script, mesh_timeout
 from sparkctl.taskgraph.task import Change, Task, TaskFailed
@@ -9,9 +11,12 @@ from sparkctl.tasks.context import NodeContext
 from sparkctl.tasks.keygen import keygen_line
 from sparkctl.tasks.proof import PairProofs, pair_id
 from sparkctl.tasks.ssh.mesh import MESH_FILES, MESH_VERDICTS, ssh_files_script
-from sparkctl.tasks.ssh.proofs import HOST_MESH, SECTION, login_script
+from sparkctl.tasks.ssh.proofs import HOST_MESH, ROOT_SECTION, SECTION, login_script, sshd_as_root
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
+
+#: the name sshd's digests read as root go by among the reads ahead (sshd_as_root)
+ROOT_READ = "ssh.keys:sshd"
 
 
 class SshKeyTask(Task[NodeContext, None]):
@@ -35,23 +40,38 @@ class SshKeyTask(Task[NodeContext, None]):
         framing = Framing()
         has_key = f'test -s "$HOME"/.ssh/{q(key)} && test -s "$HOME"/.ssh/{q(key + ".pub")}'
         parts = [framing.section("key", has_key), ssh_files_script(cluster, framing)]
+        # sshd's own digests (the login state's `#root` part), read as root beside the next run's facts where the
+        # node allows it: what is kept for that run is then the read without them
+        lean, as_root = parts, None
         try:
             order = list(ctx.cluster.nodes)
             tries = host_tries(ctx.inventory, ctx.plan().fabric, order, ctx.name) if len(order) > 1 else []
-            parts.append(framing.section(SECTION, login_script(ctx.cluster, ctx.name, key)))
+            parts = [*parts, framing.section(SECTION, login_script(ctx.cluster, ctx.name, key))]
+            as_root = sshd_as_root(ctx.cluster, ctx.name, framing)
+            lean = [*lean, framing.section(SECTION, login_script(ctx.cluster, ctx.name, key, sshd=False))]
         except TaskFailed:
             tries = []  # no plan yet: ssh.mesh says why
         record = PairProofs(ctx.cluster.records, HOST_MESH, reprove=ctx.options.reprove)
         carried = tries and not record.covers(pair_id(ctx.name, t.peer, t.target) for t in tries)
+        inside = None
         if carried:
             script = "\n".join([*parts, framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi")])
             result = ctx.run(script, timeout=mesh_timeout(len(tries)))
-            ctx.remember(self.name, "\n".join(parts), framing)
+            ctx.remember(self.name, "\n".join(lean if as_root else parts), framing)
+            if as_root:
+                ctx.remember(ROOT_READ, as_root, framing, root=True)
         else:
-            result = ctx.read(self.name, "\n".join(parts), framing)
+            inside = ctx.read_root_ahead(ROOT_READ, as_root, framing) if as_root else None
+            result = ctx.read(self.name, "\n".join(lean if inside is not None else parts), framing)
+            if as_root and inside is None:
+                ctx.remember(self.name, "\n".join(lean), framing)
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])
+        digests = framing.split(inside).get(ROOT_SECTION) if inside is not None else None
+        if digests is not None and SECTION in sections:
+            login = sections[SECTION]
+            sections[SECTION] = replace(login, output=login.output + digests.output)
         ctx.cluster.hand_over(MESH_FILES.at(ctx.name),
                               {name: (s.output if s.ok else None) for name, s in sections.items()})
         if "mesh" in sections and sections["mesh"].rc is not None:

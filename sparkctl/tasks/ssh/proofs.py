@@ -25,11 +25,15 @@ from sparkctl.rules.mesh import Try
 from sparkctl.shipped import shipped_text, without_comments
 from sparkctl.tasks.context import ClusterContext
 from sparkctl.tasks.proof import digest, fabric_state, pair_id
+from sparkctl.transport.base import q
+from sparkctl.transport.framing import Framing
 
 #: the record's key for the node-to-node mesh (runs/proofs.py keeps it beside the MPI proof)
 HOST_MESH = "ssh-mesh"
 #: the section of ssh.keys' read that holds what login_script prints
 SECTION = "login"
+#: the section of the root read that holds the login state's `#root` part (sshd_as_root)
+ROOT_SECTION = "login-root"
 
 def _ip(host: object) -> str | None:
     try:
@@ -59,13 +63,32 @@ def source_addresses(ctx: ClusterContext, node: str) -> list[tuple[str, str]]:
     return out
 
 
-def login_script(ctx: ClusterContext, node: str, key: str) -> str:
-    """The `login` section's shell for `node` (key: the cluster key's file name in ~/.ssh)."""
+def login_script(ctx: ClusterContext, node: str, key: str, sshd: bool = True) -> str:
+    """The `login` section's shell for `node` (key: the cluster key's file name in ~/.ssh); `sshd=False`: without
+    its `#root` part (read as root beside the facts instead: sshd_as_root)."""
+    user, port, sources = _digest_arguments(ctx, node)
+    return render("ssh-login-state.sh.j2", key=key, user=user, port=port, sources=sources,
+                  digest=without_comments(shipped_text("sshd-digest.sh")) if sshd else "")
+
+
+def sshd_as_root(ctx: ClusterContext, node: str, framing: Framing) -> str | None:
+    """The login state's `#root` part (sshd-digest.sh) as a root read ahead, in the facts' root shell
+    (tasks/read_ahead.py): the same digests without a `sudo` of their own, in section ROOT_SECTION. None where the
+    node gives no passwordless sudo (the login state's own read asks sudo, or reads what the user may)."""
+    if not ctx.nodes[node].facts().sudo_nopasswd:
+        return None
+    user, port, sources = _digest_arguments(ctx, node)
+    return framing.section(ROOT_SECTION, "\n".join([
+        "echo '#root'", f"set -- {q(user)} {port} {' '.join(q(s) for s in sources)}",
+        without_comments(shipped_text("sshd-digest.sh"))]), subshell=True)
+
+
+def _digest_arguments(ctx: ClusterContext, node: str) -> tuple[str, int, list[str]]:
+    """sshd-digest.sh's arguments for `node`: the cluster user, its sshd's port, the source/local pairs."""
     inv = ctx.inventory
     port = int(inv.node(node).port or inv.ssh.port or 22)
     sources = [f"{src}/{local}" for src, local in source_addresses(ctx, node)] or ["none/none"]
-    return render("ssh-login-state.sh.j2", key=key, user=inv.user, port=port, sources=sources,
-                  digest=without_comments(shipped_text("sshd-digest.sh")))
+    return inv.user, port, sources
 
 
 #: the lines of the `login` section that are one value each (the others are `#name` blocks of raw lines)
