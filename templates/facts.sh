@@ -8,6 +8,11 @@
 
 # Run a command under `timeout` when the node has it, so that a hung daemon (docker) cannot eat the round trip.
 _t() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
+# The same, as what a command substitution runs: it becomes the command (`exec`), where bash would fork once more for
+# a function's command. Bash runs a lone command of a substitution in place of its subshell, but one with a
+# redirection of its own in a child of it: the captures below keep their redirections outside (`{ v=$(cmd); }
+# 2>/dev/null`). Each of those forks was a process on every read of the facts.
+_tx() { if command -v timeout >/dev/null 2>&1; then exec timeout "$@"; else shift; exec "$@"; fi; }
 _has() { command -v "$1" >/dev/null 2>&1; }
 # _print FILE: a text file as it is, read by the shell itself (sparkctl/facts/script.py defines it: the tasks'
 # reads' text_of)
@@ -55,7 +60,8 @@ fact_roce() {
 # lldpcli is setuid _lldpd, mode 4750 _lldpd:adm on Debian/Ubuntu (and /usr/sbin is not in a user's PATH over ssh):
 # found by path, asked as root when that works. Only read: sparkctl never starts lldpd itself.
 fact_lldp() {
-  _L=$(command -v lldpcli 2>/dev/null)
+  # found on PATH by `hash` (BASH_CMDS): a `$(command -v ...)` is a process
+  _L=; hash lldpcli 2>/dev/null && _L=${BASH_CMDS[lldpcli]}
   for p in /usr/sbin/lldpcli /usr/local/sbin/lldpcli; do [ -z "$_L" ] && [ -e "$p" ] && _L=$p; done
   if [ -z "$_L" ]; then echo '#absent'; else _t 10 "${_S[@]}" "$_L" show neighbors -f json 2>&1; fi
 }
@@ -115,7 +121,7 @@ fact_nm() {
   local c l u=()
   echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
   echo '#connections'
-  c=$(_t 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
+  c=$(_tx 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
   printf '%s\n' "$c"
   echo '#settings'
   while IFS= read -r l; do [[ $l =~ ^([0-9a-fA-F-]{36}): ]] && u+=("${BASH_REMATCH[1]}"); done <<<"$c"
@@ -156,8 +162,8 @@ fact_docker_api() {
         return 1
     done <"$c"
   fi
-  out=$(curl -sS --fail-early --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' \
-    "${@/#/http://localhost}" 2>/dev/null); r=$?
+  { out=$(curl -sS --fail-early --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' \
+    "${@/#/http://localhost}"); } 2>/dev/null; r=$?
   [ "$r" = 28 ] && return 124
   [ "$r" = 0 ] || return 1
   while IFS= read -r l; do
@@ -230,7 +236,7 @@ _held() {
 # tries once when there is a temp dir, and which is asked here when there is none.
 _facts_begin() {
   _T0=$SECONDS; _FP=(); _SP=(); _SG=(); _SGR=(); _TO=""; _has timeout && _TO=timeout
-  _D=$(mktemp -d 2>/dev/null) || _D=""
+  { _D=$(mktemp -d); } 2>/dev/null || _D=""
   if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=(); _SUDO_OK=1
   elif [ -n "$_D" ]; then _S=(sudo -n); _SUDO_OK=""
   elif sudo -n true >/dev/null 2>&1; then _S=(sudo -n); _SUDO_OK=1
@@ -243,7 +249,11 @@ _facts_begin() {
 # password, or no rule for a shell), the same sections run as the user with `_SUDO_OK` 0.
 _privileged_job() {
   if [ "${#_S[@]}" -gt 0 ]; then
-    "${_S[@]}" bash -c "$(declare -f "${_PF[@]}"); _privileged \"\$@\"" _ "$_D" 1 2>/dev/null ||
+    # the functions' text through a file: `$(declare -f ...)` would be a process
+    local f=
+    declare -f "${_PF[@]}" >"$_D/.functions" && IFS= read -r -d '' f <"$_D/.functions"
+    "${_S[@]}" bash -c "$f
+_privileged \"\$@\"" _ "$_D" 1 2>/dev/null ||
       [ -e "$_D/.privileged" ] ||
       ( _privileged "$_D" 0 )
   else

@@ -59,9 +59,11 @@ def units_of_cluster(cluster: str) -> str:
     its name, every other world's by its name and the cluster its file names (CLUSTER_KEY)."""
     first = WorldNames(cluster)
     others = shlex.quote(posixpath.join(UNIT_DIR, f"{first.unit_name.removesuffix('.service')}--")) + "*.service"
+    # each file's lines read by the shell itself (a `grep -qx` per file was a process; for the unmatched glob too)
     return (f"test -e {shlex.quote(first.unit_path)} && echo {shlex.quote(first.unit_name)}; "
-            f"for f in {others}; do grep -qx {shlex.quote(f'{CLUSTER_KEY}={cluster}')} \"$f\" 2>/dev/null && "
-            "echo \"${f##*/}\"; done; true")
+            f"for f in {others}; do [ -f \"$f\" ] || continue; "
+            f"while IFS= read -r l || [ -n \"$l\" ]; do [ \"$l\" = {shlex.quote(f'{CLUSTER_KEY}={cluster}')} ] && "
+            "{ echo \"${f##*/}\"; break; }; done 2>/dev/null <\"$f\"; done; true")
 
 
 def world_key_of(cluster: str, unit: str) -> str | None:

@@ -191,7 +191,12 @@ def ping_script(pings: Sequence[Ping], size: int, wave: int = PING_WAVE) -> str:
         return ""
     lines = [shipped_text("mesh-ping.sh").rstrip()]
     for start in range(0, len(pings), wave):
-        lines += [f"_ping {q(p.interface)} {q(p.peer)} {q(p.address)} {int(size)} &" for p in pings[start:start + wave]]
+        batch = list(enumerate(pings[start:start + wave]))
+        # each first try is a ping of its own in the background (the function there would be a shell and a ping)
+        lines += [f"ping -c 1 -W 1 -M 'do' -s {int(size)} -I {q(p.interface)} {q(p.address)} >/dev/null 2>&1 & _w{i}=$!"
+                  for i, p in batch]
+        lines += [f'if wait "$_w{i}"; then echo {q(f"ok {p.interface} {p.peer} {p.address}")}; '
+                  f"else _ping {q(p.interface)} {q(p.peer)} {q(p.address)} {int(size)} 1 & fi" for i, p in batch]
         lines.append("wait")
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ from sparkctl.taskgraph.stops import LostNodes
 from sparkctl.taskgraph.task import TaskFailed
 from sparkctl.tasks.options import RunOptions
 from sparkctl.tasks.read_ahead import ReadsAhead, answer
-from sparkctl.transport.base import CommandResult, Transport, q
+from sparkctl.transport.base import CommandResult, Transport, q, text_of
 from sparkctl.transport.framing import Framing, Section
 
 #: Causes a failed command's last lines name, whatever the command: what to call them and what to do.
@@ -180,7 +180,7 @@ class NodeContext:
         """Task `name`'s read of the file at `path` (None: absent), as transport.read reads it; taken from its
         read ahead when that read it and counts."""
         framing = Framing()
-        section = self._read_ahead_section(name, f"exec cat -- {q(path)}", framing, 60.0)
+        section = self._read_ahead_section(name, text_of(q(path)), framing, 60.0)
         if section is not None and section.ok:
             return section.output
         return self.transport.read(path)
@@ -198,8 +198,10 @@ class NodeContext:
         return self._read_ahead(name, script, framing, 60.0, root=True)
 
     def _read_ahead_section(self, name: str, command: str, framing: Framing, timeout: float) -> Section | None:
-        """`command` as a read ahead of its own: its one section, or None when there is none that counts."""
-        stdout = self._read_ahead(name, framing.section("out", command, subshell=True), framing, timeout)
+        """`command` as a read ahead of its own: its one section, or None when there is none that counts. Framed
+        in braces, not a subshell (a process of its own): a read ahead runs in a subshell already, and a command that
+        ends it (`exit`, `exec`) only leaves its section without an end, which does not count."""
+        stdout = self._read_ahead(name, framing.section("out", command), framing, timeout)
         return None if stdout is None else framing.split(stdout).get("out")
 
     def _read_ahead(self, name: str, script: str, framing: Framing, timeout: float,

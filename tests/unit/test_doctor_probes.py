@@ -23,8 +23,10 @@ def test_the_script_is_valid_bash_and_quotes_what_the_node_reported():
     assert "'/home/nvidia/it'\"'\"'s; touch /tmp/pwned/token'" in script
     # pings on both twins with don't-fragment at MTU-28, ssh to the peer, ssh from inside the container
     assert 'ping -c 1 -W 1 -M \'do\' -s "$_s" -I "$_i" "$_a"' in script
-    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
-    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
+    assert "ping -c 1 -W 1 -M 'do' -s 8972 -I enp1s0f1np1 192.168.100.11 >/dev/null 2>&1 &" in script
+    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 1 &" in script  # not answered: tried again, then told
+    assert "ping -c 1 -W 1 -M 'do' -s 8972 -I enP2p1s0f1np1 192.168.101.11 >/dev/null 2>&1 &" in script
+    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 1 &" in script  # not answered: tried again, then told
     assert "BatchMode=yes" in script and "docker exec trtllm-multinode sh -c" in script
     assert "/health" in script  # the head probes the server
     assert "systemctl show --timestamp=unix -p LoadState," in script and "sparkctl-serve-" in script  # and its unit

@@ -73,7 +73,7 @@ def test_facts_slow_to_read_give_the_side_reads_as_long_again(tmp_path):
 
     assert SIDE_GRACE_S < 4
     script = render_script("n", hf_cache=str(tmp_path), side_reads={"loaded": ("sleep 9; echo done", 30.0)})
-    slow_facts = 'uname() { command sleep 5; command uname "$@"; }\n'
+    slow_facts = 'id() { command sleep 5; command id "$@"; }\n'
     out = subprocess.run(["bash", "-c", slow_facts + script], capture_output=True, text=True, timeout=60)
     loaded = Framing("n").split(out.stdout)["side:0"]
     assert (loaded.rc, loaded.output) == (0, "done\n")

@@ -24,6 +24,7 @@ from sparkctl.plan.serve_unit import (
     failing_early,
     leftovers_script,
     parse_exits,
+    units_of_cluster,
 )
 from sparkctl.tasks.serve.unit import ServeUnitRemoveTask, ServeUnitTask
 from tests.taskkit import REPO, inventory_from_yaml, make_kit, spark_facts
@@ -42,6 +43,19 @@ def unit_for(tmp_path, state_dir: str = "/home/nvidia/.local/state/sparkctl/duo"
     inv = inventory_from_yaml(serve if extra else PAIR, tmp_path)
     plan = plan_cluster(inv)
     return plan.launch.unit(inv, inv.head.name, state_dir=state_dir, user=user, fingerprint="f00dfeedf00dfeed")
+
+
+def test_the_cluster_s_units_are_its_first_world_s_by_name_and_the_others_by_the_line_naming_the_cluster(tmp_path):
+    """Another cluster's unit, whose key only begins with this cluster's name, is not one of them; a file with no
+    final newline is read to its last line; with no other world's file there is nothing to read."""
+    script = units_of_cluster("lab").replace("/etc/systemd/system", str(tmp_path))
+    run = lambda: subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stdout  # noqa: E731
+    assert run() == ""
+    (tmp_path / "sparkctl-serve-lab.service").write_text("[Unit]\n")
+    (tmp_path / "sparkctl-serve-lab--oss.service").write_text("[Unit]\nX-Sparkctl-Cluster=lab")
+    (tmp_path / "sparkctl-serve-lab--b.service").write_text("[Unit]\nX-Sparkctl-Cluster=lab2\n")
+    (tmp_path / "sparkctl-serve-lab--c.service").write_text("[Unit]\n X-Sparkctl-Cluster=lab\n")
+    assert sorted(run().split()) == ["sparkctl-serve-lab--oss.service", "sparkctl-serve-lab.service"]
 
 
 def test_the_unit_runs_the_world_as_the_login_user_and_never_gives_up(tmp_path):

@@ -326,8 +326,10 @@ def test_verify_pings_every_peer_on_every_twin_with_dont_fragment():
     script = kit.transport("spark1").commands[0]
     bash_n(script)
     assert 'ping -c 1 -W 1 -M \'do\' -s "$_s" -I "$_i" "$_a"' in script
-    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 &" in script
-    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 &" in script
+    assert "ping -c 1 -W 1 -M 'do' -s 8972 -I enp1s0f1np1 192.168.100.11 >/dev/null 2>&1 &" in script
+    assert "_ping enp1s0f1np1 spark2 192.168.100.11 8972 1 &" in script  # not answered: tried again, then told
+    assert "ping -c 1 -W 1 -M 'do' -s 8972 -I enP2p1s0f1np1 192.168.101.11 >/dev/null 2>&1 &" in script
+    assert "_ping enP2p1s0f1np1 spark2 192.168.101.11 8972 1 &" in script  # not answered: tried again, then told
     assert "192.168.100.10" not in script  # not itself
     assert "enP2p1s0f1np1 spark2 192.168.100.11" not in script  # each twin pings its own subnet only
     assert "192.168.100.10" in kit.transport("spark2").commands[0]

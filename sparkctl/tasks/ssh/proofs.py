@@ -80,7 +80,7 @@ def sshd_as_root(ctx: ClusterContext, node: str, framing: Framing) -> str | None
     user, port, sources = _digest_arguments(ctx, node)
     return framing.section(ROOT_SECTION, "\n".join([
         "echo '#root'", f"set -- {q(user)} {port} {' '.join(q(s) for s in sources)}",
-        without_comments(shipped_text("sshd-digest.sh"))]), subshell=True)
+        without_comments(shipped_text("sshd-digest.sh"))]))
 
 
 def _digest_arguments(ctx: ClusterContext, node: str) -> tuple[str, int, list[str]]:
