@@ -40,9 +40,10 @@ def local_etags_script(local_dir: str) -> str:
     """`E <file> <etag>` for each file of a --local-dir download that huggingface_hub kept metadata for: its
     `.cache/huggingface/download/<file>.metadata`, whose second line is the etag (huggingface_hub _local_folder.py,
     LocalDownloadFileMetadata: commit_hash, etag, timestamp)."""
-    return (f"if cd {q(local_dir)}/{LOCAL_META} 2>/dev/null; then find . -type f -name '*.metadata' -printf '%P\\n' "
-            "| while IFS= read -r m; do f=${m%.metadata}; [ -f \"../../../$f\" ] || continue; "
-            f"{_SECOND_LINE}; printf 'E\\t%s\\t%s\\n' \"$f\" \"$e\"; done; cd /; fi")
+    return (f"if cd {q(local_dir)}/{LOCAL_META} 2>/dev/null; then "
+            "while IFS= read -r m; do f=${m%.metadata}; [ -f \"../../../$f\" ] || continue; "
+            f"{_SECOND_LINE}; printf 'E\\t%s\\t%s\\n' \"$f\" \"$e\"; "
+            "done < <(find . -type f -name '*.metadata' -printf '%P\\n'); cd /; fi")
 
 
 def parse_etags(stdout: str) -> dict[str, str]:
@@ -102,10 +103,11 @@ def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, s
 
 def each_snapshot_blob(repo_dir: str, body: str) -> str:
     """Shell running `body` once per blob the current snapshot's links lead to, `$b` its name under blobs/."""
-    # one compound command: a caller's `cond && ` before it holds for all of it
+    # one compound command: a caller's `cond && ` before it holds for all of it; the loop reads find's lines from a
+    # process substitution, where a pipe would run it in a process of its own
     return (f"{{ r=; read -r r 2>/dev/null <{q(repo_dir)}/refs/main; [ -n \"$r\" ] && "
-            f"find {q(repo_dir)}/snapshots/\"$r\" -type l -printf '%l\\n' 2>/dev/null "
-            f"| while IFS= read -r b; do b=${{b##*/}}; {body}; done; }}")
+            f"while IFS= read -r b; do b=${{b##*/}}; {body}; done "
+            f"< <(find {q(repo_dir)}/snapshots/\"$r\" -type l -printf '%l\\n' 2>/dev/null); }}")
 
 
 def changed_since_verified_script(repo_dir: str, record: str) -> str:

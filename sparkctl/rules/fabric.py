@@ -101,7 +101,8 @@ def listening_on_management(facts: Facts, port: int) -> list[str]:
 def exposure_script(addresses: list[str], port: int) -> str:
     """Shell (bash) that tries a TCP connection to each address's `port` from the node itself: `open <ip>` or
     `closed <ip>` per address."""
-    return "\n".join(f"if timeout 2 bash -c '</dev/tcp/{ip}/{int(port)}' 2>/dev/null; then echo 'open {ip}'; "
+    # `exec 3<`: the connection opened by that bash itself (a bare redirection is made in a child of its own)
+    return "\n".join(f"if timeout 2 bash -c 'exec 3</dev/tcp/{ip}/{int(port)}' 2>/dev/null; then echo 'open {ip}'; "
                      f"else echo 'closed {ip}'; fi" for ip in addresses if is_ipv4(ip)) or "true"
 
 

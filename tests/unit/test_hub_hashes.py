@@ -11,7 +11,8 @@ from sparkctl.plan import hub_hashes
 
 
 def run(script: str) -> str:
-    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False).stdout
+    """As a node runs what sparkctl sends it (transport/shell.py: `bash -c`)."""
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False).stdout
 
 
 def test_blobs_are_hashed_by_their_etag_s_kind_recorded_and_read_again_only_when_changed(tmp_path: Path):

@@ -87,5 +87,5 @@ def test_the_listing_names_the_blobs_the_current_snapshot_leads_to(tmp_path):
         os.symlink(f"../../../blobs/{blob}", repo / "snapshots" / rev / "sub" / "model.safetensors")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("new")
-    out = subprocess.run(["sh", "-c", snapshot_blobs_script(str(repo))], capture_output=True, text=True).stdout
+    out = subprocess.run(["bash", "-c", snapshot_blobs_script(str(repo))], capture_output=True, text=True).stdout
     assert out == f"P\tblobs/{SHA}\n"  # the old revision's blob is not the snapshot in use
