@@ -225,7 +225,7 @@ fact_firewall() {
 }
 
 # _held NAME: a background or privileged section's output, and its exit status in _rc (empty: it was cut short), once
-# the facts' own background jobs are done (not the side reads)
+# the facts' own background jobs are done (not the side reads; the root shell's root reads, bounded, among them)
 _held() {
   wait "${_FP[@]}"
   _print "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"
@@ -252,6 +252,7 @@ _privileged_job() {
     # the functions' text through a file: `$(declare -f ...)` would be a process
     local f=
     declare -f "${_PF[@]}" >"$_D/.functions" && IFS= read -r -d '' f <"$_D/.functions"
+    [ -n "$f" ] || f=$(declare -f "${_PF[@]}")  # the file could not be written (a full /tmp)
     "${_S[@]}" bash -c "$f
 _privileged \"\$@\"" _ "$_D" 1 2>/dev/null ||
       [ -e "$_D/.privileged" ] ||

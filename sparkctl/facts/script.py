@@ -17,7 +17,7 @@ from sparkctl.transport.framing import Framing, held_output
 #: $SECONDS measures the facts); as long again as the facts took when that is longer.
 SIDE_GRACE_S = 3
 #: what the privileged sections' functions may call in the root shell (templates/facts.sh)
-_ROOT_HELPERS = {"_t", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
+_ROOT_HELPERS = {"_t", "_tx", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
 
 
 class SideRead(NamedTuple):
@@ -63,8 +63,9 @@ def render_request(nonce: str, request: FactsRequest,
         # would be a process per section
         jobs = [f"  {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc"
                 for entry, call in privileged]
-        jobs += [_root_side_read(nonce, i, side[i][1].script) for i in root_side]
-        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, "}"]))
+        reads = _root_side_reads(nonce, [(i, side[i][1]) for i in root_side])
+        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *reads, *jobs,
+                                 *(['  [ -z "$_RP" ] || wait "$_RP"'] if reads else []), "}"]))
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
         parts.append(f"_PF=({' '.join(called)})")
@@ -108,11 +109,21 @@ def _heredoc(nonce: str, i: int, body: str) -> str:
     return f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}"
 
 
-def _root_side_read(nonce: str, i: int, body: str) -> str:
-    """Root read i in the root shell (in its temp dir): only where it is root, in a subshell of its own (an `exit`
-    or a syntax error of the read ends the read alone), its exit status written once it ended."""
-    return (f'  if [ "$_SUDO_OK" = 1 ]; then\n{_heredoc(nonce, i, body)}\n'
-            f'  [ -n "$_b" ] && {{ ( eval "$_b" ) >side-{i} 2>/dev/null; echo $? >side-{i}.rc; }}\n  fi')
+def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]:
+    """The root reads, started first in the root shell (in its temp dir) and waited for once its sections are done:
+    only where it is root; one after the other in ONE bash under `timeout` (the user's stopper cannot signal root's
+    processes, and the facts wait for the root shell), each in a subshell of its own (an `exit` or a syntax error
+    of the read ends that read alone), its exit status written once it ended (side-I.rc: none when it was cut)."""
+    if not reads:
+        return []
+    seconds = max(1.0, min(float(read.seconds) for _i, read in reads))
+    lines = ['  _RP=""; if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
+    for i, read in reads:
+        lines += [_heredoc(nonce, i, read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
+    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && {{ _tx {seconds:g} bash -c \'while [ "$#" -gt 1 ]; do '
+              '( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done\' _ "${_r[@]}" '
+              "</dev/null >/dev/null 2>&1 & _RP=$!; }", "  fi"]
+    return lines
 
 
 def _print_function() -> str:

@@ -279,6 +279,11 @@ def test_the_container_s_files_are_read_as_root_through_its_root_and_never_throu
     (root / "root" / ".ssh").mkdir(parents=True)
     (root / "etc").mkdir()
     (proc / "4242" / "cgroup").write_text(f"0::/system.slice/docker-{container_id}.scope\n")
+    (proc / "net").mkdir()
+    (proc / "net" / "tcp6").write_text("  sl  local_address rem_address   st\n")
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    sshd = "   0: 00000000:08B9 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+    (proc / "net" / "tcp").write_text(header + sshd)  # the container's sshd listens on its port, 2233
     (root / "root/.ssh/authorized_keys").write_text("ssh-ed25519 AAA1 c@spark1\n")
     (root / "root/.ssh/known_hosts").write_text("[192.168.100.12]:2233 ssh-ed25519 HHH2\n")
     (root / "etc/openmpi-hostfile").write_text("192.168.100.11 slots=1\n")
@@ -296,6 +301,14 @@ def test_the_container_s_files_are_read_as_root_through_its_root_and_never_throu
     (root / "etc/openmpi-hostfile").unlink()
     (proc / "4242" / "cgroup").write_text("0::/system.slice/docker-0123abcd.scope\n")
     assert run_as_root_read(script, proc) == (3, {})
+    # its sshd does not listen yet: its entrypoint may not have put the keys in place, and the ssh read waited for it
+    (proc / "4242" / "cgroup").write_text(f"0::/system.slice/docker-{container_id}.scope\n")
+    (proc / "net" / "tcp").write_text(header)
+    assert run_as_root_read(script, proc) == (5, {})
+    # the container's root cannot be entered (it exited): nothing is read as if its files were absent
+    (proc / "net" / "tcp").write_text(header + sshd)
+    root.rename(proc / "4242" / "gone")
+    assert run_as_root_read(script, proc) == (6, {})
 
 
 @pytest.mark.parametrize("why", ["a sudo password", "not running", "no pid", "an id not docker's"])

@@ -229,11 +229,14 @@ def container_files_as_root(ctx: ClusterContext, name: str, framing: Framing) ->
     tree, its bind mounts included): a root read ahead beside the facts (tasks/read_ahead.py), with no login in the
     container and no key exchange, where an ssh to its own sshd cost both ends about 40 ms of CPU.
 
-    Nothing of the container runs: bash's own `read` and the node's `stat` open the files. It counts only while
-    <pid> is still the container's first process (its cgroup names the container's id: the facts' pid and id,
-    rendered in, so a container recreated since makes another script, which is not read ahead) and no part of a
-    path is a symlink (one would resolve against the node's root, not the container's): else it fails and the
-    task reads over ssh. None where it cannot run: no passwordless sudo, or the container not running."""
+    Nothing of the container runs: bash's own `read` and the node's `stat` open the files, from the container's root
+    made the shell's working directory first (held from then on: a pid given to another process since cannot lead
+    elsewhere). It counts only while <pid> is still the container's first process (its cgroup names the container's
+    id: the facts' pid and id, rendered in, so a container recreated since makes another script, which is not read
+    ahead), its sshd listens (as the ssh read needed: its entrypoint has put the keys in place by then), and no part of
+    a path is a symlink, before the reads and after them (one would resolve against the node's root, not the
+    container's): else it fails and the task reads over ssh. None where it cannot run: no passwordless sudo, or the
+    container not running."""
     facts = ctx.nodes[name].facts()
     info = facts.containers.get(ctx.inventory.container.name)
     if not facts.sudo_nopasswd or info is None or not info.running or not info.pid or not info.id:
@@ -242,15 +245,18 @@ def container_files_as_root(ctx: ClusterContext, name: str, framing: Framing) ->
         return None  # docker's and podman's ids are hex; anything else is not rendered into a script
     paths = ("root", "root/.ssh", "root/.ssh/authorized_keys", "root/.ssh/known_hosts",
              *(part.lstrip("/") for part in (posixpath.dirname(HOSTFILE_PATH), HOSTFILE_PATH)))
+    hostfile = HOSTFILE_PATH.lstrip("/")
     return "\n".join([
-        f"_p=/proc/{int(info.pid)}; _g=; IFS= read -r -d '' _g <\"$_p/cgroup\"",
+        f"_p=/proc/{int(info.pid)}; cd \"$_p/root\" 2>/dev/null || exit 6",
+        "_g=; IFS= read -r -d '' _g <\"$_p/cgroup\"",
         f"[[ $_g == *{info.id}* ]] || exit 3",
-        '_r=$_p/root',
-        f"for _f in {' '.join(q(p) for p in paths)}; do [ -L \"$_r/$_f\" ] && exit 4; done",
-        *(framing.section(f"in-{f}", text_of(f'"$_r"/root/.ssh/{f}')) for f in ("authorized_keys", "known_hosts")),
-        framing.section("in-written", 'cd "$_r"/root/.ssh && stat -c %i:%Y authorized_keys known_hosts 2>/dev/null'),
-        framing.section("container-hostfile", text_of(f'"$_r"{q(HOSTFILE_PATH)}')),
-        "true"])
+        f"{listening(int(ctx.inventory.container.ssh_port))} || exit 5",
+        f"_links() {{ for _f in {' '.join(q(p) for p in paths)}; do [ -L \"$_f\" ] && return 0; done; return 1; }}",
+        "_links && exit 4",
+        *(framing.section(f"in-{f}", text_of(f"root/.ssh/{f}")) for f in ("authorized_keys", "known_hosts")),
+        framing.section("in-written", "stat -c %i:%Y root/.ssh/authorized_keys root/.ssh/known_hosts 2>/dev/null"),
+        framing.section("container-hostfile", text_of(q(hostfile))),
+        "! _links || exit 4"])
 
 
 def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait: float = SSHD_WAIT_S,
@@ -262,7 +268,8 @@ def mesh_read_script(ctx: ClusterContext, name: str, framing: Framing, sshd_wait
 
     No `docker exec` when nothing needs one: the pairs are tried from the node with the container's own key and
     pinned host keys (the container shares the node's network; the peer's sshd and its authorized_keys are what
-    is proven), and the container's files are read over an ssh to the node's OWN container. mpirun (not on
+    is proven), and the container's files are read over an ssh to the node's OWN container (on a rerun where sudo
+    takes no password, read as root beside the facts instead: container_files_as_root). mpirun (not on
     record), or a container that does not answer its own ssh, is asked through `docker exec` as before.
 
     `sshd_wait`: how long to wait for the container sshd. Carried by container.state it is 0 (one look): a container
