@@ -145,6 +145,18 @@ def test_a_root_read_runs_in_the_facts_root_shell_and_only_where_sudo_needs_no_p
         assert (sections["side:0"].rc, sections["side:0"].output) == (1, "")
 
 
+def test_a_root_read_that_does_not_end_is_cut_at_its_seconds_and_the_facts_come(tmp_path):
+    """The facts wait for the root shell, and no stopper of the user's may end a process of root's: the root reads
+    are bounded by their own `timeout`; one cut prints nothing that counts, and nothing of it is left running."""
+    marker = tmp_path / "finished"
+    stuck = "sleep 31.75"  # a command line no other process has
+    facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
+                         side_reads={"stuck": SideRead(f"echo partial; {stuck}; touch {marker}", 2.0, root=True)})
+    assert facts.hostname and facts.raw_errors == [] and not marker.exists()
+    assert (facts.side_reads["stuck"].rc, facts.side_reads["stuck"].output) == (1, "")
+    assert subprocess.run(["pgrep", "-f", stuck], capture_output=True).returncode != 0
+
+
 def test_a_root_read_is_kept_as_one_and_counts_only_as_one():
     records = Records()
     first = ReadsAhead(records)
