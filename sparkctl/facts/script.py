@@ -64,8 +64,7 @@ def render_request(nonce: str, request: FactsRequest,
         jobs = [f"  {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc"
                 for entry, call in privileged]
         reads = _root_side_reads(nonce, [(i, side[i][1]) for i in root_side])
-        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *reads, *jobs,
-                                 *(['  [ -z "$_RP" ] || wait "$_RP"'] if reads else []), "}"]))
+        parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, *reads, "}"]))
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
         parts.append(f"_PF=({' '.join(called)})")
@@ -110,19 +109,20 @@ def _heredoc(nonce: str, i: int, body: str) -> str:
 
 
 def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]:
-    """The root reads, started first in the root shell (in its temp dir) and waited for once its sections are done:
-    only where it is root; one after the other in ONE bash under `timeout` (the user's stopper cannot signal root's
-    processes, and the facts wait for the root shell), each in a subshell of its own (an `exit` or a syntax error
-    of the read ends that read alone), its exit status written once it ended (side-I.rc: none when it was cut)."""
+    """The root reads, the last thing the root shell does (in its temp dir, its sections written): only where it is
+    root; one after the other in ONE bash under `timeout`, which the root shell becomes (`exec`: no process more for
+    the bound; the user's stopper cannot signal root's processes, and the facts wait for the root shell), each in a
+    subshell of its own (an `exit` or a syntax error of the read ends that read alone), its exit status written once
+    it ended (side-I.rc: none when it was cut)."""
     if not reads:
         return []
     seconds = max(1.0, min(float(read.seconds) for _i, read in reads))
-    lines = ['  _RP=""; if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
+    lines = ['  if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
     for i, read in reads:
         lines += [_heredoc(nonce, i, read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
-    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && {{ _tx {seconds:g} bash -c \'while [ "$#" -gt 1 ]; do '
+    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c \'while [ "$#" -gt 1 ]; do '
               '( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done\' _ "${_r[@]}" '
-              "</dev/null >/dev/null 2>&1 & _RP=$!; }", "  fi"]
+              "</dev/null >/dev/null 2>&1", "  fi"]
     return lines
 
 
