@@ -26,7 +26,7 @@ class SideRead(NamedTuple):
     script: str
     seconds: float
     #: run in the root shell, after the privileged sections, where the node gives passwordless sudo (else not at
-    #: all); bounded by what it does (local reads only), not by `seconds`
+    #: all); bounded by `seconds` there too, not by the side reads' grace after the facts
     root: bool = False
 
 

@@ -197,6 +197,21 @@ class NodeContext:
         here: on None the task reads the same things its own way."""
         return self._read_ahead(name, script, framing, 60.0, root=True)
 
+    def read_beside_root(self, name: str, script: str, framing: Framing, *, lean: str, root: tuple[str, str] | None,
+                         timeout: float = 60.0) -> tuple[CommandResult, str | None]:
+        """Task `name`'s read `script`, part of which a root read ahead reads instead where the node allows it
+        (`root`: that read's name and script; `lean`: `script` without that part). When the root read counts:
+        `lean`, read as `read` reads it, and what the root read printed. Otherwise `script` as `read` reads it, and
+        `lean` kept for the next run, whose facts carry the root read."""
+        if root is None:
+            return self.read(name, script, framing, timeout=timeout), None
+        inside = self.read_root_ahead(*root, framing)
+        if inside is not None:
+            return self.read(name, lean, framing, timeout=timeout), inside
+        result = self.read(name, script, framing, timeout=timeout)
+        self.remember(name, lean, framing, timeout=timeout)
+        return result, None
+
     def _read_ahead_section(self, name: str, command: str, framing: Framing, timeout: float) -> Section | None:
         """`command` as a read ahead of its own: its one section, or None when there is none that counts. Framed
         in braces, not a subshell (a process of its own): a read ahead runs in a subshell already, and a command that

@@ -243,9 +243,9 @@ def container_files_as_root(ctx: ClusterContext, name: str, framing: Framing) ->
         return None
     if not info.id.isalnum():
         return None  # docker's and podman's ids are hex; anything else is not rendered into a script
-    paths = ("root", "root/.ssh", "root/.ssh/authorized_keys", "root/.ssh/known_hosts",
-             *(part.lstrip("/") for part in (posixpath.dirname(HOSTFILE_PATH), HOSTFILE_PATH)))
     hostfile = HOSTFILE_PATH.lstrip("/")
+    paths = ("root", "root/.ssh", "root/.ssh/authorized_keys", "root/.ssh/known_hosts",
+             posixpath.dirname(hostfile), hostfile)
     return "\n".join([
         f"_p=/proc/{int(info.pid)}; cd \"$_p/root\" 2>/dev/null || exit 6",
         "_g=; IFS= read -r -d '' _g <\"$_p/cgroup\"",

@@ -104,12 +104,10 @@ class ContainerStateTask(Task[NodeContext, StateStep]):
                 ctx.remember(ROOT_READ, as_root, framing, root=True)
             inside = None  # this run's own read has them
         else:
-            inside = None if as_root is None else ctx.read_root_ahead(ROOT_READ, as_root, framing)
             lean = "" if as_root is None else "\n".join(
                 [*lines, mesh_read_script(ctx.cluster, ctx.name, framing, sshd_wait=0, container_files=False)])
-            result = ctx.read(self.name, lean if inside is not None else script, framing, timeout=timeout)
-            if as_root is not None and inside is None:
-                ctx.remember(self.name, lean, framing, timeout=timeout)
+            result, inside = ctx.read_beside_root(self.name, script, framing, lean=lean, timeout=timeout,
+                                                  root=None if as_root is None else (ROOT_READ, as_root))
         ctx.raise_unless_ok(result, "reading sparkctl's state dir")
         found = framing.split(result.stdout)
         if inside is not None:

@@ -53,7 +53,7 @@ class SshKeyTask(Task[NodeContext, None]):
             tries = []  # no plan yet: ssh.mesh says why
         record = PairProofs(ctx.cluster.records, HOST_MESH, reprove=ctx.options.reprove)
         carried = tries and not record.covers(pair_id(ctx.name, t.peer, t.target) for t in tries)
-        inside = None
+        inside: str | None = None
         if carried:
             script = "\n".join([*parts, framing.section("mesh", f"if {has_key}; then\n{mesh_script(tries)}\nfi")])
             result = ctx.run(script, timeout=mesh_timeout(len(tries)))
@@ -61,10 +61,8 @@ class SshKeyTask(Task[NodeContext, None]):
             if as_root:
                 ctx.remember(ROOT_READ, as_root, framing, root=True)
         else:
-            inside = ctx.read_root_ahead(ROOT_READ, as_root, framing) if as_root else None
-            result = ctx.read(self.name, "\n".join(lean if inside is not None else parts), framing)
-            if as_root and inside is None:
-                ctx.remember(self.name, "\n".join(lean), framing)
+            result, inside = ctx.read_beside_root(self.name, "\n".join(parts), framing, lean="\n".join(lean),
+                                                  root=(ROOT_READ, as_root) if as_root else None)
         sections = framing.split(result.stdout)
         if "key" not in sections:
             raise TaskFailed(f"reading ~/.ssh on {ctx.name} failed", details=[result.stderr.strip()[-300:]])
