@@ -24,7 +24,8 @@ fact_dgx_release() { _print /etc/dgx-release; }
 # the kernel's machine name, as `uname -m` prints it: kernel.arch (Linux 6.1+, Documentation/admin-guide/sysctl/
 # kernel.rst "arch"), read by the shell; `uname -m` on older kernels
 fact_arch() { local a=; read -r a 2>/dev/null </proc/sys/kernel/arch; if [ -n "$a" ]; then printf '%s\n' "$a"; else uname -m; fi; }
-fact_id() { id -un; printf '%s\n' "${EUID:-$(id -u)}"; id -Gn; }
+# `id`'s one line: the user's name and groups, by name (parsed as `id -un` and `id -Gn` print them)
+fact_id() { id; printf '%s\n' "${EUID:-$(id -u)}"; }
 fact_home() { printf '%s\n' "$HOME"; }
 fact_ip_addr() { ip -j -d addr show; }
 fact_ssh_connection() { printf '%s\n' "${SSH_CONNECTION:-}"; }
@@ -43,18 +44,30 @@ fact_carrier() {
   done
 }
 
-# ibdev2netdev prints the netdev's operstate; the sysfs fallback prints the same line shape
+# The RoCE devices and their netdevs, as ibdev2netdev prints them (Mellanox/mlnx-tools ofed_scripts/ibdev2netdev):
+# `DEV port PORT ==> NETDEV (Up|Down)`, read from sysfs as that script reads it (the netdev the kernel gives the
+# port's GID table, else the PCI function's; Up when its carrier reads 1) by the shell itself: the script is bash
+# that starts a few dozen `cat`, `ls` and `grep` on a Spark. ibdev2netdev answers where sysfs has no RoCE port to
+# read (no /sys/class/infiniband, or an InfiniBand port: the script matches those by GID).
 fact_roce() {
-  if _has ibdev2netdev; then ibdev2netdev; return; fi
+  local d p n l c s ib='' lines=()
   for d in /sys/class/infiniband/*; do
-    [ -d "$d" ] || continue; dev=${d##*/}
-    port=1; for p in "$d"/ports/*; do [ -e "$p" ] && { port=${p##*/}; break; }; done
-    for n in "$d"/device/net/*; do
-      [ -e "$n" ] || continue; nd=${n##*/}
-      st=Down; o=; read -r o < /sys/class/net/"$nd"/operstate 2>/dev/null; [ "$o" = up ] && st=Up
-      printf '%s port %s ==> %s (%s)\n' "$dev" "$port" "$nd" "$st"
+    for p in "$d"/ports/*; do
+      [ -e "$p" ] || continue
+      l=; read -r l 2>/dev/null <"$p/link_layer"
+      [ "$l" = InfiniBand ] && ib=1
+      n=; read -r n 2>/dev/null <"$p/gid_attrs/ndevs/0"
+      if [ -z "$n" ]; then for l in "$d"/device/net/*; do [ -e "$l" ] && { n=${l##*/}; break; }; done; fi
+      [ -n "$n" ] || continue
+      s=NA
+      if [ -e "/sys/class/net/$n/carrier" ]; then
+        c=; read -r c 2>/dev/null <"/sys/class/net/$n/carrier"; s=Down; [ "$c" = 1 ] && s=Up
+      fi
+      lines+=("${d##*/} port ${p##*/} ==> $n ($s)")
     done
   done
+  if { [ -n "$ib" ] || [ "${#lines[@]}" -eq 0 ]; } && _has ibdev2netdev; then ibdev2netdev
+  elif [ "${#lines[@]}" -gt 0 ]; then printf '%s\n' "${lines[@]}"; fi
 }
 
 # lldpcli is setuid _lldpd, mode 4750 _lldpd:adm on Debian/Ubuntu (and /usr/sbin is not in a user's PATH over ssh):
@@ -66,7 +79,10 @@ fact_lldp() {
   if [ -z "$_L" ]; then echo '#absent'; else _t 10 "${_S[@]}" "$_L" show neighbors -f json 2>&1; fi
 }
 
+# Each netdev's speed (Mb/s) from sysfs, read by the shell; ethtool asked only for a RoCE netdev with carrier whose
+# sysfs speed could not be read (the same driver call answers both: a link down has none in either)
 fact_speed() {
+  local f n v c sp l
   for f in /sys/class/net/*/speed; do
     [ -e "$f" ] || continue; n=${f%/speed}; n=${n##*/}; v=
     read -r v < "$f" 2>/dev/null
@@ -74,10 +90,15 @@ fact_speed() {
   done
   _has ethtool || return 0
   for n in /sys/class/infiniband/*/device/net/*; do
-    [ -e "$n" ] || continue; nd=${n##*/}
-    sp=$(ethtool "$nd" 2>/dev/null | sed -n 's/^[[:space:]]*Speed:[[:space:]]*//p')
-    printf 'ethtool %s %s\n' "$nd" "$sp"
+    [ -e "$n" ] || continue; n=${n##*/}; v=; c=
+    read -r v 2>/dev/null <"/sys/class/net/$n/speed"; read -r c 2>/dev/null <"/sys/class/net/$n/carrier"
+    if [ "$c" != 1 ] || [[ $v =~ ^[1-9][0-9]*$ ]]; then continue; fi
+    { sp=$(exec ethtool "$n"); } 2>/dev/null
+    while IFS= read -r l; do
+      [[ $l =~ ^[[:space:]]*Speed:[[:space:]]*(.*)$ ]] && printf 'ethtool %s %s\n' "$n" "${BASH_REMATCH[1]}"
+    done <<<"$sp"
   done
+  true
 }
 
 # sparkctl's own sysctl.d files (a relaying ring node's forwarding): name and base64 content
@@ -94,39 +115,62 @@ fact_ipv4_conf() {
   done
 }
 
-# netplan's files are 0600 root: read as root when that works; base64 keeps any content intact
+# netplan's files are 0600 root: read as root when that works; each as its mode, `text` and its path, then its lines
+# (_lines_of), or as its mode, `b64:` and its base64, and its path: the content kept exactly either way
 fact_netplan() {
-  local f m c files=()
-  local -A modes=()
+  local f m s files=()
+  local -A modes=() sizes=()
   for f in /etc/netplan/*.yaml; do [ -e "$f" ] && files+=("$f"); done
   [ "${#files[@]}" -gt 0 ] || return 0
-  # every file's mode in one stat
-  while read -r m f; do modes[$f]=$m; done < <(stat -c '%a %n' "${files[@]}" 2>/dev/null)
-  # each file's content printed by its base64 straight out (no capture: a process less per file)
+  # every file's mode and size in one stat
+  while read -r m s f; do modes[$f]=$m; sizes[$f]=$s; done < <(stat -c '%a %s %n' "${files[@]}" 2>/dev/null)
   for f in "${files[@]}"; do
     m=${modes[$f]:--}
-    if [ -r "$f" ]; then printf '%s b64:' "$m"; base64 -w0 <"$f"
-    elif [ "$_SUDO_OK" = 1 ]; then printf '%s b64:' "$m"; "${_S[@]}" base64 -w0 "$f" 2>/dev/null
-    else printf '%s -' "$m"; fi
-    printf ' %s\n' "$f"
+    if [ -r "$f" ] && _lines_of "$f" "${sizes[$f]:-}"; then
+      printf '%s text %s\n' "$m" "$f"; [ "${#_NL[@]}" -eq 0 ] || printf '%s\n' "${_NL[@]}"
+    # a file the shell cannot print as lines (a NUL in it) by its base64, straight out
+    elif [ -r "$f" ]; then printf '%s b64:' "$m"; base64 -w0 <"$f"; printf ' %s\n' "$f"
+    elif [ "$_SUDO_OK" = 1 ]; then printf '%s b64:' "$m"; "${_S[@]}" base64 -w0 "$f" 2>/dev/null; printf ' %s\n' "$f"
+    else printf '%s - %s\n' "$m" "$f"; fi
   done
 }
 
+# _lines_of FILE SIZE: FILE's lines into _NL, each after `|` (`~` before a last line without its newline), read by the
+# shell (a `base64` was a process per file); fails where they are not all of it: a NUL, which `read` drops, makes
+# their bytes (LC_ALL=C: ${#l} counts bytes) fewer than SIZE
+_lines_of() {
+  local l n=0
+  _NL=()
+  while IFS= read -r l; do _NL+=("|$l"); n=$((n + ${#l} + 1)); done 2>/dev/null <"$1"
+  [ -z "$l" ] || { _NL+=("~$l"); n=$((n + ${#l})); }
+  [ "$n" = "$2" ]
+}
+
 # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it prints;
-# readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls: each costs
-# ~50 ms of the round trip. Parsed in sparkctl/facts/networkmanager.py.
+# readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls (each costs
+# ~50 ms of the round trip and ~25 ms of the node's CPU, NetworkManager's and dbus's share included), under ONE
+# `timeout` in a bash of their own, which takes the job's place (_job_exec); each under its own where the facts run
+# in order (no temp dir). Parsed in sparkctl/facts/networkmanager.py.
 fact_nm() {
   if ! _has nmcli; then echo '#absent'; return; fi
+  if [ -n "$_TO" ] && [ -n "$_D" ] && declare -f _nm_asks >"$_D/.nm" 2>/dev/null && echo '_nm_asks' >>"$_D/.nm"; then
+    _job_exec timeout 10 bash "$_D/.nm"
+  elif [ -n "$_TO" ]; then _nm_asks timeout 5
+  else _nm_asks; fi
+}
+
+# _nm_asks [BOUND...]: nmcli's three answers, each run by the command BOUND (`timeout 5` where each has its own)
+_nm_asks() {
   local -x LC_ALL=C
   local c l u=()
-  echo '#devices'; _t 5 nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
+  echo '#devices'; "$@" nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
   echo '#connections'
-  c=$(_tx 5 nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
+  c=$(exec "$@" nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
   printf '%s\n' "$c"
   echo '#settings'
   while IFS= read -r l; do [[ $l =~ ^([0-9a-fA-F-]{36}): ]] && u+=("${BASH_REMATCH[1]}"); done <<<"$c"
   if [ "${#u[@]}" -gt 0 ]; then
-    _t 5 nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address connection show "${u[@]}" 2>&1
+    "$@" nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address connection show "${u[@]}" 2>&1
   fi
 }
 
@@ -210,12 +254,19 @@ fact_ss() { if [ "$_SUDO_OK" = 1 ]; then "${_S[@]}" ss -ltnpH 2>/dev/null || ss 
 # root already, or `sudo -n` ran the privileged shell: sudo asked once, by that shell
 fact_sudo() { [ "$_SUDO_OK" = 1 ]; }
 
-# sparkctl's firewall files (arguments: the rules, the listing, the unit; 644, no secret in them), each after its
-# marker, absent ones left out, then whether the unit is enabled
+# sparkctl's firewall files (arguments: the unit's name, the link `systemctl enable` makes for it, then the rules, the
+# listing, the unit; 644, no secret in them), each after its marker, absent ones left out, then whether the unit is
+# enabled: as `systemctl is-enabled` says it where the link leads to the unit's file (the last argument) and nothing
+# in /run/systemd/system stands in for it (a runtime mask, a runtime unit); asked where that is not so
 fact_firewall_files() {
-  _unit=$1; shift
+  local _unit=$1 _wants=$2 _file=${!#} _f
+  shift 2
   for _f in "$@"; do [ -f "$_f" ] && { echo "#file $_f"; _print "$_f"; }; done
-  echo '#enabled'; systemctl is-enabled "$_unit" 2>/dev/null; true
+  echo '#enabled'
+  if [ -L "$_wants" ] && [ -f "$_file" ] && [ ! -L "$_file" ] && [ "$_wants" -ef "$_file" ] &&
+    [ ! -e "/run/systemd/system/$_unit" ] && [ ! -L "/run/systemd/system/$_unit" ]; then echo enabled
+  else systemctl is-enabled "$_unit" 2>/dev/null; fi
+  true
 }
 
 fact_firewall() {
@@ -224,18 +275,34 @@ fact_firewall() {
   if _has iptables; then echo '#iptables'; "${_S[@]}" iptables -S INPUT 2>&1; fi
 }
 
-# _held NAME: a background or privileged section's output, and its exit status in _rc (empty: it was cut short), once
-# the facts' own background jobs are done (not the side reads; the root shell's root reads, bounded, among them)
+# _held NAME: a background or privileged section's output, and its exit status in _rc (a background one's by `wait`;
+# a privileged one's from the root shell, empty: it was cut short), once the facts' own background jobs are done (not
+# the side reads; the root shell's root reads, bounded, among them)
 _held() {
-  wait "${_FP[@]}"
-  _print "$_D/$1"; _rc=1; read -r _rc <"$_D/$1.rc"
+  _jobs_done
+  _print "$_D/$1"; _rc=1
+  if [ -n "${_FN[$1]:-}" ]; then wait "${_FN[$1]}"; _rc=$?; else read -r _rc <"$_D/$1.rc"; fi
 }
+
+# _jobs_done: the facts' background jobs ended; where sudo refused the root shell (it never began), the privileged
+# sections run as the user now, once
+_jobs_done() {
+  wait "${_FP[@]}"
+  if [ -n "$_PJ" ] && [ ! -e "$_D/.privileged" ]; then
+    ( _privileged "$_D" 0 ) </dev/null >/dev/null 2>&1 3>&-
+  fi
+  _PJ=
+}
+
+# _job_exec COMMAND...: a background section's last command, run in the job's place (`exec`: no process kept only to
+# wait for it); run as any other where the section runs in this shell
+_job_exec() { if [ -n "${_JOB:-}" ]; then exec "$@"; else "$@"; fi; }
 
 # The script's start: its clock (bash's $SECONDS, whole seconds), its private temp dir (none: every section runs in
 # order, and no side read runs), and how root is reached: root already, else `sudo -n`, which the privileged shell
 # tries once when there is a temp dir, and which is asked here when there is none.
 _facts_begin() {
-  _T0=$SECONDS; _FP=(); _SP=(); _SG=(); _SGR=(); _TO=""; _has timeout && _TO=timeout
+  _T0=$SECONDS; _FP=(); _PJ=; declare -gA _FN=(); _SP=(); _SW=(); _SG=(); _SGR=(); _TO=""; _has timeout && _TO=timeout
   { _D=$(mktemp -d); } 2>/dev/null || _D=""
   if [ "${EUID:-$(id -u 2>/dev/null)}" = 0 ]; then _S=(); _SUDO_OK=1
   elif [ -n "$_D" ]; then _S=(sudo -n); _SUDO_OK=""
@@ -253,13 +320,11 @@ _privileged_job() {
     local f=
     declare -f "${_PF[@]}" >"$_D/.functions" && IFS= read -r -d '' f <"$_D/.functions"
     [ -n "$f" ] || f=$(declare -f "${_PF[@]}")  # the file could not be written (a full /tmp)
-    "${_S[@]}" bash -c "$f
-_privileged \"\$@\"" _ "$_D" 1 2>/dev/null ||
-      [ -e "$_D/.privileged" ] ||
-      ( _privileged "$_D" 0 )
-  else
-    ( _privileged "$_D" "$_SUDO_OK" )
+    # sudo in the job's place; refused, it leaves no mark, and _jobs_done runs the sections as the user
+    exec "${_S[@]}" bash -c "$f
+_privileged \"\$@\"" _ "$_D" 1 2>/dev/null
   fi
+  _privileged "$_D" "$_SUDO_OK"
 }
 
 # In the root shell: umask 022, so that the user reads what root wrote (sudo keeps a stricter umask of theirs: 027
@@ -274,14 +339,16 @@ _privileged_begin() {
 # a subshell of ONE bash (a process per read, not a `timeout` and a bash each), bounded by SECONDS together: `timeout`
 # is the job itself (the reads' bash where the node has none), so that its PID is known: stopped, it stops every read
 # of it (it leads its own process group and passes the signal on). Nothing of the round trip's stdin or stdout (nor
-# fd 3, its held stdout) stays open in them: one left behind must not hold the channel. side-I: a read's output,
-# side-I.rc: its exit status once done; _SP[G]: the group's PID, _SG[I]: the read's group.
+# fd 3, its held stdout) stays open in them: one left behind must not hold the channel. The group's own stdout is a
+# pipe this shell reads (_SW[G]): its end of file says that the group ended, so that the wait for it needs no
+# process of its own (_sides_wait). side-I: a read's output, side-I.rc: its exit status once done; _SP[G]: the
+# group's PID, _SG[I]: the read's group.
 _sides() {
-  local to=() g=${#_SP[@]}
+  local to=() g=${#_SP[@]} w
   [ -n "$_TO" ] && to=(timeout "$1")
   shift
-  "${to[@]}" bash -c "$_SIDE_READS" _ "$_D" "$@" >/dev/null 2>&1 </dev/null 3>&- &
-  _SP[g]=$!
+  exec {w}< <("${to[@]}" bash -c "$_SIDE_READS" _ "$_D" "$@" 2>/dev/null </dev/null 3>&-)
+  _SP[g]=$!; _SW[g]=$w
   while [ "$#" -gt 1 ]; do _SG[$1]=$g; shift 2; done
 }
 # the group's bash: its reads started at once, each one's exit status written as soon as it ended (each `wait -n`,
@@ -308,19 +375,27 @@ fi'
 
 # _sides_wait GRACE: once the facts are read, the side reads get GRACE seconds more, or as long again as the facts
 # took (a node under load is as slow for both); a group still running then is stopped and what it had not finished
-# left out: those tasks read for themselves. The wait ends the moment the last group does; the stopper (only armed
-# when one still runs: bash reaps a finished job at once, so `kill -0` no longer finds it) holds nothing of the
-# round trip's output open.
+# left out: those tasks read for themselves. The wait ends the moment the last group does: bash's `read -t` on each
+# group's pipe returns at its end of file (nothing but the group holds its other end), and the time it waited is
+# taken from the grace (bash 5's $EPOCHREALTIME; whole seconds by $SECONDS before it).
 _sides_wait() {
-  local grace=$((SECONDS - _T0)) g p stopper=
+  local grace=$((SECONDS - _T0)) g left t0 t1 t r w cut=''
   [ "$grace" -lt "$1" ] && grace=$1
-  for p in "${_SP[@]}"; do
-    kill -0 "$p" 2>/dev/null || continue
-    { sleep "$grace"; kill "${_SP[@]}"; } </dev/null >/dev/null 2>&1 3>&- &
-    stopper=$!; break
+  left=${grace}000000
+  for g in "${!_SP[@]}"; do
+    while [ -z "$cut" ]; do
+      [ "$left" -gt 0 ] || { cut=1; break; }
+      t0=${EPOCHREALTIME:-$SECONDS.000000}
+      printf -v t '%d.%06d' $((left / 1000000)) $((left % 1000000))
+      read -r -t "$t" -u "${_SW[$g]}"; r=$?
+      t1=${EPOCHREALTIME:-$SECONDS.000000}
+      left=$((left - (10#${t1/./} - 10#${t0/./})))
+      [ "$r" -gt 128 ] && cut=1
+      [ "$r" = 0 ] || break  # its end of file: the group ended
+    done
   done
-  for g in "${!_SP[@]}"; do wait "${_SP[$g]}"; _SGR[g]=$?; done
-  [ -z "$stopper" ] || kill "$stopper" 2>/dev/null
+  [ -z "$cut" ] || kill "${_SP[@]}" 2>/dev/null
+  for g in "${!_SP[@]}"; do wait "${_SP[$g]}"; _SGR[g]=$?; w=${_SW[$g]}; exec {w}<&-; done
 }
 
 # _side_out I: a side read's output, and its exit status in _rc: its own once it ended; 124 (and what it printed)
@@ -338,7 +413,7 @@ _side_out() {
 _root_side_out() {
   _rc=1
   [ -n "$_D" ] && [ "${#_FP[@]}" -gt 0 ] || return 0
-  wait "${_FP[@]}"
+  _jobs_done
   [ -e "$_D/side-$1.rc" ] && { _print "$_D/side-$1"; read -r _rc <"$_D/side-$1.rc"; }
   true
 }

@@ -22,6 +22,7 @@ from sparkctl.errors import Unreachable
 from sparkctl.facts import ContainerInfo, Facts
 from sparkctl.inventory import Inventory, Node
 from sparkctl.inventory.serve import engine_port
+from sparkctl.knowledge.nccl import log_lines_script
 from sparkctl.knowledge.serve_client import node_http_command
 from sparkctl.plan import ClusterPlan, hub_hashes
 from sparkctl.plan.collector import collector_name
@@ -392,7 +393,7 @@ HOST_SECTIONS: list[ProbeSection] = [
                  _read_models),
     ProbeSection("serve-log", lambda w: f"[ -f {q(w.log)} ] || exit 3; tail -n {LOG_LINES} {q(w.log)}",
                  _read_serve_log),
-    ProbeSection("nccl", lambda w: f"grep -E 'NCCL|NET/' {q(w.log)} 2>/dev/null | tail -n {NCCL_LINES}",
+    ProbeSection("nccl", lambda w: log_lines_script(q(w.log), NCCL_LINES),
                  lambda p, s: replace(p, nccl_log=s.output)),
     ProbeSection("rendezvous", _rendezvous, _read_rendezvous),
     ProbeSection("health", lambda w: f"printf '%s\\n' \"${w.health_var}\"" if w.world_head and w.serving else None,

@@ -10,3 +10,6 @@ RULES_PATH = posixpath.join(FIREWALL_DIR, "firewall.nft")
 LISTED_PATH = posixpath.join(FIREWALL_DIR, "firewall.listed")
 UNIT_NAME = "sparkctl-firewall.service"
 UNIT_PATH = posixpath.join("/etc/systemd/system", UNIT_NAME)
+#: the target the unit's [Install] names, and the link `systemctl enable` makes for it there
+INSTALL_TARGET = "sysinit.target"
+WANTS_PATH = posixpath.join("/etc/systemd/system", f"{INSTALL_TARGET}.wants", UNIT_NAME)

@@ -28,12 +28,30 @@ def parse_key_values(text: str) -> dict[str, str]:
     return values
 
 
+_ID_FIELD = re.compile(r"\b(uid|gid|euid|egid|groups)=(\S+)")
+_ID_ENTRY = re.compile(r"(\d+)(?:\(([^)]*)\))?")
+
+
 def parse_id(text: str) -> tuple[str, int, list[str]]:
+    """The `id` section: `id`'s line (`uid=N(name) gid=N(name) [euid=..] [egid=..] groups=N(name),...`) and $EUID,
+    into the user's name, uid and group names as `id -un` and `id -Gn` print them; or, as older versions of the
+    facts printed them, those three lines."""
     lines = text.splitlines()
     if len(lines) < 2:
         raise ValueError(f"expected user, uid and groups, got {len(lines)} lines")
-    groups = lines[2].split() if len(lines) > 2 else []
-    return lines[0].strip(), int(lines[1]), groups
+    if not lines[0].startswith("uid="):
+        groups = lines[2].split() if len(lines) > 2 else []
+        return lines[0].strip(), int(lines[1]), groups
+    fields = {key: [(int(m[1]), m[2] or m[1]) for m in _ID_ENTRY.finditer(value)]
+              for key, value in _ID_FIELD.findall(lines[0])}
+    if not fields.get("uid") or not fields.get("gid"):
+        raise ValueError(f"not an id line: {lines[0]!r}")
+    user = (fields.get("euid") or fields["uid"])[0][1]
+    # `id -Gn`'s order (coreutils id.c print_group_list): the real group, the effective one where it differs, then
+    # the others as the process has them
+    first = [fields["gid"][0], *fields.get("egid", [])]
+    rest = [g for g in fields.get("groups", []) if g[0] not in {gid for gid, _name in first}]
+    return user, int(lines[1]), [name for _gid, name in first + rest]
 
 
 def parse_ip_addr(text: str) -> dict[str, Interface]:
@@ -138,8 +156,16 @@ def parse_ssh_connection(text: str) -> str | None:
 
 
 def parse_netplan(text: str) -> list[NetplanFile]:
-    files = []
-    for line in text.splitlines():
+    """fact_netplan's lines: `MODE text PATH` and the file's lines after it (each after `|`, `~` before a last line
+    without its newline), `MODE b64:BASE64 PATH`, or `MODE - PATH` (unreadable)."""
+    files: list[NetplanFile] = []
+    lines: list[str] | None = None  # the text file being read
+    for line in text.split("\n"):  # only \n ends a line: a \r is the file's own
+        if lines is not None and line[:1] in ("|", "~"):
+            lines.append(line[1:] + ("\n" if line[0] == "|" else ""))
+            continue
+        if lines is not None:
+            files[-1].content, lines = "".join(lines), None
         if not line.strip():
             continue
         mode, content, path = line.split(" ", 2)
@@ -147,6 +173,10 @@ def parse_netplan(text: str) -> list[NetplanFile]:
         if content.startswith("b64:"):
             decoded = base64.b64decode(content[4:]).decode("utf-8", "replace")
         files.append(NetplanFile(path=path, content=decoded, mode=int(mode, 8) if mode != "-" else None))
+        if content == "text":
+            lines = []
+    if lines is not None:
+        files[-1].content = "".join(lines)
     return files
 
 

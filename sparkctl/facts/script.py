@@ -17,7 +17,8 @@ from sparkctl.transport.framing import Framing, held_output
 #: $SECONDS measures the facts); as long again as the facts took when that is longer.
 SIDE_GRACE_S = 3
 #: what the privileged sections' functions may call in the root shell (templates/facts.sh)
-_ROOT_HELPERS = {"_t", "_tx", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "fact_netplan_guards"}
+_ROOT_HELPERS = {"_t", "_tx", "_has", "_print", "_as_root", "_privileged", "_privileged_begin", "_lines_of",
+                 "fact_netplan_guards"}
 
 
 class SideRead(NamedTuple):
@@ -54,8 +55,9 @@ def render_request(nonce: str, request: FactsRequest,
     parts = [shipped_text("facts.sh").rstrip(), _guards_function(), _print_function(), "_facts_begin", hold]
     # a section that waits on a daemon or walks a big table runs in the background from the top, into the temp dir,
     # and is printed in its place (_held): the round trip costs the slowest of them, not their sum
-    parts += [f'if [ -n "$_D" ]; then {{ {{\n{call}\n}} >"$_D/{entry.name}" 2>/dev/null; '
-              f'echo $? >"$_D/{entry.name}.rc"; }} 3>&- & _FP+=("$!"); fi'
+    # (_JOB: a section's last command may take the job's place, `exec`: its exit status is the job's, for `wait`)
+    parts += [f'if [ -n "$_D" ]; then {{ _JOB=1\n{call}\n}} >"$_D/{entry.name}" 2>/dev/null 3>&- & '
+              f'_FP+=("$!"); _FN[{entry.name}]=$!; fi'
               for entry, call in sections if entry.concurrent and not entry.privileged]
     privileged = [(entry, call) for entry, call in sections if entry.privileged]
     if privileged or root_side:
@@ -68,7 +70,8 @@ def render_request(nonce: str, request: FactsRequest,
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
         parts.append(f"_PF=({' '.join(called)})")
-        parts.append('[ -n "$_D" ] && { _privileged_job </dev/null >/dev/null 2>&1 3>&- & _FP+=("$!"); }')
+        parts.append('[ -n "$_D" ] && { _privileged_job </dev/null >/dev/null 2>&1 3>&- & _FP+=("$!"); '
+                     '[ "${#_S[@]}" -gt 0 ] && _PJ=1; }')
     if len(root_side) < len(side):
         # one group per bound (in practice one: every read ahead has the same), one bash for each
         groups: dict[float, list[int]] = {}

@@ -15,7 +15,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from sparkctl.facts import parse
-from sparkctl.facts.firewall_files import LISTED_PATH, RULES_PATH, UNIT_NAME, UNIT_PATH
+from sparkctl.facts.firewall_files import LISTED_PATH, RULES_PATH, UNIT_NAME, UNIT_PATH, WANTS_PATH
 from sparkctl.facts.lldp import parse_lldp
 from sparkctl.facts.model import ContainerInfo, Facts
 from sparkctl.facts.networkmanager import parse_nmcli
@@ -153,7 +153,8 @@ def _read_firewall(f: Facts, got: Got) -> None:
 
 
 #: sparkctl's firewall files (plan/firewall.py; 644, no secret in them), each after its marker
-FIREWALL_FILES_CALL = f"fact_firewall_files {q(UNIT_NAME)} {q(RULES_PATH)} {q(LISTED_PATH)} {q(UNIT_PATH)}"
+FIREWALL_FILES_CALL = (f"fact_firewall_files {q(UNIT_NAME)} {q(WANTS_PATH)} {q(RULES_PATH)} {q(LISTED_PATH)} "
+                       f"{q(UNIT_PATH)}")
 
 
 def _read_firewall_files(f: Facts, got: Got) -> None:
@@ -276,7 +277,7 @@ FACT_SECTIONS: list[FactSection] = [
     FactSection("roce", _always("fact_roce"), lambda f, got: replace(f, roce=got.parsed(parse.parse_ibdev2netdev, []))),
     FactSection("lldp", _always("fact_lldp"), lambda f, got: replace(f, lldp=got.parsed(parse_lldp, None)),
                 privileged=True),
-    FactSection("speed", _always("fact_speed"), _read_speed, concurrent=True),
+    FactSection("speed", _always("fact_speed"), _read_speed),
     FactSection("ssh-connection", _always("fact_ssh_connection"),
                 lambda f, got: replace(f, session_ip=got.parsed(parse.parse_ssh_connection, None))),
     FactSection("routes", _always("fact_routes"), lambda f, got: replace(f, routes=got.parsed(parse.parse_routes, []))),

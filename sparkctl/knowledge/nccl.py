@@ -19,6 +19,12 @@ _WARN = re.compile(r"NCCL WARN (?P<msg>.*?)\s*$")
 _BUSBW = re.compile(r"busbw_GBps=(?P<bw>[\d.]+)|#\s*Avg bus bandwidth\s*:\s*(?P<avg>[\d.]+)")
 
 
+
+def log_lines_script(log: str, lines: int) -> str:
+    """Shell printing the last `lines` of NCCL's own lines in the log `log` (a shell word, quoted), those
+    parse_nccl_log reads; nothing, and no process started, where there is no such log (a node that runs no rank)."""
+    return f"if [ -f {log} ]; then grep -E 'NCCL|NET/' {log} 2>/dev/null | tail -n {lines}; fi"
+
 @dataclass
 class IbDevice:
     device: str  # "rocep1s0f1"

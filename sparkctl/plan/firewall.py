@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from sparkctl.facts.firewall_files import RULES_PATH, TABLE, UNIT_NAME
+from sparkctl.facts.firewall_files import INSTALL_TARGET, RULES_PATH, TABLE, UNIT_NAME
 from sparkctl.inventory import Inventory
 from sparkctl.plan.fabric import FabricPlan
 from sparkctl.plan.render import render
@@ -45,7 +45,7 @@ class FirewallSpec:
                       fabric=self.fabric, ssh_port=self.ssh_port, ssh_v4=v4, ssh_v6=v6, tcp=self.tcp, udp=self.udp)
 
     def unit(self) -> str:
-        return render("firewall.service.j2", cluster=self.cluster, rules=RULES_PATH)
+        return render("firewall.service.j2", cluster=self.cluster, rules=RULES_PATH, wanted_by=INSTALL_TARGET)
 
     def summary(self) -> str:
         """What answers on the management side, in words."""

@@ -19,6 +19,8 @@ VERIFIED_DIR = "sparkctl-verified"
 #: one blob's stat as both scripts print it (GNU stat --printf; %.9Y: the mtime to the nanosecond)
 STAT_FIELDS = "%s\\t%.9Y\\t%i\\n"
 _LISTED = "S\\t%n\\t" + STAT_FIELDS
+#: the same line from find's -printf: %T@ is the mtime with 10 digits after the point (the nanoseconds, then a 0)
+_FOUND = "S\\t%P\\t%s\\t%T@\\t%i\\n"
 _ETAG = re.compile(r"^blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
 _HEX_ETAG = re.compile(r"([0-9a-f]{40}|[0-9a-f]{64})\Z")
 #: where huggingface_hub keeps a --local-dir download's metadata, inside that dir
@@ -63,9 +65,10 @@ def record_path(hf_cache_dir: str, repo_dir: str) -> str:
 def stat_script(repo_dir: str, record: str, hub: bool = True) -> str:
     """What the node verified before (`C` lines) and each blob's stat through its links (`S`: path, size, mtime,
     inode), after the manifest's lines; of a --local-dir (`hub` False): each of its files' but the metadata's."""
-    stat = f"stat -L --printf {q(_LISTED)}"
-    listed = (f"{stat} blobs/*" if hub else
-              f"find . -path ./.cache -prune -o -type f -printf '%P\\0' | xargs -0 -r {stat}")
+    # a --local-dir's files are regular files: find prints their stat itself (an `xargs` and a `stat` fewer), its
+    # mtime with one digit more than stat's (parse_stats reads both alike)
+    listed = (f"stat -L --printf {q(_LISTED)} blobs/*" if hub else
+              f"find . -path ./.cache -prune -o -type f -printf {q(_FOUND)}")
     return (f"[ -r {q(record)} ] && while IFS= read -r l || [ -n \"$l\" ]; do printf 'C\\t%s\\n' \"$l\"; "
             f"done <{q(record)}; "
             f"if cd {q(repo_dir)} 2>/dev/null; then {listed} 2>/dev/null; cd /; fi")
@@ -84,8 +87,14 @@ def parse_stats(stdout: str) -> tuple[set[str], dict[str, tuple[str, str, str]]]
             record.add(rest)
         elif kind == "S":
             path, size, mtime, inode = (rest.split("\t") + ["", "", "", ""])[:4]
-            stats[path] = (size, mtime, inode)
+            stats[path] = (size, _nanoseconds(mtime), inode)
     return record, stats
+
+
+def _nanoseconds(mtime: str) -> str:
+    """An mtime as `stat`'s %.9Y prints it: find's %T@ prints one digit more, a 0."""
+    whole, dot, fraction = mtime.partition(".")
+    return f"{whole}.{fraction[:9].ljust(9, '0')}" if dot and len(fraction) > 9 else mtime
 
 
 def unverified(paths: list[str], record: set[str], stats: dict[str, tuple[str, str, str]],

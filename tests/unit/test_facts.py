@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -478,3 +479,123 @@ def test_a_stopped_facts_read_still_sends_what_it_read(monkeypatch):
 
 def _ignore(_facts, _got):
     pass
+
+
+def _fake_sysfs_class(root, devices: dict[str, tuple[str, str, str | None, str | None]]) -> None:
+    """A /sys/class with RoCE devices: name -> (link layer, netdev, the netdev the GID table names or None, carrier
+    or None: unreadable, as it is on a netdev administratively down)."""
+    for name, (layer, netdev, gid_ndev, carrier) in devices.items():
+        port = root / "infiniband" / name / "ports" / "1"
+        (port / "gid_attrs" / "ndevs").mkdir(parents=True)
+        (port / "link_layer").write_text(layer + "\n")
+        if gid_ndev is not None:
+            (port / "gid_attrs" / "ndevs" / "0").write_text(gid_ndev + "\n")
+        (root / "infiniband" / name / "device" / "net" / netdev).mkdir(parents=True)
+        net = root / "net" / netdev
+        net.mkdir(parents=True)
+        if carrier is None:
+            (net / "carrier").mkdir()  # there, and no read of it succeeds
+        else:
+            (net / "carrier").write_text(carrier + "\n")
+
+
+def _roce_section(sys_class, ibdev2netdev: str = "") -> tuple[str, str]:
+    """fact_roce run against `sys_class` mounted over /sys/class (a mount namespace of its own); `ibdev2netdev`: a
+    stand-in of that name on PATH (it says that it ran)."""
+    script = (f"{ibdev2netdev}\n" if ibdev2netdev else "") + render_script("n")
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c",
+                          f'mount --bind {shlex.quote(str(sys_class))} /sys/class && bash -c "$0"', script],
+                         capture_output=True, text=True, timeout=60)
+    return Framing("n").split(out.stdout)["roce"].output, out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_roce_devices_are_read_from_sysfs_as_ibdev2netdev_reads_them(tmp_path):
+    """The Spark's lines, read by the shell from sysfs as Mellanox's ibdev2netdev reads them (the GID table's netdev,
+    else the PCI function's; Up only when the carrier reads 1): the script, a few dozen processes on a Spark, is not
+    run at all."""
+    _fake_sysfs_class(tmp_path, {
+        "rocep1s0f0": ("Ethernet", "enp1s0f0np0", "enp1s0f0np0", None),
+        "roceP2p1s0f0": ("Ethernet", "enP2p1s0f0np0", None, "0"),
+        "rocep1s0f1": ("Ethernet", "enp1s0f1np1", "enp1s0f1np1", "1"),
+        "roceP2p1s0f1": ("Ethernet", "enP2p1s0f1np1", None, "1")})
+    stand_in = 'ibdev2netdev() { echo "ibdev2netdev ran" >&2; }'
+    roce, err = _roce_section(tmp_path, stand_in)
+    assert "ibdev2netdev ran" not in err
+    assert sorted(roce.splitlines()) == sorted([
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)", "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)",
+        "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)"])
+    assert {(d.device, d.netdev, d.up) for d in p.parse_ibdev2netdev(roce)} >= {("rocep1s0f1", "enp1s0f1np1", True)}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_ibdev2netdev_answers_where_sysfs_has_no_roce_port_or_an_infiniband_one(tmp_path):
+    stand_in = 'ibdev2netdev() { echo "ibdev2netdev ran" >&2; echo "mlx5_0 port 1 ==> ib0 (Up)"; }'
+    (tmp_path / "none" / "net").mkdir(parents=True)
+    _fake_sysfs_class(tmp_path / "ib", {"mlx5_0": ("InfiniBand", "ib0", None, "1")})
+    for sys_class in (tmp_path / "none", tmp_path / "ib"):
+        roce, err = _roce_section(sys_class, stand_in)
+        assert "ibdev2netdev ran" in err and roce == "mlx5_0 port 1 ==> ib0 (Up)\n"
+    assert _roce_section(tmp_path / "none")[0] == ""  # neither: nothing to say
+
+
+def test_id_s_one_line_reads_as_id_un_and_id_gn_print_it(users):
+    """The facts ask `id` once: its line gives the user's name and groups in the order `id -un` and `id -Gn` print
+    them (compared with both, for root and for a user with groups of its own on this machine)."""
+    from tests.unit.ssh_kit import SUDO_USER
+
+    def run(user: str, *args: str) -> str:
+        return subprocess.run(["runuser", "-u", user, "--", *args], capture_output=True, text=True, check=True).stdout
+
+    for user in ("root", SUDO_USER):
+        euid = run(user, "bash", "-c", 'echo "$EUID"')
+        assert p.parse_id(run(user, "id") + euid) == (run(user, "id", "-un").strip(), int(euid),
+                                                       run(user, "id", "-Gn").split())
+    line = "uid=1001(nvidia) gid=1001(nvidia) euid=0(root) groups=27(sudo),1001(nvidia),4242 context=u:r:t:s0\n0\n"
+    assert p.parse_id(line) == ("root", 0, ["nvidia", "sudo", "4242"])
+    assert p.parse_id("nvidia\n1001\nnvidia docker\n") == ("nvidia", 1001, ["nvidia", "docker"])  # older facts
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_netplan_files_are_printed_by_the_shell_and_read_back_exactly(tmp_path):
+    """Each netplan file is printed as its lines by the shell (a `base64` was a process per file), and read back as
+    it is: a last line without its newline, a CR, UTF-8, an empty file; one with a NUL, which the shell's `read`
+    cannot keep, goes by its base64."""
+    contents = {"00-plain.yaml": b"network:\n  version: 2\n", "10-no-newline.yaml": b"network:\n  version: 2",
+                "20-crlf.yaml": b"network:\r\n  version: 2\r\n", "30-utf8.yaml": "# r\u00e9seau \u2014\n".encode(),
+                "40-empty.yaml": b"", "50-nul.yaml": b"network:\x00\n  version: 2\n",
+                "60-blank-lines.yaml": b"\n\n|x\n~y\n"}
+    for name, content in contents.items():
+        (tmp_path / name).write_bytes(content)
+        (tmp_path / name).chmod(0o600)
+    mount = f'mount --bind {shlex.quote(str(tmp_path))} /etc/netplan && bash -c "$0"'
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", mount, render_script("n")],
+                         capture_output=True, timeout=60)
+    # decoded as the transports decode (transport/ssh.py: no newline translation)
+    section = Framing("n").split(out.stdout.decode(errors="replace"))["netplan"].output
+    files = {Path(f.path).name: f for f in p.parse_netplan(section)}
+    assert {name: f.content for name, f in files.items()} == {n: c.decode() for n, c in contents.items()}
+    assert {f.mode for f in files.values()} == {0o600}
+    assert "50-nul.yaml" in section and section.count(" text /etc/netplan/") == len(contents) - 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_speeds_are_sysfs_s_and_ethtool_is_asked_only_where_a_link_with_carrier_has_none_there(tmp_path):
+    _fake_sysfs_class(tmp_path, {"rocep1s0f1": ("Ethernet", "enp1s0f1np1", None, "1"),
+                                 "roceP2p1s0f1": ("Ethernet", "enP2p1s0f1np1", None, "1"),
+                                 "rocep1s0f0": ("Ethernet", "enp1s0f0np0", None, "0")})
+    (tmp_path / "net" / "enp1s0f1np1" / "speed").write_text("200000\n")
+    (tmp_path / "net" / "enP2p1s0f1np1" / "speed").mkdir()  # there, and no read of it succeeds
+    (tmp_path / "net" / "enp1s0f0np0" / "speed").write_text("-1\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ethtool").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/asked\n'
+                                     'printf \'Settings for %s:\\n\\tSpeed: 100000Mb/s\\n\\tDuplex: Full\\n\' "$1"\n')
+    (bin_dir / "ethtool").chmod(0o755)
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c",
+                          f'mount --bind {shlex.quote(str(tmp_path))} /sys/class && bash -c "$0"', render_script("n")],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert p.parse_speeds(Framing("n").split(out.stdout)["speed"].output) == {"enp1s0f1np1": 200_000,
+                                                                               "enP2p1s0f1np1": 100_000}
+    assert (tmp_path / "asked").read_text() == "enP2p1s0f1np1\n"

@@ -5,6 +5,9 @@ unit, a load armed with a revert and confirmed over a new connection, `firewall:
 from __future__ import annotations
 
 import hashlib
+import os
+import posixpath
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -216,3 +219,42 @@ def test_the_guard_puts_back_the_table_and_the_files_it_kept(tmp_path):
     # the new rules replace the old file only once confirmed: a guard that reverts drops them
     assert "rm -f /etc/sparkctl/firewall.nft.new" in script and "flock 9" in script
     assert Path(RULES_PATH).parent.as_posix() == "/etc/sparkctl"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("systemctl"),
+                    reason="needs root for a mount namespace, and systemctl")
+def test_the_facts_say_the_unit_is_enabled_as_systemctl_does_and_ask_it_only_off_the_plain_case(tmp_path):
+    """The link `systemctl enable` makes, leading to the unit's file with nothing in /run standing in for it, is
+    read as "enabled" by the shell (`systemctl` was a process on every rerun); every other case is asked, and each
+    answer is the one `systemctl is-enabled` gives (here without a manager: `--root=/` reads the unit files)."""
+    from sparkctl.facts.firewall_files import UNIT_NAME, WANTS_PATH
+    from sparkctl.facts.sections import FIREWALL_FILES_CALL
+    from sparkctl.shipped import shipped_text
+
+    unit = _spec(tmp_path)[0].unit()
+    cases = {  # what systemctl says of each (a runtime mask: "masked-runtime" from the manager; not read offline)
+        "enabled": (f"ln -s {UNIT_PATH} {WANTS_PATH}", "enabled"),
+        "disabled": ("true", "disabled"),
+        "runtime mask": (f"ln -s {UNIT_PATH} {WANTS_PATH}; ln -s /dev/null /run/systemd/system/{UNIT_NAME}",
+                         None),
+        "a link to another file": (f"cp {UNIT_PATH} /etc/other.service; ln -s /etc/other.service {WANTS_PATH}",
+                                   None),
+    }
+    stub = 'systemctl() { echo asked >> "$ASKED"; command systemctl --root=/ "$@"; }'
+    facts = f'{shipped_text("facts.sh")}\n_print() {{ cat "$1"; }}\n{stub}\n{FIREWALL_FILES_CALL}'
+    asked = tmp_path / "asked"
+    for name, (setup, expected) in cases.items():
+        asked.unlink(missing_ok=True)
+        prepare = ("mount -t tmpfs none /etc/systemd/system && mkdir -p /run/systemd && "
+                   "mount -t tmpfs none /run/systemd && "
+                   f"mkdir -p /run/systemd/system {posixpath.dirname(WANTS_PATH)} && "
+                   f"printf '%s' {shlex.quote(unit)} > {UNIT_PATH} && {setup}")
+        read = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c",
+                               f'{prepare} && bash -c "$0" && echo "#systemctl" && '
+                               f"(systemctl --root=/ is-enabled {UNIT_NAME} || true)", facts],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, "ASKED": str(asked)})
+        said, _, systemd = read.stdout.partition("#systemctl\n")
+        enabled = said.split("#enabled\n")[-1]
+        assert enabled == systemd and enabled.strip(), (name, read.stdout, read.stderr)
+        assert expected is None or enabled == f"{expected}\n", (name, enabled)
+        assert asked.exists() is (name != "enabled"), name

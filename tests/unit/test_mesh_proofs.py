@@ -227,6 +227,32 @@ def test_sshd_seen_from_each_source_when_a_match_block_could_tell_them_apart():
     assert host_fingerprints(kit.cluster, inputs, tries) == before
 
 
+def test_the_account_is_the_facts_groups_and_the_login_s_shell_as_the_login_state_printed_it_before():
+    """The login state no longer asks `id -Gn` and `getent` (two processes on every rerun): the groups are the
+    facts', the shell the login's own $SHELL. The account they make is the one the older state made, so proofs on
+    record hold across the upgrade; a group or a shell that changes still makes a new fingerprint."""
+    older = parse_login("groups nvidia sudo\npasswd nvidia:x:1000:1000::/home/nvidia:/bin/bash\n")
+    assert parse_login("shell /bin/bash\n", ["nvidia", "sudo"])["account"] == older["account"]
+    assert older["account"] == "nvidia,sudo /bin/bash"
+    assert parse_login("passwd nvidia:x:1000:1000::/home/nvidia:/bin/sh\nnologin\n", ["nvidia"])["account"] == (
+        "nvidia /bin/sh nologin")  # no $SHELL: the entry getent gave
+    states = converged_states()
+    kit = kit_over(states, Records())
+    login = LOGIN.replace("groups nvidia sudo\npasswd nvidia:x:1000:1000::/home/nvidia:/bin/bash\n",
+                          "shell /bin/bash\n")
+    inputs = {n: dict(states[n], login=login) for n in PEER}
+    tries = {"spark1": host_tries(kit.cluster.inventory, kit.cluster.plan().fabric, list(PEER), "spark1")}
+    before = host_fingerprints(kit.cluster, inputs, tries)
+    groups = kit.node("spark2").facts().groups
+    kept = list(groups)
+    groups.remove("sudo")
+    assert host_fingerprints(kit.cluster, inputs, tries) != before
+    groups[:] = kept
+    assert host_fingerprints(kit.cluster, inputs, tries) == before
+    inputs["spark2"]["login"] = login.replace("shell /bin/bash", "shell /usr/sbin/nologin")
+    assert host_fingerprints(kit.cluster, inputs, tries) != before
+
+
 def test_parse_login():
     assert parse_login(LOGIN + "sshd 10.0.0.1 x\n")["sshd 10.0.0.1"] == "x"
     assert parse_login(None) == {}

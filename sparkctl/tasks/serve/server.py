@@ -17,6 +17,7 @@ from typing import Any
 
 from sparkctl.facts.model import ContainerInfo
 from sparkctl.inventory import Inventory
+from sparkctl.knowledge.nccl import log_lines_script
 from sparkctl.knowledge.serve_client import NodeFetch, ServeClient, node_http_command, parse_node_http
 from sparkctl.plan.deployment import DeploymentRecord, deployments_path
 from sparkctl.plan.gateway import ENGINE_HOST
@@ -215,7 +216,7 @@ class ServerHandle:
             framing.section("pid", 'printf \'%s\' "$_pid"'),
             framing.section("unit", show_command(self.cluster, self.names.key)), inspect,
             framing.section("exec", 'printf \'%s\' "$_e"\n(exit "$_r")'),
-            framing.section("nccl", f"grep -E 'NCCL|NET/' {q(self.log_path)} 2>/dev/null | tail -n {NCCL_LINES}"),
+            framing.section("nccl", log_lines_script(q(self.log_path), NCCL_LINES)),
             "true"])
 
     def _exec_reads(self, framing: Framing, host: str, port: int) -> str:

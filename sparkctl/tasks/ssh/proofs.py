@@ -92,14 +92,15 @@ def _digest_arguments(ctx: ClusterContext, node: str) -> tuple[str, int, list[st
 
 
 #: the lines of the `login` section that are one value each (the others are `#name` blocks of raw lines)
-_NAMED = ("boot", "stat", "groups", "passwd", "nologin", "sshd")
+_NAMED = ("boot", "stat", "groups", "passwd", "shell", "nologin", "sshd")
 #: the ~/.ssh files whose rewrite (inode, mtime, mode, owner) a pair depends on, and those sshd's StrictModes judges
 _WRITTEN = ("/.ssh/authorized_keys", "/.ssh/known_hosts", "/.ssh/config")
 
 
-def parse_login(text: str | None) -> dict[str, str]:
+def parse_login(text: str | None, groups: list[str] | None = None) -> dict[str, str]:
     """What ssh-login-state.sh.j2 printed, as the values a fingerprint takes: boot, key, client, perms, written,
-    account, service, files, and the sshd digests as `sshd <source>`."""
+    account, service, files, and the sshd digests as `sshd <source>`. `groups`: the user's groups, as the facts
+    read them (the login state printed its own before)."""
     named: dict[str, list[str]] = {}
     blocks: dict[str, list[str]] = {}
     block: list[str] | None = None
@@ -123,10 +124,11 @@ def parse_login(text: str | None) -> dict[str, str]:
         out["perms"] = " ".join(f"{f[3]}:{f[4]}" for f in stats
                                 if f not in keys and not f[5].endswith(_WRITTEN[1:]))
         out["written"] = " ".join(f"{f[0]}:{f[2]}:{f[3]}:{f[4]}" for f in stats if f[5].endswith(_WRITTEN))
-    if "groups" in named or "passwd" in named:
-        groups = ",".join(named.get("groups", [""])[0].split())
-        shell = named.get("passwd", [""])[0].strip().split(":")[6:7]
-        out["account"] = " ".join([groups, *shell, *(["nologin"] if "nologin" in named else [])])
+    if "groups" in named or "passwd" in named or "shell" in named:
+        listed = named["groups"][0].split() if "groups" in named else groups or []
+        shell = named["shell"][:1] if "shell" in named else named.get("passwd", [""])[0].strip().split(":")[6:7]
+        out["account"] = " ".join([",".join(listed), *(s.strip() for s in shell),
+                                   *(["nologin"] if "nologin" in named else [])])
     for name in ("client", "service", "files"):
         if name in blocks:
             out[name] = digest(blocks[name])[:16]
@@ -148,7 +150,7 @@ def host_fingerprints(ctx: ClusterContext, inputs: dict[str, dict[str, str | Non
     """pair id -> fingerprint, for every try of every node whose read (ssh.keys' sections) is at hand. Each node's
     side is digested once, as a source and as a target; a pair's own work is one short digest."""
     plan = ctx.plan()
-    logins = {node: parse_login(found.get(SECTION)) for node, found in inputs.items()}
+    logins = {node: parse_login(found.get(SECTION), ctx.nodes[node].facts().groups) for node, found in inputs.items()}
     fabric = {node: fabric_state(ctx, node) for node in inputs}
     as_source = {node: digest([found.get(k) for k in ("pub", "known_hosts", "config")],
                               [logins[node].get(k) for k in ("key", "client", "written")], fabric[node])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import posixpath
 
+from sparkctl.knowledge.nccl import log_lines_script
 from sparkctl.plan.paths import HOSTFILE_PATH
 from sparkctl.plan.world import WorldNames
 from sparkctl.rules.fabric import exposure_script, management_addresses
@@ -29,7 +30,7 @@ def node_reads(ctx: NodeContext, framing: Framing, *, exposure: bool = True) -> 
     """Shell for the node: the serve log's NCCL lines, and (`exposure`) whether the container's sshd answers on
     the node's management address."""
     log = posixpath.join(ctx.state_dir(), WorldNames(ctx.inventory.cluster.name).log)
-    sections = [framing.section("nccl", f"grep -E 'NCCL|NET/' {q(log)} 2>/dev/null | tail -n 4000")]
+    sections = [framing.section("nccl", log_lines_script(q(log), 4000))]
     if exposure:
         script = exposure_script(management_addresses(ctx.facts()), ctx.inventory.container.ssh_port)
         sections.append(framing.section("exposure", script))
