@@ -7,7 +7,16 @@
 _U=$1; _P=$2; shift 2
 echo '#files'; sha256sum /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf 2>/dev/null
 _D=/usr/sbin/sshd; [ -x "$_D" ] || _D=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-if grep -qisE '^[[:space:]]*match[[:space:]]' /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf; then
+# a Match block in any of them (as `grep -qisE '^[[:space:]]*match[[:space:]]'` finds one), read by the shell
+_m=
+for _f in /etc/ssh/sshd_config /etc/ssh/sshd_config.d/*.conf; do
+  [ -r "$_f" ] || continue
+  while IFS= read -r _l || [ -n "$_l" ]; do
+    _l=${_l#"${_l%%[![:space:]]*}"}
+    case $_l in [Mm][Aa][Tt][Cc][Hh][[:space:]]*) _m=1; break 2 ;; esac
+  done <"$_f"
+done
+if [ -n "$_m" ]; then
   for _a in "$@"; do
     _src=${_a%%/*}; _l=${_a#*/}
     printf 'sshd %s ' "$_src"; "$_D" -T -C "user=$_U,host=$_src,addr=$_src,laddr=$_l,lport=$_P" 2>&1 | sha256sum

@@ -115,16 +115,20 @@ def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]
     """The root reads, the last thing the root shell does (in its temp dir, its sections written): only where it is
     root; one after the other in ONE bash under `timeout`, which the root shell becomes (`exec`: no process more for
     the bound; the user's stopper cannot signal root's processes, and the facts wait for the root shell), each in a
-    subshell of its own (an `exit` or a syntax error of the read ends that read alone), its exit status written once
-    it ended (side-I.rc: none when it was cut)."""
+    subshell of its own (an `exit` or a syntax error of the read ends that read alone) but the last, which that bash
+    runs itself, its exit status written once it ended (side-I.rc: none when it was cut)."""
     if not reads:
         return []
     seconds = max(1.0, min(float(read.seconds) for _i, read in reads))
     lines = ['  if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
     for i, read in reads:
         lines += [_heredoc(nonce, i, read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
-    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c \'while [ "$#" -gt 1 ]; do '
-              '( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done\' _ "${_r[@]}" '
+    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c \'while [ "$#" -gt 3 ]; do '
+              '( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done; '
+              # the last in this bash itself, not a subshell: nothing runs after it. Its exit status (an `exit` of
+              # its own's too) is written on the way out; cut (`timeout` stops the whole group), it writes none
+              'exec >"side-$1" 2>/dev/null; trap "echo \\$? >side-$1.rc" EXIT; trap "trap - EXIT; exit 143" TERM; '
+              'eval "$2"\' _ "${_r[@]}" '
               "</dev/null >/dev/null 2>&1", "  fi"]
     return lines
 

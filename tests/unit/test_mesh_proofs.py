@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import time
 
@@ -380,3 +382,29 @@ def test_the_login_section_reads_sshd_as_root_with_one_sudo(users, who):
     assert asked == ["-n sh"], asked
     assert sshd and set(sshd) == set(root_sshd)
     assert (sshd == root_sshd) is (who == "nopasswd"), (sshd, root_sshd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_a_match_block_is_found_by_the_shell_as_grep_finds_one(tmp_path, shell):
+    """sshd's digests are taken per source address where a Match block could tell them apart: the block is found by
+    the shell's own read of the files (a `grep` was a process on every rerun), where grep found it, and nowhere
+    else; under sh (the login state's) and bash (the root read's) alike."""
+    from sparkctl.shipped import shipped_text
+
+    lines = {"plain": "PermitRootLogin no\n#Match User x\nX11Forwarding matchless\n",
+             "match": "PermitRootLogin no\n  MATCH\tAddress 10.0.0.0/8\n  PasswordAuthentication no\n",
+             "last line, no newline": "PermitRootLogin no\nMatch User backup",
+             "a bare word": "Match\n"}
+    for name, config in lines.items():
+        etc = tmp_path / name.replace(" ", "-").replace(",", "")
+        (etc / "sshd_config.d").mkdir(parents=True)
+        (etc / "sshd_config").write_text("Include /etc/ssh/sshd_config.d/*.conf\n")
+        (etc / "sshd_config.d" / "60-test.conf").write_text(config)
+        mount = f'mount --bind {shlex.quote(str(etc))} /etc/ssh && {shell} -c "$0" sh nvidia 22 10.1.1.1/10.1.1.2'
+        out = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", mount,
+                              shipped_text("sshd-digest.sh")], capture_output=True, text=True, timeout=60).stdout
+        grep = subprocess.run(["grep", "-qisE", r"^[[:space:]]*match[[:space:]]", str(etc / "sshd_config"),
+                               str(etc / "sshd_config.d" / "60-test.conf")]).returncode == 0
+        assert ("sshd 10.1.1.1 " in out) is grep and ("sshd * " in out) is not grep, (name, out)
+        assert grep is (name in ("match", "last line, no newline")), name
