@@ -206,8 +206,19 @@ fact_docker_api() {
         return 1
     done <"$c"
   fi
-  { out=$(curl -sS --fail-early --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' \
-    "${@/#/http://localhost}"); } 2>/dev/null; r=$?
+  local ask=(curl -sS --fail-early --max-time 15 --unix-socket "$s" -w '\n#http %{http_code}\n' \
+    "${@/#/http://localhost}")
+  if [ -n "${_RAW:-}" ]; then
+    # the job's curl answered into its section (_held): what it printed after the mark, and its exit status
+    out=; IFS= read -r -d '' out <"$_RAW"; out=${out#\#raw$'\n'}; r=$_RAWRC
+    while [[ $out == *$'\n' ]]; do out=${out%$'\n'}; done
+  elif [ -n "${_JOB:-}" ]; then
+    # in a job, curl takes its place, printing into the section: _held judges its answer once the job is done
+    printf '#raw\n'
+    exec "${ask[@]}" 2>/dev/null
+  else
+    { out=$(exec "${ask[@]}"); } 2>/dev/null; r=$?
+  fi
   [ "$r" = 28 ] && return 124
   [ "$r" = 0 ] || return 1
   while IFS= read -r l; do
@@ -275,13 +286,19 @@ fact_firewall() {
   if _has iptables; then echo '#iptables'; "${_S[@]}" iptables -S INPUT 2>&1; fi
 }
 
-# _held NAME: a background or privileged section's output, and its exit status in _rc (a background one's by `wait`;
-# a privileged one's from the root shell, empty: it was cut short), once the facts' own background jobs are done (not
-# the side reads; the root shell's root reads, bounded, among them)
+# _held NAME [CALL...]: a background or privileged section's output, and its exit status in _rc (a background one's by
+# `wait`; a privileged one's from the root shell, empty: it was cut short), once the facts' own background jobs are
+# done (not the side reads; the root shell's root reads, bounded, among them). CALL: the background section's own.
 _held() {
+  local n=$1 l=
+  shift
   _jobs_done
-  _print "$_D/$1"; _rc=1
-  if [ -n "${_FN[$1]:-}" ]; then wait "${_FN[$1]}"; _rc=$?; else read -r _rc <"$_D/$1.rc"; fi
+  if [ -z "${_FN[$n]:-}" ]; then _print "$_D/$n"; _rc=1; read -r _rc <"$_D/$n.rc"; return; fi
+  wait "${_FN[$n]}"; _rc=$?
+  # a job whose command took its place printed that command's raw answer after `#raw`: the section's CALL, run
+  # again here, judges it (fact_docker_api)
+  { IFS= read -r l <"$_D/$n"; } 2>/dev/null
+  if [ "$l" = '#raw' ] && [ "$#" -gt 0 ]; then _RAW=$_D/$n _RAWRC=$_rc "$@"; _rc=$?; else _print "$_D/$n"; fi
 }
 
 # _jobs_done: the facts' background jobs ended; where sudo refused the root shell (it never began), the privileged

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactsRequest, rendered
+from sparkctl.facts.sections import DEFAULT_HF_CACHE, FactSection, FactsRequest, rendered
 from sparkctl.shipped import shipped_text, without_comments
-from sparkctl.transport.base import text_of
+from sparkctl.transport.base import q, text_of
 from sparkctl.transport.framing import Framing, held_output
 
 #: How much longer than the facts the side reads may take before they are left out, at least (whole seconds: bash's
@@ -90,7 +90,8 @@ def render_request(nonce: str, request: FactsRequest,
     for entry, call in sections:
         if entry.concurrent or entry.privileged:
             parts.append(f"{framing.begin(entry.name)}\n"
-                         f'if [ -n "$_D" ]; then _held {entry.name}; else {{\n{call}\n}}; _rc=$?; fi\n'
+                         f'if [ -n "$_D" ]; then _held {entry.name}{held_call(entry, call)}; '
+                         f'else {{\n{call}\n}}; _rc=$?; fi\n'
                          f"{framing.end(entry.name, '$_rc')}")
         else:
             parts.append(framing.section(entry.name, call))
@@ -102,6 +103,11 @@ def render_request(nonce: str, request: FactsRequest,
     return "\n".join(parts) + f"\n{send}\nexit 0\n"
 
 
+def held_call(entry: FactSection, call: str) -> str:
+    """The call that judges what a section's job left raw, for _held (templates/facts.sh), where it may leave any."""
+    return f" {call}" if entry.judged_after and not entry.privileged else ""
+
+
 def _heredoc(nonce: str, i: int, body: str) -> str:
     """Side read i's text into $_b: a quoted here-document, nothing of it expanded here (emptied first: a
     here-document that could not be made must not leave the last read's text in _b)."""
@@ -109,6 +115,15 @@ def _heredoc(nonce: str, i: int, body: str) -> str:
     while end in body:
         end += "_"
     return f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}"
+
+
+#: the root reads' bash (_root_side_reads): each read in a subshell but the last, which this bash runs itself
+#: (nothing runs after it). That one's exit status (an `exit` of its own's too) is written on the way out, into the
+#: file named before it ran (it may change the working directory, or a variable); cut (`timeout` stops the whole
+#: group), it writes none.
+_ROOT_READS = ('while [ "$#" -gt 3 ]; do ( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done; '
+               'readonly _sr_rc="$PWD/side-$1.rc"; exec >"side-$1" 2>/dev/null; '
+               """trap 'echo $? >"$_sr_rc"' EXIT; trap 'trap - EXIT; exit 143' TERM; eval "$2\"""")
 
 
 def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]:
@@ -123,12 +138,7 @@ def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]
     lines = ['  if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
     for i, read in reads:
         lines += [_heredoc(nonce, i, read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
-    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c \'while [ "$#" -gt 3 ]; do '
-              '( eval "$2" ) >"side-$1" 2>/dev/null; echo $? >"side-$1.rc"; shift 2; done; '
-              # the last in this bash itself, not a subshell: nothing runs after it. Its exit status (an `exit` of
-              # its own's too) is written on the way out; cut (`timeout` stops the whole group), it writes none
-              'exec >"side-$1" 2>/dev/null; trap "echo \\$? >side-$1.rc" EXIT; trap "trap - EXIT; exit 143" TERM; '
-              'eval "$2"\' _ "${_r[@]}" '
+    lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c {q(_ROOT_READS)} _ "${{_r[@]}}" '
               "</dev/null >/dev/null 2>&1", "  fi"]
     return lines
 

@@ -88,6 +88,9 @@ class FactSection:
     #: and a line in its auth log), with `$_S` empty and `$_SUDO_OK` 1; without passwordless sudo, as the user
     #: with `$_SUDO_OK` 0, so its shell must work both ways
     privileged: bool = False
+    #: concurrent, and its job may leave its command's raw answer (`#raw` first): the same call (one function call)
+    #: judges it once the job is done (_held in templates/facts.sh)
+    judged_after: bool = False
 
 
 def _always(body: str) -> Callable[[FactsRequest], str]:
@@ -290,7 +293,7 @@ FACT_SECTIONS: list[FactSection] = [
     FactSection("nm", _always("fact_nm"), lambda f, got: replace(f, nm=got.parsed(parse_nmcli, None)), concurrent=True),
     FactSection("docker-cli", _always("fact_docker_cli"), _read_docker_cli),
     FactSection("docker-info", _docker_ps, _read_docker_ps, concurrent=True),
-    FactSection("docker", _docker_inspect, _read_docker_inspect, concurrent=True),
+    FactSection("docker", _docker_inspect, _read_docker_inspect, concurrent=True, judged_after=True),
     FactSection("hf-cache", lambda request: f"fact_hf_cache {_home_path(request.hf_cache)}", _read_hf_cache),
     FactSection("netplan-guards", _guards_script,
                 lambda f, got: replace(f, netplan_guards_pending=_guards_pending(got)),

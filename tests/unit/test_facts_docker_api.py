@@ -52,8 +52,21 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare")
                                 reason="a mount namespace of its own (root), unshare and curl")
 
 
-def ask(tmp_path: Path, answers: dict[str, tuple[int, object]], call: str, env: dict[str, str] | None = None) -> str:
-    """Run `call` after templates/facts.sh, in a mount namespace whose /run holds the API stand-in's socket."""
+def as_job(call: str) -> str:
+    """`call` as the facts run a background section: a job of its own (its command may take its place), then
+    printed, its exit status taken, by _held (sparkctl/facts/script.py)."""
+    return (f'_D=$(mktemp -d); _FP=(); _PJ=; declare -A _FN=(); _print() {{ cat "$1"; }}\n'
+            f'{{ _JOB=1\n{call}\n}} >"$_D/docker" 2>/dev/null & _FP+=("$!"); _FN[docker]=$!\n'
+            f'_held docker {call}; r=$_rc; rm -rf "$_D"; (exit "$r")')
+
+
+def ask(tmp_path: Path, answers: dict[str, tuple[int, object]], call: str, env: dict[str, str] | None = None,
+        job: bool = False) -> str:
+    """Run `call` after templates/facts.sh, in a mount namespace whose /run holds the API stand-in's socket; `job`:
+    as a background section (as_job)."""
+    if job:
+        call, _, after = call.partition("; ")
+        call = as_job(call) + (f"; {after}" if after else "")
     (tmp_path / "api.py").write_text(API)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -95,8 +108,9 @@ ANSWERS = {api_paths(REQUEST)[0]: (200, [{"Names": ["/trtllm-multinode"]}, {"Nam
 
 
 @needs_root
-def test_the_engine_api_answers_every_ask_in_one_curl(tmp_path):
-    out = ask(tmp_path, ANSWERS, call_for(REQUEST))
+@pytest.mark.parametrize("job", [False, True], ids=["in order", "as a job"])
+def test_the_engine_api_answers_every_ask_in_one_curl(tmp_path, job):
+    out = ask(tmp_path, ANSWERS, call_for(REQUEST), job=job)
     assert out.startswith(parse.API_MARK) and "CLI" not in out
     answer = parse.parse_docker_api(out, list(REQUEST.container_names), list(REQUEST.image_refs), listed=True)
     assert answer.reached and answer.labelled == ["trtllm-multinode", "vllm-old"]
@@ -107,8 +121,9 @@ def test_the_engine_api_answers_every_ask_in_one_curl(tmp_path):
 
 
 @needs_root
+@pytest.mark.parametrize("job", [False, True], ids=["in order", "as a job"])
 @pytest.mark.parametrize("why", ["DOCKER_HOST", "DOCKER_CONTEXT", "a context in the CLI's config", "a 500"])
-def test_the_cli_answers_where_the_api_may_not_be_its_daemon_or_did_not_answer_plainly(tmp_path, why):
+def test_the_cli_answers_where_the_api_may_not_be_its_daemon_or_did_not_answer_plainly(tmp_path, why, job):
     answers, env = dict(ANSWERS), {}
     if why == "a 500":
         answers[f"/images/{IMAGE}/json"] = (500, {"message": "layer not known"})
@@ -117,26 +132,29 @@ def test_the_cli_answers_where_the_api_may_not_be_its_daemon_or_did_not_answer_p
         (tmp_path / ".docker" / "config.json").write_text('{\n  "auths": {},\n  "currentContext": "rootless"\n}\n')
     else:
         env[why] = "unix:///run/user/1000/docker.sock" if why == "DOCKER_HOST" else "rootless"
-    out = ask(tmp_path, answers, call_for(REQUEST), env)
+    out = ask(tmp_path, answers, call_for(REQUEST), env, job=job)
     assert out == f"CLI inspect trtllm-multinode sparkctl-gateway {IMAGE}\n"
 
 
 @needs_root
-def test_a_404_that_is_not_no_such_object_is_not_an_absence(tmp_path):
+@pytest.mark.parametrize("job", [False, True], ids=["in order", "as a job"])
+def test_a_404_that_is_not_no_such_object_is_not_an_absence(tmp_path, job):
     """docker answers an unknown route (an older daemon, a proxy on the socket) 404 "page not found": that says
     nothing of the container, so the CLI is asked."""
     answers = dict(ANSWERS)
     answers["/containers/trtllm-multinode/json"] = (404, {"message": "page not found"})
-    assert ask(tmp_path, answers, call_for(REQUEST)) == f"CLI inspect trtllm-multinode sparkctl-gateway {IMAGE}\n"
+    assert ask(tmp_path, answers, call_for(REQUEST), job=job) == (
+        f"CLI inspect trtllm-multinode sparkctl-gateway {IMAGE}\n")
 
 
 @needs_root
 @pytest.mark.slow
-def test_a_daemon_that_does_not_answer_is_slow_and_not_asked_again_by_the_cli(tmp_path):
+@pytest.mark.parametrize("job", [False, True], ids=["in order", "as a job"])
+def test_a_daemon_that_does_not_answer_is_slow_and_not_asked_again_by_the_cli(tmp_path, job):
     """curl's 15 s bound per transfer, and the first one cut ends the others (--fail-early): a hung dockerd costs the
     facts 15 s, not 15 s per path and the CLI's 15 s after them; 124 reads as DOCKER_SLOW."""
     answers = {path: (0, None) for path in api_paths(REQUEST)}
-    out = ask(tmp_path, answers, call_for(REQUEST) + "; echo rc=$?")
+    out = ask(tmp_path, answers, call_for(REQUEST) + "; echo rc=$?", job=job)
     assert out == "rc=124\n"
 
 

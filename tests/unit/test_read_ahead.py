@@ -381,3 +381,25 @@ def test_forks_bounds_how_many_nodes_a_cluster_task_works_on_at_once():
     assert most[0] == 1
     together = threading.Barrier(len(inv.nodes), timeout=30)  # broken unless all four run at once
     make_kit(inv, facts, RunOptions(forks=4)).cluster.each_node({n.name: together.wait for n in inv.nodes})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root reads run where the facts' shell is root (or sudo asks nothing)")
+def test_the_last_root_read_runs_in_the_reads_bash_and_its_status_lands_in_the_temp_dir_wherever_it_went(tmp_path):
+    """The last root read runs in the reads' own bash (a subshell fewer): it may change the working directory (the
+    container's read enters the container's root) and set any variable, and its exit status is still written where
+    the facts look, nothing where it went; one before it that ends by `exit` ends alone."""
+    elsewhere = tmp_path / "container-root"
+    elsewhere.mkdir()
+    facts = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path), side_reads={
+        "first": SideRead("cd /; echo first; exit 5", 5.0, root=True),
+        "last": SideRead(f"cd {elsewhere}; _c=x; _p=y; echo here", 5.0, root=True)})
+    assert (facts.side_reads["first"].rc, facts.side_reads["first"].output) == (5, "first\n")
+    assert (facts.side_reads["last"].rc, facts.side_reads["last"].output) == (0, "here\n")
+    assert list(elsewhere.iterdir()) == []
+    for script, expected in ((f"cd {elsewhere}; echo there; exit 6", (6, "there\n")),
+                             # the name of its status file is not the read's to change: trying ends it, a failure
+                             (f"cd {elsewhere}; _sr_rc=here; echo there", (1, ""))):
+        failed = gather_facts(LocalTransport("local"), "local", hf_cache=str(tmp_path),
+                              side_reads={"last": SideRead(script, 5.0, root=True)})
+        assert (failed.side_reads["last"].rc, failed.side_reads["last"].output) == expected
+        assert list(elsewhere.iterdir()) == []
