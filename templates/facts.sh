@@ -162,13 +162,18 @@ fact_nm() {
 # _nm_asks [BOUND...]: nmcli's three answers, each run by the command BOUND (`timeout 5` where each has its own)
 _nm_asks() {
   local -x LC_ALL=C
-  local c l u=()
+  local c l r u=()
   echo '#devices'; "$@" nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
   echo '#connections'
   c=$(exec "$@" nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
   printf '%s\n' "$c"
   echo '#settings'
-  while IFS= read -r l; do [[ $l =~ ^([0-9a-fA-F-]{36}): ]] && u+=("${BASH_REMATCH[1]}"); done <<<"$c"
+  # each line's UUID, walked in the string itself (a here-string is a pipe, read a byte per system call)
+  r=$c
+  while [ -n "$r" ]; do
+    l=${r%%$'\n'*}; r=${r:${#l}+1}
+    [[ $l =~ ^([0-9a-fA-F-]{36}): ]] && u+=("${BASH_REMATCH[1]}")
+  done
   if [ "${#u[@]}" -gt 0 ]; then
     "$@" nmcli -t -f connection.uuid,connection.interface-name,802-3-ethernet.mac-address connection show "${u[@]}" 2>&1
   fi
@@ -197,7 +202,7 @@ fact_docker() {
 # route are "page not found"), or curl failing, prints nothing and leaves it to the CLI; a daemon that does not
 # answer within 15 s returns 124 (`--fail-early`: the first transfer cut ends the others).
 fact_docker_api() {
-  local s=/var/run/docker.sock c=${DOCKER_CONFIG:-$HOME/.docker}/config.json l p='' out r
+  local s=/var/run/docker.sock c=${DOCKER_CONFIG:-$HOME/.docker}/config.json l out r
   [ "$#" -gt 0 ] && [ -z "${DOCKER_HOST:-}${DOCKER_CONTEXT:-}" ] && [ -S "$s" ] && [ -r "$s" ] && [ -w "$s" ] &&
     _has curl || return 1
   if [ -r "$c" ]; then
@@ -221,6 +226,14 @@ fact_docker_api() {
   fi
   [ "$r" = 28 ] && return 124
   [ "$r" = 0 ] || return 1
+  # judged from the file where there is one: a here-string is a pipe, which `read` takes a byte per system call
+  if [ -n "${_RAW:-}" ]; then _api_plain <"$_RAW" || return 1; else _api_plain <<<"$out" || return 1; fi
+  printf '#api\n%s\n' "$out"
+}
+
+# _api_plain: every answer on stdin a 200, or a 404 that says "no such" container or image (after its body's line)
+_api_plain() {
+  local l p=''
   while IFS= read -r l; do
     case $l in
       '#http 200') ;;
@@ -228,8 +241,7 @@ fact_docker_api() {
       '#http '*) return 1 ;;
       ?*) p=$l ;;
     esac
-  done <<<"$out"
-  printf '#api\n%s\n' "$out"
+  done
 }
 
 # ONE `docker inspect` of the containers and images asked: each docker call costs a client start, a daemon round

@@ -65,7 +65,7 @@ def render_request(nonce: str, request: FactsRequest,
         # would be a process per section
         jobs = [f"  {{\n{call}\n}} >{entry.name} 2>/dev/null; echo $? >{entry.name}.rc"
                 for entry, call in privileged]
-        reads = _root_side_reads(nonce, [(i, side[i][1]) for i in root_side])
+        reads = _root_side_reads([(i, side[i][1]) for i in root_side])
         parts.append("\n".join(["_privileged() {", '  _privileged_begin "$@"', *jobs, *reads, "}"]))
         # the functions the root shell is given: what runs there and what that calls, nothing else of this shell
         called = sorted({call.split()[0] for _entry, call in privileged} | _ROOT_HELPERS)
@@ -82,7 +82,7 @@ def render_request(nonce: str, request: FactsRequest,
         for seconds, members in groups.items():
             parts.append("_a=()")
             for i in members:
-                parts.append(f"{_heredoc(nonce, i, side[i][1].script)}\n"
+                parts.append(f"{_read_text(side[i][1].script)}\n"
                              f'[ -n "$_b" ] && _a+=({i} "$_b")')
             parts.append(f'[ "${{#_a[@]}}" -gt 0 ] && _sides {seconds:g} "${{_a[@]}}"')
         parts.append("fi")
@@ -108,13 +108,10 @@ def held_call(entry: FactSection, call: str) -> str:
     return f" {call}" if entry.judged_after and not entry.privileged else ""
 
 
-def _heredoc(nonce: str, i: int, body: str) -> str:
-    """Side read i's text into $_b: a quoted here-document, nothing of it expanded here (emptied first: a
-    here-document that could not be made must not leave the last read's text in _b)."""
-    end = f"SPARKCTL_SIDE_{nonce}_{i}"
-    while end in body:
-        end += "_"
-    return f"_b=; IFS= read -r -d '' _b <<'{end}'\n{body}\n{end}"
+def _read_text(body: str) -> str:
+    """A side read's text into $_b, single-quoted: nothing of it expanded here. (A here-document was a pipe that
+    `read -d ''` read a byte per system call, some 20,000 per facts read.)"""
+    return f"# shellcheck disable=SC2016 # a read's own text, for eval\n_b={q(body)}"
 
 
 #: the root reads' bash (_root_side_reads): each read in a subshell but the last, which this bash runs itself
@@ -126,7 +123,7 @@ _ROOT_READS = ('while [ "$#" -gt 3 ]; do ( eval "$2" ) >"side-$1" 2>/dev/null; e
                """trap 'echo $? >"$_sr_rc"' EXIT; trap 'trap - EXIT; exit 143' TERM; eval "$2\"""")
 
 
-def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]:
+def _root_side_reads(reads: list[tuple[int, SideRead]]) -> list[str]:
     """The root reads, the last thing the root shell does (in its temp dir, its sections written): only where it is
     root; one after the other in ONE bash under `timeout`, which the root shell becomes (`exec`: no process more for
     the bound; the user's stopper cannot signal root's processes, and the facts wait for the root shell), each in a
@@ -137,7 +134,7 @@ def _root_side_reads(nonce: str, reads: list[tuple[int, SideRead]]) -> list[str]
     seconds = max(1.0, min(float(read.seconds) for _i, read in reads))
     lines = ['  if [ "$_SUDO_OK" = 1 ]; then', "  _r=()"]
     for i, read in reads:
-        lines += [_heredoc(nonce, i, read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
+        lines += [_read_text(read.script), f'  [ -n "$_b" ] && _r+=({i} "$_b")']
     lines += [f'  [ "${{#_r[@]}}" -gt 0 ] && _tx {seconds:g} bash -c {q(_ROOT_READS)} _ "${{_r[@]}}" '
               "</dev/null >/dev/null 2>&1", "  fi"]
     return lines

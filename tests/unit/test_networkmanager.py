@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -359,3 +360,36 @@ def test_the_bundle_carries_nmcli_as_it_answered(tmp_path):
     assert files["spark2/nmcli.txt"] == (FIXTURES / "competing-profile-active.txt").read_text()
     assert "rogue" in files["spark2/facts.json"] and '"raw": ""' in files["spark2/facts.json"]
     assert io.StringIO(files["spark1/nmcli.txt"]).readline() == "#devices\n"
+
+
+@pytest.mark.parametrize("temp_dir", [True, False], ids=["as a job", "in order"])
+def test_the_facts_ask_nmcli_three_times_and_print_its_answers_as_captured(tmp_path, temp_dir):
+    """The `nm` section on a node: an nmcli that answers as the real one did (the captured converged.txt, block by
+    block), asked for the devices, the profiles, then the settings of exactly the profiles it listed; as a job (its
+    three asks under one `timeout`) and in order (no temp dir: each under its own)."""
+    from sparkctl.facts.script import render_script
+    from sparkctl.transport.framing import Framing
+
+    captured = (FIXTURES / "converged.txt").read_text()
+    blocks = {name: text for name, text in
+              (block.split("\n", 1) for block in captured.split("#")[1:])}
+    for name, text in blocks.items():
+        (tmp_path / name).write_text(text)
+    nmcli = tmp_path / "bin" / "nmcli"
+    nmcli.parent.mkdir()
+    nmcli.write_text(f"""#!/bin/sh
+echo "$*" >> {tmp_path}/asked
+case "$*" in
+  *" device status") cat {tmp_path}/devices ;;
+  *FILENAME" connection show") cat {tmp_path}/connections ;;
+  *" connection show "*) cat {tmp_path}/settings ;;
+esac
+""")
+    nmcli.chmod(0o755)
+    script = render_script("n") if temp_dir else "mktemp() { return 1; }\n" + render_script("n")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{nmcli.parent}:{os.environ['PATH']}"}).stdout
+    assert Framing("n").split(out)["nm"].output == captured
+    asked = (tmp_path / "asked").read_text().splitlines()
+    uuids = [line.split(":", 1)[0] for line in blocks["connections"].splitlines()]
+    assert len(asked) == 3 and asked[2].endswith("connection show " + " ".join(uuids))

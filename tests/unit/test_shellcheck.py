@@ -58,7 +58,7 @@ def rendered_scripts() -> dict[str, str]:
     out["cluster lock: takeover"] = lock.takeover_script()
     out["cluster lock: peek"] = lock.peek_script()
     # the facts: every section, each way it is scheduled (in order, in the background, in the root shell), a side
-    # read's own text kept in a quoted here-document
+    # read's own text kept single-quoted
     out["facts"] = render_script("n0nce", container_names=["trtllm-multinode", "it's"], image_refs=["img:1"],
                                  label="sparkctl.cluster=it's",
                                  hf_cache="~/hf cache", guard_dirs=["/var/lib/sparkctl/c/network"],
