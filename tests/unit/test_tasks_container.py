@@ -545,3 +545,37 @@ def test_with_vllm_serve_config_writes_the_config_file_every_vllm_serve_reads():
         assert "method: eagle3" in text and "sparkctl-models/yuhuili" in text
         ServeConfigTask().apply(ctx, [change])
         assert ctx.transport.files[path] == text
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_listening_is_read_from_the_kernel_s_tables_and_only_a_listener_counts(family):
+    """The shell's read of /proc/net/tcp{,6}, each table whole: a listening socket on the port counts; the same port
+    held only by established connections (the server's side of one, and a client's remote end) does not, nor does a
+    client's own local port."""
+    import socket
+
+    from sparkctl.tasks.container.ssh import listening
+
+    af, host = (socket.AF_INET, "127.0.0.1") if family == "ipv4" else (socket.AF_INET6, "::1")
+    server = socket.socket(af, socket.SOCK_STREAM)
+    try:
+        server.bind((host, 0))
+    except OSError:
+        server.close()
+        pytest.skip(f"no {family} loopback here")
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection((host, port))
+    accepted, _ = server.accept()
+
+    def says(p: int) -> bool:
+        return subprocess.run(["bash", "-c", listening(p)]).returncode == 0
+
+    try:
+        assert says(port)
+        assert not says(client.getsockname()[1])  # a local port of an established connection
+        server.close()
+        assert not says(port)  # only the established pair holds it now
+    finally:
+        for s in (server, client, accepted):
+            s.close()

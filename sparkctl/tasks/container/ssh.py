@@ -338,11 +338,11 @@ def sshd_wait_script(ctx: ClusterContext, timeout: float = SSHD_WAIT_S) -> str:
 
 def listening(port: int) -> str:
     """bash: true when a TCP socket (IPv4 or IPv6) listens on `port` here, as the shell itself reads the kernel's
-    tables (/proc/net/tcp: local address `ADDR:PORT` in hex, state 0A = LISTEN); `ss` and a `grep` were two
-    processes on every rerun."""
-    return ('_l=; for _t in /proc/net/tcp /proc/net/tcp6; do while read -r _ _a _ _s _; do '
-            f'[ "$_s" = 0A ] && [ "${{_a##*:}}" = {port:04X} ] && {{ _l=1; break 2; }}; done 2>/dev/null <"$_t"; '
-            'done; [ -n "$_l" ]')
+    tables (/proc/net/tcp: `sl: ADDR:PORT ADDR:PORT ST ...` in hex, state 0A = LISTEN); `ss` and a `grep` were two
+    processes on every rerun. Each table is read whole: every read(2) of it walks the kernel's socket hash, which a
+    `read` per line made once a line (a few ms each where the machine's memory sizes that hash large)."""
+    return ('_l=; for _t in /proc/net/tcp /proc/net/tcp6; do _x=; IFS= read -r -d \'\' _x 2>/dev/null <"$_t"; '
+            f'[[ $_x =~ :{port:04X}\\ [0-9A-F]+:[0-9A-F]{{4}}\\ 0A\\  ]] && {{ _l=1; break; }}; done; [ -n "$_l" ]')
 
 
 def sshd_not_listening(ctx: ClusterContext, status: dict[str, str]) -> TaskFailed:
