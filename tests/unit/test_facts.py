@@ -599,3 +599,25 @@ def test_speeds_are_sysfs_s_and_ethtool_is_asked_only_where_a_link_with_carrier_
     assert p.parse_speeds(Framing("n").split(out.stdout)["speed"].output) == {"enp1s0f1np1": 200_000,
                                                                                "enP2p1s0f1np1": 100_000}
     assert (tmp_path / "asked").read_text() == "enP2p1s0f1np1\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a dir to another user")
+def test_the_facts_temp_dir_is_in_the_login_s_runtime_dir_where_it_is_the_user_s_own(tmp_path):
+    """The facts write a few dozen small files a run: in the login's runtime dir (logind's tmpfs) where there is one
+    of the user's own, else in mktemp's default (/tmp, a disk filesystem on DGX OS); removed at the end either way."""
+    log = tmp_path / "mktemp.log"
+    stub = f'mktemp() {{ echo "$*" >> {log}; command mktemp "$@"; }}\n'
+    own, others = tmp_path / "run-user", tmp_path / "someone-else"
+    own.mkdir(mode=0o700)
+    others.mkdir()
+    os.chown(others, 65534, 65534)
+    for runtime, expected in ((own, f"-d -p {own}"), (others, "-d"), (None, "-d")):
+        log.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+        if runtime is not None:
+            env["XDG_RUNTIME_DIR"] = str(runtime)
+        out = subprocess.run(["bash", "-c", stub + render_script("n")], capture_output=True, text=True, timeout=60,
+                             env=env)
+        assert Framing("n").split(out.stdout)["hostname"].output.strip()
+        assert log.read_text().splitlines() == [expected], runtime
+        assert list(own.iterdir()) == []
