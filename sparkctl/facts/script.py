@@ -87,14 +87,15 @@ def render_request(nonce: str, request: FactsRequest,
             parts.append(f'[ "${{#_a[@]}}" -gt 0 ] && _sides {seconds:g} "${{_a[@]}}"')
         parts.append("fi")
     framing = Framing(nonce)
-    for entry, call in sections:
-        if entry.concurrent or entry.privileged:
-            parts.append(f"{framing.begin(entry.name)}\n"
-                         f'if [ -n "$_D" ]; then _held {entry.name}{held_call(entry, call)}; '
-                         f'else {{\n{call}\n}}; _rc=$?; fi\n'
-                         f"{framing.end(entry.name, '$_rc')}")
-        else:
-            parts.append(framing.section(entry.name, call))
+    # the sections of this shell first, then the jobs' in their place: the first of those waits for every job, and
+    # this shell's own work is done by then (the reads take each section by its name, in any order)
+    parts += [framing.section(entry.name, call) for entry, call in sections
+              if not (entry.concurrent or entry.privileged)]
+    parts += [f"{framing.begin(entry.name)}\n"
+              f'if [ -n "$_D" ]; then _held {entry.name}{held_call(entry, call)}; '
+              f'else {{\n{call}\n}}; _rc=$?; fi\n'
+              f"{framing.end(entry.name, '$_rc')}"
+              for entry, call in sections if entry.concurrent or entry.privileged]
     if len(root_side) < len(side):
         parts.append(f"_sides_wait {SIDE_GRACE_S}")
     for i in range(len(side)):

@@ -241,9 +241,13 @@ class ClusterLock:
         self._stop.set()
         if self._beat is not None and self._beat is not threading.current_thread():
             self._beat.join(ANSWER_TIMEOUT_S + 5)  # a heartbeat taking a lease again finishes first
-        for held in reversed(list(self._held.values())):
-            if held.send("release"):
-                held.readline(5.0)
+        # every node asked first, then each answer waited for: the nodes release at once, not one round trip after
+        # another
+        holders = list(reversed(list(self._held.values())))
+        asked = [held for held in holders if held.send("release")]
+        for held in asked:
+            held.readline(5.0)
+        for held in holders:
             held.close()
         self._held.clear()
 
