@@ -28,7 +28,8 @@ def parse_key_values(text: str) -> dict[str, str]:
     return values
 
 
-_ID_FIELD = re.compile(r"\b(uid|gid|euid|egid|groups)=(\S+)")
+#: `id`'s fields; a name may hold a space (a directory service's "domain users"), never a parenthesis
+_ID_FIELD = re.compile(r"\b(uid|gid|euid|egid|groups)=((?:\d+(?:\([^)]*\))?,?)+)")
 _ID_ENTRY = re.compile(r"(\d+)(?:\(([^)]*)\))?")
 
 

@@ -554,6 +554,8 @@ def test_id_s_one_line_reads_as_id_un_and_id_gn_print_it(users):
     line = "uid=1001(nvidia) gid=1001(nvidia) euid=0(root) groups=27(sudo),1001(nvidia),4242 context=u:r:t:s0\n0\n"
     assert p.parse_id(line) == ("root", 0, ["nvidia", "sudo", "4242"])
     assert p.parse_id("nvidia\n1001\nnvidia docker\n") == ("nvidia", 1001, ["nvidia", "docker"])  # older facts
+    spaced = "uid=1001(nvidia) gid=5000(domain users) groups=5000(domain users),999(docker)\n1001\n"
+    assert p.parse_id(spaced) == ("nvidia", 1001, ["domain users", "docker"])
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
