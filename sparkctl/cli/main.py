@@ -7,7 +7,9 @@ import importlib
 import logging
 import os
 import sys
+import threading
 import traceback
+from typing import NoReturn
 
 import click
 
@@ -201,7 +203,28 @@ def main() -> None:
         cli(prog_name="sparkctl")
     except KeyboardInterrupt:
         click.echo("sparkctl: interrupted", err=True)
-        sys.exit(int(ExitStatus.INTERRUPTED))
+        _leave(int(ExitStatus.INTERRUPTED))
+    except SystemExit as done:
+        if isinstance(done.code, str):
+            raise  # a message to print: the interpreter does that
+        _leave(done.code or 0)
+    _leave(0)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown, which frees every imported module's objects one by one (50-100 ms
+    of every run, a no-op's included): the logs and the standard streams are flushed here as the interpreter would.
+    Where a thread that is not a daemon still runs, or a stream cannot be flushed, the interpreter exits as usual
+    (it waits for that thread; it reports that stream)."""
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
