@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from sparkctl.knowledge.nccl import log_lines_script
 from sparkctl.plan.render import render
 from sparkctl.transport.base import q
 from sparkctl.transport.framing import Framing
@@ -99,7 +100,7 @@ def agent_script(read: NodeRead, framing: Framing, interval_s: float) -> str:
     for key, url in read.engines:
         sections.append(framing.section(f"metrics--{key}", _metrics_call(url, authorized=False)))
     if read.nccl_log:
-        sections.append(framing.section("nccl", f"case $_ask in *n*) grep -E 'NCCL|NET/' {q(read.nccl_log)} "
-                                                "2>/dev/null | tail -n 2000;; esac"))
+        nccl = log_lines_script(q(read.nccl_log), 2000)
+        sections.append(framing.section("nccl", f"case $_ask in *n*) {nccl};; esac"))
     return render("top-agent.sh.j2", loop_ms=max(100, int(interval_s * 1000)),
                   container=read.container, metrics=metrics, sections="\n".join(sections), end=END)
