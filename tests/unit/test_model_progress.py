@@ -49,6 +49,27 @@ def test_a_failing_reading_never_fails_the_transfer():
     assert events == []
 
 
+def test_a_reading_refused_by_ctrl_c_ends_the_readings_quietly():
+    """Ctrl-C closes the transports; a progress reading then raises Interrupted (a BaseException). The thread stops
+    reading, and nothing escapes it (threading's hook printed a traceback on the person's terminal)."""
+    from sparkctl.errors import Interrupted
+
+    calls: list[int] = []
+
+    def refused():
+        calls.append(1)
+        raise Interrupted("spark1")
+
+    escaped: list[object] = []
+    hook, threading.excepthook = threading.excepthook, escaped.append
+    try:
+        with TransferProgress(lambda e: None, task="t", node="n", what="x", measure=refused, interval=0.02):
+            time.sleep(0.15)
+    finally:
+        threading.excepthook = hook
+    assert escaped == [] and len(calls) == 1
+
+
 def test_fetch_logs_progress_while_hf_download_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(model_progress, "PROGRESS_EVERY_S", 0.05)
     inv = inventory_from_yaml(PAIR, tmp_path)

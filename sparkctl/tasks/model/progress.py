@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from sparkctl.errors import Interrupted
 from sparkctl.taskgraph.events import Event
 from sparkctl.transport.base import Transport, q
 
@@ -82,6 +83,11 @@ class TransferProgress:
         try:
             return self.measure()
         except Exception:  # noqa: BLE001 (a lost progress reading never fails the transfer)
+            return None
+        except Interrupted:
+            # Ctrl-C: the transport refuses the reading. The transfer's own thread stops the run; this one only
+            # stops reading (raised here, it printed a traceback of its own)
+            self._stop.set()
             return None
 
     def _report(self, current: int) -> None:
