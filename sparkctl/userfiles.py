@@ -85,3 +85,9 @@ def controller_state_dir() -> str:
     journals, proofs, bench records, API keys)."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(state, "sparkctl")
+
+
+def controller_cache_dir() -> str:
+    """`$XDG_CACHE_HOME/sparkctl` (default `~/.cache/sparkctl`): what sparkctl can make again (compiled templates)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "sparkctl")

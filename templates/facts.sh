@@ -147,7 +147,7 @@ _lines_of() {
 }
 
 # NetworkManager's view, when nmcli exists (DGX OS renders netplan through it): C locale for the words it prints;
-# readable by any user over D-Bus; nothing more is asked once it says it is not running. Three calls (each costs
+# readable by any user over D-Bus; the settings are not asked once it says it is not running. Three calls (each costs
 # ~50 ms of the round trip and ~25 ms of the node's CPU, NetworkManager's and dbus's share included), under ONE
 # `timeout` in a bash of their own, which takes the job's place (_job_exec); each under its own where the facts run
 # in order (no temp dir). Parsed in sparkctl/facts/networkmanager.py.
@@ -159,13 +159,19 @@ fact_nm() {
   else _nm_asks; fi
 }
 
-# _nm_asks [BOUND...]: nmcli's three answers, each run by the command BOUND (`timeout 5` where each has its own)
+# _nm_asks [BOUND...]: nmcli's three answers, each run by the command BOUND (`timeout 5` where each has its own).
+# The devices are asked beside the connections: each nmcli mostly waits for NetworkManager's answer over D-Bus, and
+# the devices' ask was the nm section's first third of its time. Their answer, read back from its pipe, ends with
+# its exit status.
 _nm_asks() {
   local -x LC_ALL=C
-  local c l r u=()
-  echo '#devices'; "$@" nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1 || return 0
-  echo '#connections'
+  local c d f l r u=()
+  exec {f}< <("$@" nmcli -t -f DEVICE,TYPE,STATE,CONNECTION device status 2>&1; echo "#rc $?")
   c=$(exec "$@" nmcli -t -f UUID,NAME,TYPE,DEVICE,ACTIVE,AUTOCONNECT,AUTOCONNECT-PRIORITY,FILENAME connection show 2>&1)
+  IFS= read -r -d '' -u "$f" d; exec {f}<&-
+  echo '#devices'; printf '%s' "${d%'#rc '*}"
+  [ "${d##*'#rc '}" = $'0\n' ] || return 0
+  echo '#connections'
   printf '%s\n' "$c"
   echo '#settings'
   # each line's UUID, walked in the string itself (a here-string is a pipe, read a byte per system call)

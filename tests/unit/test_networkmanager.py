@@ -393,3 +393,27 @@ esac
     asked = (tmp_path / "asked").read_text().splitlines()
     uuids = [line.split(":", 1)[0] for line in blocks["connections"].splitlines()]
     assert len(asked) == 3 and asked[2].endswith("connection show " + " ".join(uuids))
+
+
+@pytest.mark.parametrize("temp_dir", [True, False], ids=["as a job", "in order"])
+def test_a_networkmanager_that_is_not_running_is_asked_for_no_settings(tmp_path, temp_dir):
+    """The devices and the connections are asked at once; where the devices' ask fails (nmcli's exit 8, "not
+    running"), the section is its answer alone, and no settings are asked."""
+    from sparkctl.facts.script import render_script
+    from sparkctl.transport.framing import Framing
+
+    nmcli = tmp_path / "bin" / "nmcli"
+    nmcli.parent.mkdir()
+    nmcli.write_text(f"""#!/bin/sh
+echo "$*" >> {tmp_path}/asked
+echo 'Error: NetworkManager is not running.' >&2
+exit 8
+""")
+    nmcli.chmod(0o755)
+    script = render_script("n") if temp_dir else "mktemp() { return 1; }\n" + render_script("n")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{nmcli.parent}:{os.environ['PATH']}"}).stdout
+    assert Framing("n").split(out)["nm"].output == "#devices\nError: NetworkManager is not running.\n"
+    assert parse_nmcli(Framing("n").split(out)["nm"].output).status == "stopped"
+    asked = sorted((tmp_path / "asked").read_text().splitlines())
+    assert len(asked) == 2 and not any(" connection show " in a for a in asked)
