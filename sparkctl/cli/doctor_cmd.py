@@ -9,9 +9,11 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from sparkctl.cli.console import console as rich_console
+from sparkctl.cli.json_view import JsonView
 from sparkctl.cli.options import become_password, csv_set, load
 from sparkctl.cli.report import json_line, json_option, report_line, verbose_option
-from sparkctl.cli.views import ConsoleView, JsonView
+from sparkctl.cli.views import ConsoleView
 from sparkctl.doctor.catalog import FINDINGS, remedies_markdown
 from sparkctl.doctor.findings import CLUSTER, KINDS, Diagnosis, Finding
 from sparkctl.errors import BadInput
@@ -136,7 +138,7 @@ def doctor_command(file: str | None, list_ids: bool, as_json: bool, fix: bool, b
     inventory = load(file, warn=not as_json)
     request = DoctorRequest(limit=csv_set(limit), forks=forks, fix=fix, bundle=bundle_path,
                             become_password=become_password(ask_become_pass, become_password_file))
-    console = Console(stderr=as_json or bundle_path == STDOUT, highlight=False, soft_wrap=True)
+    console = rich_console(stderr=as_json or bundle_path == STDOUT, highlight=False, soft_wrap=True)
     repair_view = ConsoleView(console, verbosity=verbose) if not as_json else JsonView(sys.stdout)
 
     def before_repair(diagnosis: Diagnosis) -> None:

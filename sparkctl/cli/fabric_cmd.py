@@ -6,10 +6,10 @@ import re
 import sys
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sparkctl.cli.console import console as rich_console
 from sparkctl.cli.options import load
 from sparkctl.cli.report import json_option, print_table, report_line, verbose_option
 from sparkctl.exitcodes import ExitStatus
@@ -105,7 +105,7 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     if all_reduce_perf is not None and (not all_reduce_perf.startswith("/") or any(c in all_reduce_perf
                                                                                   for c in "\n\"'`$\\")):
         raise click.BadParameter("an absolute path without quotes or `$`", param_hint="--all-reduce-perf")
-    console = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    console = rich_console(stderr=as_json, highlight=False, soft_wrap=True)
     request = BenchRequest(forks=forks, links=not no_links, nccl=not no_nccl, tcp=tcp, nccl_min=nccl_min,
                            nccl_max=nccl_max, all_reduce_perf=all_reduce_perf, record=not no_record)
     result = fabric_bench(inventory, request, progress=lambda line: console.print(Text(redacted(line), style="dim")))
@@ -113,7 +113,7 @@ def bench_command(file: str, as_json: bool, tcp: bool, no_nccl: bool, no_links: 
     if as_json:
         report_line("fabric bench", exit_status, **redacted(result))
     else:
-        out = Console(highlight=False, soft_wrap=True)  # a line is never cut: in a pipe it stays whole
+        out = rich_console(highlight=False, soft_wrap=True)  # a line is never cut: in a pipe it stays whole
         if result["links"]:
             shown = redacted(result)
             print_table(bench_title(shown), BENCH_HEADERS, bench_rows(shown))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import importlib
 import logging
 import os
@@ -83,7 +82,6 @@ class SparkctlGroup(click.Group):
                 formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
-        _rich_pipe_handler()
         try:
             return super().invoke(ctx)
         except (KeyboardInterrupt, click.exceptions.Abort):
@@ -124,18 +122,6 @@ def _stdout_to_devnull() -> None:
     except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
         pass
 
-
-def _pipe_gone(_console: object) -> None:
-    raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
-
-
-def _rich_pipe_handler() -> None:
-    """rich's own handler of a closed stdout exits 1, the code of a failed task (and of doctor's errors): the
-    group's handler decides. Set before a command runs (rich is imported by the commands that print with it, not
-    for `--version` or `--help`)."""
-    from rich.console import Console
-
-    Console.on_broken_pipe = _pipe_gone  # type: ignore[method-assign,assignment]
 
 
 def _json_error(exc: SparkctlError) -> None:

@@ -26,7 +26,8 @@ from sparkctl.taskgraph.runner import DEFAULT_FORKS
 from sparkctl.userfiles import UnreadableFile, read_limited
 
 if TYPE_CHECKING:
-    from sparkctl.cli.views import ConsoleView, JsonView
+    from sparkctl.cli.json_view import JsonView
+    from sparkctl.cli.views import ConsoleView
 
 #: A password file holds one line.
 PASSWORD_FILE_LIMIT = 4096
@@ -154,14 +155,15 @@ def early_opening(command: str, inventory: Inventory, request: RunRequest,
 @contextmanager
 def run_view(params: dict) -> Iterator[ConsoleView | JsonView]:
     """The view of one run's events: JSON lines with --json, else the console."""
-    from rich.console import Console
-
-    from sparkctl.cli.views import ConsoleView, JsonView
-
     if params["as_json"]:
+        from sparkctl.cli.json_view import JsonView
+
         yield JsonView(sys.stdout)
         return
-    view = ConsoleView(Console(stderr=False, highlight=False, soft_wrap=True), verbosity=params["verbose"],
+    from sparkctl.cli.console import console
+    from sparkctl.cli.views import ConsoleView
+
+    view = ConsoleView(console(stderr=False, highlight=False, soft_wrap=True), verbosity=params["verbose"],
                        show_diff=params["diff"])
     try:
         yield view

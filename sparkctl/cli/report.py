@@ -175,12 +175,13 @@ def print_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequen
         for line in [list(headers), *flat]:
             click.echo("  ".join(cell.ljust(size) for cell, size in zip(line, sizes, strict=True)).rstrip(), err=err)
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from sparkctl.cli.console import console
 
     table = Table(title=title, show_lines=any("\n" in _plain(cell) for row in rows for cell in row))
     for header in headers:
         table.add_column(header, overflow="fold")
     for cells in rows:
         table.add_row(*cells)
-    Console(width=width, highlight=False, stderr=err).print(table)
+    console(width=width, highlight=False, stderr=err).print(table)

@@ -6,11 +6,12 @@ import sys
 import time
 
 import click
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from sparkctl.cli.console import console as rich_console
 from sparkctl.cli.options import csv_set, load
 from sparkctl.cli.report import VERBOSE_HELP, json_line, note_json, note_verbose, print_table, terminal_width
 from sparkctl.errors import BadInput
@@ -144,7 +145,7 @@ def top_command(file: str, interval: float, once: bool, limit: str | None, forks
             click.echo(f"sparkctl top: Prometheus metrics on http://{serve_metrics}/metrics", err=True)
         top.refresh()  # the first reading: rates need two
         live = not once and not as_json and sys.stdout.isatty()
-        console = Console(width=terminal_width())
+        console = rich_console(width=terminal_width())
         with Live(console=console, auto_refresh=False, transient=False) if live else _NoLive() as screen:
             while True:
                 time.sleep(interval)

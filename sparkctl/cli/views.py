@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import IO
 
 from rich import box
 from rich.console import Console
@@ -366,17 +364,3 @@ class ConsoleView:
         if total["changed"]:
             return Text(f"OK{took}: {total['changed']} task(s) changed{proof}", style=style)
         return Text(f"OK{took}: nothing to change{proof}", style=style)
-
-
-class JsonView:
-    """One JSON object per line per event; the last line of a run is the recap."""
-
-    def __init__(self, stream: IO[str]):
-        self.stream = stream
-
-    def __call__(self, event: Event) -> None:
-        self.stream.write(json.dumps(redacted(event.to_dict()), ensure_ascii=False) + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        pass

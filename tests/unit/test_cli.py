@@ -251,3 +251,22 @@ def test_a_reader_that_goes_away_is_not_a_crash(tmp_path, unreachable_inventory,
         os.close(write)
     assert done.returncode == ExitStatus.BROKEN_PIPE == 141, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["--json", "console"])
+def test_a_run_printing_json_does_not_load_rich(tmp_path, unreachable_inventory, as_json):
+    """--json's view is apart from the console's: a run that prints JSON loads no rich (about 30 ms of its start);
+    one that prints to the console does, with its broken-pipe handler."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "PYTHONPATH": str(REPO), "SPARKCTL_DEBUG": ""}
+    argv = ["cluster", "bootstrap", unreachable_inventory, *(["--json"] if as_json else [])]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "from sparkctl.cli.main import main; main()",
+                           *argv], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == ExitStatus.UNREACHABLE, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert ("rich.console" in imported) is not as_json
+    assert ("sparkctl.cli.console" in imported) is not as_json

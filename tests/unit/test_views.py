@@ -8,7 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
-from sparkctl.cli.views import ConsoleView, JsonView
+from sparkctl.cli.json_view import JsonView
+from sparkctl.cli.views import ConsoleView
 from sparkctl.errors import Interrupted, Unreachable
 from sparkctl.taskgraph import Change, Event, EventBus, Graph, Interruption, Runner, Scope, Task, TaskFailed
 
