@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from sparkctl.knowledge.metric_names import PrometheusNames
 
 
@@ -31,6 +29,9 @@ class ServeSample:
 
 def parse_prometheus(text: str, names: PrometheusNames) -> ServeSample:
     """The figures of one `/metrics` reading, summed over the engines' label sets."""
+    # loaded at the first reading (runs/preload.py loads it while the nodes read their facts)
+    from prometheus_client.parser import text_string_to_metric_families
+
     sums: dict[str, float] = {}
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):

@@ -15,6 +15,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.runs.interrupts import ctrl_c_stops
 from sparkctl.runs.lock import ClusterLock, Holder
 from sparkctl.runs.opening import Opened, Opening, check_known_hosts, connect_options, node_address
+from sparkctl.runs.preload import preload
 from sparkctl.runs.proofs import ProofFile
 from sparkctl.runs.request import RunRequest, check_limit, selected
 from sparkctl.taskgraph import Event, Graph, Interruption, LostNodes, Runner, RunResult
@@ -197,6 +198,7 @@ def run_playbook(inventory: Inventory, graph: Graph, request: RunRequest, emit: 
     run (runs/opening.py)."""
     check_limit(inventory, request.limit)
     graph = selected(graph, request)
+    preload()
     options = request.options
     interruption = Interruption()
     with ctrl_c_stops(interruption), Session(inventory, limit=request.limit, forks=request.forks,

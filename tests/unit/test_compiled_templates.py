@@ -6,13 +6,14 @@ from __future__ import annotations
 import jinja2
 import pytest
 
+from sparkctl.plan import compiled_templates as cache_module
 from sparkctl.plan import render as render_module
 
 
 def env_over(templates, **syntax) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, **syntax)
-    env.bytecode_cache = render_module.compiled_templates(env)
+    env.bytecode_cache = cache_module.compiled_templates(env)
     return env
 
 
@@ -106,7 +107,7 @@ def test_a_cache_dir_whose_entries_cannot_be_written_is_no_cache(tmp_path, cache
     def refused(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(render_module.jinja2.bccache.tempfile, "NamedTemporaryFile", refused)
+    monkeypatch.setattr(jinja2.bccache.tempfile, "NamedTemporaryFile", refused)
     assert env_over(templates).get_template("a.j2").render(x=1) == "a 1"
     assert compiles == ["a.j2"]
 
@@ -115,7 +116,7 @@ def test_the_shipped_environment_keeps_its_compiled_templates_in_the_cache_dir(c
     render_module.template_env.cache_clear()
     try:
         env = render_module.template_env()
-        assert isinstance(env.bytecode_cache, render_module.CompiledTemplates)
+        assert isinstance(env.bytecode_cache, cache_module.CompiledTemplates)
         assert env.bytecode_cache.directory.startswith(str(cache_home))
     finally:
         render_module.template_env.cache_clear()
