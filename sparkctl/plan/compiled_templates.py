@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import sys
 
 import jinja2
@@ -36,9 +37,20 @@ def compiled_templates(env: jinja2.Environment) -> CompiledTemplates | None:
               env.trim_blocks, env.lstrip_blocks, env.newline_sequence, env.keep_trailing_newline, env.autoescape,
               env.optimized)
     key = hashlib.sha256(repr((jinja2.__version__, sys.version, syntax)).encode()).hexdigest()
-    directory = os.path.join(controller_cache_dir(), f"templates-{key[:16]}")
+    parent = controller_cache_dir()
+    directory = os.path.join(parent, f"templates-{key[:16]}")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
     except OSError:
         return None
-    return CompiledTemplates(directory)
+    return CompiledTemplates(directory) if _own(parent) and _own(directory) else None
+
+
+def _own(path: str) -> bool:
+    """A folder of this user's that no one else may write: what is loaded from it is run as code (and Jinja
+    unpickles each entry's checksum), as Jinja's own default cache dir is checked."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022

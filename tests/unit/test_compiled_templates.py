@@ -120,3 +120,29 @@ def test_the_shipped_environment_keeps_its_compiled_templates_in_the_cache_dir(c
         assert env.bytecode_cache.directory.startswith(str(cache_home))
     finally:
         render_module.template_env.cache_clear()
+
+
+@pytest.mark.parametrize("which", ["sparkctl", "templates"])
+def test_a_cache_dir_others_may_write_is_no_cache(tmp_path, cache_home, compiles, which):
+    """What is loaded from the cache runs as code: a folder that a group or others may write is not used."""
+    templates = tmp_path / "t"
+    templates.mkdir()
+    (templates / "a.j2").write_text("a {{ x }}")
+    env_over(templates).get_template("a.j2")
+    (directory,) = cache_home.iterdir()
+    (cache_home if which == "sparkctl" else directory).chmod(0o777)
+    assert env_over(templates).bytecode_cache is None
+    assert env_over(templates).get_template("a.j2").render(x=1) == "a 1"
+    assert compiles == ["a.j2", "a.j2"]
+
+
+def test_a_cache_dir_that_is_a_link_is_no_cache(tmp_path, cache_home, compiles):
+    templates = tmp_path / "t"
+    templates.mkdir()
+    (templates / "a.j2").write_text("a {{ x }}")
+    env_over(templates).get_template("a.j2")
+    (directory,) = cache_home.iterdir()
+    elsewhere = tmp_path / "elsewhere"
+    directory.rename(elsewhere)
+    directory.symlink_to(elsewhere)
+    assert env_over(templates).bytecode_cache is None
