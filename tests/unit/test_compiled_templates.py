@@ -17,6 +17,14 @@ def env_over(templates, **syntax) -> jinja2.Environment:
     return env
 
 
+def one_template(tmp_path, text: str):
+    """A templates folder holding `a.j2` with `text`."""
+    templates = tmp_path / "t"
+    templates.mkdir()
+    (templates / "a.j2").write_text(text)
+    return templates
+
+
 @pytest.fixture
 def compiles(monkeypatch):
     """The names of the templates Jinja compiled (from their text)."""
@@ -38,9 +46,7 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def test_a_second_environment_renders_from_the_cache_without_compiling(tmp_path, cache_home, compiles):
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("{% for x in xs %}{{ x }}\n{% endfor %}")
+    templates = one_template(tmp_path, "{% for x in xs %}{{ x }}\n{% endfor %}")
     assert env_over(templates).get_template("a.j2").render(xs=[1, 2]) == "1\n2\n"
     assert compiles == ["a.j2"]
     assert env_over(templates).get_template("a.j2").render(xs=[3]) == "3\n"
@@ -50,9 +56,7 @@ def test_a_second_environment_renders_from_the_cache_without_compiling(tmp_path,
 
 
 def test_a_changed_template_is_compiled_again(tmp_path, cache_home, compiles):
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("one {{ x }}")
+    templates = one_template(tmp_path, "one {{ x }}")
     assert env_over(templates).get_template("a.j2").render(x=1) == "one 1"
     (templates / "a.j2").write_text("two {{ x }}")
     assert env_over(templates).get_template("a.j2").render(x=1) == "two 1"
@@ -61,9 +65,7 @@ def test_a_changed_template_is_compiled_again(tmp_path, cache_home, compiles):
 
 def test_other_syntax_settings_keep_their_own_compiled_code(tmp_path, cache_home, compiles):
     """trim_blocks changes the code a template compiles to, not its text: the cache is kept apart per setting."""
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("{% if 1 %}\nx\n{% endif %}\n")
+    templates = one_template(tmp_path, "{% if 1 %}\nx\n{% endif %}\n")
     assert env_over(templates).get_template("a.j2").render() == "\nx\n\n"
     assert env_over(templates, trim_blocks=True).get_template("a.j2").render() == "x\n"
     assert len(list(cache_home.iterdir())) == 2
@@ -72,9 +74,7 @@ def test_other_syntax_settings_keep_their_own_compiled_code(tmp_path, cache_home
 @pytest.mark.parametrize("damage", [b"\x80\x05garbage", b"", b"\x80"], ids=["checksum", "cut", "cut checksum"])
 def test_a_damaged_entry_is_compiled_again_and_replaced(tmp_path, cache_home, compiles, damage):
     """Jinja's own header intact, what follows it damaged (its checksum is a pickle: unpickling garbage raises)."""
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("a {{ x }}")
+    templates = one_template(tmp_path, "a {{ x }}")
     env_over(templates).get_template("a.j2")
     (entry,) = [p for d in cache_home.iterdir() for p in d.iterdir()]
     entry.write_bytes(jinja2.bccache.bc_magic + damage)
@@ -88,9 +88,7 @@ def test_a_cache_dir_that_cannot_be_made_is_no_cache(tmp_path, monkeypatch, comp
     """$XDG_CACHE_HOME under a file (as unusable for root as for anyone): rendered, compiled each time."""
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file" / "cache"))
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("a {{ x }}")
+    templates = one_template(tmp_path, "a {{ x }}")
     assert env_over(templates).bytecode_cache is None
     assert env_over(templates).get_template("a.j2").render(x=1) == "a 1"
     assert env_over(templates).get_template("a.j2").render(x=1) == "a 1"
@@ -100,9 +98,7 @@ def test_a_cache_dir_that_cannot_be_made_is_no_cache(tmp_path, monkeypatch, comp
 def test_a_cache_dir_whose_entries_cannot_be_written_is_no_cache(tmp_path, cache_home, compiles, monkeypatch):
     """The directory made, but an entry cannot be written there (a full disk, a read-only mount): rendered all the
     same."""
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("a {{ x }}")
+    templates = one_template(tmp_path, "a {{ x }}")
 
     def refused(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -125,9 +121,7 @@ def test_the_shipped_environment_keeps_its_compiled_templates_in_the_cache_dir(c
 @pytest.mark.parametrize("which", ["sparkctl", "templates"])
 def test_a_cache_dir_others_may_write_is_no_cache(tmp_path, cache_home, compiles, which):
     """What is loaded from the cache runs as code: a folder that a group or others may write is not used."""
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("a {{ x }}")
+    templates = one_template(tmp_path, "a {{ x }}")
     env_over(templates).get_template("a.j2")
     (directory,) = cache_home.iterdir()
     (cache_home if which == "sparkctl" else directory).chmod(0o777)
@@ -137,9 +131,7 @@ def test_a_cache_dir_others_may_write_is_no_cache(tmp_path, cache_home, compiles
 
 
 def test_a_cache_dir_that_is_a_link_is_no_cache(tmp_path, cache_home, compiles):
-    templates = tmp_path / "t"
-    templates.mkdir()
-    (templates / "a.j2").write_text("a {{ x }}")
+    templates = one_template(tmp_path, "a {{ x }}")
     env_over(templates).get_template("a.j2")
     (directory,) = cache_home.iterdir()
     elsewhere = tmp_path / "elsewhere"
