@@ -143,6 +143,9 @@ class Runner:
             self._emit(Event("warning", node=node, message=f"outside --limit and unreachable: {why}",
                              hint="the cluster-wide tasks need to read every node: bring it back, or remove it "
                                   "from the inventory"))
+        for task in self.graph.ordered():
+            if task.read_only and task.scope is Scope.CLUSTER and self.graph.is_selected(task.name):
+                task.ask_early(self.cluster_context)
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.nodes))),
                                 thread_name_prefix="sparkctl-node") as pool:
             for stage in stages(self.graph.ordered()):

@@ -81,6 +81,11 @@ class Task(Generic[C, P]):
         or None. Said as a skip with that reason; what needs it still runs."""
         return None
 
+    def ask_early(self, ctx: C) -> None:
+        """A read-only cluster task: start, in the background, what its check will ask of the outside world (the
+        runner calls it as the run begins); its check takes the answer only where nothing changed since
+        (tasks/early.py). Asks nothing by default."""
+
     def check(self, ctx: C) -> list[Change[P]]:
         raise NotImplementedError
 

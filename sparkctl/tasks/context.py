@@ -22,6 +22,7 @@ from sparkctl.rules.serving import serving_enabled
 from sparkctl.taskgraph.events import Event
 from sparkctl.taskgraph.stops import LostNodes
 from sparkctl.taskgraph.task import TaskFailed
+from sparkctl.tasks.early import EarlyAsks
 from sparkctl.tasks.options import RunOptions
 from sparkctl.tasks.read_ahead import ReadsAhead, answer
 from sparkctl.transport.base import CommandResult, Transport, q, text_of
@@ -343,6 +344,8 @@ class ClusterContext:
         self.asked_once: dict[str, Any] = {}
         #: later tasks' read scripts, sent with each node's first facts read (tasks/read_ahead.py)
         self.reads_ahead = ReadsAhead(records)
+        #: what read-only cluster tasks asked of the outside world as the run began (tasks/early.py)
+        self.early = EarlyAsks(self._changes_applied)
         self.started = time.monotonic()
 
     def add(self, ctx: NodeContext) -> None:
@@ -353,6 +356,10 @@ class ClusterContext:
         if event.event == "task_changes":
             with self._generation_lock:
                 self.changes_applied += 1
+
+    def _changes_applied(self) -> int:
+        with self._generation_lock:
+            return self.changes_applied
 
     def bump(self) -> None:
         with self._generation_lock:

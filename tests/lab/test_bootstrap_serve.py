@@ -268,6 +268,9 @@ def test_a_no_op_rerun_reads_every_node_in_one_round_trip_with_its_facts(lab_pai
     head = lab_pair.nodes[0].name
     assert ahead == {(t, n.name) for t in each_node for n in lab_pair.nodes} | {
         (t, head) for t in ("serve.switch", "serve.launch", "serve.collector", "serve.gateway", "serve.record")}
+    # the smoke test's completion, asked from here as the run began (tasks/early.py), counts: nothing changed since
+    assert [e for e in events if e["event"] == "log" and e.get("message") == "serve.smoke: asked from here as the "
+            "run began"]
     # the facts' one ask of docker's Engine API lists the cluster's containers: container.retire reads nothing more
     listed = {e.get("node") for e in events if e["event"] == "log" and e.get("message") == "container.retire: listed "
               "with the facts"}

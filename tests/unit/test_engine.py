@@ -277,6 +277,32 @@ def test_only_runs_what_the_selected_tasks_need_and_names_it():
     assert skipped and all(d["reason"] == "not_selected" for d in skipped)
 
 
+class AsksEarly(Ensure):
+    """A read-only task that notes when the runner asks it to start its early ask."""
+
+    def __init__(self, name: str, log: list[str], read_only: bool = True, **kw):
+        super().__init__(name, **kw)
+        self.read_only, self.log = read_only, log
+
+    def ask_early(self, ctx) -> None:
+        self.log.append(f"early {self.name}")
+
+    def check(self, ctx) -> list[Change]:
+        self.log.append(f"check {self.name}")
+        return super().check(ctx)
+
+
+def test_read_only_cluster_tasks_selected_are_asked_to_start_early_as_the_run_begins():
+    log: list[str] = []
+    tasks = [AsksEarly("base.a", log), AsksEarly("serve.smoke", log, phase="serve", scope=Scope.CLUSTER),
+             AsksEarly("serve.changes", log, phase="serve", scope=Scope.CLUSTER, read_only=False),
+             AsksEarly("serve.left", log, phase="serve", scope=Scope.CLUSTER)]
+    run(tasks, skip={"serve.left"}, forks=1)
+    assert log[0] == "early serve.smoke" and log.count("early serve.smoke") == 1
+    assert not [entry for entry in log if entry.startswith("early") and "smoke" not in entry]
+    assert log.index("early serve.smoke") < log.index("check base.a")
+
+
 def test_a_need_left_out_by_skip_blocks_what_needs_it():
     a, b = Ensure("base.a"), Ensure("net.b", "net", needs=("base.a",))
     free = Ensure("net.free", "net")

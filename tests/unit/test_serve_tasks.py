@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -379,6 +380,57 @@ def test_smoke_asks_from_here_when_this_machine_reaches_the_endpoint_else_on_the
     smoke = [e.message for e in kit.events if e.task == "serve.smoke"]
     assert smoke[0].endswith("acceptance length 2.50") and " on spark1 answered " in smoke[0]
     assert "does not answer from this machine (connection refused)" in smoke[1]
+
+
+def test_smoke_asked_early_from_here_counts_when_nothing_changed_since(tmp_path, endpoint):
+    """Asked as the run begins (tasks/early.py), the completion is the one the check reports: no second one."""
+    kit = kit_for(tmp_path, port=endpoint.port)
+    ServeSmokeTask().ask_early(kit.cluster)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    assert len(endpoint.requests) == 1
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
+    assert log.message.startswith(f"http://127.0.0.1:{endpoint.port} answered") and "acceptance length" in log.message
+    assert log.data["smoke"]["reachable_from_here"]
+    assert "serve.smoke: asked from here as the run began" in [e.message for e in kit.events]
+
+
+def test_smoke_asked_early_is_asked_again_once_a_change_was_applied(tmp_path, endpoint):
+    from sparkctl.taskgraph.events import Event
+
+    kit = kit_for(tmp_path, port=endpoint.port)
+    ServeSmokeTask().ask_early(kit.cluster)
+    deadline = time.monotonic() + 30
+    while not endpoint.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(endpoint.requests) == 1  # answered early
+    kit.cluster.note(Event("task_changes", task="serve.unit", node="spark1"))
+    assert ServeSmokeTask().check(kit.cluster) == []
+    assert len(endpoint.requests) == 2  # and asked again after the change
+    assert "serve.smoke: asked from here as the run began" not in [e.message for e in kit.events]
+
+
+def test_smoke_is_asked_early_only_from_here(tmp_path, endpoint, monkeypatch):
+    """Not reached from here, nothing is asked early (the head runs no `docker exec` beside the other tasks): the
+    check asks on the head at its turn, as before."""
+    monkeypatch.setattr(ServeClient, "reach", lambda self, timeout=5.0: (0, "connection refused", False))
+    kit = kit_for(tmp_path, port=endpoint.port)
+    ServeSmokeTask().ask_early(kit.cluster)
+    assert kit.cluster.early.take("serve.smoke") is None
+    assert not [c for c in kit.transport("spark1").calls if c.kind == "exec_in"] and not endpoint.requests
+    ServeSmokeTask().ask_early(kit.cluster)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    assert len([c for c in kit.transport("spark1").calls if c.kind == "exec_in"]) == 1
+    assert len(endpoint.requests) == 1
+
+
+def test_a_smoke_asked_early_that_failed_is_asked_again_and_fails_on_its_own(tmp_path, endpoint):
+    endpoint.reply = "!!!!!!!!!!!!!!!!"
+    kit = kit_for(tmp_path, port=endpoint.port)
+    ServeSmokeTask().ask_early(kit.cluster)
+    with pytest.raises(TaskFailed) as failure:
+        ServeSmokeTask().check(kit.cluster)
+    assert "one repeated character" in failure.value.message and "#8615" in failure.value.hint
+    assert len(endpoint.requests) == 2
 
 
 def test_an_endpoint_that_connects_and_answers_late_is_reached_from_here(tmp_path, endpoint, monkeypatch):

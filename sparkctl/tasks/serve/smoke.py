@@ -4,11 +4,15 @@ Asked from this machine when it reaches the endpoint (as a user does: the gatewa
 on the head (inside its container, over the SSH connection): either answer proves the server; the controller's route
 to it is not needed, only reported (`serve chat` and `serve bench` need it; the head does not). Asked from here, a
 rerun costs the head no `docker exec` for it.
+
+From here, it is asked as the run begins (tasks/early.py): the completion comes while the other tasks check the
+nodes, and counts only if no change was applied in the run since; else the task asks again at its turn.
 """
 
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 from sparkctl.knowledge.serve_client import Completion, EndpointError, HttpFetch, ServeClient, is_degenerate
 from sparkctl.knowledge.serve_metrics import acceptance_since, metrics_reading
@@ -33,6 +37,17 @@ DEGENERATE_HINT = ("Eagle3 output that degenerates into one repeated character i
                    "(serve.decoding: none) to confirm")
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One model's smoke test: its name, what it serves, the reply, the acceptance length, where it was asked."""
+
+    name: str
+    model: str
+    reply: Completion
+    acceptance: float | None
+    where: str
+
+
 class ServeSmokeTask(Task[ClusterContext, None]):
     name = "serve.smoke"
     phase = "serve"
@@ -47,30 +62,41 @@ class ServeSmokeTask(Task[ClusterContext, None]):
     changes = "nothing (read-only)"
     read_only = True
 
+    def ask_early(self, ctx: ClusterContext) -> None:
+        if serving_enabled(ctx.inventory):
+            ctx.early.start(self.name, lambda: self._answers_from_here(ctx))
+
     def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
         if not serving_enabled(inv):
             return []
         head = ctx.head()
         url = endpoint(inv)
-        from_here = endpoint_fetch(inv, api_key(inv))
-        reach, reach_why, refused = self._reach(from_here)
-        models = inv.served_models()
-        for model in models:
-            on_head = gateway_client(head, timeout=300, model=model.name)
-            if reach == 200:
-                here = ServeClient(from_here, timeout=300, model=model.name)
-                reply, acceptance, where = self._ask(ctx, here, fallback=on_head)
-            else:
-                reply, acceptance, where = self._ask(ctx, on_head)
+        answers: list[Answer] | None = ctx.early.take(self.name)
+        if answers is not None:
+            ctx.emit(Event(event="log", message=f"{self.name}: asked from here as the run began"))
+            reach, reach_why, refused = 200, "", False
+        else:
+            from_here = endpoint_fetch(inv, api_key(inv))
+            reach, reach_why, refused = self._reach(from_here)
+            answers = []
+            for model in inv.served_models():
+                on_head = gateway_client(head, timeout=300, model=model.name)
+                if reach == 200:
+                    here = ServeClient(from_here, timeout=300, model=model.name)
+                    answers.append(Answer(model.name, model.spec.model, *self._ask(ctx, here, fallback=on_head)))
+                else:
+                    answers.append(Answer(model.name, model.spec.model, *self._ask(ctx, on_head)))
+        for answer in answers:
+            reply, acceptance, where = answer.reply, answer.acceptance, answer.where
             shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
-            named = f" as {model.name}" if len(models) > 1 else ""
+            named = f" as {answer.name}" if len(answers) > 1 else ""
             ctx.emit(Event(event="log", task=self.name,
                            message=f"{where} answered{named} in {reply.seconds:.1f}s: {reply.text[:80]!r}{shown}",
                            data={"smoke": {"endpoint": url, "seconds": round(reply.seconds, 3),
                                            "answer": reply.text.strip()[:80], "acceptance_length": acceptance,
-                                           "reachable_from_here": reach == 200, "model": model.spec.model,
-                                           "name": model.name}}))
+                                           "reachable_from_here": reach == 200, "model": answer.model,
+                                           "name": answer.name}}))
         if refused:
             ctx.emit(Event(event="log", task=self.name,
                            message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
@@ -82,6 +108,17 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                                    f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
                                    f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
         return []
+
+    def _answers_from_here(self, ctx: ClusterContext) -> list[Answer] | None:
+        """Every model's answer, asked from this machine; None where it does not reach the endpoint (raises where a
+        request fails): the check then asks as it always does."""
+        inv = ctx.inventory
+        from_here = endpoint_fetch(inv, api_key(inv))
+        if self._reach(from_here)[0] != 200:
+            return None
+        return [Answer(model.name, model.spec.model, *self._ask(ctx, ServeClient(from_here, timeout=300,
+                                                                                 model=model.name)))
+                for model in inv.served_models()]
 
     @staticmethod
     def _reach(fetch: HttpFetch) -> tuple[int, str, bool]:
