@@ -143,9 +143,7 @@ class Runner:
             self._emit(Event("warning", node=node, message=f"outside --limit and unreachable: {why}",
                              hint="the cluster-wide tasks need to read every node: bring it back, or remove it "
                                   "from the inventory"))
-        for task in self.graph.ordered():
-            if task.read_only and task.scope is Scope.CLUSTER and self.graph.is_selected(task.name):
-                task.ask_early(self.cluster_context)
+        self._ask_early()
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.nodes))),
                                 thread_name_prefix="sparkctl-node") as pool:
             for stage in stages(self.graph.ordered()):
@@ -158,6 +156,20 @@ class Runner:
                 else:
                     self._run_stage(stage, pool)
         return self._result(time.monotonic() - started)
+
+    def _ask_early(self) -> None:
+        """Let the selected read-only cluster tasks start what they will ask of the outside world (Task.ask_early),
+        in a run that will check them: not in --check (they wait on what would change), and not with a node out
+        of the run from its start (they need every node)."""
+        if self.check_mode or self._unreachable_at_start or self.unreadable:
+            return
+        for task in self.graph.ordered():
+            if task.read_only and task.scope is Scope.CLUSTER and self.graph.is_selected(task.name):
+                try:
+                    task.ask_early(self.cluster_context)
+                except Exception as exc:  # noqa: BLE001 - an early ask only saves time: the task asks at its turn
+                    self._emit(Event("warning", task=task.name, message=f"could not ask early: {exc}",
+                                     hint="the task asks at its turn"))
 
     def _result(self, duration: float) -> RunResult:
         with self._lock:

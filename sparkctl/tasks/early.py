@@ -3,8 +3,9 @@ a thread of its own as the run begins, so that a slow answer (the smoke test's c
 other tasks check the nodes instead of after them.
 
 When the task comes, it takes the answer only if no change was applied anywhere in the run since the ask began:
-it is then what the task would have been told, only earlier. A change, an error, or nothing asked: the task asks
-for itself, as it always did. An early ask only ever saves time.
+it is then what the task would have been told, only earlier (the run holds the cluster lock: what changes the nodes
+meanwhile is what could as well change them right after the task, a process's own crash or restart). A change, an
+error, or nothing asked: the task asks for itself, as it always did. An early ask only ever saves time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+#: An ask a change made stale may still be under way: the task's own ask waits this long for it to end first, so
+#: that the two do not meet at the server (the second's figures would count the first's work).
+STALE_WAIT_S = 5.0
 
 
 @dataclass
@@ -49,10 +54,13 @@ class EarlyAsks:
 
     def take(self, name: str) -> Any:
         """What the ask `name` was told, waiting for it if it still runs; None when it was never started, found
-        nothing, or a change was applied since it began (then without waiting)."""
+        nothing, or a change was applied since it began (then waiting at most STALE_WAIT_S for it to end)."""
         with self._lock:
             entry = self._asks.pop(name, None)
-        if entry is None or self._changes() != entry.changes:
+        if entry is None:
+            return None
+        if self._changes() != entry.changes:
+            entry.done.wait(STALE_WAIT_S)
             return None
         entry.done.wait()
         return entry.value if self._changes() == entry.changes else None

@@ -379,6 +379,9 @@ def test_changing_max_draft_len_restarts_with_the_new_config(lab_pair, served, e
     assert "max_draft_len: 4" in sh(lab_pair, "spark2", f"cat {state_dir(lab_pair)}/extra-llm-api-config.yml")
     reply = chat(lab_pair, api_key(served, env))
     assert reply["choices"][0]["avg_decoded_tokens_per_iter"] == 3.0  # the stand-in: 1 + draft/2
+    # the smoke test reports the restarted server: what it asked early, as the run began, was the old one (2.5)
+    (smoke,) = [e["smoke"] for e in events if e.get("task") == "serve.smoke" and "smoke" in e]
+    assert smoke["acceptance_length"] == 3.0
 
 
 def test_an_override_key_the_release_rejects_is_refused_before_anything_runs(lab_pair, served, env, tmp_path):

@@ -385,6 +385,7 @@ def test_smoke_asks_from_here_when_this_machine_reaches_the_endpoint_else_on_the
 def test_smoke_asked_early_from_here_counts_when_nothing_changed_since(tmp_path, endpoint):
     """Asked as the run begins (tasks/early.py), the completion is the one the check reports: no second one."""
     kit = kit_for(tmp_path, port=endpoint.port)
+    kit.cluster.options = RunOptions(verbosity=1)
     ServeSmokeTask().ask_early(kit.cluster)
     assert ServeSmokeTask().check(kit.cluster) == []
     assert len(endpoint.requests) == 1
@@ -421,6 +422,28 @@ def test_smoke_is_asked_early_only_from_here(tmp_path, endpoint, monkeypatch):
     assert ServeSmokeTask().check(kit.cluster) == []
     assert len([c for c in kit.transport("spark1").calls if c.kind == "exec_in"]) == 1
     assert len(endpoint.requests) == 1
+
+
+def test_a_smoke_asked_early_whose_request_failed_from_here_is_asked_on_the_head_at_once(tmp_path, endpoint,
+                                                                                          monkeypatch):
+    """This machine's route failed the early ask (a proxy that hangs up): at its turn the check asks on the head,
+    as a failed ask from here always is, without trying from here (and waiting out its time limit) a second time."""
+    from sparkctl.knowledge.serve_client import EndpointError, HttpFetch
+
+    tries: list[object] = []
+
+    def refused(self, requests):
+        tries.append(requests)
+        raise EndpointError("the proxy hung up")
+
+    monkeypatch.setattr(HttpFetch, "batch", refused)
+    kit = kit_for(tmp_path, port=endpoint.port)
+    ServeSmokeTask().ask_early(kit.cluster)
+    assert ServeSmokeTask().check(kit.cluster) == []
+    assert len(tries) == 1
+    (log,) = [e for e in kit.events if e.task == "serve.smoke"]
+    assert " on spark1 answered " in log.message and log.message.endswith("acceptance length 2.50")
+    assert len([c for c in kit.transport("spark1").calls if c.kind == "exec_in"]) == 1
 
 
 def test_a_smoke_asked_early_that_failed_is_asked_again_and_fails_on_its_own(tmp_path, endpoint):

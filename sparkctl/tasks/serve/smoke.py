@@ -64,7 +64,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
 
     def ask_early(self, ctx: ClusterContext) -> None:
         if serving_enabled(ctx.inventory):
-            ctx.early.start(self.name, lambda: self._answers_from_here(ctx))
+            ctx.early.start(self.name, lambda: self._asked_from_here(ctx))
 
     def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
@@ -72,15 +72,21 @@ class ServeSmokeTask(Task[ClusterContext, None]):
             return []
         head = ctx.head()
         url = endpoint(inv)
-        answers: list[Answer] | None = ctx.early.take(self.name)
-        if answers is not None:
-            ctx.emit(Event(event="log", message=f"{self.name}: asked from here as the run began"))
+        models = inv.served_models()
+        early: list[Answer | None] | None = ctx.early.take(self.name)
+        if early is not None:
+            if ctx.options.verbosity >= 1:
+                ctx.emit(Event(event="log", message=f"{self.name}: asked from here as the run began"))
             reach, reach_why, refused = 200, "", False
+            # a model whose ask from here failed is asked on the head, as a failed ask from here always is
+            answers = [answer or Answer(model.name, model.spec.model,
+                                        *self._ask(ctx, gateway_client(head, timeout=300, model=model.name)))
+                       for answer, model in zip(early, models, strict=True)]
         else:
             from_here = endpoint_fetch(inv, api_key(inv))
             reach, reach_why, refused = self._reach(from_here)
             answers = []
-            for model in inv.served_models():
+            for model in models:
                 on_head = gateway_client(head, timeout=300, model=model.name)
                 if reach == 200:
                     here = ServeClient(from_here, timeout=300, model=model.name)
@@ -102,23 +108,29 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                            message=f"{reach_why}: the server is fine on {head.name}, but this machine refuses its "
                                    f"certificate ({CERTIFICATE_HINT})"))
         elif reach != 200:
-            port = inv.served_models()[0].spec.port
+            port = models[0].spec.port
             ctx.emit(Event(event="log", task=self.name,
                            message=f"{url} does not answer from this machine ({reach or reach_why}); the server "
                                    f"is fine on {head.name}. `sparkctl serve chat|bench` from here need a route, "
                                    f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
         return []
 
-    def _answers_from_here(self, ctx: ClusterContext) -> list[Answer] | None:
-        """Every model's answer, asked from this machine; None where it does not reach the endpoint (raises where a
-        request fails): the check then asks as it always does."""
+    def _asked_from_here(self, ctx: ClusterContext) -> list[Answer | None] | None:
+        """Every model's answer, asked from this machine (None for a model whose request failed on the way: the
+        check asks that one on the head, without asking from here again); None where this machine does not reach
+        the endpoint. Raises where the server's answer fails the test: the check then asks as it always does."""
         inv = ctx.inventory
         from_here = endpoint_fetch(inv, api_key(inv))
         if self._reach(from_here)[0] != 200:
             return None
-        return [Answer(model.name, model.spec.model, *self._ask(ctx, ServeClient(from_here, timeout=300,
-                                                                                 model=model.name)))
-                for model in inv.served_models()]
+        answers: list[Answer | None] = []
+        for model in inv.served_models():
+            try:
+                answers.append(Answer(model.name, model.spec.model,
+                                      *self._completion(ctx, ServeClient(from_here, timeout=300, model=model.name))))
+            except EndpointError:
+                answers.append(None)
+        return answers
 
     @staticmethod
     def _reach(fetch: HttpFetch) -> tuple[int, str, bool]:
@@ -139,8 +151,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         to the endpoint must not count against the server."""
         where = client.base_url
         try:
-            # /metrics read before and after, in the same exec: the acceptance length is this request's
-            reply, before, after = client.chat_between_metrics(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
+            return ServeSmokeTask._completion(ctx, client)
         except EndpointError as exc:
             if fallback is not None:
                 return ServeSmokeTask._ask(ctx, fallback)
@@ -151,6 +162,13 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                 raise TaskFailed(f"{where}/health answers {status or 'nothing'}" + (f": {why}" if why else ""),
                                  hint="see `sparkctl serve logs` for the server's log") from exc
             raise TaskFailed(f"a chat completion of {client.model} from {where} failed: {exc}") from exc
+
+    @staticmethod
+    def _completion(ctx: ClusterContext, client: ServeClient) -> tuple[Completion, float | None, str]:
+        """_ask's one request and its judgement; EndpointError where the request itself failed."""
+        where = client.base_url
+        # /metrics read before and after, in the same exec: the acceptance length is this request's
+        reply, before, after = client.chat_between_metrics(SMOKE_PROMPT, max_tokens=SMOKE_TOKENS)
         if not reply.text.strip():
             raise TaskFailed(f"{where} answered a chat completion of {client.model} with no text",
                              hint="see `sparkctl serve logs` for the server's log")
