@@ -22,9 +22,9 @@ KEEP_PREFIXES = ("ssh.", "sshd.", "dbus", "lldpd")
 ALWAYS_MASKED = ("console-getty.service", "getty.target")
 #: Enabled in every node whether or not the machine enables it (apt enables it, a machine may have disabled it).
 LLDPD_UNIT = "lldpd.service"
-#: The docker daemon's stand-in (lab/standins/node-bin/dockerd): `systemctl stop docker` works as on a Spark.
-#: restarted as Docker's own unit restarts dockerd (moby, contrib/init/systemd/docker.service: Restart=always,
-#: RestartSec=2, StartLimitBurst=3 in 60 s); a `systemctl stop docker` still stops it for good
+#: The docker daemon's stand-in (lab/standins/node-bin/dockerd): `systemctl stop docker` works as on a Spark, and
+#: it is restarted as Docker's own unit restarts dockerd (moby, contrib/init/systemd/docker.service: Restart=always,
+#: RestartSec=2, StartLimitBurst=3 in 60 s).
 DOCKER_UNIT = """[Unit]
 Description=Docker daemon (sparkctl lab stand-in: its socket; podman runs the containers)
 StartLimitBurst=3

@@ -48,6 +48,11 @@ class Answer:
     where: str
 
 
+#: whether this machine reaches the endpoint (status, why not, a refused certificate), and each model's answer
+#: asked from here where it does
+Asked = tuple[tuple[int, str, bool], list[Answer | None] | None]
+
+
 class ServeSmokeTask(Task[ClusterContext, None]):
     name = "serve.smoke"
     phase = "serve"
@@ -64,7 +69,8 @@ class ServeSmokeTask(Task[ClusterContext, None]):
 
     def ask_early(self, ctx: ClusterContext) -> None:
         if serving_enabled(ctx.inventory):
-            ctx.early.start(self.name, lambda: self._asked_from_here(ctx))
+            # an endpoint this machine does not reach is asked nothing early: the head is asked at the task's turn
+            ctx.early.start(self.name, lambda: asked if (asked := self._from_here(ctx))[1] is not None else None)
 
     def check(self, ctx: ClusterContext) -> list[Change[None]]:
         inv = ctx.inventory
@@ -73,26 +79,15 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         head = ctx.head()
         url = endpoint(inv)
         models = inv.served_models()
-        early: list[Answer | None] | None = ctx.early.take(self.name)
-        if early is not None:
-            if ctx.options.verbosity >= 1:
-                ctx.emit(Event(event="log", message=f"{self.name}: asked from here as the run began"))
-            reach, reach_why, refused = 200, "", False
-            # a model whose ask from here failed is asked on the head, as a failed ask from here always is
-            answers = [answer or Answer(model.name, model.spec.model,
-                                        *self._ask(ctx, gateway_client(head, timeout=300, model=model.name)))
-                       for answer, model in zip(early, models, strict=True)]
-        else:
-            from_here = endpoint_fetch(inv, api_key(inv))
-            reach, reach_why, refused = self._reach(from_here)
-            answers = []
-            for model in models:
-                on_head = gateway_client(head, timeout=300, model=model.name)
-                if reach == 200:
-                    here = ServeClient(from_here, timeout=300, model=model.name)
-                    answers.append(Answer(model.name, model.spec.model, *self._ask(ctx, here, fallback=on_head)))
-                else:
-                    answers.append(Answer(model.name, model.spec.model, *self._ask(ctx, on_head)))
+        asked: Asked | None = ctx.early.take(self.name)
+        if asked is not None and ctx.options.verbosity >= 1:
+            ctx.emit(Event(event="log", message=f"{self.name}: asked from here as the run began"))
+        (reach, reach_why, refused), here = asked if asked is not None else self._from_here(ctx)
+        # a model not answered from here (no route, or its request failed on the way) is asked on the head: this
+        # machine's route to the endpoint must not count against the server
+        answers = [answer or Answer(model.name, model.spec.model,
+                                    *self._ask(ctx, gateway_client(head, timeout=300, model=model.name)))
+                   for answer, model in zip(here or [None] * len(models), models, strict=True)]
         for answer in answers:
             reply, acceptance, where = answer.reply, answer.acceptance, answer.where
             shown = f"; acceptance length {acceptance:.2f}" if acceptance is not None else ""
@@ -115,14 +110,15 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                                    f"e.g. `ssh -N -L {port}:127.0.0.1:{port} {inv.head.host}`"))
         return []
 
-    def _asked_from_here(self, ctx: ClusterContext) -> list[Answer | None] | None:
-        """Every model's answer, asked from this machine (None for a model whose request failed on the way: the
-        check asks that one on the head, without asking from here again); None where this machine does not reach
-        the endpoint. Raises where the server's answer fails the test: the check then asks as it always does."""
+    def _from_here(self, ctx: ClusterContext) -> Asked:
+        """Whether this machine reaches the endpoint, and then every model's answer asked from here (None for a
+        model whose request failed on the way: the check asks that one on the head); no answers where it does not
+        reach it. Raises where the server's answer fails the test."""
         inv = ctx.inventory
         from_here = endpoint_fetch(inv, api_key(inv))
-        if self._reach(from_here)[0] != 200:
-            return None
+        reach = self._reach(from_here)
+        if reach[0] != 200:
+            return reach, None
         answers: list[Answer | None] = []
         for model in inv.served_models():
             try:
@@ -130,7 +126,7 @@ class ServeSmokeTask(Task[ClusterContext, None]):
                                       *self._completion(ctx, ServeClient(from_here, timeout=300, model=model.name))))
             except EndpointError:
                 answers.append(None)
-        return answers
+        return reach, answers
 
     @staticmethod
     def _reach(fetch: HttpFetch) -> tuple[int, str, bool]:
@@ -143,18 +139,14 @@ class ServeSmokeTask(Task[ClusterContext, None]):
         return ServeClient(fetch).reach(timeout=REACH_ANSWER_TIMEOUT)
 
     @staticmethod
-    def _ask(ctx: ClusterContext, client: ServeClient,
-             fallback: ServeClient | None = None) -> tuple[Completion, float | None, str]:
+    def _ask(ctx: ClusterContext, client: ServeClient) -> tuple[Completion, float | None, str]:
         """One chat completion of the client's model through the gateway: its reply, the acceptance length when the
-        server gives it (the model's own figures: the gateway's /metrics?model=NAME), and where it was asked.
-        `fallback`: asked from here, a request that fails is asked again there (on the head): this machine's route
-        to the endpoint must not count against the server."""
+        server gives it (the model's own figures: the gateway's /metrics?model=NAME), and where it was asked; a
+        request that fails is a TaskFailed saying whether the server is down."""
         where = client.base_url
         try:
             return ServeSmokeTask._completion(ctx, client)
         except EndpointError as exc:
-            if fallback is not None:
-                return ServeSmokeTask._ask(ctx, fallback)
             # /health only once something failed (serve.launch has just seen it answer 200): it says
             # whether the server is down or this request failed
             status, why = client.health_detail()
